@@ -1,0 +1,86 @@
+//! [`StoreError`]: the one error type every artifact store returns.
+//!
+//! Variants carry the context a person needs to act (which id, which limit, which operation).
+//! Messages are single lines, lowercase, without a trailing period, so the CLI can print them
+//! as they are and the HTTP layer can map them to the seed's error codes.
+
+use crate::ArtifactId;
+
+/// A boxed error from a backend (IO, SQLite, S3, …).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// No artifact with this id is visible to the caller's owner. Deliberately the same for
+    /// "never existed", "another owner's" and "already deleted", so nothing leaks.
+    #[error("artifact {id} not found")]
+    NotFound { id: ArtifactId },
+
+    /// The artifact existed for this owner but its TTL has passed.
+    #[error("artifact {id} expired at {expired_at}")]
+    Expired { id: ArtifactId, expired_at: String },
+
+    /// A single artifact is larger than a configured limit.
+    #[error("{what} is {size} bytes, over the {limit_name} limit of {limit} bytes; raise {limit_name} in stowage.toml or store less")]
+    TooLarge { what: String, size: u64, limit: u64, limit_name: &'static str },
+
+    /// A per-session or per-trace budget is full and eviction is off or cannot free enough.
+    #[error("{budget} is full: {detail}; raise the limit in stowage.toml, delete artifacts or enable lru eviction")]
+    QuotaExceeded { budget: String, detail: String },
+
+    /// Two different contents produced the same id (a sha256-prefix collision). Never aliased.
+    #[error("artifact id {id} already names different content (sha256 {existing} vs {incoming})")]
+    IdCollision { id: ArtifactId, existing: String, incoming: String },
+
+    /// The caller passed something unusable (a bad range, an empty stream when bytes were
+    /// required, …).
+    #[error("invalid request: {0}")]
+    InvalidInput(String),
+
+    /// The backend failed. `op` names what was being done, `target` what it was done to.
+    #[error("{op} {target}: {source}")]
+    Backend { op: &'static str, target: String, #[source] source: BoxError },
+}
+
+impl StoreError {
+    /// Wraps a backend error with the operation and target it happened on.
+    pub fn backend(op: &'static str, target: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        StoreError::Backend { op, target: target.into(), source: source.into() }
+    }
+
+    /// The seed's stable error code for this error, as used over HTTP and in `isError` results.
+    pub fn code(&self) -> &'static str {
+        match self {
+            StoreError::NotFound { .. } => "artifact_not_found",
+            StoreError::Expired { .. } => "artifact_url_expired",
+            StoreError::InvalidInput(_) => "bad_request",
+            StoreError::TooLarge { .. }
+            | StoreError::QuotaExceeded { .. }
+            | StoreError::IdCollision { .. }
+            | StoreError::Backend { .. } => "artifact_storage_failed",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_one_line_with_context() {
+        let id: ArtifactId = "art_1".parse().unwrap();
+        let errs = [
+            StoreError::NotFound { id: id.clone() },
+            StoreError::TooLarge { what: "put".into(), size: 10, limit: 5, limit_name: "max_artifact_bytes" },
+            StoreError::backend("write blob", "/tmp/x", std::io::Error::other("disk full")),
+        ];
+        for e in &errs {
+            let m = e.to_string();
+            assert!(!m.contains('\n') && !m.ends_with('.'), "{m}");
+        }
+        assert_eq!(errs[2].to_string(), "write blob /tmp/x: disk full");
+        assert_eq!(errs[0].code(), "artifact_not_found");
+        assert_eq!(errs[1].code(), "artifact_storage_failed");
+    }
+}

@@ -1,0 +1,60 @@
+//! Domain types shared by every Stowage crate: what an artifact *is*, who owns it, and how the
+//! rest of the system asks for one to be stored. This crate does no IO.
+//!
+//! The main types and how they relate:
+//! - [`ArtifactId`]: a content-addressed identifier, `{namespace}_{sha256 prefix}`;
+//! - [`ArtifactScope`]: who stored an artifact (tenant, user, session) and in which trace;
+//!   the first three form the [`Owner`], the unit of isolation;
+//! - [`ArtifactRef`]: the compact, LLM-safe reference handed out after a put;
+//! - [`PutOptions`] and [`ArtifactSink`]: the small contract through which producers
+//!   (the transform pipeline, tools) hand bytes to a store without knowing which one;
+//! - [`StoreError`]: the one error enum every store speaks.
+#![forbid(unsafe_code)]
+
+mod error;
+mod id;
+mod reference;
+mod scope;
+mod sink;
+
+pub use error::{BoxError, StoreError};
+pub use id::{ArtifactId, IdError, ARTIFACT_URI_SCHEME, ID_HASH_HEX_LEN};
+pub use reference::{ArtifactRef, Timestamp};
+pub use scope::{ArtifactScope, Owner};
+pub use sink::{ArtifactSink, PutOptions};
+
+/// Formats a byte count for people: `512 B`, `499.6 KB`, `1.2 GB` (powers of 1024, one decimal).
+///
+/// Used in summaries the model reads, so it is short and stable rather than precise.
+pub fn human_size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human_size;
+
+    #[test]
+    fn human_sizes() {
+        for (n, want) in [
+            (0, "0 B"),
+            (1023, "1023 B"),
+            (1024, "1.0 KB"),
+            (511_590, "499.6 KB"),
+            (50 * 1024 * 1024, "50.0 MB"),
+            (3 * 1024 * 1024 * 1024, "3.0 GB"),
+        ] {
+            assert_eq!(human_size(n), want, "{n}");
+        }
+    }
+}

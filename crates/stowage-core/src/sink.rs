@@ -1,0 +1,70 @@
+//! [`ArtifactSink`]: the narrow contract through which producers hand bytes to a store.
+//!
+//! The transform pipeline and embedded tools depend on this trait only, never on a concrete
+//! store, which keeps them free of IO and lets tests substitute any store. Every
+//! `stowage_store::ArtifactStore` is a sink.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use serde_json::{Map, Value};
+
+use crate::{ArtifactRef, ArtifactScope, StoreError};
+
+/// What to record with a put besides the bytes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PutOptions {
+    /// The media type; when `None`, stores sniff it from the bytes' magic numbers and fall back
+    /// to `application/octet-stream`.
+    pub mime_type: Option<String>,
+    pub filename: Option<String>,
+    /// The id namespace (`{namespace}_{sha256 prefix}`), usually the tool name. Default `art`.
+    pub namespace: Option<String>,
+    pub scope: ArtifactScope,
+    /// Free-form provenance stored as [`ArtifactRef::source`].
+    pub source: Map<String, Value>,
+    /// Overrides the store's default TTL for this artifact.
+    pub ttl: Option<Duration>,
+}
+
+impl PutOptions {
+    pub fn scoped(scope: ArtifactScope) -> Self {
+        PutOptions { scope, ..Default::default() }
+    }
+
+    pub fn mime(mut self, mime: impl Into<String>) -> Self {
+        self.mime_type = Some(mime.into());
+        self
+    }
+
+    pub fn filename(mut self, name: impl Into<String>) -> Self {
+        self.filename = Some(name.into());
+        self
+    }
+
+    pub fn namespace(mut self, ns: impl Into<String>) -> Self {
+        self.namespace = Some(ns.into());
+        self
+    }
+
+    pub fn source_entry(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.source.insert(key.into(), value.into());
+        self
+    }
+}
+
+/// Something that stores bytes and answers with a reference.
+#[async_trait]
+pub trait ArtifactSink: Send + Sync {
+    /// Stores `data` and returns its reference. Must be all-or-nothing: on error nothing is
+    /// visible.
+    async fn put_bytes(&self, data: Bytes, opts: PutOptions) -> Result<ArtifactRef, StoreError>;
+
+    /// True when this sink does not keep bytes (the NoOp store). Producers use it to decide
+    /// between offloading and truncating (seed RFC 4.4: clamp to an artifact only when a real
+    /// store exists).
+    fn is_noop(&self) -> bool {
+        false
+    }
+}

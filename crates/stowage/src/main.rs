@@ -1,0 +1,2 @@
+//! The `stowage` command line: wiring only.
+fn main() {}
