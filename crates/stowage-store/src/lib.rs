@@ -1,7 +1,156 @@
 //! Artifact stores: where offloaded bytes live.
 //!
 //! [`ArtifactStore`] is the async trait every backend implements; every store is also a
-//! [`stowage_core::ArtifactSink`], which is all that producers see.
+//! [`stowage_core::ArtifactSink`], which is all that producers (the transform pipeline) see.
+//!
+//! Access is explicit in every read or delete: an [`Access`] is either the [`Owner`] asking
+//! for its own artifacts, or the local [`Access::Operator`] (the CLI, which already has the
+//! files). A request for another owner's artifact is answered exactly like a request for an
+//! id that never existed.
 #![forbid(unsafe_code)]
 
-pub use stowage_core::{ArtifactId, ArtifactRef, ArtifactScope, PutOptions, StoreError};
+mod retention;
+
+use std::ops::Range;
+use std::pin::Pin;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use tokio::io::AsyncRead;
+
+pub use retention::{CleanupStrategy, RetentionConfig};
+pub use stowage_core::{
+    ArtifactId, ArtifactRef, ArtifactScope, ArtifactSink, Owner, PutOptions, StoreError,
+};
+
+/// Result type of every store operation.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Who is asking.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Access {
+    /// An owner asking for its own artifacts; it sees nothing else.
+    Owner(Owner),
+    /// The local operator (the `stowage artifacts` CLI): sees every owner's artifacts. Never
+    /// constructed from network input.
+    Operator,
+}
+
+impl Access {
+    pub fn owner_of(scope: &ArtifactScope) -> Self {
+        Access::Owner(scope.owner())
+    }
+}
+
+/// A byte stream over (part of) an artifact, with its reference.
+pub struct ArtifactReader {
+    pub meta: ArtifactRef,
+    /// The byte range the body yields, within `0..meta.size_bytes`.
+    pub range: Range<u64>,
+    pub body: Pin<Box<dyn AsyncRead + Send>>,
+}
+
+impl std::fmt::Debug for ArtifactReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArtifactReader").field("meta", &self.meta).field("range", &self.range).finish()
+    }
+}
+
+/// Which artifacts to list.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListQuery {
+    /// `None` lists every owner's artifacts (operator use only); `Some` lists exactly one owner's.
+    pub owner: Option<Owner>,
+    /// Operator convenience: only artifacts whose scope has this session id.
+    pub session_id: Option<String>,
+    /// Only artifacts recorded under this trace.
+    pub trace_id: Option<String>,
+    /// Opaque cursor from the previous page's [`ListPage::next`].
+    pub cursor: Option<String>,
+    /// Page size; 0 means the backend's default (100).
+    pub limit: usize,
+}
+
+/// One page of a listing, oldest first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListPage {
+    pub items: Vec<ArtifactRef>,
+    /// Pass as [`ListQuery::cursor`] to get the next page; `None` on the last page.
+    pub next: Option<String>,
+}
+
+/// What a garbage collection did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct GcReport {
+    /// Artifact records removed because their TTL had passed.
+    pub expired_records: u64,
+    /// Blobs removed because no record referenced them (e.g. after a crash between the
+    /// blob rename and the index insert).
+    pub orphan_blobs: u64,
+    /// Records removed because their blob was missing or the wrong size.
+    pub dangling_records: u64,
+    /// Leftover temporary files from interrupted writes.
+    pub temp_files: u64,
+    /// Bytes of blob storage freed.
+    pub bytes_freed: u64,
+}
+
+/// An artifact store.
+///
+/// Every put is all-or-nothing: after an error or a crash nothing of it is visible. Every
+/// read checks access and expiry. Retention limits ([`RetentionConfig`]) are enforced on put.
+#[async_trait]
+pub trait ArtifactStore: Send + Sync + 'static {
+    /// Stores bytes held in memory.
+    async fn put_bytes(&self, data: Bytes, opts: PutOptions) -> Result<ArtifactRef>;
+
+    /// Stores text; the mime type defaults to `text/plain; charset=utf-8`.
+    async fn put_text(&self, text: String, mut opts: PutOptions) -> Result<ArtifactRef> {
+        opts.mime_type.get_or_insert_with(|| "text/plain; charset=utf-8".to_owned());
+        self.put_bytes(Bytes::from(text), opts).await
+    }
+
+    /// Stores a stream without holding it whole in memory. Limits are checked as bytes
+    /// arrive, so an oversize stream is refused without being written out in full.
+    async fn put_stream(
+        &self,
+        reader: Pin<Box<dyn AsyncRead + Send>>,
+        opts: PutOptions,
+    ) -> Result<ArtifactRef>;
+
+    /// The whole artifact in memory. Prefer [`ArtifactStore::open`] for large artifacts.
+    async fn get(&self, access: &Access, id: &ArtifactId) -> Result<Bytes>;
+
+    /// `range` of the artifact's bytes; a range past the end is [`StoreError::InvalidInput`].
+    async fn get_range(&self, access: &Access, id: &ArtifactId, range: Range<u64>) -> Result<Bytes>;
+
+    /// A streaming reader over the artifact, or over `range` of it.
+    async fn open(
+        &self,
+        access: &Access,
+        id: &ArtifactId,
+        range: Option<Range<u64>>,
+    ) -> Result<ArtifactReader>;
+
+    /// The artifact's reference, without touching its bytes.
+    async fn meta(&self, access: &Access, id: &ArtifactId) -> Result<ArtifactRef>;
+
+    /// Whether the artifact exists, is visible to `access` and has not expired.
+    async fn exists(&self, access: &Access, id: &ArtifactId) -> Result<bool>;
+
+    /// Deletes the caller's record; the blob goes once no other owner's record uses it.
+    /// Returns whether anything was deleted. The operator deletes every owner's record.
+    async fn delete(&self, access: &Access, id: &ArtifactId) -> Result<bool>;
+
+    /// Lists artifacts, paginated, oldest first. Expired artifacts are not listed.
+    async fn list(&self, query: ListQuery) -> Result<ListPage>;
+
+    /// Removes expired artifacts and unreferenced blobs, and repairs what a crash left
+    /// (blobs without records, records without blobs, temp files).
+    async fn gc(&self) -> Result<GcReport>;
+
+    /// True for the NoOp store, which keeps nothing.
+    fn is_noop(&self) -> bool {
+        false
+    }
+}

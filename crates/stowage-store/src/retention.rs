@@ -1,0 +1,96 @@
+//! Retention limits (seed RFC 7.1): TTL, size and count budgets, and what to do when full.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// What to do when a put would push a session or trace over its budget.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CleanupStrategy {
+    /// Evict the least recently used artifacts of that session or trace until the put fits.
+    #[default]
+    Lru,
+    /// Evict the oldest artifacts first.
+    Fifo,
+    /// Refuse the put.
+    None,
+}
+
+/// Retention limits. Every limit is enforced on every put; `0` is not "unlimited" — use a
+/// large number instead, so that a typo cannot switch a limit off.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// How long an artifact lives after its put, e.g. `"1h"`, `"30m"`, `"7d"`.
+    #[serde(with = "humantime_serde_compat")]
+    pub ttl: Duration,
+    /// Largest single artifact, in bytes.
+    pub max_artifact_bytes: u64,
+    /// Total bytes one session may hold.
+    pub max_session_bytes: u64,
+    /// Total bytes one trace may hold.
+    pub max_trace_bytes: u64,
+    /// How many artifacts one session may hold.
+    pub max_artifacts_per_session: u64,
+    /// How many artifacts one trace may hold.
+    pub max_artifacts_per_trace: u64,
+    pub cleanup_strategy: CleanupStrategy,
+}
+
+impl Default for RetentionConfig {
+    /// The seed's defaults: 1 h TTL, 50 MB per artifact, 500 MB per session, 100 MB per trace,
+    /// 1000 artifacts per session, 100 per trace, LRU eviction.
+    fn default() -> Self {
+        RetentionConfig {
+            ttl: Duration::from_secs(3600),
+            max_artifact_bytes: 50 * 1024 * 1024,
+            max_session_bytes: 500 * 1024 * 1024,
+            max_trace_bytes: 100 * 1024 * 1024,
+            max_artifacts_per_session: 1000,
+            max_artifacts_per_trace: 100,
+            cleanup_strategy: CleanupStrategy::Lru,
+        }
+    }
+}
+
+/// Durations in config files are humantime strings (`"90s"`, `"1h 30m"`).
+mod humantime_serde_compat {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s).map_err(|e| serde::de::Error::custom(format!("bad duration {s:?}: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seed_defaults() {
+        let c = RetentionConfig::default();
+        assert_eq!(c.ttl, Duration::from_secs(3600));
+        assert_eq!(c.max_artifact_bytes, 52_428_800);
+        assert_eq!(c.max_session_bytes, 524_288_000);
+        assert_eq!(c.max_trace_bytes, 104_857_600);
+        assert_eq!((c.max_artifacts_per_session, c.max_artifacts_per_trace), (1000, 100));
+        assert_eq!(c.cleanup_strategy, CleanupStrategy::Lru);
+    }
+
+    #[test]
+    fn durations_parse_and_unknown_keys_fail() {
+        let c: RetentionConfig = serde_json::from_str(r#"{"ttl":"90s","cleanup_strategy":"none"}"#).unwrap();
+        assert_eq!(c.ttl, Duration::from_secs(90));
+        assert_eq!(c.cleanup_strategy, CleanupStrategy::None);
+        assert!(serde_json::from_str::<RetentionConfig>(r#"{"ttl_secs":1}"#).is_err());
+        assert!(serde_json::from_str::<RetentionConfig>(r#"{"ttl":"soon"}"#).is_err());
+    }
+}
