@@ -1,0 +1,166 @@
+//! `[links]` in stowage.toml: where links point, how long they live, and which keys sign them.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use serde::{Deserialize, Serialize};
+
+use crate::keys::{KeyError, KeyRing};
+
+/// Shortest link lifetime accepted (the seed suggests 15-60 minutes; one minute is the floor
+/// that still survives a slow client).
+pub const MIN_TTL: Duration = Duration::from_secs(60);
+/// Longest link lifetime accepted: links are bearer credentials, so they stay short.
+pub const MAX_TTL: Duration = Duration::from_secs(3600);
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LinksConfig {
+    /// Base URL that links are built on; what clients can reach the gateway at.
+    pub public_url: String,
+    /// Lifetime of a signed link, between 1 and 60 minutes.
+    #[serde(with = "duration_str")]
+    pub ttl: Duration,
+    /// Signing keys, newest first: the first signs, all verify. Empty means the embedded
+    /// default: a random key kept in `<store dir>/links.key`.
+    pub keys: Vec<KeySource>,
+}
+
+impl Default for LinksConfig {
+    fn default() -> Self {
+        LinksConfig {
+            public_url: "http://127.0.0.1:8787".into(),
+            ttl: Duration::from_secs(15 * 60),
+            keys: Vec::new(),
+        }
+    }
+}
+
+/// Where one signing key's secret comes from. Secrets never sit in the config file itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeySource {
+    /// Key id, carried in every token it signs (1-32 of `[A-Za-z0-9_-]`).
+    pub id: String,
+    /// Name of an environment variable holding the secret, base64url (unpadded or padded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_env: Option<String>,
+    /// A file holding the secret, base64url.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_file: Option<PathBuf>,
+}
+
+impl LinksConfig {
+    /// Checks what serde cannot: the TTL range and the URL's shape.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.ttl < MIN_TTL || self.ttl > MAX_TTL {
+            return Err(format!(
+                "links.ttl is {}; it must be between 1m and 60m",
+                humantime::format_duration(self.ttl)
+            ));
+        }
+        if !(self.public_url.starts_with("http://") || self.public_url.starts_with("https://")) {
+            return Err(format!("links.public_url {:?} must start with http:// or https://", self.public_url));
+        }
+        for k in &self.keys {
+            if k.secret_env.is_some() == k.secret_file.is_some() {
+                return Err(format!("links.keys {:?}: set exactly one of secret_env and secret_file", k.id));
+            }
+        }
+        Ok(())
+    }
+
+    /// The key ring: the configured keys, or the embedded default in `store_dir`.
+    pub fn key_ring(&self, store_dir: &Path) -> Result<KeyRing, KeyError> {
+        self.key_ring_with_env(store_dir, |var| std::env::var(var).ok())
+    }
+
+    /// [`LinksConfig::key_ring`] with the environment lookup injected (tests cannot set
+    /// process variables safely while other tests run).
+    fn key_ring_with_env(&self, store_dir: &Path, env: impl Fn(&str) -> Option<String>) -> Result<KeyRing, KeyError> {
+        if self.keys.is_empty() {
+            return KeyRing::load_or_create(store_dir);
+        }
+        let mut keys = Vec::new();
+        for k in &self.keys {
+            let (origin, text) = match (&k.secret_env, &k.secret_file) {
+                (Some(var), _) => (format!("environment variable {var}"), env(var)),
+                (None, Some(path)) => (path.display().to_string(), std::fs::read_to_string(path).ok()),
+                (None, None) => (String::from("nowhere"), None),
+            };
+            let text = text.ok_or_else(|| KeyError::File {
+                path: PathBuf::from(&origin),
+                detail: format!("secret of key {:?} is not readable", k.id),
+            })?;
+            let secret = B64.decode(text.trim().trim_end_matches('=')).map_err(|e| KeyError::File {
+                path: PathBuf::from(&origin),
+                detail: format!("secret of key {:?} is not base64url: {e}", k.id),
+            })?;
+            keys.push((k.id.clone(), secret));
+        }
+        KeyRing::new(keys)
+    }
+}
+
+mod duration_str {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s).map_err(|e| serde::de::Error::custom(format!("bad duration {s:?}: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_bounds() {
+        let mut c = LinksConfig::default();
+        assert_eq!(c.ttl, Duration::from_secs(900));
+        assert!(c.validate().is_ok());
+        for (ttl, ok) in [(59, false), (60, true), (3600, true), (3601, false)] {
+            c.ttl = Duration::from_secs(ttl);
+            assert_eq!(c.validate().is_ok(), ok, "{ttl}s");
+        }
+    }
+
+    #[test]
+    fn configured_keys_from_env_and_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("k2.secret");
+        std::fs::write(&file, format!("{}\n", B64.encode([7u8; 32]))).unwrap();
+        let env_secret = B64.encode([9u8; 32]);
+        let env = |var: &str| (var == "STOWAGE_TEST_LINK_KEY_1").then(|| env_secret.clone());
+        let c = LinksConfig {
+            keys: vec![
+                KeySource { id: "k2".into(), secret_env: None, secret_file: Some(file) },
+                KeySource { id: "k1".into(), secret_env: Some("STOWAGE_TEST_LINK_KEY_1".into()), secret_file: None },
+            ],
+            ..Default::default()
+        };
+        assert!(c.validate().is_ok());
+        let ring = c.key_ring_with_env(dir.path(), env).unwrap();
+        assert_eq!(ring.key_ids(), ["k2", "k1"]);
+        assert!(!dir.path().join(crate::KEY_FILE_NAME).exists(), "no default key when keys are configured");
+    }
+
+    #[test]
+    fn missing_secret_is_a_clear_error() {
+        let c = LinksConfig {
+            keys: vec![KeySource { id: "k".into(), secret_env: Some("STOWAGE_TEST_NO_SUCH_VAR".into()), secret_file: None }],
+            ..Default::default()
+        };
+        let err = c.key_ring(Path::new("/nonexistent")).unwrap_err().to_string();
+        assert!(err.contains("STOWAGE_TEST_NO_SUCH_VAR"), "{err}");
+    }
+}

@@ -1,0 +1,315 @@
+//! [`KeyRing`]: signing keys, rotation, and the embedded default key file.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+use stowage_core::Owner;
+
+use crate::token::{self, Claims, Operation, TokenError};
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// The embedded default key's file, inside the store directory.
+pub const KEY_FILE_NAME: &str = "links.key";
+
+/// Shortest secret accepted: 32 bytes, the HMAC-SHA256 block-size recommendation's floor.
+const MIN_SECRET_LEN: usize = 32;
+
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("no signing key configured")]
+    Empty,
+    #[error("signing key {id:?} is {len} bytes; use at least {MIN_SECRET_LEN} random bytes")]
+    TooShort { id: String, len: usize },
+    #[error("signing key id {0:?} is used twice")]
+    DuplicateId(String),
+    #[error("signing key id {0:?} must be 1-32 characters of [A-Za-z0-9_-]")]
+    BadId(String),
+    #[error("key file {path}: {detail}")]
+    File { path: PathBuf, detail: String },
+    #[error("cannot get random bytes for a new signing key: {0}")]
+    Random(String),
+}
+
+struct Key {
+    id: String,
+    /// The keyed HMAC state, prepared once; cloning it is cheaper than re-keying per token.
+    mac: HmacSha256,
+}
+
+/// Signing keys, newest first: the first key signs, every key verifies.
+pub struct KeyRing {
+    keys: Vec<Key>,
+}
+
+impl std::fmt::Debug for KeyRing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print secrets; ids are enough to debug rotation.
+        f.debug_struct("KeyRing").field("key_ids", &self.key_ids()).finish()
+    }
+}
+
+impl KeyRing {
+    /// Builds a ring from `(id, secret)` pairs, newest first.
+    pub fn new<I, S>(keys: I) -> Result<KeyRing, KeyError>
+    where
+        I: IntoIterator<Item = (S, Vec<u8>)>,
+        S: Into<String>,
+    {
+        let mut ring = Vec::new();
+        for (id, secret) in keys {
+            let id = id.into();
+            if id.is_empty() || id.len() > 32 || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+                return Err(KeyError::BadId(id));
+            }
+            if secret.len() < MIN_SECRET_LEN {
+                return Err(KeyError::TooShort { id, len: secret.len() });
+            }
+            if ring.iter().any(|k: &Key| k.id == id) {
+                return Err(KeyError::DuplicateId(id));
+            }
+            let mac = HmacSha256::new_from_slice(&secret).expect("hmac accepts keys of any length");
+            ring.push(Key { id, mac });
+        }
+        if ring.is_empty() {
+            return Err(KeyError::Empty);
+        }
+        Ok(KeyRing { keys: ring })
+    }
+
+    /// Loads `<dir>/links.key`, creating it with a fresh random key (mode 0600) when absent,
+    /// so that every process on the same store (`serve`, `sign-url`) signs and verifies alike.
+    pub fn load_or_create(dir: &Path) -> Result<KeyRing, KeyError> {
+        let path = dir.join(KEY_FILE_NAME);
+        let file_err = |detail: String| KeyError::File { path: path.clone(), detail };
+        match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                let mut keys = Vec::new();
+                for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+                    let (id, secret) = line
+                        .split_once(' ')
+                        .ok_or_else(|| file_err("expected lines of `<key id> <base64url secret>`".into()))?;
+                    let secret = B64
+                        .decode(secret.trim())
+                        .map_err(|e| file_err(format!("key {id:?} is not base64url: {e}")))?;
+                    keys.push((id.to_owned(), secret));
+                }
+                KeyRing::new(keys).map_err(|e| file_err(e.to_string()))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(dir).map_err(|e| file_err(e.to_string()))?;
+                let mut secret = [0u8; 32];
+                getrandom::fill(&mut secret).map_err(|e| KeyError::Random(e.to_string()))?;
+                let mut id_bytes = [0u8; 4];
+                getrandom::fill(&mut id_bytes).map_err(|e| KeyError::Random(e.to_string()))?;
+                let id = format!("k{}", id_bytes.iter().map(|b| format!("{b:02x}")).collect::<String>());
+                let line = format!(
+                    "# Stowage link-signing key, generated on first use. Keep it secret.\n{id} {}\n",
+                    B64.encode(secret)
+                );
+                write_new_private_file(&path, line.as_bytes()).map_err(|e| file_err(e.to_string()))?;
+                // Another process may have won the race to create it; read back what is there.
+                KeyRing::load_or_create(dir)
+            }
+            Err(e) => Err(file_err(e.to_string())),
+        }
+    }
+
+    pub fn key_ids(&self) -> Vec<&str> {
+        self.keys.iter().map(|k| k.id.as_str()).collect()
+    }
+
+    /// Mints a token for `operation` on `target` (an artifact id or slot id) owned by `owner`,
+    /// valid until `expires_at` (Unix seconds). Signed with the newest key.
+    pub fn mint(&self, operation: Operation, target: &str, owner: &Owner, expires_at: u64) -> String {
+        let key = &self.keys[0];
+        let claims = Claims {
+            key_id: key.id.clone(),
+            operation,
+            target: target.to_owned(),
+            owner: owner.clone(),
+            expires_at,
+        };
+        token::encode(&claims, |payload| {
+            let mut mac = key.mac.clone();
+            mac.update(payload);
+            mac.finalize().into_bytes().into()
+        })
+    }
+
+    /// Verifies a token's signature and expiry at `now` (Unix seconds) and returns its claims.
+    /// Callers must still check operation, target and owner: see [`KeyRing::verify_for`].
+    pub fn verify(&self, token: &str, now: u64) -> Result<Claims, TokenError> {
+        let parts = token::split(token)?;
+        let key_id = token::key_id(parts.encoded_payload)?;
+        let key = self.keys.iter().find(|k| k.id == key_id).ok_or(TokenError::Forbidden)?;
+        let mut mac = key.mac.clone();
+        mac.update(parts.encoded_payload);
+        // `verify_slice` compares in constant time and refuses a MAC of the wrong length.
+        mac.verify_slice(&parts.mac).map_err(|_| TokenError::Forbidden)?;
+        let claims = token::claims(parts.encoded_payload)?;
+        if now >= claims.expires_at {
+            return Err(TokenError::Expired { expired_at: claims.expires_at });
+        }
+        Ok(claims)
+    }
+
+    /// Verifies a token and checks that it grants `operation` on `target`.
+    pub fn verify_for(&self, token: &str, operation: Operation, target: &str, now: u64) -> Result<Claims, TokenError> {
+        let claims = self.verify(token, now)?;
+        if claims.operation != operation || claims.target != target {
+            return Err(TokenError::Forbidden);
+        }
+        Ok(claims)
+    }
+}
+
+/// Creates `path` exclusively with owner-only permissions, writes and syncs it. An existing
+/// file is left alone (the caller re-reads it).
+fn write_new_private_file(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    match options.open(path) {
+        Ok(mut file) => {
+            file.write_all(contents)?;
+            file.sync_all()
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: u64 = 1_800_000_000;
+
+    fn ring(ids: &[&str]) -> KeyRing {
+        KeyRing::new(ids.iter().map(|id| (*id, format!("secret-for-{id}-padded-to-32-bytes!!").into_bytes()))).unwrap()
+    }
+
+    fn owner() -> Owner {
+        Owner { session_id: Some("s1".into()), ..Default::default() }
+    }
+
+    #[test]
+    fn round_trip() {
+        let r = ring(&["k1"]);
+        let t = r.mint(Operation::Read, "art_1", &owner(), NOW + 60);
+        assert!(t.starts_with("v1."));
+        let c = r.verify_for(&t, Operation::Read, "art_1", NOW).unwrap();
+        assert_eq!(c.owner, owner());
+        assert_eq!(c.expires_at, NOW + 60);
+        assert_eq!(c.key_id, "k1");
+    }
+
+    #[test]
+    fn refusals_have_the_right_codes() {
+        let r = ring(&["k1"]);
+        let t = r.mint(Operation::Read, "art_1", &owner(), NOW + 60);
+        let (head, mac) = t.rsplit_once('.').unwrap();
+        let mut flipped = t.clone().into_bytes();
+        flipped[5] ^= 1;
+        let flipped = String::from_utf8(flipped).unwrap();
+        let other_mac = ring(&["k1x"]).mint(Operation::Read, "art_1", &owner(), NOW + 60);
+        let forged_other_key = format!("{head}.{}", other_mac.rsplit_once('.').unwrap().1);
+        let cases: Vec<(&str, String, &str)> = vec![
+            ("tampered payload", flipped, "artifact_forbidden"),
+            ("truncated mac", t[..t.len() - 3].to_string(), "artifact_forbidden"),
+            ("mac removed", head.to_string(), "artifact_forbidden"),
+            ("mac of another key", forged_other_key, "artifact_forbidden"),
+            ("empty mac", format!("{head}."), "artifact_forbidden"),
+            ("not a token", "hello".into(), "bad_request"),
+            ("a jwt", "eyJhbGciOiJIUzI1NiJ9.e30.x".into(), "bad_request"),
+            ("empty", String::new(), "bad_request"),
+            ("prefix only", "v1.".into(), "artifact_forbidden"),
+        ];
+        for (what, token, code) in cases {
+            let err = r.verify(&token, NOW).unwrap_err();
+            assert_eq!(err.code(), code, "{what}: {err:?}");
+        }
+        assert!(!mac.is_empty());
+    }
+
+    #[test]
+    fn expiry_is_checked_after_the_signature() {
+        let r = ring(&["k1"]);
+        let t = r.mint(Operation::Read, "a", &owner(), NOW);
+        assert_eq!(r.verify(&t, NOW - 1).unwrap().target, "a");
+        assert_eq!(r.verify(&t, NOW), Err(TokenError::Expired { expired_at: NOW }));
+        // A forged token claiming an old expiry must not be told "expired".
+        let mut forged = t.clone();
+        forged.pop();
+        forged.push(if t.ends_with('A') { 'B' } else { 'A' });
+        assert_eq!(r.verify(&forged, NOW + 100), Err(TokenError::Forbidden));
+    }
+
+    #[test]
+    fn operation_and_target_are_bound() {
+        let r = ring(&["k1"]);
+        let read = r.mint(Operation::Read, "art_1", &owner(), NOW + 60);
+        let write = r.mint(Operation::Write, "slot_1", &owner(), NOW + 60);
+        assert_eq!(r.verify_for(&read, Operation::Write, "art_1", NOW), Err(TokenError::Forbidden));
+        assert_eq!(r.verify_for(&write, Operation::Read, "slot_1", NOW), Err(TokenError::Forbidden));
+        assert_eq!(r.verify_for(&read, Operation::Read, "art_2", NOW), Err(TokenError::Forbidden));
+    }
+
+    #[test]
+    fn rotation_newest_signs_all_verify() {
+        let old = ring(&["k1"]);
+        let rotated = ring(&["k2", "k1"]);
+        let old_token = old.mint(Operation::Read, "a", &owner(), NOW + 60);
+        assert!(rotated.verify(&old_token, NOW).is_ok());
+        let new_token = rotated.mint(Operation::Read, "a", &owner(), NOW + 60);
+        assert_eq!(rotated.verify(&new_token, NOW).unwrap().key_id, "k2");
+        // Once k1 is retired, its tokens stop working.
+        assert_eq!(ring(&["k2"]).verify(&old_token, NOW), Err(TokenError::Forbidden));
+        assert_eq!(old.verify(&new_token, NOW), Err(TokenError::Forbidden));
+    }
+
+    #[test]
+    fn tokens_carry_ids_only() {
+        let r = ring(&["k1"]);
+        let owner = Owner { tenant_id: Some("t\"1".into()), user_id: Some("ü".into()), session_id: None };
+        let t = r.mint(Operation::Write, "slot", &owner, NOW + 1);
+        assert_eq!(r.verify(&t, NOW).unwrap().owner, owner, "escaped ids round-trip");
+        assert!(t.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)), "url-safe: {t}");
+    }
+
+    #[test]
+    fn bad_keys_are_refused() {
+        assert!(matches!(KeyRing::new(Vec::<(String, Vec<u8>)>::new()), Err(KeyError::Empty)));
+        assert!(matches!(KeyRing::new([("k", vec![0u8; 8])]), Err(KeyError::TooShort { .. })));
+        assert!(matches!(KeyRing::new([("k", vec![0u8; 32]), ("k", vec![1u8; 32])]), Err(KeyError::DuplicateId(_))));
+        assert!(matches!(KeyRing::new([("k 1", vec![0u8; 32])]), Err(KeyError::BadId(_))));
+    }
+
+    #[test]
+    fn key_file_is_created_private_and_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = KeyRing::load_or_create(dir.path()).unwrap();
+        let b = KeyRing::load_or_create(dir.path()).unwrap();
+        assert_eq!(a.key_ids(), b.key_ids());
+        let t = a.mint(Operation::Read, "x", &owner(), NOW + 5);
+        assert!(b.verify(&t, NOW).is_ok(), "two processes on one store agree");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(dir.path().join(KEY_FILE_NAME)).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        std::fs::write(dir.path().join(KEY_FILE_NAME), "garbage").unwrap();
+        let err = KeyRing::load_or_create(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("links.key") && !err.contains('\n'), "{err}");
+    }
+}

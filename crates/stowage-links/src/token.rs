@@ -1,0 +1,164 @@
+//! The token format: `v1.<payload>.<mac>`, both parts unpadded base64url.
+//!
+//! The payload is a small JSON object with one-letter keys (`k` key id, `o` operation, `a`
+//! artifact id or slot, `t`/`u`/`s` owner ids, `e` expiry in Unix seconds); the MAC is
+//! HMAC-SHA256 over the *encoded* payload bytes, so verification never parses untrusted JSON
+//! before the signature has been checked. Verification order matters for what leaks: shape,
+//! then key, then MAC (constant time), and only then expiry, operation and target, so an
+//! attacker learns nothing from a forged token but "forbidden".
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use serde::{Deserialize, Serialize};
+use stowage_core::Owner;
+
+/// Every token starts with this; anything else is "not a token" (`bad_request`).
+pub const TOKEN_PREFIX: &str = "v1.";
+
+/// What a token allows. A read token cannot write and a write token cannot read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Operation {
+    Read,
+    Write,
+}
+
+impl Operation {
+    fn code(self) -> &'static str {
+        match self {
+            Operation::Read => "r",
+            Operation::Write => "w",
+        }
+    }
+}
+
+/// What a verified token says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claims {
+    pub key_id: String,
+    pub operation: Operation,
+    /// The artifact id (read) or upload slot id (write).
+    pub target: String,
+    pub owner: Owner,
+    /// Unix seconds after which the token is refused.
+    pub expires_at: u64,
+}
+
+/// Why a token was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    #[error("missing token: add ?token=… from a fresh link")]
+    Missing,
+    #[error("not a link token")]
+    NotAToken,
+    #[error("token is not valid for this artifact")]
+    Forbidden,
+    #[error("link expired; ask for a fresh link")]
+    Expired { expired_at: u64 },
+}
+
+impl TokenError {
+    /// The seed's wire code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            TokenError::NotAToken => "bad_request",
+            TokenError::Missing | TokenError::Forbidden => "artifact_forbidden",
+            TokenError::Expired { .. } => "artifact_url_expired",
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Payload<'a> {
+    k: &'a str,
+    o: &'a str,
+    a: &'a str,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    t: Option<&'a str>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    u: Option<&'a str>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    s: Option<&'a str>,
+    e: u64,
+}
+
+/// The decoding twin of [`Payload`]: owned strings, because ids may contain characters that
+/// JSON escapes and a borrowed `&str` cannot hold an unescaped copy.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PayloadIn {
+    k: String,
+    o: String,
+    a: String,
+    #[serde(default)]
+    t: Option<String>,
+    #[serde(default)]
+    u: Option<String>,
+    #[serde(default)]
+    s: Option<String>,
+    e: u64,
+}
+
+/// Encodes claims; `sign` computes the MAC over the encoded payload.
+pub(crate) fn encode(claims: &Claims, sign: impl FnOnce(&[u8]) -> [u8; 32]) -> String {
+    let payload = Payload {
+        k: &claims.key_id,
+        o: claims.operation.code(),
+        a: &claims.target,
+        t: claims.owner.tenant_id.as_deref(),
+        u: claims.owner.user_id.as_deref(),
+        s: claims.owner.session_id.as_deref(),
+        e: claims.expires_at,
+    };
+    // Serialising a struct of strings and an integer cannot fail.
+    let json = serde_json::to_vec(&payload).expect("payload serialises");
+    let mut token = String::with_capacity(TOKEN_PREFIX.len() + json.len() * 4 / 3 + 48);
+    token.push_str(TOKEN_PREFIX);
+    B64.encode_string(&json, &mut token);
+    let mac = sign(&token.as_bytes()[TOKEN_PREFIX.len()..]);
+    token.push('.');
+    B64.encode_string(mac, &mut token);
+    token
+}
+
+/// The parts of a token before its MAC is checked.
+pub(crate) struct Unverified<'t> {
+    pub encoded_payload: &'t [u8],
+    pub mac: Vec<u8>,
+}
+
+pub(crate) fn split(token: &str) -> Result<Unverified<'_>, TokenError> {
+    let rest = token.strip_prefix(TOKEN_PREFIX).ok_or(TokenError::NotAToken)?;
+    // From here on it claims to be a token, so every defect is "forbidden": a truncated or
+    // altered token is an invalid credential, not a malformed request.
+    let (payload, mac) = rest.split_once('.').ok_or(TokenError::Forbidden)?;
+    let mac = B64.decode(mac).map_err(|_| TokenError::Forbidden)?;
+    Ok(Unverified { encoded_payload: payload.as_bytes(), mac })
+}
+
+/// The key id, read before verification to pick the key. Untrusted until the MAC checks.
+pub(crate) fn key_id(encoded_payload: &[u8]) -> Result<String, TokenError> {
+    Ok(decode_payload(encoded_payload)?.0)
+}
+
+/// Decodes a payload whose MAC has been verified.
+pub(crate) fn claims(encoded_payload: &[u8]) -> Result<Claims, TokenError> {
+    Ok(decode_payload(encoded_payload)?.1)
+}
+
+fn decode_payload(encoded: &[u8]) -> Result<(String, Claims), TokenError> {
+    let json = B64.decode(encoded).map_err(|_| TokenError::Forbidden)?;
+    let p: PayloadIn = serde_json::from_slice(&json).map_err(|_| TokenError::Forbidden)?;
+    let operation = match p.o.as_str() {
+        "r" => Operation::Read,
+        "w" => Operation::Write,
+        _ => return Err(TokenError::Forbidden),
+    };
+    let claims = Claims {
+        key_id: p.k,
+        operation,
+        target: p.a,
+        owner: Owner { tenant_id: p.t, user_id: p.u, session_id: p.s },
+        expires_at: p.e,
+    };
+    Ok((claims.key_id.clone(), claims))
+}
