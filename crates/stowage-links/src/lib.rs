@@ -30,3 +30,58 @@ pub fn artifact_url(public_url: &str, id: &stowage_core::ArtifactId, token: &str
 pub fn upload_url(public_url: &str, slot: &str, token: &str) -> String {
     format!("{}/uploads/{slot}?token={token}", public_url.trim_end_matches('/'))
 }
+
+/// A link with its expiry, as handed to people and tools.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SignedLink {
+    pub url: String,
+    /// Unix seconds.
+    pub expires_at: u64,
+}
+
+/// Mints links: a key ring plus where links point and how long they live.
+#[derive(Debug)]
+pub struct LinkSigner {
+    ring: KeyRing,
+    public_url: String,
+    ttl: std::time::Duration,
+}
+
+impl LinkSigner {
+    pub fn new(ring: KeyRing, config: &LinksConfig) -> Self {
+        LinkSigner { ring, public_url: config.public_url.trim_end_matches('/').to_owned(), ttl: config.ttl }
+    }
+
+    pub fn ring(&self) -> &KeyRing {
+        &self.ring
+    }
+
+    pub fn public_url(&self) -> &str {
+        &self.public_url
+    }
+
+    /// A read link to `id` for `owner`, valid for `ttl` (default: the configured TTL) from `now`.
+    pub fn artifact_link(
+        &self,
+        id: &stowage_core::ArtifactId,
+        owner: &stowage_core::Owner,
+        now: u64,
+        ttl: Option<std::time::Duration>,
+    ) -> SignedLink {
+        let expires_at = now + ttl.unwrap_or(self.ttl).as_secs();
+        let token = self.ring.mint(Operation::Read, id.as_str(), owner, expires_at);
+        SignedLink { url: artifact_url(&self.public_url, id, &token), expires_at }
+    }
+
+    /// A write-only link to upload slot `slot` for `owner`.
+    pub fn upload_link(&self, slot: &str, owner: &stowage_core::Owner, now: u64, ttl: Option<std::time::Duration>) -> SignedLink {
+        let expires_at = now + ttl.unwrap_or(self.ttl).as_secs();
+        let token = self.ring.mint(Operation::Write, slot, owner, expires_at);
+        SignedLink { url: upload_url(&self.public_url, slot, &token), expires_at }
+    }
+}
+
+/// Unix seconds now; the clock every link check uses unless a test injects its own.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
