@@ -12,6 +12,7 @@
 //! HTTP client, and an owner's token can never reach another owner's artifact.
 #![forbid(unsafe_code)]
 
+mod auth;
 mod download;
 mod error;
 mod range;
@@ -24,6 +25,7 @@ use axum::routing::{get, put};
 use stowage_links::LinkSigner;
 use stowage_store::ArtifactStore;
 
+pub use auth::{ApiKeyConfig, AuthConfig, AuthSetupError, Authenticator, Identity, JwtConfig, hash_api_key, require_auth};
 pub use error::ApiError;
 pub use range::{ByteRange, RangeRequest, parse_range};
 pub use upload::{SlotRegistry, SlotSpec, SlotState};

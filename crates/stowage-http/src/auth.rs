@@ -1,0 +1,274 @@
+//! Authentication on `/mcp`: static API keys (stored hashed) and JWT bearer tokens.
+//!
+//! The resulting [`Identity`] becomes the artifact scope's owner: `user_id` is the JWT `sub`
+//! (or the API key's configured user, else its id), `tenant_id` an optional claim. Artifact
+//! *downloads* never go through here — their signed link is the credential — so no auth token
+//! ever has to appear in a URL.
+//!
+//! API keys are long random strings, so a single SHA-256 is the right hash for them (a slow
+//! password hash buys nothing against 128+ bits of entropy and would cost every request).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::ApiError;
+
+/// `[auth]` in stowage.toml. Empty means no authentication (allowed on loopback only).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// Static API keys, each stored as the hex SHA-256 of the key (`stowage hash-key` prints it).
+    pub api_keys: Vec<ApiKeyConfig>,
+    /// JWT bearer tokens; absent means JWTs are not accepted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jwt: Option<JwtConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKeyConfig {
+    /// Key id: recorded with artifacts as the API key id, and the user id unless `user` is set.
+    pub id: String,
+    /// Hex SHA-256 of the key itself.
+    pub sha256: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JwtConfig {
+    /// Accepted algorithms, any of HS256, RS256, ES256.
+    pub algorithms: Vec<String>,
+    /// Required `iss`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<String>,
+    /// Required `aud` (one of).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub audience: Vec<String>,
+    /// Environment variable holding the HS256 shared secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hs256_secret_env: Option<String>,
+    /// PEM public keys (RSA or EC) for RS256/ES256.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub public_key_files: Vec<PathBuf>,
+    /// A JWKS JSON file (keys picked by `kid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jwks_file: Option<PathBuf>,
+    /// Claim holding the tenant id, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_claim: Option<String>,
+    /// Allowed clock skew in seconds for `exp`/`nbf`.
+    #[serde(default = "default_leeway")]
+    pub leeway_secs: u64,
+}
+
+fn default_leeway() -> u64 {
+    30
+}
+
+/// Who is calling, as far as artifact ownership is concerned.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Identity {
+    pub user_id: Option<String>,
+    pub tenant_id: Option<String>,
+    pub api_key_id: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AuthSetupError {
+    #[error("auth.jwt: unsupported algorithm {0:?}; use HS256, RS256 or ES256")]
+    Algorithm(String),
+    #[error("auth.jwt: {0}")]
+    Key(String),
+    #[error("auth.api_keys {0:?}: sha256 must be 64 hex digits (the hash of the key, not the key)")]
+    BadHash(String),
+}
+
+/// Verifies bearer credentials against the configuration.
+pub struct Authenticator {
+    api_keys: Vec<(ApiKeyConfig, [u8; 32])>,
+    jwt: Option<JwtVerifier>,
+}
+
+struct JwtVerifier {
+    keys: Vec<(Option<String>, Algorithm, DecodingKey)>,
+    validation: Validation,
+    tenant_claim: Option<String>,
+}
+
+impl Authenticator {
+    /// Builds the verifier, reading key files now so that a bad file fails at start-up.
+    pub fn new(config: &AuthConfig) -> Result<Option<Arc<Authenticator>>, AuthSetupError> {
+        if config.api_keys.is_empty() && config.jwt.is_none() {
+            return Ok(None);
+        }
+        let mut api_keys = Vec::new();
+        for k in &config.api_keys {
+            let bytes = hex::decode(k.sha256.trim()).ok().filter(|b| b.len() == 32).ok_or_else(|| AuthSetupError::BadHash(k.id.clone()))?;
+            api_keys.push((k.clone(), bytes.try_into().expect("32 bytes")));
+        }
+        let jwt = config.jwt.as_ref().map(JwtVerifier::new).transpose()?;
+        Ok(Some(Arc::new(Authenticator { api_keys, jwt })))
+    }
+
+    /// Checks an `Authorization` header value.
+    pub fn authenticate(&self, authorization: Option<&str>) -> Result<Identity, String> {
+        let token = authorization
+            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or("missing bearer token: send Authorization: Bearer <api key or jwt>")?;
+        if token.split('.').count() == 3 {
+            if let Some(jwt) = &self.jwt {
+                return jwt.verify(token);
+            }
+        }
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        for (k, hash) in &self.api_keys {
+            if bool::from(digest.ct_eq(hash)) {
+                return Ok(Identity {
+                    user_id: Some(k.user.clone().unwrap_or_else(|| k.id.clone())),
+                    tenant_id: k.tenant.clone(),
+                    api_key_id: Some(k.id.clone()),
+                });
+            }
+        }
+        Err("invalid credentials".into())
+    }
+}
+
+impl JwtVerifier {
+    fn new(c: &JwtConfig) -> Result<JwtVerifier, AuthSetupError> {
+        let mut algorithms = Vec::new();
+        for a in &c.algorithms {
+            algorithms.push(match a.as_str() {
+                "HS256" => Algorithm::HS256,
+                "RS256" => Algorithm::RS256,
+                "ES256" => Algorithm::ES256,
+                other => return Err(AuthSetupError::Algorithm(other.to_owned())),
+            });
+        }
+        if algorithms.is_empty() {
+            return Err(AuthSetupError::Key("list at least one algorithm".into()));
+        }
+        let mut keys = Vec::new();
+        if let Some(var) = &c.hs256_secret_env {
+            let secret = std::env::var(var).map_err(|_| AuthSetupError::Key(format!("environment variable {var} is not set")))?;
+            keys.push((None, Algorithm::HS256, DecodingKey::from_secret(secret.as_bytes())));
+        }
+        for path in &c.public_key_files {
+            let pem = std::fs::read(path).map_err(|e| AuthSetupError::Key(format!("cannot read {}: {e}", path.display())))?;
+            let key = if let Ok(k) = DecodingKey::from_rsa_pem(&pem) {
+                (None, Algorithm::RS256, k)
+            } else if let Ok(k) = DecodingKey::from_ec_pem(&pem) {
+                (None, Algorithm::ES256, k)
+            } else {
+                return Err(AuthSetupError::Key(format!("{} is not an RSA or EC public key in PEM", path.display())));
+            };
+            keys.push(key);
+        }
+        if let Some(path) = &c.jwks_file {
+            let text = std::fs::read_to_string(path).map_err(|e| AuthSetupError::Key(format!("cannot read {}: {e}", path.display())))?;
+            let set: JwkSet = serde_json::from_str(&text).map_err(|e| AuthSetupError::Key(format!("{} is not a JWKS: {e}", path.display())))?;
+            for jwk in &set.keys {
+                let alg = match &jwk.algorithm {
+                    jsonwebtoken::jwk::AlgorithmParameters::RSA(_) => Algorithm::RS256,
+                    jsonwebtoken::jwk::AlgorithmParameters::EllipticCurve(_) => Algorithm::ES256,
+                    _ => continue,
+                };
+                let key = DecodingKey::from_jwk(jwk).map_err(|e| AuthSetupError::Key(format!("{}: {e}", path.display())))?;
+                keys.push((jwk.common.key_id.clone(), alg, key));
+            }
+        }
+        keys.retain(|(_, alg, _)| algorithms.contains(alg));
+        if keys.is_empty() {
+            return Err(AuthSetupError::Key("no key for the configured algorithms".into()));
+        }
+        let mut validation = Validation::new(algorithms[0]);
+        validation.algorithms = algorithms;
+        validation.leeway = c.leeway_secs;
+        validation.set_required_spec_claims(&["exp", "sub"]);
+        if let Some(iss) = &c.issuer {
+            validation.set_issuer(&[iss]);
+        }
+        if c.audience.is_empty() {
+            validation.validate_aud = false;
+        } else {
+            validation.set_audience(&c.audience);
+        }
+        Ok(JwtVerifier { keys, validation, tenant_claim: c.tenant_claim.clone() })
+    }
+
+    fn verify(&self, token: &str) -> Result<Identity, String> {
+        let header = jsonwebtoken::decode_header(token).map_err(|_| "malformed jwt".to_string())?;
+        if !self.validation.algorithms.contains(&header.alg) {
+            return Err(format!("jwt algorithm {:?} is not accepted", header.alg));
+        }
+        let mut last = String::from("no key matches the jwt");
+        for (kid, alg, key) in &self.keys {
+            if *alg != header.alg || (kid.is_some() && header.kid.is_some() && kid != &header.kid) {
+                continue;
+            }
+            let mut validation = self.validation.clone();
+            validation.algorithms = vec![*alg];
+            match jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(token, key, &validation) {
+                Ok(data) => {
+                    let claims = data.claims;
+                    let sub = claims.get("sub").and_then(|v| v.as_str()).map(str::to_owned);
+                    let tenant = self.tenant_claim.as_ref().and_then(|c| claims.get(c)).and_then(|v| v.as_str()).map(str::to_owned);
+                    return Ok(Identity { user_id: sub, tenant_id: tenant, api_key_id: None });
+                }
+                Err(e) => {
+                    use jsonwebtoken::errors::ErrorKind as K;
+                    last = match e.kind() {
+                        K::ExpiredSignature => "jwt expired".into(),
+                        K::InvalidAudience => "jwt audience not accepted".into(),
+                        K::InvalidIssuer => "jwt issuer not accepted".into(),
+                        K::ImmatureSignature => "jwt not valid yet".into(),
+                        K::MissingRequiredClaim(c) => format!("jwt lacks the {c} claim"),
+                        _ => "invalid jwt signature".into(),
+                    };
+                    // An expired or wrong-audience token with a valid signature is final.
+                    if !matches!(e.kind(), K::InvalidSignature) {
+                        return Err(last);
+                    }
+                }
+            }
+        }
+        Err(last)
+    }
+}
+
+/// Axum middleware: refuses unauthenticated requests with 401 and attaches the [`Identity`].
+pub async fn require_auth(State(auth): State<Arc<Authenticator>>, mut req: Request, next: Next) -> Response {
+    let header = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    match auth.authenticate(header) {
+        Ok(identity) => {
+            req.extensions_mut().insert(identity);
+            next.run(req).await
+        }
+        Err(message) => {
+            let mut resp = ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message).into_response();
+            resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            resp
+        }
+    }
+}
+
+/// The hex SHA-256 to put in `auth.api_keys[].sha256` for a key.
+pub fn hash_api_key(key: &str) -> String {
+    hex::encode(Sha256::digest(key.as_bytes()))
+}
