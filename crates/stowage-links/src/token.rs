@@ -1,9 +1,11 @@
-//! The token format: `v1.<payload>.<mac>`, both parts unpadded base64url.
+//! The token format: `v1.<key id>.<payload>.<mac>`, payload and MAC unpadded base64url.
 //!
-//! The payload is a small JSON object with one-letter keys (`k` key id, `o` operation, `a`
-//! artifact id or slot, `t`/`u`/`s` owner ids, `e` expiry in Unix seconds); the MAC is
-//! HMAC-SHA256 over the *encoded* payload bytes, so verification never parses untrusted JSON
-//! before the signature has been checked. Verification order matters for what leaks: shape,
+//! The key id travels in clear (it is `[A-Za-z0-9_-]`, so it cannot contain the separator)
+//! so the verifier can pick the key without decoding anything. The payload is a small JSON
+//! object with one-letter keys (`o` operation, `a` artifact id or slot, `t`/`u`/`s` owner
+//! ids, `e` expiry in Unix seconds); the MAC is HMAC-SHA256 over `<key id>.<payload>` as
+//! sent, so verification never decodes or parses anything untrusted before the signature
+//! has been checked. Verification order matters for what leaks: shape,
 //! then key, then MAC (constant time), and only then expiry, operation and target, so an
 //! attacker learns nothing from a forged token but "forbidden".
 
@@ -69,7 +71,6 @@ impl TokenError {
 
 #[derive(Serialize)]
 struct Payload<'a> {
-    k: &'a str,
     o: &'a str,
     a: &'a str,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -86,7 +87,6 @@ struct Payload<'a> {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PayloadIn {
-    k: String,
     o: String,
     a: String,
     #[serde(default)]
@@ -101,7 +101,6 @@ struct PayloadIn {
 /// Encodes claims; `sign` computes the MAC over the encoded payload.
 pub(crate) fn encode(claims: &Claims, sign: impl FnOnce(&[u8]) -> [u8; 32]) -> String {
     let payload = Payload {
-        k: &claims.key_id,
         o: claims.operation.code(),
         a: &claims.target,
         t: claims.owner.tenant_id.as_deref(),
@@ -113,6 +112,8 @@ pub(crate) fn encode(claims: &Claims, sign: impl FnOnce(&[u8]) -> [u8; 32]) -> S
     let json = serde_json::to_vec(&payload).expect("payload serialises");
     let mut token = String::with_capacity(TOKEN_PREFIX.len() + json.len() * 4 / 3 + 48);
     token.push_str(TOKEN_PREFIX);
+    token.push_str(&claims.key_id);
+    token.push('.');
     B64.encode_string(&json, &mut token);
     let mac = sign(&token.as_bytes()[TOKEN_PREFIX.len()..]);
     token.push('.');
@@ -122,30 +123,29 @@ pub(crate) fn encode(claims: &Claims, sign: impl FnOnce(&[u8]) -> [u8; 32]) -> S
 
 /// The parts of a token before its MAC is checked.
 pub(crate) struct Unverified<'t> {
-    pub encoded_payload: &'t [u8],
-    pub mac: Vec<u8>,
+    pub key_id: &'t str,
+    /// `<key id>.<payload>`: the bytes the MAC covers.
+    pub signed: &'t [u8],
+    pub encoded_payload: &'t str,
+    pub mac: [u8; 32],
 }
 
 pub(crate) fn split(token: &str) -> Result<Unverified<'_>, TokenError> {
     let rest = token.strip_prefix(TOKEN_PREFIX).ok_or(TokenError::NotAToken)?;
     // From here on it claims to be a token, so every defect is "forbidden": a truncated or
     // altered token is an invalid credential, not a malformed request.
-    let (payload, mac) = rest.split_once('.').ok_or(TokenError::Forbidden)?;
-    let mac = B64.decode(mac).map_err(|_| TokenError::Forbidden)?;
-    Ok(Unverified { encoded_payload: payload.as_bytes(), mac })
-}
-
-/// The key id, read before verification to pick the key. Untrusted until the MAC checks.
-pub(crate) fn key_id(encoded_payload: &[u8]) -> Result<String, TokenError> {
-    Ok(decode_payload(encoded_payload)?.0)
+    let (signed, mac_b64) = rest.rsplit_once('.').ok_or(TokenError::Forbidden)?;
+    let (key_id, encoded_payload) = signed.split_once('.').ok_or(TokenError::Forbidden)?;
+    let mut mac = [0u8; 32];
+    match B64.decode_slice(mac_b64, &mut mac) {
+        Ok(32) => {}
+        _ => return Err(TokenError::Forbidden),
+    }
+    Ok(Unverified { key_id, signed: signed.as_bytes(), encoded_payload, mac })
 }
 
 /// Decodes a payload whose MAC has been verified.
-pub(crate) fn claims(encoded_payload: &[u8]) -> Result<Claims, TokenError> {
-    Ok(decode_payload(encoded_payload)?.1)
-}
-
-fn decode_payload(encoded: &[u8]) -> Result<(String, Claims), TokenError> {
+pub(crate) fn claims(key_id: &str, encoded: &str) -> Result<Claims, TokenError> {
     let json = B64.decode(encoded).map_err(|_| TokenError::Forbidden)?;
     let p: PayloadIn = serde_json::from_slice(&json).map_err(|_| TokenError::Forbidden)?;
     let operation = match p.o.as_str() {
@@ -153,12 +153,11 @@ fn decode_payload(encoded: &[u8]) -> Result<(String, Claims), TokenError> {
         "w" => Operation::Write,
         _ => return Err(TokenError::Forbidden),
     };
-    let claims = Claims {
-        key_id: p.k,
+    Ok(Claims {
+        key_id: key_id.to_owned(),
         operation,
         target: p.a,
         owner: Owner { tenant_id: p.t, user_id: p.u, session_id: p.s },
         expires_at: p.e,
-    };
-    Ok((claims.key_id.clone(), claims))
+    })
 }
