@@ -68,9 +68,19 @@ impl LinkSigner {
         now: u64,
         ttl: Option<std::time::Duration>,
     ) -> SignedLink {
-        let expires_at = now + ttl.unwrap_or(self.ttl).as_secs();
+        self.artifact_link_until(id, owner, now + ttl.unwrap_or(self.ttl).as_secs())
+    }
+
+    /// A read link to `id` for `owner` that expires at `expires_at` (Unix seconds). Callers
+    /// use it to cap a link at the artifact's own expiry.
+    pub fn artifact_link_until(&self, id: &stowage_core::ArtifactId, owner: &stowage_core::Owner, expires_at: u64) -> SignedLink {
         let token = self.ring.mint(Operation::Read, id.as_str(), owner, expires_at);
         SignedLink { url: artifact_url(&self.public_url, id, &token), expires_at }
+    }
+
+    /// The configured link lifetime.
+    pub fn ttl(&self) -> std::time::Duration {
+        self.ttl
     }
 
     /// A write-only link to upload slot `slot` for `owner`.
