@@ -1,0 +1,402 @@
+//! L3: base64 anywhere in the result, recognised by what it decodes to.
+//!
+//! Every string of at least `min_size_for_detection` characters is looked at: plain base64 in
+//! the standard or URL-safe alphabet, padded or not, MIME/PEM line-wrapped, or a `data:` URI.
+//! The decision is made on decoded bytes: the first 4 KiB of the string are decoded and
+//! handed to the `infer` crate's magic-byte matchers; only a binary type counts. Then the
+//! *whole* value is decoded (no cap: the stored artifact is the complete file, whatever its
+//! size) and sniffed again (a ZIP becomes DOCX/XLSX once the whole archive is visible).
+//!
+//! What never becomes a binary artifact, and why:
+//! - JWTs, UUID lists, API keys, minified JS/CSS, prose: characters outside the alphabet
+//!   (`.`, `-` mixed with `+`, spaces, punctuation) fail the shape check;
+//! - hex digests and long numbers: all-hex prefixes are refused before decoding;
+//! - base64 digests: shorter than the detection minimum;
+//! - base64 of plain text (JSON, CSV, HTML, XML, scripts): no binary magic (infer's text
+//!   matchers say text), so the string stays a string and the size net (L0) decides;
+//! - malformed or truncated base64 whose prefix looked binary: the full decode fails, a warning
+//!   is reported and the string is left for L0.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::sync::OnceLock;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::GeneralPurposeConfig;
+use base64::engine::{DecodePaddingMode, Simd};
+
+use crate::TransformConfig;
+use crate::path::{push_index, push_key};
+use crate::report::{Layer, TransformReport};
+use crate::stub::TemplateVars;
+use crate::work::{Docs, Offload, Payload, Render};
+
+/// `[transform.binary_detection]`: L3.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BinaryDetectionConfig {
+    /// Look for base64 binaries in strings at all. Default true.
+    pub enabled: bool,
+    /// Strings shorter than this many characters are not examined (~750 decoded bytes; below
+    /// `inline_binary_max_bytes` anyway). Default 1000.
+    pub min_size_for_detection: usize,
+}
+
+impl Default for BinaryDetectionConfig {
+    fn default() -> Self {
+        BinaryDetectionConfig { enabled: true, min_size_for_detection: 1000 }
+    }
+}
+
+/// How many characters of a string are decoded to sniff its type. 4 KiB covers every magic
+/// number infer knows (tar's is at 257) and the first ZIP entry name of an OOXML file.
+const PROBE_CHARS: usize = 4096;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Alphabet {
+    Standard,
+    UrlSafe,
+}
+
+/// The encoding a string appears to use, found without reading all of it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Shape<'a> {
+    /// The base64 text (after a `data:` header, surrounding whitespace trimmed).
+    pub body: &'a str,
+    pub alphabet: Alphabet,
+    /// Line-wrapped (MIME, PEM): newlines must be removed before decoding.
+    pub wrapped: bool,
+    /// The media type a `data:` URI declares.
+    pub declared_mime: Option<&'a str>,
+}
+
+fn engine(alphabet: Alphabet) -> &'static Simd {
+    static STANDARD: OnceLock<Simd> = OnceLock::new();
+    static URL_SAFE: OnceLock<Simd> = OnceLock::new();
+    // Padding optional (many producers strip it); trailing bits tolerated because some
+    // encoders do not zero them and the bytes are still the file.
+    let config = || {
+        GeneralPurposeConfig::new()
+            .with_decode_padding_mode(DecodePaddingMode::Indifferent)
+            .with_decode_allow_trailing_bits(true)
+    };
+    match alphabet {
+        Alphabet::Standard => STANDARD.get_or_init(|| Simd::standard(config())),
+        Alphabet::UrlSafe => URL_SAFE.get_or_init(|| Simd::url_safe(config())),
+    }
+}
+
+/// Cheap shape check on the first [`PROBE_CHARS`] characters (and the header of a `data:`
+/// URI). `None` means "certainly not base64".
+pub(crate) fn shape(s: &str) -> Option<Shape<'_>> {
+    let (body, declared_mime) = match strip_prefix_ci(s, "data:") {
+        Some(rest) => {
+            let comma = rest.find(',')?;
+            let header = &rest[..comma];
+            let params = strip_suffix_ci(header, ";base64")?;
+            let mime = params.split(';').next().filter(|m| !m.is_empty());
+            (&rest[comma + 1..], mime)
+        }
+        None => (s, None),
+    };
+    let body = body.trim_ascii();
+    if body.len() < 4 {
+        return None;
+    }
+    let probe = &body.as_bytes()[..body.len().min(PROBE_CHARS)];
+    let (mut std_chars, mut url_chars, mut all_hex) = (false, false, true);
+    let mut first_line: Option<usize> = None;
+    let mut line_len = 0usize;
+    let mut padding_seen = false;
+    for &b in probe {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' => {
+                if padding_seen {
+                    return None;
+                }
+                all_hex &= b.is_ascii_hexdigit();
+                line_len += 1;
+            }
+            b'+' | b'/' => {
+                std_chars = true;
+                all_hex = false;
+                line_len += 1;
+            }
+            b'-' | b'_' => {
+                url_chars = true;
+                all_hex = false;
+                line_len += 1;
+            }
+            b'=' => {
+                padding_seen = true;
+                all_hex = false;
+                line_len += 1;
+            }
+            b'\r' => {}
+            b'\n' => {
+                // MIME (76) and PEM (64) wrap every line at the same width, a multiple of 4.
+                match first_line {
+                    None if line_len >= 16 && line_len % 4 == 0 => first_line = Some(line_len),
+                    Some(w) if w == line_len => {}
+                    _ => return None,
+                }
+                line_len = 0;
+            }
+            _ => return None,
+        }
+    }
+    if (std_chars && url_chars) || all_hex {
+        return None;
+    }
+    if let Some(w) = first_line {
+        // The last line of a fully probed string may be shorter, never longer.
+        if line_len > w {
+            return None;
+        }
+    }
+    let alphabet = if url_chars { Alphabet::UrlSafe } else { Alphabet::Standard };
+    Some(Shape { body, alphabet, wrapped: first_line.is_some(), declared_mime })
+}
+
+fn strip_prefix_ci<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
+    let head = s.get(..prefix.len())?;
+    head.eq_ignore_ascii_case(prefix).then(|| &s[prefix.len()..])
+}
+
+fn strip_suffix_ci<'a>(s: &'a str, suffix: &str) -> Option<&'a str> {
+    let cut = s.len().checked_sub(suffix.len())?;
+    let tail = s.get(cut..)?;
+    tail.eq_ignore_ascii_case(suffix).then(|| &s[..cut])
+}
+
+fn unwrap_lines(body: &str) -> Vec<u8> {
+    body.bytes().filter(|b| !matches!(b, b'\r' | b'\n')).collect()
+}
+
+/// Decodes the first [`PROBE_CHARS`] characters, for sniffing.
+pub(crate) fn decode_prefix(shape: &Shape<'_>) -> Option<Vec<u8>> {
+    let probe = &shape.body[..shape.body.len().min(PROBE_CHARS)];
+    let mut chars: Vec<u8> = if shape.wrapped { unwrap_lines(probe) } else { probe.as_bytes().to_vec() };
+    if probe.len() < shape.body.len() {
+        // Mid-string: whole 4-character groups only, and no padding can be there.
+        let keep = chars.len() / 4 * 4;
+        chars.truncate(keep);
+    }
+    engine(shape.alphabet).decode(&chars).ok()
+}
+
+/// Decodes the whole value. No size cap: a cap that is not a multiple of 4 once made a Python
+/// implementation store every base64 over ~5 MB as text.
+pub(crate) fn decode_all(shape: &Shape<'_>) -> Result<Vec<u8>, base64::DecodeError> {
+    if shape.wrapped {
+        engine(shape.alphabet).decode(unwrap_lines(shape.body))
+    } else {
+        engine(shape.alphabet).decode(shape.body.as_bytes())
+    }
+}
+
+/// The decoded size, without decoding.
+pub(crate) fn decoded_len(shape: &Shape<'_>) -> u64 {
+    let chars = if shape.wrapped {
+        shape.body.bytes().filter(|b| !matches!(b, b'\r' | b'\n')).count()
+    } else {
+        shape.body.len()
+    };
+    let pad = shape.body.bytes().rev().take(2).filter(|&b| b == b'=').count();
+    ((chars - pad) as u64) * 3 / 4
+}
+
+/// What decoded bytes are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Sniff {
+    /// A binary format infer recognises by its magic bytes.
+    Binary { mime: &'static str, ext: &'static str },
+    /// Text: infer's text matchers (HTML, XML, shell) or valid UTF-8 without binary magic.
+    Text,
+    /// Neither: no magic and not text.
+    Unknown,
+}
+
+pub(crate) fn sniff(bytes: &[u8]) -> Sniff {
+    if let Some(t) = infer::get(bytes) {
+        return if t.matcher_type() == infer::MatcherType::Text {
+            Sniff::Text
+        } else {
+            Sniff::Binary { mime: t.mime_type(), ext: t.extension() }
+        };
+    }
+    match std::str::from_utf8(bytes) {
+        Ok(_) => Sniff::Text,
+        // Cut mid-character by the probe: still text.
+        Err(e) if e.error_len().is_none() => Sniff::Text,
+        Err(_) => Sniff::Unknown,
+    }
+}
+
+/// A decoded binary found by [`detect`].
+#[derive(Debug)]
+pub(crate) struct Detected {
+    pub bytes: Vec<u8>,
+    pub mime: String,
+    pub ext: &'static str,
+}
+
+/// Why a string that looked binary was left alone.
+#[derive(Debug)]
+pub(crate) enum NotBinary {
+    /// Not base64, or base64 of text, or no magic bytes: silently left for L0.
+    No,
+    /// Its prefix decoded to a binary format but the whole does not decode.
+    Malformed(String),
+}
+
+/// Decides whether `s` is a base64 binary and decodes it whole.
+pub(crate) fn detect(s: &str) -> Result<Detected, NotBinary> {
+    let shape = shape(s).ok_or(NotBinary::No)?;
+    let prefix = decode_prefix(&shape).ok_or(NotBinary::No)?;
+    let Sniff::Binary { mime, ext } = sniff(&prefix) else { return Err(NotBinary::No) };
+    let bytes = decode_all(&shape).map_err(|e| NotBinary::Malformed(format!("looks like base64 {mime} but does not decode: {e}")))?;
+    // The whole file may say more than its first 4 KiB (DOCX/XLSX are ZIPs with a telling entry).
+    let (mime, ext) = match sniff(&bytes) {
+        Sniff::Binary { mime, ext } => (mime, ext),
+        _ => (mime, ext),
+    };
+    Ok(Detected { bytes, mime: mime.to_owned(), ext })
+}
+
+/// L3's pass: finds base64 binaries in every document.
+pub(crate) fn collect(docs: &mut Docs, config: &TransformConfig, report: &mut TransformReport) -> Vec<Offload> {
+    let mut out = Vec::new();
+    if !config.binary_detection.enabled {
+        return out;
+    }
+    for d in 0..docs.docs.len() {
+        let mut ptr = String::new();
+        let mut cx = Cx { config, report, doc: d, prefix: docs.docs[d].prefix.clone(), out: &mut out };
+        walk(&mut docs.docs[d].value, &mut ptr, &mut cx);
+    }
+    out
+}
+
+struct Cx<'a> {
+    config: &'a TransformConfig,
+    report: &'a mut TransformReport,
+    doc: usize,
+    prefix: String,
+    out: &'a mut Vec<Offload>,
+}
+
+fn walk(value: &mut Value, ptr: &mut String, cx: &mut Cx<'_>) {
+    let min = cx.config.binary_detection.min_size_for_detection.max(8);
+    let len = ptr.len();
+    match value {
+        Value::String(s) if s.len() >= min => {
+            if let Some(off) = consider(s, None, None, ptr, Render::StringStub, cx) {
+                *value = Value::String(String::new());
+                cx.out.push(off);
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter_mut().enumerate() {
+                push_index(ptr, i);
+                if let Value::Object(map) = item {
+                    // A text block in a content list whose whole text is a binary becomes a
+                    // text block plus a resource_link, like L2's typed blocks.
+                    if map.get("type").and_then(Value::as_str) == Some("text") {
+                        if let Some(Value::String(s)) = map.get("text") {
+                            if s.len() >= min {
+                                if let Some(off) = consider(s, Some(map), Some("text"), ptr, Render::Blocks, cx) {
+                                    map.insert("text".into(), Value::String(String::new()));
+                                    cx.out.push(off);
+                                    ptr.truncate(len);
+                                    continue;
+                                }
+                            }
+                        }
+                    }
+                }
+                walk(item, ptr, cx);
+                ptr.truncate(len);
+            }
+        }
+        Value::Object(map) => {
+            let keys: Vec<String> = map
+                .iter()
+                .filter(|(_, v)| v.as_str().is_some_and(|s| s.len() >= min))
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in keys {
+                push_key(ptr, &k);
+                let s = map.get(&k).and_then(Value::as_str).expect("selected above");
+                if let Some(off) = consider(s, Some(map), Some(&k), ptr, Render::StringStub, cx) {
+                    map.insert(k.clone(), Value::String(String::new()));
+                    cx.out.push(off);
+                }
+                ptr.truncate(len);
+            }
+            for (k, item) in map.iter_mut() {
+                if item.is_array() || item.is_object() {
+                    push_key(ptr, k);
+                    walk(item, ptr, cx);
+                    ptr.truncate(len);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Detects and, when it is a binary above the inline limit, prepares the offload. For
+/// `Render::Blocks` the pointer is the block's, not its text's.
+fn consider(
+    s: &str,
+    parent: Option<&Map<String, Value>>,
+    key: Option<&str>,
+    ptr: &str,
+    render: Render,
+    cx: &mut Cx<'_>,
+) -> Option<Offload> {
+    let slot_ptr = ptr.to_owned();
+    let value_ptr = match render {
+        Render::Blocks => format!("{ptr}/text"),
+        _ => ptr.to_owned(),
+    };
+    match detect(s) {
+        Ok(found) => {
+            if found.bytes.len() as u64 <= cx.config.inline_binary_max_bytes {
+                return None;
+            }
+            let vars = TemplateVars::from_siblings(parent, key);
+            let filename = vars.name().map(|n| with_extension(&n, found.ext));
+            let what = format!("{} binary", found.mime);
+            Some(Offload {
+                doc: cx.doc,
+                ptr: slot_ptr,
+                payload: Payload::Bytes(found.bytes.into()),
+                mime: Some(found.mime),
+                filename,
+                layer: Layer::Base64,
+                render,
+                fatal: true,
+                fallback: None,
+                what,
+                summary_template: None,
+                content_type: None,
+                vars,
+                source: Map::new(),
+            })
+        }
+        Err(NotBinary::No) => None,
+        Err(NotBinary::Malformed(msg)) => {
+            cx.report.warn(Layer::Base64, Some(format!("{}{value_ptr}", cx.prefix)), msg);
+            None
+        }
+    }
+}
+
+/// `Sales Dashboard` + `pdf` → `Sales Dashboard.pdf`; a name that already has an extension is
+/// kept as it is.
+pub(crate) fn with_extension(name: &str, ext: &str) -> String {
+    let has_ext = name.rsplit_once('.').is_some_and(|(stem, e)| !stem.is_empty() && (1..=5).contains(&e.len()) && e.chars().all(|c| c.is_ascii_alphanumeric()));
+    if has_ext || ext.is_empty() { name.to_owned() } else { format!("{name}.{ext}") }
+}

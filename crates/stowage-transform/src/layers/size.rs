@@ -1,0 +1,282 @@
+//! L0: the size safety net. Whatever is still big after the layers above is offloaded here.
+//!
+//! - A string longer than `max_inline_chars` becomes a text artifact; the model sees its first
+//!   `preview_chars` characters and the stub.
+//! - An array or object whose JSON is longer than `large_json_chars` becomes a JSON artifact;
+//!   the model sees `{"$artifact": …, "preview": …, "schema": …}`: a preview that is itself
+//!   valid JSON (first `preview_items` items, short strings) and an inferred schema (keys,
+//!   types, array lengths), so it can reason about what it did not see.
+//!
+//! Strings go first (and are committed), then containers, so a container artifact holds the
+//! stubs of its long strings rather than the strings twice. These offloads are a safety net,
+//! not a contract: when the store fails, the value is truncated with a warning instead of
+//! failing the tool call.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use crate::TransformConfig;
+use crate::path::{push_index, push_key};
+use crate::report::Layer;
+use crate::stub::{TemplateVars, one_line};
+use crate::work::{Docs, Offload, Payload, Render};
+
+/// `[transform.size_net]`: L0 (the string limit is the top-level `max_inline_chars`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SizeNetConfig {
+    /// Offload oversized strings and JSON. Default true.
+    pub enabled: bool,
+    /// Characters of an offloaded string the model still sees. Default 200.
+    pub preview_chars: usize,
+    /// Arrays and objects whose JSON exceeds this many characters are offloaded with a
+    /// preview and a schema. Default 20000.
+    pub large_json_chars: usize,
+    /// Items per array (and members per object) kept in a JSON preview. Default 3.
+    pub preview_items: usize,
+}
+
+impl Default for SizeNetConfig {
+    fn default() -> Self {
+        SizeNetConfig { enabled: true, preview_chars: 200, large_json_chars: 20_000, preview_items: 3 }
+    }
+}
+
+/// L0 strings.
+pub(crate) fn collect_strings(docs: &mut Docs, config: &TransformConfig) -> Vec<Offload> {
+    let mut out = Vec::new();
+    if !config.size_net.enabled {
+        return out;
+    }
+    for d in 0..docs.docs.len() {
+        let mut ptr = String::new();
+        strings(&mut docs.docs[d].value, &mut ptr, d, config, &mut out);
+    }
+    out
+}
+
+fn strings(value: &mut Value, ptr: &mut String, doc: usize, config: &TransformConfig, out: &mut Vec<Offload>) {
+    let len = ptr.len();
+    match value {
+        Value::String(s) => {
+            // Byte length bounds the char count from above: most strings skip the count.
+            if s.len() > config.max_inline_chars && s.chars().count() > config.max_inline_chars {
+                let text = std::mem::take(s);
+                out.push(text_offload(text, doc, ptr.clone(), config));
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter_mut().enumerate() {
+                push_index(ptr, i);
+                strings(item, ptr, doc, config, out);
+                ptr.truncate(len);
+            }
+        }
+        Value::Object(map) => {
+            for (k, item) in map.iter_mut() {
+                push_key(ptr, k);
+                strings(item, ptr, doc, config, out);
+                ptr.truncate(len);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn text_offload(text: String, doc: usize, ptr: String, config: &TransformConfig) -> Offload {
+    let chars = text.chars().count();
+    let preview: String = text.chars().take(config.size_net.preview_chars).collect();
+    let kept: String = text.chars().take(config.max_inline_chars).collect();
+    let fallback = format!("{kept}{}", config.clamp.suffix(chars - config.max_inline_chars.min(chars)));
+    let mut vars = TemplateVars::default();
+    vars.set("chars", chars);
+    Offload {
+        doc,
+        ptr,
+        payload: Payload::Text(text),
+        mime: Some("text/plain; charset=utf-8".to_owned()),
+        filename: None,
+        layer: Layer::SizeNet,
+        render: Render::TextPreview { preview },
+        fatal: false,
+        fallback: Some(Value::String(fallback)),
+        what: format!("text of {chars} characters"),
+        summary_template: Some("Text of {chars} characters ({size_human}) stored as {uri}".to_owned()),
+        content_type: Some("text".to_owned()),
+        vars,
+        source: Map::new(),
+    }
+}
+
+/// L0 containers (after strings were committed).
+pub(crate) fn collect_containers(docs: &mut Docs, config: &TransformConfig) -> Vec<Offload> {
+    let mut out = Vec::new();
+    if !config.size_net.enabled {
+        return out;
+    }
+    for d in 0..docs.docs.len() {
+        let mut ptr = String::new();
+        containers(&mut docs.docs[d].value, &mut ptr, d, config, &mut out);
+    }
+    out
+}
+
+/// Post-order: returns the value's approximate JSON length (after its children were offloaded),
+/// so each node is measured once.
+fn containers(value: &mut Value, ptr: &mut String, doc: usize, config: &TransformConfig, out: &mut Vec<Offload>) -> usize {
+    let len = ptr.len();
+    let size = match value {
+        Value::Array(items) => {
+            let mut total = 2;
+            for (i, item) in items.iter_mut().enumerate() {
+                push_index(ptr, i);
+                total += containers(item, ptr, doc, config, out) + 1;
+                ptr.truncate(len);
+            }
+            total
+        }
+        Value::Object(map) => {
+            let mut total = 2;
+            for (k, item) in map.iter_mut() {
+                push_key(ptr, k);
+                total += k.len() + 4 + containers(item, ptr, doc, config, out);
+                ptr.truncate(len);
+            }
+            total
+        }
+        Value::String(s) => s.len() + 2,
+        Value::Number(n) => n.to_string().len(),
+        Value::Bool(_) => 5,
+        Value::Null => 4,
+    };
+    if size > config.size_net.large_json_chars && (value.is_array() || value.is_object()) && !is_offloaded(value) {
+        let taken = std::mem::take(value);
+        let offload = json_offload(&taken, doc, ptr.clone(), config, Layer::SizeNet);
+        // The stub that replaces it is small; report that size upwards.
+        return offload.map(|o| {
+            out.push(o);
+            300
+        })
+        .unwrap_or_else(|| {
+            *value = taken;
+            size
+        });
+    }
+    size
+}
+
+fn is_offloaded(v: &Value) -> bool {
+    v.get("$artifact").is_some() && v.get("preview").is_some()
+}
+
+/// A JSON artifact with a preview and a schema; used by L0 and by the clamp.
+pub(crate) fn json_offload(value: &Value, doc: usize, ptr: String, config: &TransformConfig, layer: Layer) -> Option<Offload> {
+    let text = serde_json::to_string(value).ok()?;
+    let preview = preview(value, config.size_net.preview_items, 0);
+    let schema = infer_schema(value, 0);
+    let mut vars = TemplateVars::default();
+    let what = match value {
+        Value::Array(items) => {
+            vars.set("items", items.len());
+            "JSON array"
+        }
+        Value::Object(m) => {
+            vars.set("items", m.len());
+            "JSON object"
+        }
+        _ => "JSON value",
+    };
+    let template = match value {
+        Value::Array(_) => "JSON array of {items} items ({size_human}) stored as {uri}",
+        Value::Object(_) => "JSON object with {items} keys ({size_human}) stored as {uri}",
+        _ => "JSON ({size_human}) stored as {uri}",
+    };
+    Some(Offload {
+        doc,
+        ptr,
+        payload: Payload::Text(text),
+        mime: Some("application/json".to_owned()),
+        filename: None,
+        layer,
+        render: Render::JsonPreview { preview: preview.clone(), schema: schema.clone() },
+        fatal: false,
+        fallback: Some(json!({"preview": preview, "schema": schema, "truncated": true})),
+        what: what.to_owned(),
+        summary_template: Some(template.to_owned()),
+        content_type: Some("json".to_owned()),
+        vars,
+        source: Map::new(),
+    })
+}
+
+const PREVIEW_DEPTH: usize = 4;
+const PREVIEW_STRING_CHARS: usize = 80;
+const PREVIEW_MAX_KEYS: usize = 20;
+
+/// A small, valid-JSON preview: first items of arrays, first keys of objects, short strings.
+pub(crate) fn preview(value: &Value, items: usize, depth: usize) -> Value {
+    match value {
+        Value::String(s) => Value::String(one_line(s, PREVIEW_STRING_CHARS)),
+        Value::Array(a) if depth >= PREVIEW_DEPTH => Value::String(format!("[{} items]", a.len())),
+        Value::Object(m) if depth >= PREVIEW_DEPTH => Value::String(format!("{{{} keys}}", m.len())),
+        Value::Array(a) => Value::Array(a.iter().take(items.max(1)).map(|v| preview(v, items, depth + 1)).collect()),
+        Value::Object(m) => {
+            let keys = if depth == 0 { PREVIEW_MAX_KEYS } else { items.max(1) * 3 };
+            Value::Object(m.iter().take(keys).map(|(k, v)| (k.clone(), preview(v, items, depth + 1))).collect())
+        }
+        other => other.clone(),
+    }
+}
+
+/// An inferred schema: JSON-Schema-like types, object keys, array lengths.
+pub(crate) fn infer_schema(value: &Value, depth: usize) -> Value {
+    match value {
+        Value::Null => json!({"type": "null"}),
+        Value::Bool(_) => json!({"type": "boolean"}),
+        Value::Number(n) => json!({"type": if n.is_f64() { "number" } else { "integer" }}),
+        Value::String(s) => json!({"type": "string", "maxLength": s.chars().count()}),
+        Value::Array(items) => {
+            let mut m = Map::new();
+            m.insert("type".into(), "array".into());
+            m.insert("length".into(), items.len().into());
+            if depth < PREVIEW_DEPTH {
+                if let Some(first) = items.first() {
+                    m.insert("items".into(), infer_schema(first, depth + 1));
+                }
+            }
+            Value::Object(m)
+        }
+        Value::Object(obj) => {
+            let mut m = Map::new();
+            m.insert("type".into(), "object".into());
+            if depth < PREVIEW_DEPTH {
+                let props: Map<String, Value> = obj.iter().take(PREVIEW_MAX_KEYS * 2).map(|(k, v)| (k.clone(), infer_schema(v, depth + 1))).collect();
+                m.insert("properties".into(), Value::Object(props));
+            }
+            if obj.len() > PREVIEW_MAX_KEYS * 2 {
+                m.insert("keys".into(), obj.len().into());
+            }
+            Value::Object(m)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn previews_are_small_valid_json() {
+        let rows: Vec<Value> = (0..1000).map(|i| json!({"id": i, "name": format!("row {i}"), "tags": ["a", "b", "c", "d"]})).collect();
+        let v = json!({"rows": rows, "total": 1000});
+        let p = preview(&v, 3, 0);
+        assert_eq!(p["rows"].as_array().unwrap().len(), 3);
+        assert_eq!(p["rows"][0]["tags"], json!(["a", "b", "c"]));
+        assert_eq!(p["total"], 1000);
+        let s = infer_schema(&v, 0);
+        assert_eq!(s["properties"]["rows"]["length"], 1000);
+        assert_eq!(s["properties"]["rows"]["items"]["properties"]["id"]["type"], "integer");
+        assert_eq!(s["properties"]["rows"]["items"]["properties"]["tags"]["length"], 4);
+        assert!(serde_json::to_string(&p).unwrap().len() < 400);
+    }
+}

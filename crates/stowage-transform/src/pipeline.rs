@@ -1,0 +1,253 @@
+//! [`Pipeline`]: runs the layers in order over one tool result and returns the rewritten result
+//! with its [`TransformReport`].
+//!
+//! Order (seed RFC 4.1), each step seeing what the previous one left:
+//! 1. L5 custom transformers, then the external hook;
+//! 2. embedded JSON is parsed (JSON text inside strings, e.g. a text block);
+//! 3. L4 field rules and schema-marked fields (declared by people: always extracted);
+//! 4. L1 `resource_link`s annotated; 5. L2 typed content; 6. L3 base64 by magic bytes;
+//! 7. L0 long strings, then large JSON;
+//! 8. embedded JSON written back; 9. the observation clamp, last of all, after every artifact
+//!    was collected.
+//!
+//! Store errors: fatal for offloads that must not stay inline (L4, schema marks, L2, L3 —
+//! binaries never fall back to base64); a warning plus truncation for the size net and the
+//! clamp, which are safety nets.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use stowage_core::{ArtifactScope, ArtifactSink, PutOptions};
+
+use crate::clamp::{self, ClampEvent, ClampListener};
+use crate::layers::custom::{CustomContext, CustomOutcome, CustomTransformer};
+use crate::layers::hook::CommandHook;
+use crate::layers::{self, is_call_tool_result};
+use crate::report::{Layer, TransformReport};
+use crate::tokens;
+use crate::work::{Docs, StoreCtx, commit};
+use crate::{TransformConfig, TransformError};
+
+/// What the pipeline knows about one call.
+#[derive(Debug, Clone, Copy)]
+pub struct TransformInput<'a> {
+    /// The tool's name as the model knows it (namespaced or not); selects field rules.
+    pub tool_name: &'a str,
+    /// Who the artifacts belong to (trace limits are enforced by the store on this scope).
+    pub scope: &'a ArtifactScope,
+    /// The tool's `outputSchema`, for schema-marked fields.
+    pub output_schema: Option<&'a Value>,
+    /// Artifact id namespace; default: the tool name.
+    pub namespace: Option<&'a str>,
+}
+
+impl<'a> TransformInput<'a> {
+    pub fn new(tool_name: &'a str, scope: &'a ArtifactScope) -> Self {
+        TransformInput { tool_name, scope, output_schema: None, namespace: None }
+    }
+
+    pub fn with_output_schema(mut self, schema: &'a Value) -> Self {
+        self.output_schema = Some(schema);
+        self
+    }
+}
+
+/// The rewritten result and what happened.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TransformOutput {
+    pub value: Value,
+    pub report: TransformReport,
+}
+
+/// The transform pipeline. Cheap to share (`Arc`) and to call concurrently.
+pub struct Pipeline {
+    config: TransformConfig,
+    sink: Arc<dyn ArtifactSink>,
+    custom: Vec<Box<dyn CustomTransformer>>,
+    hook: Option<CommandHook>,
+    on_clamp: Option<ClampListener>,
+}
+
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline").field("config", &self.config).field("custom", &self.custom.len()).field("hook", &self.hook).finish()
+    }
+}
+
+impl Pipeline {
+    /// A pipeline storing through `sink`. Starts loading the token vocabulary in the
+    /// background.
+    pub fn new(config: TransformConfig, sink: Arc<dyn ArtifactSink>) -> Self {
+        if config.tokens.enabled {
+            tokens::preload();
+        }
+        let hook = CommandHook::from_config(&config.hook);
+        Pipeline { config, sink, custom: Vec::new(), hook, on_clamp: None }
+    }
+
+    /// Adds a custom transformer (L5); they run in the order added, before the hook.
+    pub fn with_custom(mut self, t: Box<dyn CustomTransformer>) -> Self {
+        self.custom.push(t);
+        self
+    }
+
+    /// Subscribes to `observation_clamped` events.
+    pub fn on_clamp(mut self, listener: ClampListener) -> Self {
+        self.on_clamp = Some(listener);
+        self
+    }
+
+    pub fn config(&self) -> &TransformConfig {
+        &self.config
+    }
+
+    /// Transforms a result given as JSON text. Takes the buffer by value so it can be freed
+    /// as soon as it is parsed: with a 50 MB result, holding the text and the tree at once
+    /// is what would set the peak memory.
+    pub async fn transform_json(&self, input: &TransformInput<'_>, json: Vec<u8>) -> Result<TransformOutput, TransformError> {
+        let bytes_in = json.len() as u64;
+        let tokens_in = if self.config.tokens.enabled && json.len() <= self.config.tokens.exact_max_bytes {
+            std::str::from_utf8(&json).ok().map(|s| tokens::count(s, &self.config.tokens))
+        } else {
+            None
+        };
+        let value: Value = serde_json::from_slice(&json).map_err(TransformError::InvalidJson)?;
+        drop(json);
+        let tokens_in = tokens_in.unwrap_or_else(|| {
+            if self.config.tokens.enabled { (bytes_in.div_ceil(tokens::ESTIMATE_BYTES_PER_TOKEN), true) } else { (0, false) }
+        });
+        self.run(input, value, bytes_in, tokens_in).await
+    }
+
+    /// Transforms a result given as a JSON value.
+    pub async fn transform(&self, input: &TransformInput<'_>, value: Value) -> Result<TransformOutput, TransformError> {
+        let bytes_in = json_len(&value);
+        let tokens_in = if !self.config.tokens.enabled {
+            (0, false)
+        } else if bytes_in as usize <= self.config.tokens.exact_max_bytes {
+            tokens::count(&serde_json::to_string(&value).expect("serialises"), &self.config.tokens)
+        } else {
+            (bytes_in.div_ceil(tokens::ESTIMATE_BYTES_PER_TOKEN), true)
+        };
+        self.run(input, value, bytes_in, tokens_in).await
+    }
+
+    async fn run(&self, input: &TransformInput<'_>, value: Value, bytes_in: u64, tokens_in: (u64, bool)) -> Result<TransformOutput, TransformError> {
+        let mut report = TransformReport { bytes_in, tokens_in: tokens_in.0, tokens_estimated: tokens_in.1, ..Default::default() };
+        let cfg = &self.config;
+        let mut opts = PutOptions::scoped(input.scope.clone());
+        let ns = input.namespace.unwrap_or(input.tool_name);
+        if !ns.is_empty() {
+            opts.namespace = Some(ns.to_owned());
+        }
+        let store = StoreCtx { sink: self.sink.as_ref(), opts: &opts, tool: input.tool_name };
+
+        // L5.
+        let (mut value, is_final) = self.custom_layer(input, value, &mut report).await;
+
+        if !is_final {
+            let mut docs = Docs::expand(value, 2);
+            let offs = layers::fields::collect(&mut docs, cfg, input.tool_name, &mut report);
+            commit(&mut docs, offs, &store, &mut report).await?;
+            let offs = layers::schema::collect(&mut docs, cfg, input.output_schema);
+            commit(&mut docs, offs, &store, &mut report).await?;
+            layers::resource_link::annotate(&mut docs, cfg, &mut report);
+            let offs = layers::typed::collect(&mut docs, cfg, &mut report);
+            commit(&mut docs, offs, &store, &mut report).await?;
+            let offs = layers::base64::collect(&mut docs, cfg, &mut report);
+            commit(&mut docs, offs, &store, &mut report).await?;
+            let offs = layers::size::collect_strings(&mut docs, cfg);
+            commit(&mut docs, offs, &store, &mut report).await?;
+            let offs = layers::size::collect_containers(&mut docs, cfg);
+            commit(&mut docs, offs, &store, &mut report).await?;
+            value = docs.collapse();
+        }
+
+        let text = self.clamp(input, &mut value, &store, &mut report).await;
+        report.bytes_out = text.len() as u64;
+        let (tokens_out, est) = tokens::count(&text, &cfg.tokens);
+        report.tokens_out = tokens_out;
+        report.tokens_estimated |= est;
+        Ok(TransformOutput { value, report })
+    }
+
+    async fn custom_layer(&self, input: &TransformInput<'_>, mut value: Value, report: &mut TransformReport) -> (Value, bool) {
+        let ctx = CustomContext { tool_name: input.tool_name, scope: input.scope, sink: self.sink.as_ref() };
+        let hook: Option<&dyn CustomTransformer> = self.hook.as_ref().map(|h| h as &dyn CustomTransformer);
+        for t in self.custom.iter().map(|b| b.as_ref()).chain(hook) {
+            match t.transform(&ctx, &value).await {
+                Ok(CustomOutcome::Unchanged) => {}
+                Ok(CustomOutcome::Replace(v)) => value = v,
+                Ok(CustomOutcome::Final(v)) => return (v, true),
+                Err(e) => report.warn(Layer::Custom, None, format!("{} failed, result passed on unchanged: {e}", t.name())),
+            }
+        }
+        (value, false)
+    }
+
+    /// Applies the observation clamp; returns the final compact JSON text.
+    async fn clamp(&self, input: &TransformInput<'_>, value: &mut Value, store: &StoreCtx<'_>, report: &mut TransformReport) -> String {
+        let c = &self.config.clamp;
+        let text = serde_json::to_string(&*value).expect("serialises");
+        if !c.enabled || text.len() <= c.max_observation_chars {
+            return text;
+        }
+        let original_chars = text.chars().count();
+        if original_chars <= c.max_observation_chars {
+            return text;
+        }
+        let mut stored = false;
+        if !self.sink.is_noop() && original_chars > c.auto_artifact_threshold {
+            let is_ctr = is_call_tool_result(value);
+            let preview = layers::size::preview(value, self.config.size_net.preview_items, 0);
+            let schema = layers::size::infer_schema(value, 0);
+            let size = text.len() as u64;
+            match store.put(text.into_bytes().into(), Some("application/json".into()), None, Layer::Clamp, "", Default::default()).await {
+                Ok(r) => {
+                    let summary = format!("Tool result of {original_chars} characters ({}) stored as {}", stowage_core::human_size(size), r.uri);
+                    let replacement = clamp::stored_replacement(is_ctr, value.get("isError").cloned(), &r, &summary, preview, schema);
+                    report.artifacts.push(crate::report::ArtifactRecord {
+                        id: r.id.to_string(),
+                        uri: r.uri.clone(),
+                        pointer: String::new(),
+                        mime_type: r.mime_type.clone(),
+                        size_bytes: r.size_bytes,
+                        sha256: r.sha256.clone(),
+                        layer: Layer::Clamp,
+                        filename: r.filename.clone(),
+                        summary,
+                        artifact: r,
+                    });
+                    *value = replacement;
+                    stored = true;
+                }
+                Err(e) => report.warn(Layer::Clamp, None, format!("cannot store the over-limit observation ({}), truncating it: {e}", e.code())),
+            }
+        }
+        if !stored {
+            clamp::truncate(value, c);
+        }
+        let text = serde_json::to_string(&*value).expect("serialises");
+        let event = ClampEvent { tool: input.tool_name.to_owned(), original_chars, clamped_chars: text.chars().count(), stored };
+        clamp::emit(&event, self.on_clamp.as_ref());
+        report.clamped = true;
+        text
+    }
+}
+
+/// Length of the compact JSON of `v`, without building it.
+fn json_len(v: &Value) -> u64 {
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    serde_json::to_writer(&mut c, v).expect("counting never fails");
+    c.0
+}

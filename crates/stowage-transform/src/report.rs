@@ -1,0 +1,100 @@
+//! [`TransformReport`]: what a transform did, for people, tests, benchmarks and the gateway.
+//!
+//! Pointers are RFC 6901 JSON Pointers into the *original* result. A value found inside JSON
+//! that was itself inside a string (the Tableau case: JSON text in a text block) is addressed
+//! as the pointer to that string, `#`, then the pointer inside the embedded JSON:
+//! `/content/0/text#/content`. The clamp's whole-observation artifact has the pointer `""`.
+
+use serde::{Deserialize, Serialize};
+use stowage_core::ArtifactRef;
+
+/// Which layer produced an artifact or a warning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Layer {
+    /// L5: a custom transformer or the external hook.
+    Custom,
+    /// L4: a per-tool field rule (configured or preset).
+    FieldRule,
+    /// A property the tool's output schema marks `"artifact": true`.
+    SchemaField,
+    /// L1: `resource_link` handling.
+    ResourceLink,
+    /// L2: MCP typed content (image, audio, embedded resource blob).
+    TypedContent,
+    /// L3: base64 recognised by magic bytes.
+    Base64,
+    /// L0: the size safety net.
+    SizeNet,
+    /// The final observation clamp.
+    Clamp,
+    /// Parsing embedded JSON, token counting and other plumbing.
+    Pipeline,
+}
+
+/// One stored artifact.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ArtifactRecord {
+    pub id: String,
+    pub uri: String,
+    /// Where the value was in the original result (see the module docs).
+    pub pointer: String,
+    pub mime_type: Option<String>,
+    pub size_bytes: u64,
+    pub sha256: String,
+    pub layer: Layer,
+    pub filename: Option<String>,
+    /// The one-line summary the model reads.
+    pub summary: String,
+    /// The store's full reference (scope, timestamps, source), for `resource_link` and
+    /// `structuredContent.assets[]`.
+    #[serde(rename = "ref")]
+    pub artifact: ArtifactRef,
+}
+
+/// A `resource_link` kept as a lazy reference (L1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LinkRecord {
+    pub pointer: String,
+    pub uri: String,
+    pub mime_type: Option<String>,
+    pub size_bytes: Option<u64>,
+}
+
+/// Something a layer could not do; the result still came back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Warning {
+    pub layer: Layer,
+    /// Where, when it is about one value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pointer: Option<String>,
+    pub message: String,
+}
+
+/// The report of one transform (`stowage transform --report FILE` writes it as JSON).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TransformReport {
+    /// Serialised size of the input, in bytes.
+    pub bytes_in: u64,
+    /// Serialised size of the output (compact JSON), in bytes.
+    pub bytes_out: u64,
+    /// o200k_base tokens of the input, or an estimate when `tokens_estimated`.
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    /// True when a side was too large to count exactly and its count is `bytes / 4`-style
+    /// estimate (see [`crate::tokens`]).
+    pub tokens_estimated: bool,
+    pub artifacts: Vec<ArtifactRecord>,
+    pub links: Vec<LinkRecord>,
+    pub warnings: Vec<Warning>,
+    /// Whether the final observation clamp changed the result.
+    pub clamped: bool,
+}
+
+impl TransformReport {
+    pub(crate) fn warn(&mut self, layer: Layer, pointer: Option<String>, message: impl Into<String>) {
+        let message = message.into();
+        tracing::warn!(?layer, pointer = pointer.as_deref().unwrap_or(""), "{message}");
+        self.warnings.push(Warning { layer, pointer, message });
+    }
+}

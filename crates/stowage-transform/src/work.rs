@@ -1,0 +1,396 @@
+//! The machinery every offloading layer shares: the documents a result is made of, the
+//! offloads a layer decides on, and committing them (store, then rewrite).
+//!
+//! A layer never awaits while it walks the JSON. It walks synchronously, *moves* each heavy
+//! value out of the tree (no copy of a 50 MB string) into an [`Offload`], and leaves the slot
+//! empty; [`commit`] then stores the offloads and writes each stub into its slot. That keeps
+//! the walks simple and allocation-free, and puts every store error handling decision in one
+//! place.
+//!
+//! JSON that sits inside a string (the Tableau server's JSON text in a text block) is parsed
+//! once, up front, into its own [`Doc`] so every layer sees inside it; at the end each changed
+//! document is serialised back into its parent's string, innermost first, and an unchanged one
+//! gets its original text back (kept when it is small) so nothing changes needlessly.
+
+use std::cmp::Reverse;
+
+use bytes::Bytes;
+use serde_json::{Map, Value};
+use stowage_core::{ArtifactRef, ArtifactSink, PutOptions};
+
+use crate::path::{push_index, push_key, split_last};
+use crate::report::{ArtifactRecord, Layer, TransformReport};
+use crate::stub::{self, TemplateVars};
+use crate::TransformError;
+
+/// Embedded JSON up to this size keeps its original text, so an unchanged document is restored
+/// byte for byte; larger ones are re-serialised (equal in meaning) to keep peak memory low.
+const KEEP_ORIGINAL_MAX: usize = 1 << 20;
+
+/// Embedded JSON is looked for at most this deep (JSON in a string in JSON in a string …).
+const MAX_EMBED_DEPTH: usize = 4;
+
+/// One JSON document: the result itself (index 0) or JSON parsed out of a string.
+#[derive(Debug)]
+pub(crate) struct Doc {
+    pub value: Value,
+    /// The parent document and the pointer of the string this document was parsed from.
+    pub parent: Option<(usize, String)>,
+    /// Report pointer prefix: `""` for the root, `/content/0/text#` for embedded JSON.
+    pub prefix: String,
+    original: Option<String>,
+    pub changed: bool,
+    depth: usize,
+}
+
+/// The result split into documents.
+#[derive(Debug)]
+pub(crate) struct Docs {
+    pub docs: Vec<Doc>,
+}
+
+impl Docs {
+    /// Splits `root` into documents, parsing JSON found in strings of at least `min_len` bytes.
+    pub fn expand(root: Value, min_len: usize) -> Docs {
+        let mut docs = vec![Doc { value: root, parent: None, prefix: String::new(), original: None, changed: false, depth: 0 }];
+        let mut i = 0;
+        while i < docs.len() {
+            if docs[i].depth < MAX_EMBED_DEPTH {
+                let mut found = Vec::new();
+                let mut ptr = String::new();
+                find_embedded(&mut docs[i].value, &mut ptr, min_len, &mut found);
+                for (ptr, value, original) in found {
+                    let prefix = format!("{}{}#", docs[i].prefix, ptr);
+                    let depth = docs[i].depth + 1;
+                    docs.push(Doc { value, parent: Some((i, ptr)), prefix, original, changed: false, depth });
+                }
+            }
+            i += 1;
+        }
+        Docs { docs }
+    }
+
+    /// Puts every embedded document back into its parent string, innermost first.
+    pub fn collapse(mut self) -> Value {
+        while self.docs.len() > 1 {
+            let doc = self.docs.pop().expect("len > 1");
+            let (parent, ptr) = doc.parent.expect("embedded docs have parents");
+            let text = match (doc.changed, doc.original) {
+                (false, Some(original)) => original,
+                _ => serde_json::to_string(&doc.value).expect("a Value always serialises"),
+            };
+            if doc.changed {
+                self.docs[parent].changed = true;
+            }
+            if let Some(slot) = self.docs[parent].value.pointer_mut(&ptr) {
+                *slot = Value::String(text);
+            }
+        }
+        self.docs.pop().expect("the root doc").value
+    }
+
+    /// The report pointer of `ptr` in document `doc`.
+    pub fn report_pointer(&self, doc: usize, ptr: &str) -> String {
+        format!("{}{}", self.docs[doc].prefix, ptr)
+    }
+
+    /// For a document embedded (directly or not) in the text of a content block of the root
+    /// result, the pointer of that block's array and its index: where a `resource_link` for an
+    /// artifact found inside goes.
+    pub fn content_block_of(&self, mut doc: usize) -> Option<(String, usize)> {
+        loop {
+            let (parent, ptr) = self.docs[doc].parent.as_ref()?;
+            if *parent == 0 {
+                let (block_ptr, key) = split_last(ptr)?;
+                if key != "text" {
+                    return None;
+                }
+                let (array_ptr, index) = split_last(block_ptr)?;
+                let index: usize = index.parse().ok()?;
+                let block = self.docs[0].value.pointer(block_ptr)?;
+                let is_text_block = block.get("type").and_then(Value::as_str) == Some("text");
+                return is_text_block.then(|| (array_ptr.to_owned(), index));
+            }
+            doc = *parent;
+        }
+    }
+}
+
+fn find_embedded(value: &mut Value, ptr: &mut String, min_len: usize, found: &mut Vec<(String, Value, Option<String>)>) {
+    match value {
+        Value::String(s) => {
+            if s.len() >= min_len.max(2) && looks_like_json_container(s) {
+                if let Ok(parsed @ (Value::Object(_) | Value::Array(_))) = serde_json::from_str::<Value>(s) {
+                    let original = std::mem::take(s);
+                    let original = (original.len() <= KEEP_ORIGINAL_MAX).then_some(original);
+                    found.push((ptr.clone(), parsed, original));
+                }
+            }
+        }
+        Value::Array(items) => {
+            let len = ptr.len();
+            for (i, item) in items.iter_mut().enumerate() {
+                push_index(ptr, i);
+                find_embedded(item, ptr, min_len, found);
+                ptr.truncate(len);
+            }
+        }
+        Value::Object(map) => {
+            let len = ptr.len();
+            for (k, item) in map.iter_mut() {
+                push_key(ptr, k);
+                find_embedded(item, ptr, min_len, found);
+                ptr.truncate(len);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn looks_like_json_container(s: &str) -> bool {
+    let t = s.trim_ascii();
+    (t.starts_with('{') && t.ends_with('}')) || (t.starts_with('[') && t.ends_with(']'))
+}
+
+/// The bytes of an offload.
+#[derive(Debug)]
+pub(crate) enum Payload {
+    Bytes(Bytes),
+    Text(String),
+}
+
+impl Payload {
+    pub fn len(&self) -> usize {
+        match self {
+            Payload::Bytes(b) => b.len(),
+            Payload::Text(t) => t.len(),
+        }
+    }
+}
+
+/// How the stub is written back.
+#[derive(Debug)]
+pub(crate) enum Render {
+    /// A one-line string stub in place of the value (JSON type kept for strings).
+    StringStub,
+    /// The slot is a content block in an array: a text block, then a `resource_link` block.
+    Blocks,
+    /// The slot is a content block outside a list: a `resource_link` whose description is the
+    /// summary.
+    Link,
+    /// The slot is a resource contents entry (`{uri, mimeType, blob}`): `blob` is removed and
+    /// `text` holds the stub, so the entry stays a valid (text) resource contents.
+    BlobToText,
+    /// The seed's `<artifact:dict size=…>` placeholder, then the summary (schema-marked fields).
+    Placeholder { placeholder: String },
+    /// A text preview, then the stub (L0 strings).
+    TextPreview { preview: String },
+    /// `{"$artifact": …, "preview": …, "schema": …}` (L0 containers, the clamp).
+    JsonPreview { preview: Value, schema: Value },
+}
+
+/// One value a layer decided to store.
+#[derive(Debug)]
+pub(crate) struct Offload {
+    pub doc: usize,
+    pub ptr: String,
+    pub payload: Payload,
+    pub mime: Option<String>,
+    pub filename: Option<String>,
+    pub layer: Layer,
+    pub render: Render,
+    /// Whether a store failure fails the transform (binaries, marked fields) or degrades to
+    /// `fallback` with a warning (size-net offloads).
+    pub fatal: bool,
+    /// What goes back into the slot when a non-fatal store fails.
+    pub fallback: Option<Value>,
+    /// What is stored, for messages: `application/pdf binary`, `text`, …
+    pub what: String,
+    pub summary_template: Option<String>,
+    pub content_type: Option<String>,
+    pub vars: TemplateVars,
+    /// Extra provenance for [`ArtifactRef::source`].
+    pub source: Map<String, Value>,
+}
+
+/// Where artifacts go and under which name; shared by every layer of one run.
+pub(crate) struct StoreCtx<'a> {
+    pub sink: &'a dyn ArtifactSink,
+    pub opts: &'a PutOptions,
+    pub tool: &'a str,
+}
+
+impl StoreCtx<'_> {
+    /// Stores bytes with this run's scope and namespace.
+    pub async fn put(
+        &self,
+        data: Bytes,
+        mime: Option<String>,
+        filename: Option<String>,
+        layer: Layer,
+        pointer: &str,
+        extra: Map<String, Value>,
+    ) -> Result<ArtifactRef, stowage_core::StoreError> {
+        let mut opts = self.opts.clone();
+        opts.mime_type = mime;
+        opts.filename = filename;
+        if !self.tool.is_empty() {
+            opts.source.insert("tool".into(), self.tool.into());
+        }
+        opts.source.insert("pointer".into(), pointer.into());
+        opts.source.insert("layer".into(), serde_json::to_value(layer).expect("layer serialises"));
+        opts.source.extend(extra);
+        self.sink.put_bytes(data, opts).await
+    }
+}
+
+/// Stores every offload and writes its stub; returns how many were stored.
+pub(crate) async fn commit(
+    docs: &mut Docs,
+    offloads: Vec<Offload>,
+    store: &StoreCtx<'_>,
+    report: &mut TransformReport,
+) -> Result<usize, TransformError> {
+    let mut inserts: Vec<(usize, String, usize, usize, Value)> = Vec::new();
+    let mut stored = 0;
+    for (seq, off) in offloads.into_iter().enumerate() {
+        let pointer = docs.report_pointer(off.doc, &off.ptr);
+        let data = match off.payload {
+            Payload::Bytes(b) => b,
+            Payload::Text(t) => Bytes::from(t),
+        };
+        let result = store.put(data, off.mime.clone(), off.filename.clone(), off.layer, &pointer, off.source).await;
+        let r = match result {
+            Ok(r) => r,
+            Err(source) if off.fatal => {
+                return Err(TransformError::ArtifactStorageFailed { what: off.what, pointer, source });
+            }
+            Err(e) => {
+                report.warn(off.layer, Some(pointer), format!("cannot store {} ({}), kept a truncated copy: {e}", off.what, e.code()));
+                if let (Some(slot), Some(fallback)) = (docs.docs[off.doc].value.pointer_mut(&off.ptr), off.fallback) {
+                    *slot = fallback;
+                    docs.docs[off.doc].changed = true;
+                }
+                continue;
+            }
+        };
+        stored += 1;
+        let vars = off.vars.with_artifact(&r, off.content_type.as_deref());
+        let summary = match &off.summary_template {
+            Some(t) => {
+                let mut s = vars.fill(t);
+                if r.is_truncated() {
+                    s.push_str(" (not stored: no artifact store is configured)");
+                }
+                s
+            }
+            None => stub::default_summary(&r, &vars),
+        };
+        let line = stub::string_stub(&r, &summary);
+        let replacement = match off.render {
+            Render::StringStub => Value::String(line),
+            Render::Placeholder { placeholder } => Value::String(format!("{placeholder} {line}")),
+            Render::TextPreview { preview } => Value::String(format!("{preview}… [{line}]")),
+            Render::JsonPreview { preview, schema } => {
+                let mut m = Map::new();
+                m.insert("$artifact".into(), artifact_object(&r, &summary));
+                m.insert("preview".into(), preview);
+                m.insert("schema".into(), schema);
+                Value::Object(m)
+            }
+            Render::Link => {
+                let mut block = stub::resource_link_block(&r);
+                block["description"] = Value::String(summary.clone());
+                block
+            }
+            Render::BlobToText => {
+                let mut entry = docs.docs[off.doc].value.pointer(&off.ptr).cloned().unwrap_or_else(|| Value::Object(Map::new()));
+                if let Value::Object(m) = &mut entry {
+                    m.remove("blob");
+                    m.insert("text".into(), Value::String(line));
+                }
+                entry
+            }
+            Render::Blocks => {
+                if let Some((array_ptr, index)) = split_last(&off.ptr).and_then(|(a, i)| Some((a.to_owned(), i.parse::<usize>().ok()?))) {
+                    inserts.push((off.doc, array_ptr, index, seq, stub::resource_link_block(&r)));
+                }
+                stub::text_block(line)
+            }
+        };
+        if let Some((array_ptr, index)) = docs.content_block_of(off.doc) {
+            inserts.push((0, array_ptr, index, seq, stub::resource_link_block(&r)));
+        }
+        if let Some(slot) = docs.docs[off.doc].value.pointer_mut(&off.ptr) {
+            *slot = replacement;
+        }
+        docs.docs[off.doc].changed = true;
+        report.artifacts.push(ArtifactRecord {
+            id: r.id.to_string(),
+            uri: r.uri.clone(),
+            pointer,
+            mime_type: r.mime_type.clone(),
+            size_bytes: r.size_bytes,
+            sha256: r.sha256.clone(),
+            layer: off.layer,
+            filename: r.filename.clone(),
+            summary,
+            artifact: r,
+        });
+    }
+    // Insert `resource_link` blocks after their blocks. Deeper arrays first and, within an
+    // array, higher indices first, so every pending pointer and index still refers to the
+    // original positions; several links after one block keep their discovery order.
+    inserts.sort_by_key(|(doc, array_ptr, index, seq, _)| {
+        (Reverse(*doc), Reverse(array_ptr.matches('/').count()), array_ptr.clone(), Reverse(*index), Reverse(*seq))
+    });
+    for (doc, array_ptr, index, _, block) in inserts {
+        if let Some(Value::Array(items)) = docs.docs[doc].value.pointer_mut(&array_ptr) {
+            let at = (index + 1).min(items.len());
+            items.insert(at, block);
+            docs.docs[doc].changed = true;
+        }
+    }
+    Ok(stored)
+}
+
+/// The compact artifact description used inside JSON previews.
+pub(crate) fn artifact_object(r: &ArtifactRef, summary: &str) -> Value {
+    let mut m = Map::new();
+    m.insert("uri".into(), r.uri.clone().into());
+    if let Some(mime) = &r.mime_type {
+        m.insert("mime_type".into(), mime.clone().into());
+    }
+    m.insert("size_bytes".into(), r.size_bytes.into());
+    m.insert("sha256".into(), r.sha256[..stub::SHORT_SHA_LEN.min(r.sha256.len())].into());
+    m.insert("summary".into(), summary.into());
+    Value::Object(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn expand_and_collapse_round_trip() {
+        let inner = json!({"a": [1, 2, {"deeper": "{\"x\": 1}"}], "b": "text"});
+        let root = json!({"content": [{"type": "text", "text": serde_json::to_string_pretty(&inner).unwrap()}], "n": "[not json"});
+        let docs = Docs::expand(root.clone(), 2);
+        assert_eq!(docs.docs.len(), 3);
+        assert_eq!(docs.docs[1].prefix, "/content/0/text#");
+        assert_eq!(docs.docs[2].prefix, "/content/0/text#/a/2/deeper#");
+        assert_eq!(docs.content_block_of(2), Some(("/content".to_owned(), 0)));
+        // Unchanged documents get their original text back, formatting included.
+        assert_eq!(docs.collapse(), root);
+    }
+
+    #[test]
+    fn changed_docs_are_reserialised() {
+        let root = json!({"text": "{\"k\": \"v\"}"});
+        let mut docs = Docs::expand(root, 2);
+        *docs.docs[1].value.pointer_mut("/k").unwrap() = json!("w");
+        docs.docs[1].changed = true;
+        assert_eq!(docs.collapse(), json!({"text": "{\"k\":\"w\"}"}));
+    }
+}
