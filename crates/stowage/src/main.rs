@@ -1,2 +1,108 @@
-//! The `stowage` command line: wiring only.
-fn main() {}
+//! `stowage`: keeps the bytes MCP tools return out of an LLM's context.
+//!
+//! This binary is wiring only: it parses arguments, loads `stowage.toml`, opens the configured
+//! store and hands over to the subcommand modules in [`cmd`]. Errors are printed as one line
+//! (`error: …`) with exit status 1; usage errors exit with 2.
+#![forbid(unsafe_code)]
+
+mod cmd;
+mod config;
+mod wiring;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::Config;
+
+#[derive(Debug, Parser)]
+#[command(name = "stowage", version, about, long_about = None)]
+struct Cli {
+    /// Configuration file (default: ./stowage.toml if it exists).
+    #[arg(long, global = true, env = "STOWAGE_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Store directory for the fs backend (overrides [store].dir; default ./.stowage).
+    #[arg(long, global = true, env = "STOWAGE_STORE", value_name = "DIR")]
+    store: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a Tableau-style 500 KB base64 PDF tool result through the pipeline into the store,
+    /// show what the model sees instead, and read the PDF back.
+    Demo(cmd::demo::DemoArgs),
+    /// Store, fetch, list and clean up artifacts.
+    #[command(subcommand)]
+    Artifacts(cmd::artifacts::ArtifactsCommand),
+    /// Print a fresh signed download link for an artifact.
+    SignUrl(cmd::sign_url::SignUrlArgs),
+    /// Print the hex SHA-256 of an API key, for auth.api_keys[].sha256 in stowage.toml.
+    HashKey {
+        /// The API key (read from stdin when omitted, so it stays out of shell history).
+        key: Option<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return fail(anyhow::anyhow!("cannot start the async runtime: {e}")),
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(e),
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let (mut config, _origin) = Config::load(cli.config.as_deref())?;
+    if let Some(dir) = cli.store {
+        config.store.dir = dir;
+    }
+    match cli.command {
+        Command::Demo(args) => {
+            let store = wiring::open_store(&config)?;
+            cmd::demo::run(store, config.transform.clone(), args).await
+        }
+        Command::Artifacts(cmd) => {
+            let store = wiring::open_store(&config)?;
+            cmd::artifacts::run(store.as_ref(), cmd).await
+        }
+        Command::SignUrl(args) => {
+            let store = wiring::open_store(&config)?;
+            cmd::sign_url::run(store.as_ref(), &config.links, &config.store.dir, args).await
+        }
+        Command::HashKey { key } => {
+            let key = match key {
+                Some(k) => k,
+                None => {
+                    let mut line = String::new();
+                    std::io::stdin().read_line(&mut line)?;
+                    line.trim_end_matches(['\r', '\n']).to_owned()
+                }
+            };
+            anyhow::ensure!(!key.is_empty(), "empty key: pass the API key as an argument or on stdin");
+            println!("{}", stowage_http::hash_api_key(&key));
+            Ok(())
+        }
+    }
+}
+
+/// Prints the error chain on one line: `error: cannot open x.pdf: No such file or directory`.
+fn fail(e: anyhow::Error) -> ExitCode {
+    let message = format!("{e:#}").replace('\n', " ");
+    eprintln!("error: {message}");
+    ExitCode::FAILURE
+}
+
+/// Logs go to stderr so that stdout stays clean for data (`artifacts get`, `transform`).
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("STOWAGE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+}

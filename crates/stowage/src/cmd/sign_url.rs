@@ -1,0 +1,68 @@
+//! `stowage sign-url ID [--ttl D]`: a fresh signed download link, for operators.
+//!
+//! The artifact outlives its links; this mints a new one for as long as the artifact lives.
+//! The link is bound to the artifact's owner, exactly like the links the gateway hands out.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use stowage_core::{ArtifactId, ArtifactScope};
+use stowage_links::{LinkSigner, LinksConfig, MAX_TTL, MIN_TTL};
+use stowage_store::{Access, ArtifactStore};
+
+#[derive(Debug, Args)]
+pub struct SignUrlArgs {
+    /// Artifact id or artifact:// URI.
+    pub id: String,
+    /// Link lifetime, 1m to 60m (default: links.ttl, 15m).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub ttl: Option<Duration>,
+    /// Pick the owner when several hold this id (by default: the owner of any record).
+    #[arg(long)]
+    pub tenant: Option<String>,
+    #[arg(long)]
+    pub user: Option<String>,
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Print JSON {url, expires_at} instead of the bare URL.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub async fn run(
+    store: &dyn ArtifactStore,
+    links: &LinksConfig,
+    store_dir: &std::path::Path,
+    args: SignUrlArgs,
+) -> anyhow::Result<()> {
+    if let Some(ttl) = args.ttl {
+        if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
+            bail!("--ttl {} is out of range; use 1m to 60m", humantime::format_duration(ttl));
+        }
+    }
+    links.validate().map_err(anyhow::Error::msg)?;
+    let id = ArtifactId::parse_loose(&args.id).with_context(|| format!("{:?} is not an artifact id", args.id))?;
+    let access = if args.tenant.is_some() || args.user.is_some() || args.session.is_some() {
+        let scope = ArtifactScope { tenant_id: args.tenant, user_id: args.user, session_id: args.session, trace_id: None };
+        Access::owner_of(&scope)
+    } else {
+        Access::Operator
+    };
+    let meta = store.meta(&access, &id).await?;
+    let ring = links.key_ring(store_dir).context("cannot load the link-signing key")?;
+    let signer = LinkSigner::new(ring, links);
+    let now = stowage_links::unix_now();
+    let mut expires_at = now + args.ttl.unwrap_or(signer.ttl()).as_secs();
+    // A link never outlives the artifact it points to.
+    if let Some(exp) = meta.expires_at {
+        expires_at = expires_at.min(exp.unix_timestamp().max(0) as u64);
+    }
+    let link = signer.artifact_link_until(&meta.id, &meta.scope.owner(), expires_at);
+    if args.json {
+        println!("{}", serde_json::to_string(&link)?);
+    } else {
+        println!("{}", link.url);
+    }
+    Ok(())
+}

