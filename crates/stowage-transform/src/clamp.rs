@@ -160,34 +160,30 @@ fn cut_strings(v: &mut Value, max: usize, config: &ClampConfig) {
     }
 }
 
-/// Finds the container with the largest JSON and halves it (arrays keep their first half plus
-/// a marker string; objects their first half of keys plus a `"…"` key). Falls back to halving
-/// the longest string. Returns false when nothing can shrink.
+/// Finds the node to shrink and halves it: arrays keep their first half (plus any item that
+/// holds an artifact stub) and a marker string; objects their first half of keys (likewise)
+/// and a `"…"` key; strings their first half and the suffix. Returns false when nothing can
+/// shrink.
 fn halve_largest(v: &mut Value, config: &ClampConfig) -> bool {
-    // Find the path of the largest shrinkable node.
-    let mut best: Option<(usize, String)> = None;
-    let mut ptr = String::new();
-    find_largest(v, &mut ptr, &mut best);
-    let Some((_, path)) = best else { return false };
+    let path = find_target(v);
     let Some(node) = v.pointer_mut(&path) else { return false };
     match node {
         Value::Array(items) if items.len() > 1 => {
             let keep = items.len() / 2;
-            let dropped = items.len() - keep;
-            // Keep items that carry artifact stubs: the clamp never loses a reference.
             let mut kept: Vec<Value> = Vec::with_capacity(keep + 1);
+            let mut dropped = 0;
             for (i, item) in std::mem::take(items).into_iter().enumerate() {
                 if i < keep || contains_stub(&item) {
                     kept.push(item);
+                } else {
+                    dropped += 1;
                 }
             }
-            let really_dropped = dropped - (kept.len() - keep);
-            if really_dropped == 0 {
-                *items = kept;
+            *items = kept;
+            if dropped == 0 {
                 return false;
             }
-            kept.push(Value::String(config.truncation_suffix.replace("{truncated_chars} chars", "{truncated_chars} items").replace("{truncated_chars}", &really_dropped.to_string()).trim_start().to_owned()));
-            *items = kept;
+            items.push(Value::String(config.suffix(dropped).trim_start().replace("chars", "items")));
             true
         }
         Value::Object(m) if m.len() > 1 => {
@@ -218,6 +214,63 @@ fn halve_largest(v: &mut Value, config: &ClampConfig) -> bool {
     }
 }
 
+/// Walks down from the root while one child makes up at least half of its parent and can
+/// itself shrink: halving that child cuts the most while touching the least.
+fn find_target(v: &Value) -> String {
+    let mut ptr = String::new();
+    let mut node = v;
+    loop {
+        let size = approx_len(node);
+        let mut best: Option<(usize, String, &Value)> = None;
+        match node {
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    let s = approx_len(item);
+                    if best.as_ref().is_none_or(|b| s > b.0) {
+                        best = Some((s, format!("/{i}"), item));
+                    }
+                }
+            }
+            Value::Object(m) => {
+                for (k, item) in m {
+                    let s = approx_len(item);
+                    if best.as_ref().is_none_or(|b| s > b.0) {
+                        let mut seg = String::new();
+                        crate::path::push_key(&mut seg, k);
+                        best = Some((s, seg, item));
+                    }
+                }
+            }
+            _ => return ptr,
+        }
+        match best {
+            Some((s, seg, child)) if s * 2 >= size && shrinkable(child) => {
+                ptr.push_str(&seg);
+                node = child;
+            }
+            _ => return ptr,
+        }
+    }
+}
+
+fn shrinkable(v: &Value) -> bool {
+    match v {
+        Value::Array(items) => items.len() > 1,
+        Value::Object(m) => m.len() > 1,
+        Value::String(s) => s.len() > 64 && !is_stub_string(s),
+        _ => false,
+    }
+}
+
+fn approx_len(v: &Value) -> usize {
+    match v {
+        Value::Array(items) => 2 + items.iter().map(|i| approx_len(i) + 1).sum::<usize>(),
+        Value::Object(m) => 2 + m.iter().map(|(k, i)| k.len() + 4 + approx_len(i)).sum::<usize>(),
+        Value::String(s) => s.len() + 2,
+        other => other.to_string().len(),
+    }
+}
+
 fn contains_stub(v: &Value) -> bool {
     match v {
         Value::String(s) => is_stub_string(s),
@@ -225,41 +278,6 @@ fn contains_stub(v: &Value) -> bool {
         Value::Object(m) => m.values().any(contains_stub),
         _ => false,
     }
-}
-
-/// Post-order search for the largest shrinkable node; returns this node's size.
-fn find_largest(v: &Value, ptr: &mut String, best: &mut Option<(usize, String)>) -> usize {
-    let len = ptr.len();
-    let (size, shrinkable) = match v {
-        Value::Array(items) => {
-            let mut total = 2;
-            for (i, item) in items.iter().enumerate() {
-                crate::path::push_index(ptr, i);
-                total += find_largest(item, ptr, best) + 1;
-                ptr.truncate(len);
-            }
-            (total, items.len() > 1)
-        }
-        Value::Object(m) => {
-            let mut total = 2;
-            for (k, item) in m {
-                crate::path::push_key(ptr, k);
-                total += k.len() + 4 + find_largest(item, ptr, best);
-                ptr.truncate(len);
-            }
-            (total, m.len() > 1)
-        }
-        Value::String(s) => (s.len() + 2, s.len() > 64 && !is_stub_string(s)),
-        other => (other.to_string().len(), false),
-    };
-    // Post-order: on equal sizes the deeper node (found first) wins, which cuts less.
-    if shrinkable {
-        match best {
-            Some((b, _)) if *b >= size => {}
-            _ => *best = Some((size, ptr.clone())),
-        }
-    }
-    size
 }
 
 #[cfg(test)]

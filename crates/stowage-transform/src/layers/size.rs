@@ -144,6 +144,8 @@ fn containers(value: &mut Value, ptr: &mut String, doc: usize, config: &Transfor
             }
             total
         }
+        // Limits are in characters; counting is only worth it for long strings.
+        Value::String(s) if s.len() > 64 => s.chars().count() + 2,
         Value::String(s) => s.len() + 2,
         Value::Number(n) => n.to_string().len(),
         Value::Bool(_) => 5,

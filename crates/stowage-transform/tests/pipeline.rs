@@ -1,0 +1,574 @@
+//! Behaviour of each layer and of the pipeline as a whole, as many small cases.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use common::*;
+use serde_json::{Value, json};
+use stowage_transform::testing::{FailingSink, MemorySink, NoopSink};
+use stowage_transform::{CustomOutcome, FieldRule, Layer, Pipeline, TransformConfig, TransformInput};
+
+// ---------------------------------------------------------------- the incident (seed 1.1)
+
+/// The Tableau 500 KB base64 PDF (Appendix B shape, JSON text in a text block) becomes at most
+/// 600 bytes of observation, whatever the tool is called.
+#[test]
+fn tableau_pdf_becomes_under_600_bytes() {
+    let pdf = fake_pdf(375_000); // 500,000 base64 characters
+    for (tool, layer) in [
+        ("download_workbook", Layer::FieldRule),
+        ("tableau_download_workbook", Layer::FieldRule),
+        ("tableau.download_workbook", Layer::FieldRule),
+        ("some_other_tool", Layer::Base64),
+    ] {
+        let r = run(tool, tableau_result(&pdf));
+        let text = r.text();
+        assert!(text.len() <= 600, "{tool}: {} bytes: {text}", text.len());
+        assert!(!text.contains("JVBERi"), "{tool}: base64 left in {text}");
+        let a = &r.out.report.artifacts;
+        assert_eq!(a.len(), 1, "{tool}");
+        assert_eq!(a[0].pointer, "/content/0/text#/content");
+        assert_eq!(a[0].layer, layer, "{tool}");
+        assert_eq!(a[0].mime_type.as_deref(), Some("application/pdf"));
+        assert_eq!(a[0].size_bytes, 375_000);
+        assert_eq!(a[0].filename.as_deref(), Some("Sales Dashboard.pdf"));
+        assert!(a[0].summary.contains("'Sales Dashboard'") && a[0].summary.contains("366.2 KB"), "{}", a[0].summary);
+        r.check_hashes();
+        // The text block still holds valid JSON with the siblings, and a resource_link follows.
+        let inner: Value = serde_json::from_str(r.value()["content"][0]["text"].as_str().unwrap()).unwrap();
+        assert_eq!(inner["name"], "Sales Dashboard");
+        assert!(inner["content"].as_str().unwrap().contains(&a[0].uri));
+        assert_eq!(r.value()["content"][1]["type"], "resource_link");
+        assert_eq!(r.value()["content"][1]["uri"], a[0].uri);
+        assert_eq!(r.value()["isError"], false);
+        assert!(r.out.report.bytes_in > 500_000 && r.out.report.bytes_out as usize == text.len());
+        assert!(r.out.report.tokens_out > 0 && r.out.report.tokens_out < 200);
+    }
+}
+
+#[test]
+fn presets_fill_their_templates() {
+    let pdf = fake_pdf(20_000);
+    let r = run("download_workbook", json!({"content": b64(&pdf), "name": "Sales Dashboard", "format": "pdf"}));
+    let s = r.value()["content"].as_str().unwrap();
+    assert!(s.starts_with("Downloaded workbook 'Sales Dashboard' as pdf (19.5 KB), stored as artifact://download_workbook_"), "{s}");
+    let r = run(
+        "tableau.get_view_as_pdf",
+        json!({"pdf_data": b64(&pdf), "view_name": "Revenue by Region", "generated_at": "2025-12-22T10:30:00Z"}),
+    );
+    let s = r.value()["pdf_data"].as_str().unwrap();
+    assert!(s.starts_with("PDF of view 'Revenue by Region' (19.5 KB, generated 2025-12-22T10:30:00Z), stored as artifact://"), "{s}");
+    assert_eq!(r.out.report.artifacts[0].filename.as_deref(), Some("Revenue by Region.pdf"));
+    assert_eq!(r.value()["view_name"], "Revenue by Region");
+    // list_workbooks (no binary) passes through untouched.
+    let lw = json!({"workbooks": [{"id": "123", "name": "Sales", "project": "Analytics"}]});
+    assert_eq!(run("list_workbooks", lw.clone()).out.value, lw);
+}
+
+// ---------------------------------------------------------------- L4 field rules
+
+#[test]
+fn configured_rules() {
+    let png = corpus("sample.png");
+    let mut config = TransformConfig::default();
+    config.tool_fields.rules = vec![
+        FieldRule {
+            tool: "get_report".into(),
+            path: "result.pages[*].png".into(),
+            content_type: Some("image".into()),
+            mime_type: None,
+            filename: Some("{title}-{page}.{ext}".into()),
+            summary: Some("Page {page} of '{title}' ({size_human}, {mime}) at {uri} id {artifact_id}".into()),
+        },
+        FieldRule {
+            tool: "get_report".into(),
+            path: "/result/log".into(),
+            content_type: Some("text".into()),
+            mime_type: None,
+            filename: None,
+            summary: None,
+        },
+        FieldRule { tool: "get_report".into(), path: "result.meta".into(), content_type: None, mime_type: None, filename: None, summary: None },
+    ];
+    let v = json!({"result": {
+        "pages": [{"page": 1, "title": "Q4", "png": b64(&png)}, {"page": 2, "title": "Q4", "png": b64(&png)}],
+        "log": "short log line",
+        "meta": {"k": [1, 2, 3]}
+    }});
+    let r = run_with(config, "srv__get_report", v);
+    assert_eq!(r.pointers(), ["/result/pages/0/png", "/result/pages/1/png", "/result/log", "/result/meta"]);
+    assert_eq!(r.mimes(), ["image/png", "image/png", "text/plain; charset=utf-8", "application/json"]);
+    let s = r.value()["result"]["pages"][1]["png"].as_str().unwrap();
+    let a = &r.out.report.artifacts[1];
+    assert!(s.starts_with(&format!("Page 2 of 'Q4' (2.3 KB, image/png) at {} id {}", a.uri, a.id)), "{s}");
+    assert_eq!(a.filename.as_deref(), Some("Q4-2.png"));
+    assert!(r.value()["result"]["meta"].as_str().unwrap().starts_with("<artifact:dict size="));
+    r.check_hashes();
+}
+
+#[test]
+fn rule_on_non_base64_warns_and_l0_still_applies() {
+    let mut config = TransformConfig::default();
+    config.tool_fields.rules = vec![FieldRule { tool: "t".into(), path: "blob".into(), content_type: None, mime_type: None, filename: None, summary: None }];
+    let r = run_with(config, "t", json!({"blob": "this is not base64 at all! ".repeat(500)}));
+    assert_eq!(r.out.report.warnings.len(), 1);
+    assert_eq!(r.out.report.warnings[0].layer, Layer::FieldRule);
+    assert_eq!(r.out.report.artifacts[0].layer, Layer::SizeNet);
+}
+
+// ---------------------------------------------------------------- schema-marked fields
+
+#[test]
+fn schema_marked_fields_are_always_extracted() {
+    let schema = json!({"type": "object", "properties": {
+        "summary": {"type": "string"},
+        "chart_options": {"type": "object", "artifact": true},
+        "raw_data": {"type": "array", "x-artifact": true},
+        "thumb": {"type": "string", "artifact": true}
+    }});
+    let structured = json!({
+        "summary": "Sales up 20%",
+        "chart_options": {"series": [1, 2, 3]},
+        "raw_data": [{"a": 1}, {"a": 2}],
+        "thumb": b64(&corpus("tiny.png"))
+    });
+    let v = json!({"content": [{"type": "text", "text": structured.to_string()}], "structuredContent": structured, "isError": false});
+    let out = try_run(TransformConfig::default(), MemorySink::new(), "analyze", Some(&schema), v).unwrap();
+    let sc = &out.value["structuredContent"];
+    assert_eq!(sc["summary"], "Sales up 20%");
+    assert!(sc["chart_options"].as_str().unwrap().starts_with("<artifact:dict size="), "{}", sc["chart_options"]);
+    assert!(sc["raw_data"].as_str().unwrap().starts_with("<artifact:list size=2 items> Field 'raw_data'"), "{}", sc["raw_data"]);
+    // Small, but marked: extracted anyway, and a base64 PNG is stored as the PNG.
+    assert!(sc["thumb"].as_str().unwrap().starts_with("<artifact:str size="));
+    let ptrs: Vec<_> = out.report.artifacts.iter().map(|a| (a.pointer.as_str(), a.layer)).collect();
+    assert!(ptrs.contains(&("/structuredContent/chart_options", Layer::SchemaField)));
+    assert!(ptrs.contains(&("/content/0/text#/chart_options", Layer::SchemaField)), "{ptrs:?}");
+    assert!(out.report.artifacts.iter().any(|a| a.mime_type.as_deref() == Some("image/png")));
+    // The mirror text block does not leak the marked values either.
+    assert!(!out.value["content"][0]["text"].as_str().unwrap().contains("series"));
+}
+
+// ---------------------------------------------------------------- L1 resource_link
+
+#[test]
+fn resource_links_everywhere_are_kept_lazy() {
+    let link = json!({"type": "resource_link", "uri": "file:///r/report.pdf", "name": "report.pdf", "mimeType": "application/pdf", "size": 123456});
+    let cases: Vec<(Value, Vec<&str>)> = vec![
+        (link.clone(), vec![""]),
+        (json!({"content": [{"type": "text", "text": "see"}, link.clone()]}), vec!["/content/1"]),
+        (json!({"structuredContent": {"files": [link.clone()]}, "isError": false}), vec!["/structuredContent/files/0"]),
+        (json!({"content": [{"type": "text", "text": json!({"file": link.clone()}).to_string()}]}), vec!["/content/0/text#/file"]),
+    ];
+    for (v, want) in cases {
+        let r = run("t", v.clone());
+        let got: Vec<_> = r.out.report.links.iter().map(|l| l.pointer.as_str()).collect();
+        assert_eq!(got, want, "{v}");
+        assert!(r.out.report.artifacts.is_empty());
+        let text = r.text();
+        assert!(text.contains("io.stowage/read_hint") && text.contains("file:///r/report.pdf"), "{text}");
+        assert_eq!(r.out.report.links[0].size_bytes, Some(123456));
+        // A second pass changes nothing.
+        assert_eq!(run("t", r.out.value.clone()).out.value, r.out.value);
+    }
+    // Our own artifact:// links are not annotated.
+    let own = json!({"type": "resource_link", "uri": "artifact://t_0123456789abcdef", "name": "x"});
+    assert_eq!(run("t", own.clone()).out.value, own);
+    // A server description is kept; the hint goes to _meta only.
+    let described = json!({"type": "resource_link", "uri": "file:///a", "name": "a", "description": "Quarterly report"});
+    let r = run("t", described);
+    assert_eq!(r.value()["description"], "Quarterly report");
+}
+
+// ---------------------------------------------------------------- L2 typed content
+
+#[test]
+fn typed_blocks_are_offloaded() {
+    let png = corpus("sample.png");
+    let wav = corpus("sample.wav");
+    let pdf = corpus("sample.pdf");
+    let v = json!({"content": [
+        {"type": "text", "text": "Here you go"},
+        {"type": "image", "data": b64(&png), "mimeType": "image/png"},
+        {"type": "audio", "data": b64(&wav), "mimeType": "audio/wav"},
+        {"type": "resource", "resource": {"uri": "file:///docs/q4.pdf", "mimeType": "application/pdf", "blob": b64(&pdf)}},
+        {"type": "future_block", "payload": {"x": 1}}
+    ]});
+    let r = run("t", v);
+    assert_eq!(r.pointers(), ["/content/1", "/content/2", "/content/3"]);
+    assert_eq!(r.mimes(), ["image/png", "audio/wav", "application/pdf"]);
+    let content = r.value()["content"].as_array().unwrap();
+    let kinds: Vec<_> = content.iter().map(|b| b["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["text", "text", "resource_link", "text", "resource_link", "text", "resource_link", "future_block"]);
+    assert_eq!(content[4]["mimeType"], "audio/wav");
+    assert_eq!(content[6]["name"], "q4.pdf");
+    assert_eq!(content[7], json!({"type": "future_block", "payload": {"x": 1}}));
+    assert!(content[1]["text"].as_str().unwrap().starts_with("PNG image (2.3 KB) stored as artifact://t_"));
+    assert_eq!(r.out.report.artifacts[0].layer, Layer::TypedContent);
+    r.check_hashes();
+}
+
+#[test]
+fn typed_content_edge_cases() {
+    let tiny = corpus("tiny.png");
+    let png = corpus("sample.png");
+    // (input, artifacts expected, warnings expected)
+    let cases: Vec<(Value, usize, usize)> = vec![
+        // Under inline_binary_max_bytes: untouched (conformance: 70-byte PNG).
+        (json!({"content": [{"type": "image", "data": b64(&tiny), "mimeType": "image/png"}]}), 0, 0),
+        // Data URI inside an image block.
+        (json!({"content": [{"type": "image", "data": format!("data:image/png;base64,{}", b64(&png)), "mimeType": "image/png"}]}), 1, 0),
+        // Not in a content list: becomes a resource_link object with a description.
+        (json!({"thumbnail": {"type": "image", "data": b64(&png), "mimeType": "image/png"}}), 1, 0),
+        // resources/read contents: blob becomes text, uri kept.
+        (json!({"contents": [{"uri": "test://static-binary", "mimeType": "image/png", "blob": b64(&png)}]}), 1, 0),
+        // Malformed base64: left as it is, with a warning.
+        (json!({"content": [{"type": "image", "data": format!("{}!!", "A".repeat(2000)), "mimeType": "image/png"}]}), 0, 1),
+        (json!({"content": [{"type": "audio", "data": format!("{}A", b64(&png)), "mimeType": "audio/wav"}]}), 0, 1),
+    ];
+    for (v, n, w) in cases {
+        let r = run("t", v.clone());
+        assert_eq!(r.out.report.artifacts.len(), n, "{v:.200}");
+        assert_eq!(r.out.report.warnings.len(), w, "{:?}", r.out.report.warnings);
+        if n == 0 && w == 0 {
+            assert_eq!(r.out.value, v);
+        }
+    }
+    let r = run("t", json!({"thumbnail": {"type": "image", "data": b64(&png), "mimeType": "image/png"}}));
+    assert_eq!(r.value()["thumbnail"]["type"], "resource_link");
+    assert!(r.value()["thumbnail"]["description"].as_str().unwrap().starts_with("PNG image"));
+    let r = run("t", json!({"contents": [{"uri": "test://static-binary", "mimeType": "image/png", "blob": b64(&png)}]}));
+    let entry = &r.value()["contents"][0];
+    assert_eq!(entry["uri"], "test://static-binary");
+    assert!(entry.get("blob").is_none() && entry["text"].as_str().unwrap().contains("artifact://"));
+}
+
+// ---------------------------------------------------------------- L3 base64 heuristics
+
+#[test]
+fn base64_in_every_encoding_and_position() {
+    let pdf = corpus("sample.pdf");
+    let encodings: Vec<(&str, String)> = vec![
+        ("standard", b64(&pdf)),
+        ("unpadded", b64_nopad(&pdf)),
+        ("url-safe", b64_url(&pdf)),
+        ("mime-wrapped", b64_mime(&pdf)),
+        ("data-uri", format!("data:application/pdf;base64,{}", b64(&pdf))),
+        ("trailing newline", format!("{}\n", b64(&pdf))),
+    ];
+    for (name, enc) in &encodings {
+        let positions: Vec<(Value, &str)> = vec![
+            (json!(enc), ""),
+            (json!({"a": {"b": enc}}), "/a/b"),
+            (json!({"list": ["x", enc]}), "/list/1"),
+            (json!({"content": [{"type": "text", "text": enc}]}), "/content/0"),
+            (json!({"content": [{"type": "text", "text": json!({"deep": {"file": enc}}).to_string()}]}), "/content/0/text#/deep/file"),
+            (json!({"wrapper": json!({"inner": json!({"pdf": enc}).to_string()}).to_string()}), "/wrapper#/inner#/pdf"),
+        ];
+        for (v, ptr) in positions {
+            let r = run("t", v);
+            assert_eq!(r.pointers(), [ptr], "{name} at {ptr}");
+            assert_eq!(r.mimes(), ["application/pdf"], "{name} at {ptr}");
+            assert_eq!(r.sink.get(&r.out.report.artifacts[0].id).unwrap().as_ref(), pdf.as_slice(), "{name}");
+            assert!(!r.text().contains("JVBERi"), "{name} at {ptr}");
+        }
+    }
+}
+
+/// Hard negatives: none of these may ever become a binary artifact.
+#[test]
+fn hard_negatives_never_become_binaries() {
+    let jwt = format!("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.{}.{}", b64_url(&noise(900, 1)), b64_url(&noise(32, 2)));
+    let hex_digest = hex::encode(noise(1500, 3));
+    let b64_digests: String = (0..60).map(|i| format!("sha256-{} ", b64(&noise(32, i)))).collect();
+    let uuids: String = (0..60).map(|i| format!("{}-4a1b-8c2d-{}", hex::encode(noise(4, i)), hex::encode(noise(6, i + 100)))).collect::<Vec<_>>().join(",");
+    let api_keys: String = (0..40).map(|i| format!("sk-proj-{}", b64_url(&noise(30, i)))).collect::<Vec<_>>().join("\n");
+    let prose = "The quarterly results show that revenue grew in every region, with the strongest gains in the west. ".repeat(20);
+    let minified = "function a(b){return b.map(function(c){return c*2}).filter(Boolean)};var x={a:1,b:[2,3]};".repeat(20);
+    let css = ".btn{color:#fff;background:#0a66c2;padding:4px 8px}.btn:hover{opacity:.9}".repeat(30);
+    let text_b64 = b64(prose.as_bytes());
+    let json_b64 = b64(json!({"rows": (0..400).collect::<Vec<_>>()}).to_string().as_bytes());
+    let html_b64 = b64(format!("<!DOCTYPE html><html><body>{}</body></html>", prose).as_bytes());
+    let long_number = "12345678901234567890".repeat(60);
+    let random_b64 = b64(&noise(3000, 9)); // base64 of bytes with no magic: not a known binary
+    let cases: Vec<(&str, String)> = vec![
+        ("jwt", jwt),
+        ("hex digest", hex_digest),
+        ("base64 digests", b64_digests),
+        ("uuid list", uuids),
+        ("api keys", api_keys),
+        ("prose", prose.clone()),
+        ("minified js", minified),
+        ("css", css),
+        ("base64 of text", text_b64),
+        ("base64 of json", json_b64),
+        ("base64 of html", html_b64),
+        ("long number", long_number),
+        ("no magic", random_b64),
+        ("AAAA prefix, no magic", format!("AAAA{}", b64(&noise(2000, 5)))),
+    ];
+    for (name, s) in cases {
+        assert!(s.len() >= 1000, "{name} must be long enough to be examined ({})", s.len());
+        let r = run("t", json!({"field": s}));
+        assert!(
+            r.out.report.artifacts.iter().all(|a| a.layer != Layer::Base64),
+            "{name} became a binary: {:?}",
+            r.out.report.artifacts
+        );
+        assert!(r.out.report.warnings.is_empty(), "{name}: {:?}", r.out.report.warnings);
+        if s.chars().count() <= 10_000 {
+            assert_eq!(r.out.value, json!({"field": s}), "{name} changed");
+        } else {
+            assert_eq!(r.out.report.artifacts[0].layer, Layer::SizeNet, "{name}");
+        }
+    }
+}
+
+#[test]
+fn malformed_base64_is_left_and_l0_applies() {
+    let pdf = fake_pdf(30_000);
+    // Truncated mid-stream (length % 4 == 1) and a corrupted character in the middle.
+    let mut truncated = b64(&pdf);
+    truncated.truncate(truncated.len() - 3);
+    let mut corrupted = b64(&pdf);
+    corrupted.replace_range(20_000..20_001, "*");
+    for s in [truncated, corrupted] {
+        let r = run("t", json!({"f": s}));
+        assert_eq!(r.out.report.warnings.len(), 1, "{:?}", r.out.report.warnings);
+        assert_eq!(r.out.report.warnings[0].layer, Layer::Base64);
+        assert_eq!(r.out.report.artifacts.len(), 1);
+        assert_eq!(r.out.report.artifacts[0].layer, Layer::SizeNet);
+        assert!(r.mimes()[0].starts_with("text/plain"));
+    }
+}
+
+#[test]
+fn large_base64_is_decoded_whole() {
+    // Over 5 MB (the old cap that stored such files as text), and not a multiple of 4 MB.
+    let pdf = fake_pdf(6_000_001);
+    let r = run("t", json!({"content": b64(&pdf)}));
+    assert_eq!(r.mimes(), ["application/pdf"]);
+    assert_eq!(r.out.report.artifacts[0].size_bytes, 6_000_001);
+    r.check_hashes();
+}
+
+// ---------------------------------------------------------------- L0 size net
+
+#[test]
+fn size_net() {
+    let long = "lorem ipsum ".repeat(2000); // 24,000 chars
+    let r = run("t", json!({"log": long, "ok": "short"}));
+    let s = r.value()["log"].as_str().unwrap();
+    assert!(s.starts_with("lorem ipsum lorem") && s.contains("] ") || s.contains("artifact://"), "{s}");
+    assert!(s.len() < 600, "{}", s.len());
+    assert_eq!(r.value()["ok"], "short");
+    assert_eq!(r.out.report.artifacts[0].layer, Layer::SizeNet);
+    assert_eq!(r.sink.get(&r.out.report.artifacts[0].id).unwrap().as_ref(), long.as_bytes());
+
+    // Exactly at the limit: untouched; one more char: offloaded. Multi-byte chars count once.
+    let at = "é".repeat(10_000);
+    assert!(run("t", json!({"s": at})).out.report.artifacts.is_empty());
+    assert_eq!(run("t", json!({"s": "é".repeat(10_001)})).out.report.artifacts.len(), 1);
+
+    // A large array of small rows: a JSON artifact with a valid JSON preview and a schema.
+    let rows: Vec<Value> = (0..2000).map(|i| json!({"id": i, "name": format!("row {i}"), "ok": i % 2 == 0})).collect();
+    let r = run("t", json!({"rows": rows, "count": 2000}));
+    let rows_out = &r.value()["rows"];
+    assert_eq!(rows_out["preview"].as_array().unwrap().len(), 3);
+    assert_eq!(rows_out["schema"]["length"], 2000);
+    assert_eq!(rows_out["schema"]["items"]["properties"]["ok"]["type"], "boolean");
+    assert!(rows_out["$artifact"]["uri"].as_str().unwrap().starts_with("artifact://"));
+    assert_eq!(r.value()["count"], 2000);
+    assert_eq!(r.mimes(), ["application/json"]);
+    let stored: Value = serde_json::from_slice(&r.sink.get(&r.out.report.artifacts[0].id).unwrap()).unwrap();
+    assert_eq!(stored.as_array().unwrap().len(), 2000);
+}
+
+// ---------------------------------------------------------------- failure rules
+
+#[test]
+fn store_failures() {
+    let pdf = fake_pdf(50_000);
+    // A binary that cannot be stored fails the call: never base64 to the model.
+    let err = try_run(TransformConfig::default(), Arc::new(FailingSink), "t", None, tableau_result(&pdf)).unwrap_err();
+    assert_eq!(err.code(), "artifact_storage_failed");
+    assert!(err.to_string().contains("/content/0/text#/content"), "{err}");
+    // Same for an image block and a preset field.
+    let img = json!({"content": [{"type": "image", "data": b64(&corpus("sample.png")), "mimeType": "image/png"}]});
+    assert_eq!(try_run(TransformConfig::default(), Arc::new(FailingSink), "t", None, img).unwrap_err().code(), "artifact_storage_failed");
+    // A per-trace quota refusing the second artifact is a storage failure too.
+    let two = json!({"a": b64(&pdf), "b": b64(&corpus("sample.png"))});
+    let err = try_run(TransformConfig::default(), MemorySink::with_limit(1), "t", None, two).unwrap_err();
+    assert_eq!(err.code(), "artifact_storage_failed");
+    // The size net degrades instead: truncated text and a warning, the result comes back.
+    let out = try_run(TransformConfig::default(), Arc::new(FailingSink), "t", None, json!({"log": "x".repeat(30_000)})).unwrap();
+    let s = out.value["log"].as_str().unwrap();
+    assert!(s.ends_with("\n... [truncated: 20000 chars]") && s.len() < 10_100, "{}", s.len());
+    assert_eq!(out.report.warnings.len(), 1);
+    assert!(out.report.warnings[0].message.contains("artifact_storage_failed"));
+}
+
+#[test]
+fn noop_sink_marks_not_stored() {
+    let out = try_run(TransformConfig::default(), Arc::new(NoopSink), "download_workbook", None, tableau_result(&fake_pdf(20_000))).unwrap();
+    let text = out.value.to_string();
+    assert!(text.contains("not stored: no artifact store is configured"), "{text}");
+    assert!(!text.contains("JVBERi"));
+}
+
+// ---------------------------------------------------------------- clamp
+
+fn clamp_config() -> TransformConfig {
+    let mut c = TransformConfig::default();
+    c.size_net.large_json_chars = usize::MAX; // let the clamp see a large observation
+    c
+}
+
+fn many_small_fields() -> Value {
+    json!({"items": (0..5000).map(|i| json!({"i": i, "s": "abcdefghij"})).collect::<Vec<_>>()})
+}
+
+#[test]
+fn clamp_stores_truncates_and_emits() {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let before = stowage_transform::observations_clamped();
+    let scope = stowage_core::ArtifactScope::default();
+    let input = TransformInput::new("big", &scope);
+    // A real sink: the whole observation becomes one artifact.
+    let sink = MemorySink::new();
+    let s2 = seen.clone();
+    let p = Pipeline::new(clamp_config(), sink.clone()).on_clamp(Arc::new(move |e| {
+        assert_eq!(e.tool, "big");
+        s2.fetch_add(1, Ordering::SeqCst);
+    }));
+    let out = block_on(p.transform(&input, many_small_fields())).unwrap();
+    assert!(out.report.clamped);
+    assert_eq!(out.report.artifacts.len(), 1);
+    assert_eq!(out.report.artifacts[0].layer, Layer::Clamp);
+    assert_eq!(out.report.artifacts[0].pointer, "");
+    assert!(out.value["$artifact"]["uri"].is_string() && out.value["preview"].is_object());
+    assert!(out.report.bytes_out < 2_000, "{}", out.report.bytes_out);
+    // No sink that keeps bytes: truncated with structure and the suffix.
+    let p = Pipeline::new(clamp_config(), Arc::new(NoopSink)).on_clamp({
+        let s = seen.clone();
+        Arc::new(move |_| {
+            s.fetch_add(1, Ordering::SeqCst);
+        })
+    });
+    let out = block_on(p.transform(&input, many_small_fields())).unwrap();
+    assert!(out.report.clamped && out.report.artifacts.is_empty());
+    assert!(out.report.bytes_out <= 50_000);
+    assert!(out.value["items"].as_array().unwrap().last().unwrap().as_str().unwrap().contains("truncated"));
+    // A failing sink: truncation plus a warning.
+    let out = try_run(clamp_config(), Arc::new(FailingSink), "big", None, many_small_fields()).unwrap();
+    assert!(out.report.clamped && out.report.bytes_out <= 50_000 && out.report.warnings.len() == 1);
+    assert_eq!(seen.load(Ordering::SeqCst), 2);
+    assert!(stowage_transform::observations_clamped() >= before + 3);
+}
+
+/// The clamp runs after collection: artifacts found by earlier layers survive it.
+#[test]
+fn clamp_never_loses_artifacts() {
+    let mut v = many_small_fields();
+    v["file"] = json!(b64(&fake_pdf(40_000)));
+    let out = try_run(clamp_config(), Arc::new(NoopSink), "t", None, v).unwrap();
+    assert!(out.report.clamped);
+    assert_eq!(out.report.artifacts.len(), 1);
+    assert!(out.value.to_string().contains(&out.report.artifacts[0].uri));
+}
+
+// ---------------------------------------------------------------- L5 custom and hook
+
+#[test]
+fn custom_transformers() {
+    let pdf = fake_pdf(20_000);
+    let v = json!({"secret": "hunter2", "file": b64(&pdf)});
+    let redact = |_: &str, v: &Value| -> Result<CustomOutcome, stowage_transform::BoxError> {
+        let mut v = v.clone();
+        v["secret"] = "<redacted>".into();
+        Ok(CustomOutcome::Replace(v))
+    };
+    let failing = |_: &str, _: &Value| -> Result<CustomOutcome, stowage_transform::BoxError> { Err("boom".into()) };
+    let sink = MemorySink::new();
+    let scope = stowage_core::ArtifactScope::default();
+    let p = Pipeline::new(TransformConfig::default(), sink).with_custom(Box::new(failing)).with_custom(Box::new(redact)).with_custom(Box::new(()));
+    let out = block_on(p.transform(&TransformInput::new("t", &scope), v.clone())).unwrap();
+    assert_eq!(out.value["secret"], "<redacted>");
+    // The failure is a warning; the other layers still ran.
+    assert_eq!(out.report.warnings.len(), 1);
+    assert!(out.report.warnings[0].message.contains("boom"));
+    assert_eq!(out.report.artifacts.len(), 1);
+    // Final: later layers skipped (the base64 stays, by the transformer's choice).
+    let fin = |_: &str, v: &Value| -> Result<CustomOutcome, stowage_transform::BoxError> { Ok(CustomOutcome::Final(v.clone())) };
+    let p = Pipeline::new(TransformConfig::default(), MemorySink::new()).with_custom(Box::new(fin));
+    let out = block_on(p.transform(&TransformInput::new("t", &scope), v.clone())).unwrap();
+    assert!(out.report.artifacts.is_empty() && out.value == v);
+}
+
+#[test]
+fn external_hook() {
+    let pdf = fake_pdf(20_000);
+    let v = json!({"a": 1, "file": b64(&pdf)});
+    let sh = |script: &str, timeout_ms: u64| {
+        let mut c = TransformConfig::default();
+        c.hook.command = vec!["sh".into(), "-c".into(), script.into()];
+        c.hook.timeout_ms = timeout_ms;
+        c
+    };
+    // (script, expected "a" afterwards, warnings)
+    let cases = [
+        (r#"sed 's/"a":1/"a":2/'"#, json!(2), 0),
+        ("cat >/dev/null", json!(1), 0),            // empty stdout: unchanged
+        ("cat >/dev/null; exit 3", json!(1), 1),    // failure
+        ("cat >/dev/null; echo not json", json!(1), 1),
+        ("sleep 5", json!(1), 1),                   // timeout, killed
+        ("test \"$STOWAGE_TOOL\" = my_tool && cat", json!(1), 0),
+    ];
+    for (script, a, warnings) in cases {
+        let started = std::time::Instant::now();
+        let r = run_with(sh(script, 300), "my_tool", v.clone());
+        assert!(started.elapsed().as_secs() < 3, "{script}");
+        assert_eq!(r.value()["a"], a, "{script}");
+        assert_eq!(r.out.report.warnings.len(), warnings, "{script}: {:?}", r.out.report.warnings);
+        // Whatever the hook did, the binary was still offloaded by L3.
+        assert_eq!(r.out.report.artifacts.len(), 1, "{script}");
+    }
+}
+
+// ---------------------------------------------------------------- pass-through
+
+#[test]
+fn nothing_heavy_passes_through() {
+    let cases = vec![
+        json!(null),
+        json!("short"),
+        json!({"content": [{"type": "text", "text": "hello"}], "isError": false, "_meta": {"x": 1}}),
+        json!({"content": [{"type": "text", "text": "{\"pretty\":   [1, 2,\n 3]}"}]}),
+        json!({"unknown": {"type": "weird", "data": "AAAA"}, "n": 1.5, "big": 18446744073709551615u64}),
+        json!({"content": [{"type": "image", "data": b64(&corpus("tiny.png")), "mimeType": "image/png"}]}),
+        json!([1, "two", {"three": [3]}]),
+    ];
+    for v in cases {
+        let r = run("t", v.clone());
+        assert_eq!(r.out.value, v);
+        assert!(r.out.report.artifacts.is_empty() && r.out.report.warnings.is_empty());
+        assert!(!r.out.report.clamped);
+        assert_eq!(r.out.report.bytes_in, r.out.report.bytes_out);
+    }
+}
+
+#[test]
+fn transform_json_entry_matches_value_entry() {
+    let v = tableau_result(&fake_pdf(100_000));
+    let text = serde_json::to_vec(&v).unwrap();
+    let scope = stowage_core::ArtifactScope::default();
+    let p = Pipeline::new(TransformConfig::default(), MemorySink::new());
+    let a = block_on(p.transform_json(&TransformInput::new("t", &scope), text.clone())).unwrap();
+    let b = block_on(p.transform(&TransformInput::new("t", &scope), v)).unwrap();
+    assert_eq!(a.value, b.value);
+    assert_eq!(a.report.bytes_in, text.len() as u64);
+    assert_eq!(a.report.bytes_in, b.report.bytes_in);
+    let bad = block_on(p.transform_json(&TransformInput::new("t", &scope), b"{nope".to_vec())).unwrap_err();
+    assert_eq!(bad.code(), "bad_request");
+}
