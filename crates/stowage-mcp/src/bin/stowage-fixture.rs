@@ -1,0 +1,142 @@
+//! `stowage-fixture`: a stdio MCP server with well-behaved and misbehaving tools, for the
+//! gateway's tests and benchmarks. Each tool exists to exercise one path:
+//!
+//! | tool | why |
+//! |---|---|
+//! | `echo` | the small-call fast path (latency benchmark) |
+//! | `get_view_pdf` | Tableau's shape: a ~500 KB base64 PDF inside JSON text (`bytes` to resize) |
+//! | `get_image` | a native image block over the inline threshold |
+//! | `get_report_structured` | a base64 PDF in `structuredContent` under a closed output schema |
+//! | `slow` | sleeps `ms`, sending progress if asked: cancellation and progress mapping |
+//! | `crash` | exits the process mid-call: restart and a clear error |
+//! | `hang` | never answers: timeouts and client-disconnect cleanup |
+//! | `malformed` | answers with broken JSON carrying the request id |
+//! | `sample` | asks the client for sampling/createMessage: upstream-initiated requests |
+//!
+//! `STOWAGE_FIXTURE_LOG=FILE` appends every received method (and cancellations) to FILE, so
+//! tests can see what reached the upstream.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::{Value, json};
+use stowage_mcp::jsonrpc::code;
+use stowage_mcp::samples;
+use stowage_mcp::server_kit::{Handler, Peer, serve, text_result};
+
+struct Fixture {
+    log: Option<std::sync::Mutex<std::fs::File>>,
+}
+
+impl Fixture {
+    fn log(&self, line: &str) {
+        if let Some(f) = &self.log {
+            let _ = writeln!(f.lock().unwrap(), "{line}");
+        }
+    }
+}
+
+fn tool(name: &str, props: Value) -> Value {
+    json!({"name": name, "description": format!("fixture tool {name}"), "inputSchema": {"type": "object", "properties": props}})
+}
+
+#[async_trait]
+impl Handler for Fixture {
+    fn server_info(&self) -> Value {
+        json!({
+            "capabilities": {"tools": {"listChanged": true}, "logging": {}},
+            "serverInfo": {"name": "stowage-fixture", "version": "1"},
+        })
+    }
+
+    fn on_notification(&self, method: &str, params: &Value) {
+        if method == "notifications/cancelled" {
+            self.log(&format!("{method} {}", params.get("requestId").unwrap_or(&Value::Null)));
+        }
+    }
+
+    async fn handle(&self, method: &str, params: Value, id: &Value, peer: &Peer) -> Result<Option<Value>, (i64, String)> {
+        let name = params.get("name").and_then(Value::as_str).unwrap_or("");
+        self.log(&format!("{method} {name}"));
+        let args = params.get("arguments").cloned().unwrap_or(json!({}));
+        let r = match method {
+            "tools/list" => json!({"tools": [
+                tool("echo", json!({"message": {"type": "string"}})),
+                tool("get_view_pdf", json!({"bytes": {"type": "integer"}})),
+                tool("get_image", json!({})),
+                {
+                    "name": "get_report_structured",
+                    "inputSchema": {"type": "object"},
+                    "outputSchema": {"type": "object", "additionalProperties": false, "required": ["title", "pdf"],
+                        "properties": {"title": {"type": "string"}, "pdf": {"type": "string"}}},
+                },
+                tool("slow", json!({"ms": {"type": "integer"}})),
+                tool("crash", json!({})),
+                tool("hang", json!({})),
+                tool("malformed", json!({})),
+                tool("sample", json!({})),
+            ]}),
+            "tools/call" => match name {
+                "echo" => text_result(args.get("message").and_then(Value::as_str).unwrap_or("").to_owned()),
+                "get_view_pdf" => {
+                    let size = args.get("bytes").and_then(Value::as_u64).unwrap_or(375_000) as usize;
+                    let pdf = samples::pdf(size, "Sales Dashboard");
+                    let body = json!({"view": "Sales Dashboard", "format": "pdf", "filename": "sales.pdf", "data": STANDARD.encode(&pdf)});
+                    text_result(body.to_string())
+                }
+                "get_image" => json!({"content": [{"type": "image", "mimeType": "image/png", "data": STANDARD.encode(samples::png(64, 48))}]}),
+                "get_report_structured" => {
+                    let sc = json!({"title": "Q3", "pdf": STANDARD.encode(samples::pdf(50_000, "Q3"))});
+                    json!({"content": [{"type": "text", "text": sc.to_string()}], "structuredContent": sc})
+                }
+                "slow" => {
+                    let ms = args.get("ms").and_then(Value::as_u64).unwrap_or(500);
+                    let token = params.pointer("/_meta/progressToken").cloned();
+                    let steps = 5;
+                    for i in 1..=steps {
+                        tokio::time::sleep(Duration::from_millis(ms / steps)).await;
+                        if let Some(t) = &token {
+                            peer.notify("notifications/progress", json!({"progressToken": t, "progress": i, "total": steps}));
+                        }
+                    }
+                    text_result(format!("slept {ms} ms"))
+                }
+                "crash" => {
+                    self.log("crashing");
+                    std::process::exit(3);
+                }
+                "hang" => return Ok(None),
+                "malformed" => {
+                    peer.send_raw(format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","#).into_bytes());
+                    return Ok(None);
+                }
+                "sample" => {
+                    let req = json!({"messages": [{"role": "user", "content": {"type": "text", "text": "say hi"}}], "maxTokens": 10});
+                    match peer.request("sampling/createMessage", req).await {
+                        Ok(r) => text_result(format!("client said: {}", r.pointer("/content/text").and_then(Value::as_str).unwrap_or("?"))),
+                        Err(e) => json!({"content": [{"type": "text", "text": format!("sampling failed: {e}")}], "isError": true}),
+                    }
+                }
+                other => return Err((code::INVALID_PARAMS, format!("unknown tool: {other}"))),
+            },
+            "logging/setLevel" => json!({}),
+            _ => return Err((code::METHOD_NOT_FOUND, format!("method not found: {method}"))),
+        };
+        Ok(Some(r))
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let log = std::env::var_os("STOWAGE_FIXTURE_LOG")
+        .and_then(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).ok())
+        .map(std::sync::Mutex::new);
+    let fixture = Arc::new(Fixture { log });
+    fixture.log("started");
+    eprintln!("stowage-fixture: serving on stdio");
+    serve(tokio::io::stdin(), tokio::io::stdout(), fixture).await;
+}

@@ -1,0 +1,353 @@
+//! Gateway configuration: the `[gateway]` section of `stowage.toml` and the standard
+//! `mcpServers` JSON that Claude Desktop and Cursor use.
+//!
+//! `[gateway]` refuses unknown keys (a misspelt limit must not silently fall back to its
+//! default). The `mcpServers` file is someone else's format, shared with other hosts that add
+//! their own keys (`autoApprove`, `disabled`, …), so there unknown keys are ignored.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// `[gateway]` in stowage.toml.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GatewayConfig {
+    /// Streamable HTTP listen address (`/mcp`, `/metrics`).
+    pub listen: String,
+    /// Separator between server name and tool/prompt name: `{server}{separator}{tool}`.
+    pub separator: String,
+    /// When to prefix tool and prompt names with the server name.
+    pub prefix: PrefixMode,
+    /// Host header values accepted on HTTP (DNS-rebinding protection). A value without a port
+    /// matches any port. Empty means the loopback names only.
+    pub allowed_hosts: Vec<String>,
+    /// Origin header values accepted on HTTP, e.g. `http://localhost:3000`. Requests without an
+    /// Origin are accepted; loopback origins are always accepted.
+    pub allowed_origins: Vec<String>,
+    /// How long one request may wait for its upstream before the client gets a timeout error.
+    pub request_timeout_secs: u64,
+    /// Largest single JSON-RPC message accepted from a peer, in bytes.
+    pub max_message_bytes: usize,
+    /// First delay before restarting a failed upstream; doubles up to `restart_backoff_max_ms`.
+    pub restart_backoff_initial_ms: u64,
+    pub restart_backoff_max_ms: u64,
+    /// Serve Prometheus metrics at `/metrics` on the HTTP listener.
+    pub metrics: bool,
+    /// Upstream servers (in addition to those from `--mcp-config`).
+    pub servers: BTreeMap<String, ServerConfig>,
+}
+
+/// Default HTTP listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        GatewayConfig {
+            listen: DEFAULT_LISTEN.to_owned(),
+            separator: "_".to_owned(),
+            prefix: PrefixMode::Auto,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            request_timeout_secs: 300,
+            max_message_bytes: crate::framing::DEFAULT_MAX_LINE_BYTES,
+            restart_backoff_initial_ms: 200,
+            restart_backoff_max_ms: 30_000,
+            metrics: true,
+            servers: BTreeMap::new(),
+        }
+    }
+}
+
+impl GatewayConfig {
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_secs(self.request_timeout_secs.max(1))
+    }
+}
+
+/// When tool and prompt names get the `{server}{separator}` prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PrefixMode {
+    /// Prefix only when more than one upstream is configured (a single wrapped server stays
+    /// transparent).
+    Auto,
+    Always,
+    Never,
+}
+
+/// One upstream server: either `command` (a stdio child) or `url` (Streamable HTTP).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    pub command: Option<String>,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<PathBuf>,
+    pub url: Option<String>,
+    /// Extra HTTP headers sent to a `url` upstream.
+    pub headers: BTreeMap<String, String>,
+    /// Environment variable holding a bearer token for a `url` upstream (kept out of files).
+    pub bearer_token_env: Option<String>,
+    /// Overrides `request_timeout_secs` for this server.
+    pub request_timeout_secs: Option<u64>,
+    pub disabled: bool,
+}
+
+/// A configuration mistake, named precisely enough to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("server {name:?}: {message}")]
+    Server { name: String, message: String },
+    #[error("server {name:?} is defined twice (in [gateway.servers] and in {path})")]
+    Duplicate { name: String, path: PathBuf },
+}
+
+/// How an upstream is reached, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TransportSpec {
+    Stdio { command: String, args: Vec<String>, env: BTreeMap<String, String>, cwd: Option<PathBuf> },
+    Http { url: String, headers: BTreeMap<String, String> },
+    /// The bundled demo server, run in-process.
+    Demo,
+}
+
+/// A validated upstream, ready to start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamSpec {
+    pub name: String,
+    pub transport: TransportSpec,
+    pub request_timeout: Duration,
+}
+
+impl UpstreamSpec {
+    /// One line for banners and `check-config`.
+    pub fn describe(&self) -> String {
+        match &self.transport {
+            TransportSpec::Stdio { command, args, .. } => {
+                let mut s = format!("{}: stdio `{command}", self.name);
+                for a in args {
+                    s.push(' ');
+                    s.push_str(a);
+                }
+                s.push('`');
+                s
+            }
+            TransportSpec::Http { url, headers } => {
+                let mut s = format!("{}: http {url}", self.name);
+                if !headers.is_empty() {
+                    let names: Vec<_> = headers.keys().map(String::as_str).collect();
+                    s.push_str(&format!(" (headers: {})", names.join(", ")));
+                }
+                s
+            }
+            TransportSpec::Demo => format!("{}: bundled demo server (in-process)", self.name),
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Validates and resolves this entry (reads `bearer_token_env`).
+    pub fn resolve(&self, name: &str, default_timeout: Duration) -> Result<UpstreamSpec, ConfigError> {
+        let err = |message: String| ConfigError::Server { name: name.to_owned(), message };
+        if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(err("server names must be non-empty and without whitespace".into()));
+        }
+        let transport = match (&self.command, &self.url) {
+            (Some(_), Some(_)) => return Err(err("set either command or url, not both".into())),
+            (None, None) => return Err(err("set command (a stdio server) or url (a Streamable HTTP server)".into())),
+            (Some(command), None) => {
+                if command.trim().is_empty() {
+                    return Err(err("command is empty".into()));
+                }
+                TransportSpec::Stdio {
+                    command: command.clone(),
+                    args: self.args.clone(),
+                    env: self.env.clone(),
+                    cwd: self.cwd.clone(),
+                }
+            }
+            (None, Some(url)) => {
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(err(format!("url {url:?} must start with http:// or https://")));
+                }
+                let mut headers = self.headers.clone();
+                if let Some(var) = &self.bearer_token_env {
+                    let token = std::env::var(var)
+                        .map_err(|_| err(format!("bearer_token_env {var} is not set in the environment")))?;
+                    headers.insert("Authorization".into(), format!("Bearer {token}"));
+                }
+                TransportSpec::Http { url: url.clone(), headers }
+            }
+        };
+        let request_timeout = self.request_timeout_secs.map(Duration::from_secs).unwrap_or(default_timeout);
+        Ok(UpstreamSpec { name: name.to_owned(), transport, request_timeout })
+    }
+}
+
+/// Reads a Claude Desktop / Cursor style `{"mcpServers": {...}}` file, in file order.
+pub fn read_mcp_servers(path: &Path) -> Result<Vec<(String, ServerConfig)>, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+    parse_mcp_servers(&text, path)
+}
+
+/// Parses `mcpServers` JSON. Entries with `"disabled": true` are kept (and skipped later) so
+/// that `check-config` can show them.
+pub fn parse_mcp_servers(text: &str, path: &Path) -> Result<Vec<(String, ServerConfig)>, ConfigError> {
+    let parse_err = |message: String| ConfigError::Parse { path: path.into(), message };
+    let root: serde_json::Value = serde_json::from_str(text).map_err(|e| parse_err(e.to_string()))?;
+    let servers = root
+        .get("mcpServers")
+        .or_else(|| root.get("servers"))
+        .and_then(|v| v.as_object())
+        .ok_or_else(|| parse_err("no \"mcpServers\" object".into()))?;
+    let mut out = Vec::new();
+    for (name, entry) in servers {
+        let entry: McpServerEntry = serde_json::from_value(entry.clone())
+            .map_err(|e| parse_err(format!("server {name:?}: {e}")))?;
+        let mut headers = entry.headers;
+        // Some hosts put a bearer token under "auth"/"token"; only the explicit form is read.
+        if let Some(t) = entry.bearer_token {
+            headers.insert("Authorization".into(), format!("Bearer {t}"));
+        }
+        let url = entry.url.or(entry.server_url);
+        if let Some(kind) = entry.kind.as_deref()
+            && kind == "sse"
+        {
+            return Err(ConfigError::Server {
+                name: name.clone(),
+                message: "the legacy HTTP+SSE transport is not supported; use a Streamable HTTP url".into(),
+            });
+        }
+        out.push((
+            name.clone(),
+            ServerConfig {
+                command: entry.command,
+                args: entry.args,
+                env: entry.env,
+                cwd: entry.cwd,
+                url,
+                headers,
+                bearer_token_env: None,
+                request_timeout_secs: None,
+                disabled: entry.disabled,
+            },
+        ));
+    }
+    Ok(out)
+}
+
+#[derive(Debug, Deserialize)]
+struct McpServerEntry {
+    #[serde(default)]
+    command: Option<String>,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    cwd: Option<PathBuf>,
+    #[serde(default)]
+    url: Option<String>,
+    #[serde(default, rename = "serverUrl")]
+    server_url: Option<String>,
+    #[serde(default, rename = "type")]
+    kind: Option<String>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    #[serde(default, rename = "bearerToken")]
+    bearer_token: Option<String>,
+    #[serde(default)]
+    disabled: bool,
+}
+
+/// Everything the gateway will run, merged from `[gateway.servers]`, `--mcp-config` and a
+/// trailing `-- CMD ARGS…`. With none of them, the bundled demo server.
+pub fn collect_upstreams(
+    gateway: &GatewayConfig,
+    mcp_config: Option<&Path>,
+    trailing: &[String],
+) -> Result<Vec<UpstreamSpec>, ConfigError> {
+    let timeout = gateway.request_timeout();
+    let mut entries: Vec<(String, ServerConfig)> =
+        gateway.servers.iter().map(|(n, s)| (n.clone(), s.clone())).collect();
+    if let Some(path) = mcp_config {
+        for (name, server) in read_mcp_servers(path)? {
+            if entries.iter().any(|(n, _)| *n == name) {
+                return Err(ConfigError::Duplicate { name, path: path.into() });
+            }
+            entries.push((name, server));
+        }
+    }
+    if let Some((command, args)) = trailing.split_first() {
+        let name = Path::new(command)
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "server".into());
+        let name = if entries.iter().any(|(n, _)| *n == name) { format!("{name}-cmd") } else { name };
+        entries.push((name, ServerConfig { command: Some(command.clone()), args: args.to_vec(), ..Default::default() }));
+    }
+    let mut specs = Vec::new();
+    for (name, server) in entries.iter().filter(|(_, s)| !s.disabled) {
+        specs.push(server.resolve(name, timeout)?);
+    }
+    if specs.is_empty() {
+        specs.push(UpstreamSpec { name: "demo".into(), transport: TransportSpec::Demo, request_timeout: timeout });
+    }
+    Ok(specs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claude_desktop_file() {
+        let text = r#"{"mcpServers":{
+            "files":{"command":"npx","args":["-y","@modelcontextprotocol/server-filesystem","/tmp"],"env":{"A":"1"},"autoApprove":[]},
+            "remote":{"type":"http","url":"http://127.0.0.1:9/mcp","headers":{"X-Key":"k"}},
+            "off":{"command":"x","disabled":true}}}"#;
+        let servers = parse_mcp_servers(text, Path::new("c.json")).unwrap();
+        assert_eq!(servers.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["files", "remote", "off"]);
+        assert_eq!(servers[0].1.args.len(), 3);
+        assert_eq!(servers[1].1.url.as_deref(), Some("http://127.0.0.1:9/mcp"));
+        assert!(servers[2].1.disabled);
+    }
+
+    #[test]
+    fn bad_entries_name_the_server() {
+        let e = parse_mcp_servers(r#"{"mcpServers":{"a":{"type":"sse","url":"http://x"}}}"#, Path::new("c.json"));
+        assert!(e.unwrap_err().to_string().contains("\"a\""));
+        let both = ServerConfig { command: Some("x".into()), url: Some("http://y".into()), ..Default::default() };
+        assert_eq!(
+            both.resolve("s", Duration::from_secs(1)).unwrap_err().to_string(),
+            "server \"s\": set either command or url, not both"
+        );
+        assert!(parse_mcp_servers("{}", Path::new("c.json")).is_err());
+    }
+
+    #[test]
+    fn trailing_command_and_demo_fallback() {
+        let g = GatewayConfig::default();
+        let specs = collect_upstreams(&g, None, &["/usr/bin/my-server".into(), "--flag".into()]).unwrap();
+        assert_eq!(specs.len(), 1);
+        assert_eq!(specs[0].name, "my-server");
+        assert_eq!(specs[0].describe(), "my-server: stdio `/usr/bin/my-server --flag`");
+        let specs = collect_upstreams(&g, None, &[]).unwrap();
+        assert_eq!(specs[0].transport, TransportSpec::Demo);
+    }
+
+    #[test]
+    fn gateway_section_refuses_unknown_keys() {
+        let ok: GatewayConfig = serde_json::from_str(r#"{"listen":"127.0.0.1:1"}"#).unwrap();
+        assert_eq!(ok.separator, "_");
+        assert!(serde_json::from_str::<GatewayConfig>(r#"{"lisen":"x"}"#).is_err());
+    }
+}

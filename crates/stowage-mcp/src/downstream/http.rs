@@ -1,0 +1,247 @@
+//! The Streamable HTTP downstream at `/mcp`, and `/metrics`.
+//!
+//! - `POST /mcp` carries one JSON-RPC message. `initialize` creates a session and returns its
+//!   `Mcp-Session-Id`; later requests name it. A request is answered with an SSE stream
+//!   (progress, logging and sampling requests first, then the response) when the client
+//!   accepts `text/event-stream`, else with a JSON body. Notifications and responses get 202.
+//!   A request without a session that is not `initialize` is served statelessly (the
+//!   2026-07-28 revision), under a fresh one-request scope.
+//! - `GET /mcp` opens the session's stream for messages not tied to a request.
+//! - `DELETE /mcp` ends the session.
+//!
+//! If the client drops the response stream, the task computing the answer is aborted, which
+//! cancels the upstream request (see [`crate::upstream::Outstanding`]).
+//!
+//! DNS-rebinding protection: the `Host` header must be a loopback name or in
+//! `allowed_hosts`, and an `Origin`, when present, must be loopback or in `allowed_origins`.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures::stream;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::gateway::Gateway;
+use crate::jsonrpc::{Kind, Message, code};
+use crate::session::Session;
+
+const SESSION_HEADER: &str = "mcp-session-id";
+
+struct HttpSession {
+    session: Arc<Session>,
+    stream: Mutex<Option<mpsc::UnboundedReceiver<Vec<u8>>>>,
+}
+
+#[derive(Clone)]
+struct AppState {
+    gw: Arc<Gateway>,
+    sessions: Arc<Mutex<HashMap<String, Arc<HttpSession>>>>,
+    hosts: Arc<Vec<String>>,
+    origins: Arc<Vec<String>>,
+}
+
+/// The `/mcp` and `/metrics` routes. `listen_host` joins the Host allow-list.
+pub fn router(gw: Arc<Gateway>, listen: &str) -> Router {
+    let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "[::1]"].map(String::from).to_vec();
+    hosts.extend(gw.config.allowed_hosts.iter().map(|h| h.to_ascii_lowercase()));
+    if let Some((host, _)) = listen.rsplit_once(':')
+        && host != "0.0.0.0"
+        && host != "[::]"
+    {
+        hosts.push(host.to_ascii_lowercase());
+    }
+    let origins = gw.config.allowed_origins.iter().map(|o| o.trim_end_matches('/').to_ascii_lowercase()).collect();
+    let metrics_on = gw.config.metrics;
+    let max_body = gw.config.max_message_bytes;
+    let state = AppState { gw, sessions: Arc::default(), hosts: Arc::new(hosts), origins: Arc::new(origins) };
+    let mut r = Router::new().route("/mcp", post(post_mcp).get(get_mcp).delete(delete_mcp));
+    if metrics_on {
+        r = r.route("/metrics", get(|| async { crate::metrics::render() }));
+    }
+    r.layer(DefaultBodyLimit::max(max_body))
+        .layer(middleware::from_fn_with_state(state.clone(), guard_origin))
+        .with_state(state)
+}
+
+/// Host/Origin allow-list (DNS-rebinding protection).
+async fn guard_origin(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let headers = req.headers();
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("").to_ascii_lowercase();
+    if !host_allowed(&host, &st.hosts) {
+        return forbidden(&format!("host {host:?} is not allowed (set gateway.allowed_hosts)"));
+    }
+    if let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) {
+        let o = origin.trim_end_matches('/').to_ascii_lowercase();
+        if !origin_is_loopback(&o) && !st.origins.contains(&o) {
+            return forbidden(&format!("origin {origin:?} is not allowed (set gateway.allowed_origins)"));
+        }
+    }
+    next.run(req).await
+}
+
+fn forbidden(message: &str) -> Response {
+    let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": code::INVALID_REQUEST, "message": message}});
+    (StatusCode::FORBIDDEN, axum::Json(body)).into_response()
+}
+
+/// `host` is `name` or `name:port`; an allow-list entry without a port matches any port.
+fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    let name = match host.rsplit_once(':') {
+        Some((n, port)) if port.chars().all(|c| c.is_ascii_digit()) && !n.is_empty() => n,
+        _ => host,
+    };
+    allowed.iter().any(|a| a == host || a == name)
+}
+
+fn origin_is_loopback(origin: &str) -> bool {
+    let rest = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://")).unwrap_or("");
+    let name = rest.rsplit_once(':').map_or(rest, |(n, _)| n);
+    matches!(name, "localhost" | "127.0.0.1" | "[::1]")
+}
+
+fn accepts_sse(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|a| a.to_str().ok())
+        .is_some_and(|a| a.contains("text/event-stream"))
+}
+
+fn json_rpc_error(status: StatusCode, c: i64, message: &str) -> Response {
+    let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": c, "message": message}});
+    (status, axum::Json(body)).into_response()
+}
+
+async fn post_mcp(State(st): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    let msg = match Message::parse(&body) {
+        Ok(m) => m,
+        Err(e) => return json_rpc_error(StatusCode::BAD_REQUEST, code::PARSE_ERROR, &format!("parse error: {e}")),
+    };
+    let sid = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let is_initialize = msg.method.as_deref() == Some("initialize");
+    let (session, new_sid) = match (&sid, is_initialize) {
+        (Some(id), false) => match st.sessions.lock().unwrap().get(id) {
+            Some(s) => (s.session.clone(), None),
+            None => return json_rpc_error(StatusCode::NOT_FOUND, code::INVALID_REQUEST, "unknown or expired session"),
+        },
+        (_, true) => {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let session = st.gw.open_session(None, Some(tx));
+            let hs = Arc::new(HttpSession { session: session.clone(), stream: Mutex::new(Some(rx)) });
+            st.sessions.lock().unwrap().insert(session.id.clone(), hs);
+            let id = session.id.clone();
+            (session, Some(id))
+        }
+        // Stateless (2026-07-28): a fresh scope for this request alone.
+        (None, false) => (st.gw.open_session(None, None), None),
+    };
+    if msg.kind() != Kind::Request {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        if let Some(resp) = st.gw.handle(&session, msg, &tx).await {
+            return axum::Json(serde_json::from_slice::<Value>(&resp.to_line()).unwrap_or(Value::Null)).into_response();
+        }
+        return StatusCode::ACCEPTED.into_response();
+    }
+    let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let gw = st.gw.clone();
+    let task = tokio::spawn(async move {
+        let resp = gw.handle(&session, msg, &tx).await;
+        if let Some(r) = resp {
+            let _ = tx.send(r.to_line());
+        }
+    });
+    let guard = AbortOnDrop(task);
+    let mut response = if accepts_sse(&headers) {
+        let events = stream::unfold((rx, guard), |(mut rx, guard)| async move {
+            let line = rx.recv().await?;
+            let data = String::from_utf8(line).unwrap_or_default();
+            Some((Ok::<_, Infallible>(Event::default().event("message").data(data)), (rx, guard)))
+        });
+        Sse::new(events).keep_alive(KeepAlive::default()).into_response()
+    } else {
+        // JSON mode: only the final response is delivered; earlier messages are dropped.
+        let mut rx = rx;
+        let mut last = None;
+        while let Some(line) = rx.recv().await {
+            last = Some(line);
+        }
+        drop(guard);
+        match last {
+            Some(line) => ([(header::CONTENT_TYPE, "application/json")], line).into_response(),
+            None => StatusCode::ACCEPTED.into_response(),
+        }
+    };
+    if let Some(id) = new_sid
+        && let Ok(v) = HeaderValue::from_str(&id)
+    {
+        response.headers_mut().insert(SESSION_HEADER, v);
+    }
+    response
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+async fn get_mcp(State(st): State<AppState>, headers: HeaderMap) -> Response {
+    let Some(sid) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
+        return StatusCode::METHOD_NOT_ALLOWED.into_response();
+    };
+    let Some(hs) = st.sessions.lock().unwrap().get(sid).cloned() else {
+        return json_rpc_error(StatusCode::NOT_FOUND, code::INVALID_REQUEST, "unknown or expired session");
+    };
+    let Some(rx) = hs.stream.lock().unwrap().take() else {
+        return json_rpc_error(StatusCode::CONFLICT, code::INVALID_REQUEST, "this session's stream is already open");
+    };
+    let events = stream::unfold(rx, |mut rx| async move {
+        let line = rx.recv().await?;
+        Some((Ok::<_, Infallible>(Event::default().event("message").data(String::from_utf8(line).unwrap_or_default())), rx))
+    });
+    Sse::new(events).keep_alive(KeepAlive::default()).into_response()
+}
+
+async fn delete_mcp(State(st): State<AppState>, headers: HeaderMap) -> Response {
+    let Some(sid) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    match st.sessions.lock().unwrap().remove(sid) {
+        Some(hs) => {
+            hs.session.set_notify(None);
+            StatusCode::OK.into_response()
+        }
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_and_origin_allow_lists() {
+        let allowed = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "gw.internal:9000".to_owned()];
+        assert!(host_allowed("127.0.0.1:8787", &allowed));
+        assert!(host_allowed("localhost", &allowed));
+        assert!(host_allowed("gw.internal:9000", &allowed));
+        assert!(!host_allowed("gw.internal:9001", &allowed));
+        assert!(!host_allowed("evil.example:8787", &allowed));
+        assert!(!host_allowed("", &allowed));
+        assert!(origin_is_loopback("http://localhost:6274"));
+        assert!(origin_is_loopback("http://127.0.0.1"));
+        assert!(!origin_is_loopback("http://localhost.evil.example"));
+        assert!(!origin_is_loopback("null"));
+    }
+}

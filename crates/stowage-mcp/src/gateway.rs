@@ -1,0 +1,634 @@
+//! The gateway core: answers what it owns (initialize, discover, lists), routes the rest to
+//! the right upstream with ids and progress tokens mapped, rewrites tool results, and relays
+//! what upstreams initiate back to the right client.
+//!
+//! Transports ([`crate::downstream`]) call [`Gateway::handle`] for every client message with
+//! an [`Outbox`] for messages tied to that request (progress, sampling). Routing of
+//! upstream-initiated requests: a stdio upstream is shared by all sessions and does not say
+//! which request a sampling/elicitation request belongs to, so it goes to the session with the
+//! most recent call in flight to that upstream (exact whenever one client is active).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{GatewayConfig, PrefixMode, UpstreamSpec};
+use crate::jsonrpc::{Id, Kind, Message, code, to_raw};
+use crate::rewrite::{CallContext, Rewriter};
+use crate::router::{Catalog, UpstreamLists};
+use crate::session::{Outbox, Session};
+use crate::upstream::{CallError, Conn, DemoFactory, Upstream, UpstreamEvent, result_value};
+
+/// Protocol versions offered to clients, oldest first. 2026-07-28 is the stateless revision
+/// (answered through `server/discover`); the others through `initialize`.
+pub const HANDSHAKE_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+pub const MODERN_VERSIONS: &[&str] = &["2026-07-28"];
+const LATEST_HANDSHAKE: &str = "2025-11-25";
+const META_PREFIX: &str = "io.modelcontextprotocol/";
+
+struct ActiveCall {
+    session: Weak<Session>,
+    outbox: Outbox,
+}
+
+/// The running gateway.
+pub struct Gateway {
+    pub config: GatewayConfig,
+    pub upstreams: Vec<Arc<Upstream>>,
+    catalog: RwLock<Arc<Catalog>>,
+    lists: Mutex<Vec<UpstreamLists>>,
+    sessions: Mutex<Vec<Weak<Session>>>,
+    active: Mutex<HashMap<(usize, u64), ActiveCall>>,
+    progress: Mutex<HashMap<String, (Value, Outbox)>>,
+    next_token: AtomicU64,
+    rewriter: Rewriter,
+    prefix: bool,
+    shutdown: CancellationToken,
+    ready: tokio::sync::watch::Sender<usize>,
+}
+
+impl Gateway {
+    /// Starts every upstream's supervisor and the event loop.
+    pub fn start(config: GatewayConfig, specs: Vec<UpstreamSpec>, rewriter: Rewriter, demo: Option<DemoFactory>) -> Arc<Gateway> {
+        let shutdown = CancellationToken::new();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let backoff = (
+            Duration::from_millis(config.restart_backoff_initial_ms.max(10)),
+            Duration::from_millis(config.restart_backoff_max_ms.max(config.restart_backoff_initial_ms.max(10))),
+        );
+        let prefix = match config.prefix {
+            PrefixMode::Always => true,
+            PrefixMode::Never => false,
+            PrefixMode::Auto => specs.len() > 1,
+        };
+        let upstreams: Vec<_> = specs
+            .into_iter()
+            .enumerate()
+            .map(|(i, spec)| {
+                Upstream::new(i, spec, tx.clone(), shutdown.clone(), config.max_message_bytes, backoff, demo.clone())
+            })
+            .collect();
+        let lists = upstreams.iter().map(|u| UpstreamLists { name: u.name().to_owned(), ..Default::default() }).collect();
+        let gw = Arc::new(Gateway {
+            config,
+            upstreams,
+            catalog: RwLock::new(Arc::new(Catalog::default())),
+            lists: Mutex::new(lists),
+            sessions: Mutex::new(Vec::new()),
+            active: Mutex::new(HashMap::new()),
+            progress: Mutex::new(HashMap::new()),
+            next_token: AtomicU64::new(1),
+            rewriter,
+            prefix,
+            shutdown,
+            ready: tokio::sync::watch::channel(0).0,
+        });
+        for u in &gw.upstreams {
+            tokio::spawn(u.clone().supervise());
+        }
+        tokio::spawn(event_loop(Arc::downgrade(&gw), rx));
+        gw
+    }
+
+    /// Waits until every upstream has connected and listed its tools once, or `timeout`.
+    /// Returns how many did.
+    pub async fn wait_ready(&self, timeout: Duration) -> usize {
+        let n = self.upstreams.len();
+        let mut rx = self.ready.subscribe();
+        let _ = tokio::time::timeout(timeout, rx.wait_for(|r| *r >= n)).await;
+        *rx.borrow()
+    }
+
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.catalog.read().unwrap().clone()
+    }
+
+    /// Stops supervisors and kills every upstream.
+    pub fn shutdown(&self) {
+        self.shutdown.cancel();
+        for u in &self.upstreams {
+            u.close();
+        }
+    }
+
+    /// A new session; `notify` is its general stream for messages not tied to a request.
+    pub fn open_session(&self, scope: Option<stowage_core::ArtifactScope>, notify: Option<Outbox>) -> Arc<Session> {
+        let s = Arc::new(Session::new(scope, notify));
+        let mut sessions = self.sessions.lock().unwrap();
+        sessions.retain(|w| w.strong_count() > 0);
+        sessions.push(Arc::downgrade(&s));
+        metrics::gauge!("stowage_sessions").set(sessions.len() as f64);
+        s
+    }
+
+    fn live_sessions(&self) -> Vec<Arc<Session>> {
+        self.sessions.lock().unwrap().iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// Handles one message from a client. Returns the response to send, if any.
+    pub async fn handle(self: &Arc<Self>, session: &Arc<Session>, msg: Message, outbox: &Outbox) -> Option<Message> {
+        match msg.kind() {
+            Kind::Response => {
+                session.resolve(msg);
+                None
+            }
+            Kind::Notification => {
+                self.notification(session, msg);
+                None
+            }
+            Kind::Request => {
+                let id = msg.id.clone().expect("a request has an id");
+                let cancel = session.begin(&id);
+                let out = tokio::select! {
+                    r = self.request(session, msg, outbox) => Some(r),
+                    _ = cancel.cancelled() => None,
+                };
+                session.end(&id);
+                out.map(|r| match r {
+                    Ok(mut m) => {
+                        m.id = Some(id);
+                        m
+                    }
+                    Err((code, message)) => Message::error(id, code, message),
+                })
+            }
+            Kind::Invalid => Some(Message::error(
+                msg.id.unwrap_or(Value::Null),
+                code::INVALID_REQUEST,
+                "not a json-rpc 2.0 request, notification or response",
+            )),
+        }
+    }
+
+    fn notification(&self, session: &Arc<Session>, msg: Message) {
+        let method = msg.method.as_deref().unwrap_or("");
+        match method {
+            "notifications/cancelled" => {
+                if let Some(id) = msg.params_value().get("requestId") {
+                    session.cancel(id);
+                }
+            }
+            "notifications/roots/list_changed" => {
+                for u in &self.upstreams {
+                    if let Some(c) = u.current() {
+                        c.send(&msg);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    async fn request(self: &Arc<Self>, session: &Arc<Session>, msg: Message, outbox: &Outbox) -> Result<Message, (i64, String)> {
+        let method = msg.method.clone().unwrap_or_default();
+        let params = msg.params_value();
+        let id = msg.id.clone().unwrap_or(Value::Null);
+        let ok = |v: Value| Ok(Message::response(Value::Null, &v));
+        match method.as_str() {
+            "initialize" => {
+                let asked = params.get("protocolVersion").and_then(Value::as_str).unwrap_or(LATEST_HANDSHAKE);
+                let version = if HANDSHAKE_VERSIONS.contains(&asked) { asked } else { LATEST_HANDSHAKE };
+                *session.protocol.lock().unwrap() = Some(version.to_owned());
+                *session.client_capabilities.lock().unwrap() = params.get("capabilities").cloned().unwrap_or(json!({}));
+                let mut result = json!({
+                    "protocolVersion": version,
+                    "capabilities": self.capabilities(),
+                    "serverInfo": server_info(),
+                });
+                if let Some(i) = self.instructions() {
+                    result["instructions"] = json!(i);
+                }
+                ok(result)
+            }
+            "server/discover" => {
+                let asked = params.pointer("/_meta/io.modelcontextprotocol~1protocolVersion").and_then(Value::as_str);
+                if let Some(v) = asked
+                    && !MODERN_VERSIONS.contains(&v)
+                {
+                    let mut supported: Vec<&str> = MODERN_VERSIONS.to_vec();
+                    supported.extend(HANDSHAKE_VERSIONS);
+                    let e = json!({"code": -32022, "message": format!("unsupported protocol version {v}"), "data": {"supported": supported, "requested": v}});
+                    return Ok(Message { id: Some(id), error: Some(to_raw(&e)), ..Default::default() });
+                }
+                *session.protocol.lock().unwrap() = Some(MODERN_VERSIONS[0].to_owned());
+                if let Some(c) = params.pointer("/_meta/io.modelcontextprotocol~1clientCapabilities") {
+                    *session.client_capabilities.lock().unwrap() = c.clone();
+                }
+                let mut result = json!({
+                    "supportedVersions": MODERN_VERSIONS,
+                    "capabilities": self.capabilities(),
+                    "resultType": "complete",
+                    "_meta": {"io.modelcontextprotocol/serverInfo": server_info()},
+                });
+                if let Some(i) = self.instructions() {
+                    result["instructions"] = json!(i);
+                }
+                ok(result)
+            }
+            "ping" => ok(json!({})),
+            "tools/list" => {
+                let tools: Vec<Value> = self.catalog().tools.iter().map(|t| t.def.clone()).collect();
+                ok(json!({"tools": tools}))
+            }
+            "prompts/list" => {
+                let prompts: Vec<Value> = self.catalog().prompts.iter().map(|t| t.def.clone()).collect();
+                ok(json!({"prompts": prompts}))
+            }
+            "resources/list" => {
+                let resources: Vec<Value> = self.catalog().resources.iter().map(|(_, r)| r.clone()).collect();
+                ok(json!({"resources": resources}))
+            }
+            "resources/templates/list" => {
+                let templates: Vec<Value> = self.catalog().templates.iter().map(|(_, r)| r.clone()).collect();
+                ok(json!({"resourceTemplates": templates}))
+            }
+            "tools/call" => self.call_tool(session, &id, params, outbox).await,
+            "prompts/get" => {
+                let name = params.get("name").and_then(Value::as_str).unwrap_or("");
+                let Some(p) = self.catalog().prompt(name).cloned() else {
+                    return Err((code::INVALID_PARAMS, format!("unknown prompt: {name}")));
+                };
+                let mut params = params;
+                params["name"] = json!(p.original);
+                self.forward(session, p.upstream, &method, params, outbox).await
+            }
+            "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
+                let uri = params.get("uri").and_then(Value::as_str).unwrap_or("").to_owned();
+                let Some(u) = self.catalog().resource_upstream(&uri, self.upstreams.len()) else {
+                    return Err((code::RESOURCE_NOT_FOUND, format!("resource not found: {uri}")));
+                };
+                match method.as_str() {
+                    "resources/subscribe" => {
+                        session.subscriptions.lock().unwrap().insert(uri);
+                    }
+                    "resources/unsubscribe" => {
+                        session.subscriptions.lock().unwrap().remove(&uri);
+                    }
+                    _ => {}
+                }
+                self.forward(session, u, &method, params, outbox).await
+            }
+            "completion/complete" => {
+                let r = params.get("ref").cloned().unwrap_or(Value::Null);
+                let target = match r.get("type").and_then(Value::as_str) {
+                    Some("ref/prompt") => {
+                        let name = r.get("name").and_then(Value::as_str).unwrap_or("");
+                        self.catalog().prompt(name).map(|p| (p.upstream, Some(p.original.clone())))
+                    }
+                    Some("ref/resource") => {
+                        let uri = r.get("uri").and_then(Value::as_str).unwrap_or("");
+                        self.catalog().resource_upstream(uri, self.upstreams.len()).map(|u| (u, None))
+                    }
+                    _ => None,
+                };
+                let Some((u, original)) = target else {
+                    return Err((code::INVALID_PARAMS, "completion/complete: unknown ref".into()));
+                };
+                let mut params = params;
+                if let Some(o) = original {
+                    params["ref"]["name"] = json!(o);
+                }
+                self.forward(session, u, &method, params, outbox).await
+            }
+            "logging/setLevel" => {
+                for (i, u) in self.upstreams.iter().enumerate() {
+                    if u.capability("logging") {
+                        let _ = self.forward(session, i, &method, params.clone(), outbox).await;
+                    }
+                }
+                ok(json!({}))
+            }
+            _ if self.upstreams.len() == 1 => self.forward(session, 0, &method, params, outbox).await,
+            _ => Err((code::METHOD_NOT_FOUND, format!("method not found: {method}"))),
+        }
+    }
+
+    async fn call_tool(self: &Arc<Self>, session: &Arc<Session>, _id: &Id, params: Value, outbox: &Outbox) -> Result<Message, (i64, String)> {
+        let name = params.get("name").and_then(Value::as_str).unwrap_or("").to_owned();
+        let Some(tool) = self.catalog().tool(&name).cloned() else {
+            return Err((code::INVALID_PARAMS, format!("unknown tool: {name}")));
+        };
+        let upstream = self.upstreams[tool.upstream].name().to_owned();
+        let started = Instant::now();
+        let mut params = params;
+        params["name"] = json!(tool.original);
+        let reply = self.forward(session, tool.upstream, "tools/call", params, outbox).await;
+        let mut reply = match reply {
+            Ok(r) => r,
+            Err(e) => {
+                metrics::counter!("stowage_tool_calls_total", "upstream" => upstream.clone(), "outcome" => "error").increment(1);
+                tracing::info!(target: "stowage::call", upstream = %upstream, tool = %name, duration_ms = started.elapsed().as_secs_f64() * 1000.0, error = %e.1, "tool call failed");
+                return Err(e);
+            }
+        };
+        let Some(raw) = reply.result.take() else {
+            metrics::counter!("stowage_tool_calls_total", "upstream" => upstream.clone(), "outcome" => "error").increment(1);
+            return Ok(reply);
+        };
+        let raw_len = raw.get().len();
+        let value: Value = match serde_json::from_str(raw.get()) {
+            Ok(v) => v,
+            Err(e) => return Err((code::INTERNAL_ERROR, format!("upstream {upstream} sent an unreadable tool result: {e}"))),
+        };
+        drop(raw);
+        let ctx = CallContext {
+            tool: tool.original.clone(),
+            upstream: upstream.clone(),
+            scope: session.scope.clone(),
+            output_schema: tool.def.get("outputSchema").cloned(),
+        };
+        let out = self.rewriter.rewrite(&ctx, value, raw_len).await;
+        let secs = started.elapsed().as_secs_f64();
+        let outcome = if out.value.get("isError").and_then(Value::as_bool) == Some(true) { "tool_error" } else { "ok" };
+        metrics::counter!("stowage_tool_calls_total", "upstream" => upstream.clone(), "outcome" => outcome).increment(1);
+        metrics::histogram!("stowage_tool_call_seconds", "upstream" => upstream.clone()).record(secs);
+        metrics::counter!("stowage_tool_bytes_in_total", "upstream" => upstream.clone()).increment(out.bytes_in);
+        metrics::counter!("stowage_tool_bytes_out_total", "upstream" => upstream.clone()).increment(out.bytes_out);
+        metrics::counter!("stowage_artifacts_total", "upstream" => upstream.clone()).increment(out.artifacts as u64);
+        tracing::info!(
+            target: "stowage::call",
+            upstream = %upstream, tool = %name, duration_ms = secs * 1000.0,
+            bytes_in = out.bytes_in, bytes_out = out.bytes_out, artifacts = out.artifacts, outcome,
+            "tool call"
+        );
+        Ok(Message::response(Value::Null, &out.value))
+    }
+
+    /// Sends a request to upstream `index` on behalf of `session` and waits for its reply.
+    /// Dropping this future (client gone, cancelled) cancels the upstream request.
+    async fn forward(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        index: usize,
+        method: &str,
+        mut params: Value,
+        outbox: &Outbox,
+    ) -> Result<Message, (i64, String)> {
+        let upstream = &self.upstreams[index];
+        let timeout = upstream.spec.request_timeout;
+        let deadline = Instant::now() + timeout;
+        strip_envelope(&mut params);
+        // Progress tokens are mapped to gateway-unique ones: the upstream is shared.
+        let mut token_key = None;
+        if let Some(token) = params.pointer("/_meta/progressToken").cloned() {
+            let mine = format!("stowage-p{}", self.next_token.fetch_add(1, Ordering::Relaxed));
+            params["_meta"]["progressToken"] = json!(mine);
+            self.progress.lock().unwrap().insert(mine.clone(), (token, outbox.clone()));
+            token_key = Some(mine);
+        }
+        let conn = upstream.connection(timeout).await.map_err(|e| (e.code(), e.to_string()))?;
+        let out = conn.start(method, Some(to_raw(&params)));
+        let key = (index, out.id);
+        self.active.lock().unwrap().insert(key, ActiveCall { session: Arc::downgrade(session), outbox: outbox.clone() });
+        let _cleanup = Cleanup { gw: self.clone(), key, token: token_key };
+        let reply = out.wait(deadline.saturating_duration_since(Instant::now())).await;
+        reply.map_err(|e: CallError| (e.code(), e.to_string()))
+    }
+
+    fn capabilities(&self) -> Value {
+        let any = |k: &str| self.upstreams.iter().any(|u| u.capability(k));
+        let mut caps = json!({"tools": {"listChanged": true}});
+        if any("prompts") {
+            caps["prompts"] = json!({"listChanged": true});
+        }
+        if any("resources") {
+            let subscribe = self.upstreams.iter().any(|u| {
+                u.info().and_then(|i| i.pointer("/capabilities/resources/subscribe").and_then(Value::as_bool)).unwrap_or(false)
+            });
+            caps["resources"] = json!({"listChanged": true, "subscribe": subscribe});
+        }
+        if any("logging") {
+            caps["logging"] = json!({});
+        }
+        if any("completions") {
+            caps["completions"] = json!({});
+        }
+        caps
+    }
+
+    fn instructions(&self) -> Option<String> {
+        let parts: Vec<String> = self
+            .upstreams
+            .iter()
+            .filter_map(|u| {
+                let text = u.info()?.get("instructions")?.as_str()?.to_owned();
+                Some(if self.upstreams.len() > 1 { format!("[{}] {text}", u.name()) } else { text })
+            })
+            .collect();
+        (!parts.is_empty()).then(|| parts.join("\n\n"))
+    }
+
+    /// Fetches every list of upstream `index` (following pagination) and rebuilds the catalog.
+    async fn refresh(self: &Arc<Self>, index: usize) {
+        let u = &self.upstreams[index];
+        let timeout = u.spec.request_timeout.min(Duration::from_secs(30));
+        let mut fresh = UpstreamLists { name: u.name().to_owned(), ..Default::default() };
+        let lists: [(&str, &str, &str, &mut Vec<Value>); 4] = [
+            ("tools", "tools/list", "tools", &mut fresh.tools),
+            ("prompts", "prompts/list", "prompts", &mut fresh.prompts),
+            ("resources", "resources/list", "resources", &mut fresh.resources),
+            ("resources", "resources/templates/list", "resourceTemplates", &mut fresh.templates),
+        ];
+        for (cap, method, key, into) in lists {
+            if !u.capability(cap) {
+                continue;
+            }
+            let mut cursor: Option<String> = None;
+            for _page in 0..1000 {
+                let params = cursor.as_ref().map(|c| json!({"cursor": c}));
+                let reply = match u.request(method, params.as_ref(), timeout).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::warn!(target: "stowage::upstream", upstream = %u.name(), "{method} failed: {e}");
+                        break;
+                    }
+                };
+                let Ok(v) = result_value(&reply) else {
+                    tracing::warn!(target: "stowage::upstream", upstream = %u.name(), "{method} returned an error");
+                    break;
+                };
+                if let Some(items) = v.get(key).and_then(Value::as_array) {
+                    into.extend(items.iter().cloned());
+                }
+                cursor = v.get("nextCursor").and_then(Value::as_str).map(str::to_owned);
+                if cursor.is_none() {
+                    break;
+                }
+            }
+        }
+        let catalog = {
+            let mut lists = self.lists.lock().unwrap();
+            lists[index] = fresh;
+            Catalog::build(&lists, self.prefix, &self.config.separator)
+        };
+        for c in &catalog.collisions {
+            tracing::warn!(target: "stowage::router", "name collision: {c}");
+        }
+        *self.catalog.write().unwrap() = Arc::new(catalog);
+    }
+
+    /// Routes a notification or request that an upstream initiated.
+    async fn from_upstream(self: Arc<Self>, index: usize, conn: Arc<Conn>, msg: Message) {
+        let method = msg.method.clone().unwrap_or_default();
+        if msg.kind() == Kind::Notification {
+            match method.as_str() {
+                "notifications/progress" => {
+                    let mut p = msg.params_value();
+                    let token = p.get("progressToken").and_then(Value::as_str).unwrap_or("").to_owned();
+                    let target = self.progress.lock().unwrap().get(&token).cloned();
+                    if let Some((original, outbox)) = target {
+                        p["progressToken"] = original;
+                        let _ = outbox.send(Message::notification(&method, Some(&p)).to_line());
+                    }
+                }
+                "notifications/tools/list_changed" | "notifications/prompts/list_changed" | "notifications/resources/list_changed" => {
+                    self.refresh(index).await;
+                    for s in self.live_sessions() {
+                        s.notify(&msg);
+                    }
+                }
+                "notifications/resources/updated" => {
+                    let uri = msg.params_value().get("uri").and_then(Value::as_str).unwrap_or("").to_owned();
+                    for s in self.live_sessions() {
+                        if s.subscriptions.lock().unwrap().contains(&uri) {
+                            s.notify(&msg);
+                        }
+                    }
+                }
+                _ => {
+                    // Logging and anything else: to the client whose call is running there, else
+                    // to every session's general stream.
+                    match self.latest_call(index) {
+                        Some((_, outbox)) => {
+                            let _ = outbox.send(msg.to_line());
+                        }
+                        None => {
+                            for s in self.live_sessions() {
+                                s.notify(&msg);
+                            }
+                        }
+                    }
+                }
+            }
+            return;
+        }
+        // A request from the upstream.
+        let up_id = msg.id.clone().unwrap_or(Value::Null);
+        if method == "ping" {
+            conn.send(&Message::response(up_id, &json!({})));
+            return;
+        }
+        let target = self.latest_call(index).or_else(|| {
+            let s = self.live_sessions().pop()?;
+            let outbox = s.outbox_for_requests()?;
+            Some((s, outbox))
+        });
+        let reply = match target {
+            Some((session, outbox)) => {
+                let timeout = self.upstreams[index].spec.request_timeout;
+                match session.request_client(&method, msg.params, &outbox, timeout).await {
+                    Some(mut answer) => {
+                        answer.id = Some(up_id.clone());
+                        answer.method = None;
+                        answer
+                    }
+                    None => Message::error(up_id, code::INTERNAL_ERROR, format!("the client did not answer {method}")),
+                }
+            }
+            None if method == "roots/list" => Message::response(up_id, &json!({"roots": []})),
+            None => Message::error(up_id, code::METHOD_NOT_FOUND, format!("no client is connected to answer {method}")),
+        };
+        conn.send(&reply);
+    }
+
+    fn latest_call(&self, index: usize) -> Option<(Arc<Session>, Outbox)> {
+        let active = self.active.lock().unwrap();
+        active
+            .iter()
+            .filter(|((u, _), _)| *u == index)
+            .max_by_key(|((_, id), _)| *id)
+            .and_then(|(_, c)| Some((c.session.upgrade()?, c.outbox.clone())))
+    }
+}
+
+/// Removes a finished call's routing entries, also when its future is dropped.
+struct Cleanup {
+    gw: Arc<Gateway>,
+    key: (usize, u64),
+    token: Option<String>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        self.gw.active.lock().unwrap().remove(&self.key);
+        if let Some(t) = &self.token {
+            self.gw.progress.lock().unwrap().remove(t);
+        }
+    }
+}
+
+/// Removes the client's stateless-protocol envelope keys: the upstream connection has its own
+/// (legacy handshake, or our own envelope stamped by the connection).
+fn strip_envelope(params: &mut Value) {
+    if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
+        meta.retain(|k, _| !k.starts_with(META_PREFIX));
+        if meta.is_empty() {
+            params.as_object_mut().map(|p| p.remove("_meta"));
+        }
+    }
+}
+
+fn server_info() -> Value {
+    json!({"name": "stowage", "title": "Stowage MCP gateway", "version": env!("CARGO_PKG_VERSION")})
+}
+
+async fn event_loop(gw: Weak<Gateway>, mut rx: mpsc::UnboundedReceiver<UpstreamEvent>) {
+    let mut seen = std::collections::HashSet::new();
+    while let Some(ev) = rx.recv().await {
+        let Some(gw) = gw.upgrade() else { return };
+        match ev {
+            UpstreamEvent::Ready { index } => {
+                let gw2 = gw.clone();
+                let first = seen.insert(index);
+                tokio::spawn(async move {
+                    gw2.refresh(index).await;
+                    if first {
+                        gw2.ready.send_modify(|n| *n += 1);
+                    } else {
+                        let note = Message::notification("notifications/tools/list_changed", None);
+                        for s in gw2.live_sessions() {
+                            s.notify(&note);
+                        }
+                    }
+                });
+            }
+            UpstreamEvent::Down { index, reason } => {
+                metrics::counter!("stowage_upstream_restarts_total", "upstream" => gw.upstreams[index].name().to_owned()).increment(1);
+                tracing::debug!(target: "stowage::upstream", upstream = %gw.upstreams[index].name(), "down: {reason}");
+            }
+            UpstreamEvent::Message { index, conn, msg } => {
+                tokio::spawn(gw.from_upstream(index, conn, msg));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn envelope_keys_are_stripped_and_others_kept() {
+        let mut p = json!({"name":"x","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","progressToken":5}});
+        strip_envelope(&mut p);
+        assert_eq!(p, json!({"name":"x","_meta":{"progressToken":5}}));
+        let mut p = json!({"_meta":{"io.modelcontextprotocol/clientInfo":{}}});
+        strip_envelope(&mut p);
+        assert_eq!(p, json!({}));
+    }
+}

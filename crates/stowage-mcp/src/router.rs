@@ -1,0 +1,190 @@
+//! The aggregated catalog: which exposed tool, prompt or resource belongs to which upstream.
+//!
+//! Tools and prompts are exposed as `{server}{separator}{name}` when prefixing is on (by
+//! default whenever there is more than one upstream). Collisions are resolved
+//! deterministically: upstreams in configuration order, items in the order each upstream
+//! listed them; the first keeps the name and later ones get `{separator}2`, `{separator}3`, …
+//! Every rename is reported so the start-up banner can show it. Resource URIs are not
+//! rewritten (they are the server's own identifiers); they are routed back by exact URI, then
+//! by template prefix, then — with a single upstream — to it.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::Value;
+
+/// One upstream's lists, as last fetched.
+#[derive(Debug, Clone, Default)]
+pub struct UpstreamLists {
+    pub name: String,
+    pub tools: Vec<Value>,
+    pub prompts: Vec<Value>,
+    pub resources: Vec<Value>,
+    pub templates: Vec<Value>,
+}
+
+/// A tool or prompt as the client sees it.
+#[derive(Debug, Clone)]
+pub struct Exposed {
+    pub name: String,
+    pub upstream: usize,
+    pub original: String,
+    /// The definition with `name` replaced by the exposed name.
+    pub def: Value,
+}
+
+/// The routing table built from every upstream's lists.
+#[derive(Debug, Clone, Default)]
+pub struct Catalog {
+    pub tools: Vec<Exposed>,
+    pub prompts: Vec<Exposed>,
+    pub resources: Vec<(usize, Value)>,
+    pub templates: Vec<(usize, Value)>,
+    tool_index: HashMap<String, usize>,
+    prompt_index: HashMap<String, usize>,
+    resource_owner: HashMap<String, usize>,
+    /// Human-readable reports of renamed collisions.
+    pub collisions: Vec<String>,
+}
+
+impl Catalog {
+    pub fn build(lists: &[UpstreamLists], prefix: bool, separator: &str) -> Catalog {
+        let mut c = Catalog::default();
+        let (tools, tool_index) = expose(lists, |l| &l.tools, "tool", prefix, separator, &mut c.collisions);
+        let (prompts, prompt_index) = expose(lists, |l| &l.prompts, "prompt", prefix, separator, &mut c.collisions);
+        c.tools = tools;
+        c.tool_index = tool_index;
+        c.prompts = prompts;
+        c.prompt_index = prompt_index;
+        for (i, l) in lists.iter().enumerate() {
+            for r in &l.resources {
+                if let Some(uri) = r.get("uri").and_then(Value::as_str) {
+                    c.resource_owner.entry(uri.to_owned()).or_insert(i);
+                }
+                c.resources.push((i, r.clone()));
+            }
+            for t in &l.templates {
+                c.templates.push((i, t.clone()));
+            }
+        }
+        c
+    }
+
+    pub fn tool(&self, name: &str) -> Option<&Exposed> {
+        self.tool_index.get(name).map(|&i| &self.tools[i])
+    }
+
+    pub fn prompt(&self, name: &str) -> Option<&Exposed> {
+        self.prompt_index.get(name).map(|&i| &self.prompts[i])
+    }
+
+    /// Which upstream serves `uri`.
+    pub fn resource_upstream(&self, uri: &str, upstream_count: usize) -> Option<usize> {
+        if let Some(&i) = self.resource_owner.get(uri) {
+            return Some(i);
+        }
+        let mut best: Option<(usize, usize)> = None;
+        for (i, t) in &self.templates {
+            let Some(template) = t.get("uriTemplate").and_then(Value::as_str) else { continue };
+            let literal = template.split('{').next().unwrap_or(template);
+            if !literal.is_empty() && uri.starts_with(literal) && best.is_none_or(|(len, _)| literal.len() > len) {
+                best = Some((literal.len(), *i));
+            }
+        }
+        best.map(|(_, i)| i).or((upstream_count == 1).then_some(0))
+    }
+}
+
+type Index = HashMap<String, usize>;
+
+fn expose(
+    lists: &[UpstreamLists],
+    items: impl Fn(&UpstreamLists) -> &Vec<Value>,
+    what: &str,
+    prefix: bool,
+    sep: &str,
+    collisions: &mut Vec<String>,
+) -> (Vec<Exposed>, Index) {
+    let mut out = Vec::new();
+    let mut taken: HashMap<String, String> = HashMap::new();
+    let mut seen_in_server: HashSet<(usize, String)> = HashSet::new();
+    for (i, l) in lists.iter().enumerate() {
+        for def in items(l) {
+            let Some(original) = def.get("name").and_then(Value::as_str) else { continue };
+            if !seen_in_server.insert((i, original.to_owned())) {
+                continue; // a server listing the same name twice: keep its first
+            }
+            let wanted = if prefix { format!("{}{sep}{original}", l.name) } else { original.to_owned() };
+            let mut name = wanted.clone();
+            let mut n = 2;
+            while taken.contains_key(&name) {
+                name = format!("{wanted}{sep}{n}");
+                n += 1;
+            }
+            if name != wanted {
+                collisions.push(format!(
+                    "{what} {original:?} of server {:?} is exposed as {name:?} ({wanted:?} is taken by server {:?})",
+                    l.name, taken[&wanted]
+                ));
+            }
+            taken.insert(name.clone(), l.name.clone());
+            let mut def = def.clone();
+            if let Some(obj) = def.as_object_mut() {
+                obj.insert("name".into(), Value::String(name.clone()));
+            }
+            out.push(Exposed { name, upstream: i, original: original.to_owned(), def });
+        }
+    }
+    let index = out.iter().enumerate().map(|(k, e)| (e.name.clone(), k)).collect();
+    (out, index)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn lists() -> Vec<UpstreamLists> {
+        vec![
+            UpstreamLists {
+                name: "a".into(),
+                tools: vec![json!({"name":"echo"}), json!({"name":"b_x"})],
+                resources: vec![json!({"uri":"file:///one"})],
+                ..Default::default()
+            },
+            UpstreamLists {
+                name: "a_b".into(),
+                tools: vec![json!({"name":"x"}), json!({"name":"echo"})],
+                templates: vec![json!({"uriTemplate":"test://template/{id}/data"})],
+                ..Default::default()
+            },
+        ]
+    }
+
+    #[test]
+    fn prefixed_names_and_deterministic_collisions() {
+        let c = Catalog::build(&lists(), true, "_");
+        let names: Vec<_> = c.tools.iter().map(|t| t.name.as_str()).collect();
+        // "a" + "b_x" and "a_b" + "x" both want "a_b_x": the first upstream keeps it.
+        assert_eq!(names, ["a_echo", "a_b_x", "a_b_x_2", "a_b_echo"]);
+        assert_eq!(c.collisions.len(), 1, "{:?}", c.collisions);
+        let t = c.tool("a_b_x_2").unwrap();
+        assert_eq!((t.upstream, t.original.as_str()), (1, "x"));
+        assert_eq!(t.def["name"], "a_b_x_2");
+    }
+
+    #[test]
+    fn unprefixed_single_upstream_is_transparent() {
+        let c = Catalog::build(&lists()[..1], false, "_");
+        assert_eq!(c.tool("echo").unwrap().original, "echo");
+        assert!(c.collisions.is_empty());
+    }
+
+    #[test]
+    fn resources_route_by_uri_then_template() {
+        let c = Catalog::build(&lists(), true, "_");
+        assert_eq!(c.resource_upstream("file:///one", 2), Some(0));
+        assert_eq!(c.resource_upstream("test://template/7/data", 2), Some(1));
+        assert_eq!(c.resource_upstream("other://x", 2), None);
+        assert_eq!(c.resource_upstream("other://x", 1), Some(0));
+    }
+}

@@ -1,0 +1,143 @@
+//! Running the gateway as a program: start the upstreams, print the banner, serve stdio or
+//! HTTP until the client leaves or a signal arrives, then kill every upstream.
+//!
+//! `stowage serve` is a thin wrapper around [`run`]; it lives here so that the binary needs no
+//! HTTP or process plumbing of its own.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::{GatewayConfig, TransportSpec, UpstreamSpec};
+use crate::gateway::Gateway;
+use crate::rewrite::Rewriter;
+
+/// How clients reach the gateway.
+#[derive(Debug, Clone)]
+pub enum Mode {
+    Stdio,
+    Http { listen: String },
+}
+
+/// Everything [`run`] needs.
+pub struct RunOptions {
+    pub gateway: GatewayConfig,
+    pub upstreams: Vec<UpstreamSpec>,
+    pub rewriter: Rewriter,
+    pub mode: Mode,
+    /// More routes on the HTTP listener (artifact downloads, health).
+    pub extra_routes: Option<axum::Router>,
+    /// Middleware-free description of the store for the banner (`fs .stowage`).
+    pub store_label: String,
+}
+
+/// Why the gateway could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: String, source: std::io::Error },
+    #[error("http server failed: {0}")]
+    Serve(std::io::Error),
+    #[error("stdio failed: {0}")]
+    Stdio(std::io::Error),
+}
+
+/// Runs until stdin closes (stdio) or SIGINT/SIGTERM (both), then shuts every upstream down.
+pub async fn run(opts: RunOptions) -> Result<(), RunError> {
+    crate::metrics::install();
+    let demo = opts.upstreams.iter().any(|u| u.transport == TransportSpec::Demo);
+    let gw = Gateway::start(opts.gateway.clone(), opts.upstreams, opts.rewriter, demo.then(crate::demo::factory));
+    let result = match &opts.mode {
+        Mode::Stdio => {
+            gw.wait_ready(Duration::from_secs(10)).await;
+            eprint!("{}", banner(&gw, &opts.mode, None, &opts.store_label));
+            let stdio = crate::downstream::stdio::serve(gw.clone(), tokio::io::stdin(), tokio::io::stdout());
+            tokio::select! {
+                r = stdio => r.map_err(RunError::Stdio),
+                _ = shutdown_signal() => Ok(()),
+            }
+        }
+        Mode::Http { listen } => {
+            let listener = tokio::net::TcpListener::bind(listen)
+                .await
+                .map_err(|source| RunError::Bind { addr: listen.clone(), source })?;
+            let addr = listener.local_addr().map_err(RunError::Serve)?;
+            let mut app = crate::downstream::http::router(gw.clone(), &addr.to_string());
+            if let Some(extra) = opts.extra_routes {
+                app = app.merge(extra);
+            }
+            gw.wait_ready(Duration::from_secs(10)).await;
+            eprint!("{}", banner(&gw, &opts.mode, Some(addr), &opts.store_label));
+            axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await.map_err(RunError::Serve)
+        }
+    };
+    gw.shutdown();
+    // Give killed children a moment to be reaped before the process exits.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    result
+}
+
+/// Binds `listen` and serves the gateway's HTTP routes in the background (tests, benches).
+pub async fn spawn_http(gw: Arc<Gateway>, listen: &str) -> std::io::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let addr = listener.local_addr()?;
+    let app = crate::downstream::http::router(gw, &addr.to_string());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(addr)
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => return std::future::pending().await,
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+/// The start-up banner: what runs, and how to connect a client and try it.
+pub fn banner(gw: &Gateway, mode: &Mode, addr: Option<SocketAddr>, store: &str) -> String {
+    let catalog = gw.catalog();
+    let mut s = String::from("stowage: MCP gateway ready\n");
+    for u in &gw.upstreams {
+        let tools = catalog.tools.iter().filter(|t| t.upstream == u.index).count();
+        let state = if u.current().is_some() { format!("{tools} tools") } else { "NOT CONNECTED (retrying)".into() };
+        s.push_str(&format!("  upstream {} — {state}\n", u.spec.describe()));
+    }
+    for c in &catalog.collisions {
+        s.push_str(&format!("  renamed: {c}\n"));
+    }
+    s.push_str(&format!("  artifacts: {store}  (list them: stowage artifacts ls)\n"));
+    let first_tool = catalog
+        .tools
+        .iter()
+        .find(|t| t.original == "get_report")
+        .or(catalog.tools.first())
+        .map(|t| t.name.clone())
+        .unwrap_or_else(|| "TOOL".into());
+    match (mode, addr) {
+        (Mode::Http { .. }, Some(addr)) => {
+            let url = format!("http://{addr}/mcp");
+            s.push_str(&format!("  listening: {url}  (metrics: http://{addr}/metrics)\n"));
+            s.push_str("  connect a client:\n");
+            s.push_str(&format!("    claude mcp add --transport http stowage {url}\n"));
+            s.push_str(&format!("    npx @modelcontextprotocol/inspector --cli {url} --method tools/list\n"));
+            s.push_str(&format!(
+                "  try it:\n    npx @modelcontextprotocol/inspector --cli {url} --method tools/call --tool-name {first_tool}\n"
+            ));
+        }
+        _ => {
+            s.push_str("  serving one client on stdin/stdout; configure your host to run:\n");
+            s.push_str("    stowage serve --stdio [--mcp-config FILE | -- CMD ARGS…]\n");
+        }
+    }
+    s
+}

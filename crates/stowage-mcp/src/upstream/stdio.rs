@@ -1,0 +1,140 @@
+//! Upstream over stdio: a child process speaking newline-delimited JSON-RPC.
+//!
+//! The child runs in its own process group so that everything it spawns (`npx` → `node`, a
+//! shell wrapper → the real server) is killed with it; the [`ChildGuard`] sends SIGKILL to the
+//! whole group when the connection is dropped, and a task waits on the child so it is always
+//! reaped. Its stderr is forwarded to our log, line by line, tagged with the server name.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
+use tokio::process::Command;
+use tokio::sync::mpsc;
+
+use super::{Inbound, Link};
+use crate::framing::{LineReader, write_line};
+
+/// Kills the child's whole process group when dropped.
+#[derive(Debug)]
+pub struct ChildGuard {
+    pgid: Option<Pid>,
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.pgid {
+            // ESRCH (already gone) is the normal case after a clean exit.
+            let _ = killpg(pgid, Signal::SIGKILL);
+        }
+    }
+}
+
+/// Starts `command` and returns a link to it.
+pub fn spawn(
+    name: &str,
+    command: &str,
+    args: &[String],
+    env: &BTreeMap<String, String>,
+    cwd: Option<&PathBuf>,
+    max_message_bytes: usize,
+) -> std::io::Result<Link> {
+    let mut cmd = Command::new(command);
+    cmd.args(args)
+        .envs(env)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .process_group(0);
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
+    }
+    let mut child = cmd.spawn()?;
+    let pgid = child.id().map(|pid| Pid::from_raw(pid as i32));
+    let stdin = child.stdin.take().expect("stdin is piped");
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let stderr = child.stderr.take().expect("stderr is piped");
+
+    let server = name.to_owned();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            tracing::info!(target: "stowage::upstream", upstream = %server, "stderr: {line}");
+        }
+    });
+
+    let (in_tx, in_rx) = mpsc::unbounded_channel();
+    // The exit status is the most useful close reason, so the waiter reports it after the
+    // reader has seen end of output.
+    let (eof_tx, eof_rx) = tokio::sync::oneshot::channel::<()>();
+    let waiter_tx = in_tx.clone();
+    tokio::spawn(async move {
+        let status = child.wait().await;
+        let _ = eof_rx.await;
+        let reason = match status {
+            Ok(s) => match s.code() {
+                Some(code) => format!("exited with status {code}"),
+                None => format!("was killed ({s})"),
+            },
+            Err(e) => format!("could not be waited on: {e}"),
+        };
+        let _ = waiter_tx.send(Inbound::Closed(reason));
+    });
+    let link = pipe_link(stdout, stdin, in_tx, in_rx, max_message_bytes, Some(eof_tx));
+    Ok(Link { guard: Some(Box::new(ChildGuard { pgid })), ..link })
+}
+
+/// A link over any byte pipe pair (a child's stdio, or an in-process duplex for the demo).
+pub fn pipe_link<R, W>(
+    reader: R,
+    mut writer: W,
+    in_tx: mpsc::UnboundedSender<Inbound>,
+    in_rx: mpsc::UnboundedReceiver<Inbound>,
+    max_message_bytes: usize,
+    eof: Option<tokio::sync::oneshot::Sender<()>>,
+) -> Link
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    tokio::spawn(async move {
+        while let Some(line) = out_rx.recv().await {
+            if write_line(&mut writer, &line).await.is_err() {
+                break;
+            }
+        }
+    });
+    tokio::spawn(async move {
+        let mut lines = LineReader::new(reader, max_message_bytes);
+        let reason = loop {
+            match lines.next_line().await {
+                Ok(Some(line)) => {
+                    if in_tx.send(Inbound::Line(line)).is_err() {
+                        return;
+                    }
+                }
+                Ok(None) => break "closed its output".to_owned(),
+                Err(e @ crate::framing::FrameError::TooLong { .. }) => {
+                    tracing::warn!(target: "stowage::upstream", "dropped a message: {e}");
+                    continue;
+                }
+                Err(e) => break e.to_string(),
+            }
+        };
+        match eof {
+            // A child: its waiter sends the close with the exit status.
+            Some(eof) => {
+                let _ = eof.send(());
+            }
+            None => {
+                let _ = in_tx.send(Inbound::Closed(reason));
+            }
+        }
+    });
+    Link { tx: out_tx, rx: in_rx, guard: None, http: None }
+}
