@@ -68,6 +68,9 @@ pub(crate) struct Shape<'a> {
     pub wrapped: bool,
     /// The media type a `data:` URI declares.
     pub declared_mime: Option<&'a str>,
+    /// No `+/` or `-_` in the probed prefix: the alphabet is a guess (a SQLite file's zero
+    /// pages encode as pages of `A`), so the other one is tried if the whole does not decode.
+    pub ambiguous: bool,
 }
 
 fn engine(alphabet: Alphabet) -> &'static Simd {
@@ -155,7 +158,7 @@ pub(crate) fn shape(s: &str) -> Option<Shape<'_>> {
         }
     }
     let alphabet = if url_chars { Alphabet::UrlSafe } else { Alphabet::Standard };
-    Some(Shape { body, alphabet, wrapped: first_line.is_some(), declared_mime })
+    Some(Shape { body, alphabet, wrapped: first_line.is_some(), declared_mime, ambiguous: !std_chars && !url_chars })
 }
 
 fn strip_prefix_ci<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
@@ -188,10 +191,22 @@ pub(crate) fn decode_prefix(shape: &Shape<'_>) -> Option<Vec<u8>> {
 /// Decodes the whole value. No size cap: a cap that is not a multiple of 4 once made a Python
 /// implementation store every base64 over ~5 MB as text.
 pub(crate) fn decode_all(shape: &Shape<'_>) -> Result<Vec<u8>, base64::DecodeError> {
-    if shape.wrapped {
-        engine(shape.alphabet).decode(unwrap_lines(shape.body))
+    let unwrapped;
+    let input: &[u8] = if shape.wrapped {
+        unwrapped = unwrap_lines(shape.body);
+        &unwrapped
     } else {
-        engine(shape.alphabet).decode(shape.body.as_bytes())
+        shape.body.as_bytes()
+    };
+    match engine(shape.alphabet).decode(input) {
+        Err(_) if shape.ambiguous => {
+            let other = match shape.alphabet {
+                Alphabet::Standard => Alphabet::UrlSafe,
+                Alphabet::UrlSafe => Alphabet::Standard,
+            };
+            engine(other).decode(input)
+        }
+        r => r,
     }
 }
 

@@ -73,6 +73,9 @@ def ooxml(kind):
             '<Override PartName="/%s" ContentType="%s"/></Types>' % (part, ct))
         add("_rels/.rels", '<?xml version="1.0"?><Relationships/>')
         add(part, '<?xml version="1.0"?><doc>' + "".join("<p>row %d %s</p>" % (i, noise(8).hex()) for i in range(60)) + "</doc>")
+        # Real documents have more parts; infer looks at the 4th entry to tell DOCX from XLSX.
+        add(part.split("/")[0] + "/styles.xml", '<?xml version="1.0"?><styles/>')
+        add("docProps/core.xml", '<?xml version="1.0"?><coreProperties/>')
     return buf.getvalue()
 
 
