@@ -8,9 +8,10 @@
 //! which request a sampling/elicitation request belongs to, so it goes to the session with the
 //! most recent call in flight to that upstream (exact whenever one client is active).
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
+
+use crate::routes::CallRoutes;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -31,11 +32,6 @@ pub const MODERN_VERSIONS: &[&str] = &["2026-07-28"];
 const LATEST_HANDSHAKE: &str = "2025-11-25";
 const META_PREFIX: &str = "io.modelcontextprotocol/";
 
-struct ActiveCall {
-    session: Weak<Session>,
-    outbox: Outbox,
-}
-
 /// The running gateway.
 pub struct Gateway {
     pub config: GatewayConfig,
@@ -43,8 +39,7 @@ pub struct Gateway {
     catalog: RwLock<Arc<Catalog>>,
     lists: Mutex<Vec<UpstreamLists>>,
     sessions: Mutex<Vec<Weak<Session>>>,
-    active: Mutex<HashMap<(usize, u64), ActiveCall>>,
-    progress: Mutex<HashMap<String, (Value, Outbox)>>,
+    routes: Arc<CallRoutes>,
     next_token: AtomicU64,
     rewriter: Rewriter,
     prefix: bool,
@@ -66,11 +61,12 @@ impl Gateway {
             PrefixMode::Never => false,
             PrefixMode::Auto => specs.len() > 1,
         };
+        let routes = Arc::new(CallRoutes::default());
         let upstreams: Vec<_> = specs
             .into_iter()
             .enumerate()
             .map(|(i, spec)| {
-                Upstream::new(i, spec, tx.clone(), shutdown.clone(), config.max_message_bytes, backoff, demo.clone())
+                Upstream::new(i, spec, tx.clone(), routes.clone(), shutdown.clone(), config.max_message_bytes, backoff, demo.clone())
             })
             .collect();
         let lists = upstreams.iter().map(|u| UpstreamLists { name: u.name().to_owned(), ..Default::default() }).collect();
@@ -80,8 +76,7 @@ impl Gateway {
             catalog: RwLock::new(Arc::new(Catalog::default())),
             lists: Mutex::new(lists),
             sessions: Mutex::new(Vec::new()),
-            active: Mutex::new(HashMap::new()),
-            progress: Mutex::new(HashMap::new()),
+            routes,
             next_token: AtomicU64::new(1),
             rewriter,
             prefix,
@@ -378,13 +373,13 @@ impl Gateway {
         if let Some(token) = params.pointer("/_meta/progressToken").cloned() {
             let mine = format!("stowage-p{}", self.next_token.fetch_add(1, Ordering::Relaxed));
             params["_meta"]["progressToken"] = json!(mine);
-            self.progress.lock().unwrap().insert(mine.clone(), (token, outbox.clone()));
+            self.routes.map_progress(mine.clone(), token, outbox);
             token_key = Some(mine);
         }
         let conn = upstream.connection(timeout).await.map_err(|e| (e.code(), e.to_string()))?;
         let out = conn.start(method, Some(to_raw(&params)));
         let key = (index, out.id);
-        self.active.lock().unwrap().insert(key, ActiveCall { session: Arc::downgrade(session), outbox: outbox.clone() });
+        self.routes.begin_call(key, session, outbox);
         let _cleanup = Cleanup { gw: self.clone(), key, token: token_key };
         let reply = out.wait(deadline.saturating_duration_since(Instant::now())).await;
         reply.map_err(|e: CallError| (e.code(), e.to_string()))
@@ -477,15 +472,7 @@ impl Gateway {
         let method = msg.method.clone().unwrap_or_default();
         if msg.kind() == Kind::Notification {
             match method.as_str() {
-                "notifications/progress" => {
-                    let mut p = msg.params_value();
-                    let token = p.get("progressToken").and_then(Value::as_str).unwrap_or("").to_owned();
-                    let target = self.progress.lock().unwrap().get(&token).cloned();
-                    if let Some((original, outbox)) = target {
-                        p["progressToken"] = original;
-                        let _ = outbox.send(Message::notification(&method, Some(&p)).to_line());
-                    }
-                }
+                _ if self.routes.deliver(index, &msg) => {}
                 "notifications/tools/list_changed" | "notifications/prompts/list_changed" | "notifications/resources/list_changed" => {
                     self.refresh(index).await;
                     for s in self.live_sessions() {
@@ -503,15 +490,8 @@ impl Gateway {
                 _ => {
                     // Logging and anything else: to the client whose call is running there, else
                     // to every session's general stream.
-                    match self.latest_call(index) {
-                        Some((_, outbox)) => {
-                            let _ = outbox.send(msg.to_line());
-                        }
-                        None => {
-                            for s in self.live_sessions() {
-                                s.notify(&msg);
-                            }
-                        }
+                    for s in self.live_sessions() {
+                        s.notify(&msg);
                     }
                 }
             }
@@ -523,7 +503,7 @@ impl Gateway {
             conn.send(&Message::response(up_id, &json!({})));
             return;
         }
-        let target = self.latest_call(index).or_else(|| {
+        let target = self.routes.latest(index).or_else(|| {
             let s = self.live_sessions().pop()?;
             let outbox = s.outbox_for_requests()?;
             Some((s, outbox))
@@ -545,15 +525,6 @@ impl Gateway {
         };
         conn.send(&reply);
     }
-
-    fn latest_call(&self, index: usize) -> Option<(Arc<Session>, Outbox)> {
-        let active = self.active.lock().unwrap();
-        active
-            .iter()
-            .filter(|((u, _), _)| *u == index)
-            .max_by_key(|((_, id), _)| *id)
-            .and_then(|(_, c)| Some((c.session.upgrade()?, c.outbox.clone())))
-    }
 }
 
 /// Removes a finished call's routing entries, also when its future is dropped.
@@ -565,9 +536,9 @@ struct Cleanup {
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        self.gw.active.lock().unwrap().remove(&self.key);
+        self.gw.routes.end_call(self.key);
         if let Some(t) = &self.token {
-            self.gw.progress.lock().unwrap().remove(t);
+            self.gw.routes.unmap_progress(t);
         }
     }
 }

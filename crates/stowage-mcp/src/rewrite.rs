@@ -177,7 +177,12 @@ pub fn apply_contract(off: Offloaded, output_schema: Option<&Value>, links: Opti
     // after it; anything else goes at the end.
     let mut inserts: Vec<(usize, bool, Vec<Value>)> = Vec::new();
     let content_len = value.get("content").and_then(Value::as_array).map_or(0, Vec::len);
+    let mut seen = std::collections::HashSet::new();
     for item in &items {
+        // The same bytes found twice (structuredContent and its JSON text twin) are one asset.
+        if !seen.insert(item.reference.id.clone()) {
+            continue;
+        }
         let r = &item.reference;
         let (uri, expires) = match links.and_then(|l| l.link(r)) {
             Some((url, exp)) => (url, Some(exp)),
@@ -202,9 +207,21 @@ pub fn apply_contract(off: Offloaded, output_schema: Option<&Value>, links: Opti
             link["mimeType"] = json!(m);
         }
         let blocks = vec![json!({"type": "text", "text": text}), link];
+        if let Some(existing) = existing_link(&mut value, &r.uri) {
+            // The offloader already wrote this artifact's blocks: only point them at the link.
+            if uri != r.uri {
+                existing["uri"] = json!(uri);
+                if let Some(exp) = &expires
+                    && let Some(t) = existing.get("description").and_then(Value::as_str).map(str::to_owned)
+                {
+                    existing["description"] = json!(format!("{t} Download: {uri} (link expires {exp})"));
+                }
+            }
+        } else {
         match content_position(&item.pointer) {
             Some((k, whole)) if k < content_len => inserts.push((k, whole, blocks)),
             _ => inserts.push((usize::MAX, false, blocks)),
+        }
         }
         let mut asset = Map::new();
         asset.insert("id".into(), json!(r.id));
@@ -260,6 +277,15 @@ pub fn apply_contract(off: Offloaded, output_schema: Option<&Value>, links: Opti
         _ => set_meta(&mut value, ASSETS_META_KEY, assets),
     }
     value
+}
+
+/// The `resource_link` block in `content` that points at `artifact_uri`, if any.
+fn existing_link<'a>(value: &'a mut Value, artifact_uri: &str) -> Option<&'a mut Value> {
+    value
+        .get_mut("content")?
+        .as_array_mut()?
+        .iter_mut()
+        .find(|b| b["type"] == "resource_link" && b["uri"] == artifact_uri)
 }
 
 /// `(k, whole_block)` for pointers into `/content/k`.

@@ -62,9 +62,9 @@ async fn tableau_pdf_becomes_a_link_under_1kb_and_the_bytes_are_identical() {
     assert_eq!(asset["size"], want.len());
     assert_eq!(opts.filename.as_deref(), Some("sales.pdf"));
     assert!(opts.scope.session_id.is_some(), "artifacts are stored under the session's scope");
-    // The JSON text keeps its shape, with the URI in place of the base64.
+    // The JSON text keeps its shape, with a stub naming the URI in place of the base64.
     let inner: Value = serde_json::from_str(&texts(result)[0]).unwrap();
-    assert_eq!(inner["data"], uri);
+    assert!(inner["data"].as_str().unwrap().contains(uri), "{inner}");
     assert_eq!(inner["view"], "Sales Dashboard");
 }
 
@@ -92,7 +92,7 @@ async fn output_schema_still_validates_after_rewriting() {
     // the same keys, still strings, and no `assets` added.
     let keys: Vec<_> = sc.as_object().unwrap().keys().cloned().collect();
     assert_eq!(keys, ["title", "pdf"]);
-    assert!(sc["pdf"].as_str().unwrap().starts_with("artifact://"), "{sc}");
+    assert!(sc["pdf"].as_str().unwrap().contains("artifact://"), "{sc}");
     // Same bytes in structuredContent and its text twin: one artifact, listed in _meta.
     let assets = r["result"]["_meta"]["io.stowage/assets"].as_array().unwrap();
     assert_eq!(assets.len(), 1);

@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{TransportSpec, UpstreamSpec};
 use crate::jsonrpc::{Kind, Message, code};
+use crate::routes::CallRoutes;
 
 /// Protocol version the gateway asks upstreams for first.
 pub const UPSTREAM_PROTOCOL: &str = "2025-11-25";
@@ -218,6 +219,7 @@ pub struct Upstream {
     info: Mutex<Option<Value>>,
     last_error: Arc<Mutex<String>>,
     events: mpsc::UnboundedSender<UpstreamEvent>,
+    routes: Arc<CallRoutes>,
     shutdown: CancellationToken,
     max_message_bytes: usize,
     backoff: (Duration, Duration),
@@ -238,6 +240,7 @@ impl Upstream {
         index: usize,
         spec: UpstreamSpec,
         events: mpsc::UnboundedSender<UpstreamEvent>,
+        routes: Arc<CallRoutes>,
         shutdown: CancellationToken,
         max_message_bytes: usize,
         backoff: (Duration, Duration),
@@ -251,6 +254,7 @@ impl Upstream {
             info: Mutex::new(None),
             last_error: Arc::new(Mutex::new("not connected yet".into())),
             events,
+            routes,
             shutdown,
             max_message_bytes,
             backoff,
@@ -372,6 +376,7 @@ impl Upstream {
             conn.clone(),
             link.rx,
             self.events.clone(),
+            self.routes.clone(),
             self.last_error.clone(),
         ));
         let timeout = self.spec.request_timeout.min(Duration::from_secs(60));
@@ -442,6 +447,7 @@ async fn read_loop(
     conn: Arc<Conn>,
     mut rx: mpsc::UnboundedReceiver<Inbound>,
     events: mpsc::UnboundedSender<UpstreamEvent>,
+    routes: Arc<CallRoutes>,
     last_error: Arc<Mutex<String>>,
 ) {
     let name = conn.name.clone();
@@ -473,6 +479,7 @@ async fn read_loop(
                     None => tracing::debug!(target: "stowage::upstream", upstream = %name, "reply to an unknown or cancelled request {:?}", msg.id),
                 }
             }
+            Kind::Notification if routes.deliver(index, &msg) => {}
             Kind::Request | Kind::Notification => {
                 let _ = events.send(UpstreamEvent::Message { index, conn: conn.clone(), msg });
             }

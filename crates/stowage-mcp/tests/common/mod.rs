@@ -15,6 +15,7 @@ use stowage_core::{ArtifactId, ArtifactRef, ArtifactSink, PutOptions, StoreError
 use stowage_mcp::config::{GatewayConfig, TransportSpec, UpstreamSpec};
 use stowage_mcp::framing::{LineReader, write_line};
 use stowage_mcp::offload::{BuiltinOffloader, OffloadConfig};
+use stowage_mcp::pipeline::PipelineOffloader;
 use stowage_mcp::rewrite::Rewriter;
 use stowage_mcp::{Gateway, downstream};
 use tokio::sync::{mpsc, oneshot};
@@ -67,12 +68,15 @@ pub fn fixture_spec(name: &str, log: Option<&std::path::Path>, timeout: Duration
     }
 }
 
+/// The production rewrite step (the transform pipeline with default settings), or the
+/// gateway's built-in offloader when `STOWAGE_TEST_OFFLOADER=builtin`.
 pub fn rewriter(sink: Arc<dyn ArtifactSink>, _config: &GatewayConfig) -> Rewriter {
-    let offloader = BuiltinOffloader::new(
-        sink,
-        OffloadConfig { inline_binary_max_bytes: 1024, inline_text_max_bytes: 10_000 },
-    );
-    Rewriter { offloader: Arc::new(offloader), links: None }
+    if std::env::var("STOWAGE_TEST_OFFLOADER").as_deref() == Ok("builtin") {
+        let offloader = BuiltinOffloader::new(sink, OffloadConfig { inline_binary_max_bytes: 1024, inline_text_max_bytes: 10_000 });
+        return Rewriter { offloader: Arc::new(offloader), links: None };
+    }
+    let pipeline = stowage_transform::Pipeline::new(stowage_transform::TransformConfig::default(), stowage_mcp::pipeline::with_dimensions(sink));
+    Rewriter { offloader: Arc::new(PipelineOffloader::new(Arc::new(pipeline))), links: None }
 }
 
 pub fn fast_config() -> GatewayConfig {
