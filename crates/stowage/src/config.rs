@@ -33,6 +33,8 @@ pub struct Config {
     pub links: LinksConfig,
     #[serde(default)]
     pub auth: AuthConfig,
+    #[serde(default)]
+    pub gateway: stowage_mcp::GatewayConfig,
 }
 
 /// `[store]`: where artifacts live.

@@ -31,6 +31,11 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the MCP gateway in front of your MCP servers (the bundled demo server when none is
+    /// configured): heavy tool results become artifact links.
+    Serve(cmd::serve::ServeArgs),
+    /// Validate stowage.toml and the mcpServers file and print what `serve` would run.
+    CheckConfig(cmd::check_config::CheckConfigArgs),
     /// Run a Tableau-style 500 KB base64 PDF tool result through the pipeline into the store,
     /// show what the model sees instead, and read the PDF back.
     Demo(cmd::demo::DemoArgs),
@@ -48,7 +53,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing();
+    init_tracing(matches!(cli.command, Command::Serve(_)));
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => return fail(anyhow::anyhow!("cannot start the async runtime: {e}")),
@@ -60,11 +65,28 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    let (mut config, _origin) = Config::load(cli.config.as_deref())?;
+    let (mut config, origin) = Config::load(cli.config.as_deref())?;
     if let Some(dir) = cli.store {
         config.store.dir = dir;
     }
     match cli.command {
+        Command::Serve(args) => {
+            let store = wiring::open_store(&config)?;
+            let store_label = match config.store.backend {
+                config::Backend::Fs => format!("fs store {}", config.store.dir.display()),
+                other => format!("{other:?} store").to_lowercase(),
+            };
+            let ctx = cmd::serve::ServeContext {
+                gateway: &config.gateway,
+                transform: &config.transform,
+                links: &config.links,
+                store,
+                store_dir: &config.store.dir,
+                store_label,
+            };
+            cmd::serve::run(ctx, args).await
+        }
+        Command::CheckConfig(args) => cmd::check_config::run(&config.gateway, origin.as_deref(), args).await,
         Command::Demo(args) => {
             let store = wiring::open_store(&config)?;
             cmd::demo::run(store, config.transform.clone(), args).await
@@ -101,8 +123,10 @@ fn fail(e: anyhow::Error) -> ExitCode {
 }
 
 /// Logs go to stderr so that stdout stays clean for data (`artifacts get`, `transform`).
-fn init_tracing() {
+/// `serve` logs one line per tool call and upstream (re)connections by default.
+fn init_tracing(serving: bool) {
+    let default = if serving { "warn,stowage::call=info,stowage::upstream=info" } else { "warn" };
     let filter = tracing_subscriber::EnvFilter::try_from_env("STOWAGE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
 }

@@ -1,0 +1,96 @@
+//! `stowage serve`: the MCP gateway in front of the user's MCP servers.
+//!
+//! Wiring only: it merges the upstreams from `[gateway.servers]`, `--mcp-config` and a
+//! trailing `-- CMD ARGS…` (or the bundled demo server when there are none), builds the
+//! rewrite step on the configured store, and hands over to [`stowage_mcp::run::run`]. Over
+//! HTTP, `resource_link`s are signed download links served on the same listener
+//! (`/artifacts/{id}?token=…`); over stdio there is no listener, so they are `artifact://`
+//! URIs (fetch with `stowage artifacts get`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Args;
+use stowage_core::ArtifactRef;
+use stowage_links::{LinkSigner, LinksConfig};
+use stowage_mcp::GatewayConfig;
+use stowage_mcp::pipeline::PipelineOffloader;
+use stowage_mcp::rewrite::{LinkMinter, Rewriter};
+use stowage_mcp::run::{Mode, RunOptions};
+use stowage_store::ArtifactStore;
+use stowage_transform::{Pipeline, TransformConfig};
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Serve one client over stdin/stdout (for hosts that spawn a command) instead of HTTP.
+    #[arg(long)]
+    pub stdio: bool,
+    /// HTTP listen address (default: gateway.listen, 127.0.0.1:8787).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// A Claude Desktop / Cursor style JSON file with an "mcpServers" object.
+    #[arg(long, value_name = "FILE")]
+    pub mcp_config: Option<PathBuf>,
+    /// One stdio server to wrap, after `--`: `stowage serve -- npx -y some-mcp-server`.
+    #[arg(last = true, value_name = "CMD ARGS")]
+    pub command: Vec<String>,
+}
+
+/// What `serve` needs from `stowage.toml` and the store.
+pub struct ServeContext<'a> {
+    pub gateway: &'a GatewayConfig,
+    pub transform: &'a TransformConfig,
+    pub links: &'a LinksConfig,
+    pub store: Arc<dyn ArtifactStore>,
+    /// The store directory (for the link-signing key) and how to name the store in the banner.
+    pub store_dir: &'a std::path::Path,
+    pub store_label: String,
+}
+
+pub async fn run(ctx: ServeContext<'_>, args: ServeArgs) -> anyhow::Result<()> {
+    let upstreams = stowage_mcp::config::collect_upstreams(ctx.gateway, args.mcp_config.as_deref(), &args.command)?;
+    // Images are stored with their width and height, for assets[].
+    let sink = stowage_mcp::pipeline::with_dimensions(crate::wiring::sink(ctx.store.clone()));
+    let pipeline = Arc::new(Pipeline::new(ctx.transform.clone(), sink));
+    let mut rewriter = Rewriter { offloader: Arc::new(PipelineOffloader::new(pipeline)), links: None };
+    let mut gateway = ctx.gateway.clone();
+    let mode = if args.stdio {
+        Mode::Stdio
+    } else {
+        if let Some(l) = args.listen {
+            gateway.listen = l;
+        }
+        Mode::Http { listen: gateway.listen.clone() }
+    };
+    let mut extra_routes = None;
+    if let Mode::Http { .. } = mode {
+        ctx.links.validate().map_err(anyhow::Error::msg)?;
+        let ring = ctx.links.key_ring(ctx.store_dir).context("cannot load the link-signing key")?;
+        let signer = Arc::new(LinkSigner::new(ring, ctx.links));
+        rewriter.links = Some(Arc::new(SignedLinks(signer.clone())));
+        extra_routes = Some(stowage_http::routes(stowage_http::HttpState::new(ctx.store.clone(), signer)));
+    }
+    let opts = RunOptions { gateway, upstreams, rewriter, mode, extra_routes, store_label: ctx.store_label };
+    stowage_mcp::run::run(opts).await?;
+    Ok(())
+}
+
+/// Signed, expiring download links for rewritten results, capped at the artifact's expiry.
+struct SignedLinks(Arc<LinkSigner>);
+
+impl LinkMinter for SignedLinks {
+    fn link(&self, artifact: &ArtifactRef) -> Option<(String, String)> {
+        let now = stowage_links::unix_now();
+        let mut until = now + self.0.ttl().as_secs();
+        if let Some(exp) = artifact.expires_at {
+            until = until.min(exp.unix_timestamp().max(0) as u64);
+        }
+        let link = self.0.artifact_link_until(&artifact.id, &artifact.scope.owner(), until);
+        let expires = time::OffsetDateTime::from_unix_timestamp(link.expires_at as i64)
+            .ok()?
+            .format(&time::format_description::well_known::Rfc3339)
+            .ok()?;
+        Some((link.url, expires))
+    }
+}
