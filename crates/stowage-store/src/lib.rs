@@ -3,12 +3,32 @@
 //! [`ArtifactStore`] is the async trait every backend implements; every store is also a
 //! [`stowage_core::ArtifactSink`], which is all that producers (the transform pipeline) see.
 //!
+//! Backends: [`FsStore`] (files + SQLite, the default), [`MemoryStore`], and [`NoOpStore`]
+//! (keeps nothing; seed RFC 7.4). The first two share one engine that holds all the policy —
+//! content ids, per-owner isolation, dedup, expiry, budgets and eviction, crash repair — over
+//! two small internal traits, an index of records and a blob store keyed by sha256, so a new
+//! backend pair implements storage primitives only. The [`conformance`] suite (feature
+//! `conformance`) is what every backend must pass.
+//!
 //! Access is explicit in every read or delete: an [`Access`] is either the [`Owner`] asking
 //! for its own artifacts, or the local [`Access::Operator`] (the CLI, which already has the
 //! files). A request for another owner's artifact is answered exactly like a request for an
 //! id that never existed.
 #![forbid(unsafe_code)]
 
+mod blobs;
+mod clock;
+#[cfg(feature = "conformance")]
+pub mod conformance;
+mod delegate;
+mod engine;
+mod failpoint;
+mod fs;
+mod index;
+mod memory;
+mod mime;
+mod noop;
+mod record;
 mod retention;
 
 use std::ops::Range;
@@ -18,10 +38,42 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use tokio::io::AsyncRead;
 
+pub use clock::{Clock, ManualClock, SystemClock};
+#[doc(hidden)]
+pub use failpoint::{FailpointHook, PutStep};
+pub use fs::{DEFAULT_GC_GRACE, FsStore, FsStoreBuilder};
+pub use memory::MemoryStore;
+pub use noop::{NOOP_WARNING, NoOpStore};
 pub use retention::{CleanupStrategy, RetentionConfig};
 pub use stowage_core::{
     ArtifactId, ArtifactRef, ArtifactScope, ArtifactSink, Owner, PutOptions, StoreError,
 };
+
+/// A shared, type-erased store: what the CLI and the server hold.
+pub type DynStore = std::sync::Arc<dyn ArtifactStore>;
+
+/// The sink view of a shared store, for producers that take `Arc<dyn ArtifactSink>` (the
+/// transform pipeline). Needed because `Arc<dyn ArtifactStore>` cannot be converted to
+/// `Arc<dyn ArtifactSink>` directly: `ArtifactSink` is not a supertrait of `ArtifactStore`.
+pub fn into_sink(store: DynStore) -> std::sync::Arc<dyn ArtifactSink> {
+    std::sync::Arc::new(SharedSink(store))
+}
+
+/// [`into_sink`]'s adapter.
+struct SharedSink(DynStore);
+
+#[async_trait]
+impl ArtifactSink for SharedSink {
+    async fn put_bytes(&self, data: Bytes, opts: PutOptions) -> Result<ArtifactRef> {
+        self.0.put_bytes(data, opts).await
+    }
+
+    fn is_noop(&self) -> bool {
+        self.0.is_noop()
+    }
+}
+
+delegate::sink_via_store!(dyn ArtifactStore);
 
 /// Result type of every store operation.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

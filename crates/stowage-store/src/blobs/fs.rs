@@ -1,0 +1,436 @@
+//! Blobs as files: `<dir>/blobs/<first 2 hex>/<sha256>`, written through `<dir>/tmp/`.
+//!
+//! Crash safety comes from the order of steps: the bytes go to a fresh temp file, which is
+//! fsynced, then renamed to its content address, then the directory is fsynced; only after
+//! that does the engine insert the index row. A crash at any step leaves at worst a temp file
+//! or an unreferenced blob, both invisible and both removed by gc. File names are sha256
+//! digests only: nothing a user chose ever reaches a path.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use sha2::{Digest, Sha256};
+use stowage_core::StoreError;
+use tokio::task::spawn_blocking;
+
+use super::{
+    BlobInfo, BoxReader, Blobs, Limit, Staged, check_range, extend_head, read_chunk, read_stream_error, sha256_hex,
+    stream_too_large,
+};
+use crate::Result;
+use crate::failpoint::{Crash, Failpoints, PutStep};
+
+/// Below this size hashing and writing run one after the other on one thread; above it they
+/// run on two threads at once (hashing 100 MB and writing it cost about the same).
+const PARALLEL_MIN: usize = 1 << 20;
+
+/// Chunks a streaming read hands over; a few in flight keep the disk busy while the consumer
+/// works, and bound the memory a reader holds to `READ_AHEAD * READ_CHUNK`.
+const READ_CHUNK: usize = 2 << 20;
+const READ_AHEAD: usize = 2;
+
+type InFlight = Arc<Mutex<HashSet<PathBuf>>>;
+
+#[derive(Debug)]
+pub(crate) struct FsBlobs {
+    blobs_dir: PathBuf,
+    tmp_dir: PathBuf,
+    /// Temp files of puts running in this process, which gc must leave alone however old.
+    in_flight: InFlight,
+    counter: AtomicU64,
+    failpoints: Failpoints,
+    temp_grace: Duration,
+}
+
+/// A temp file owned by a put: removed when dropped, unless the put "crashed" (failpoint) or
+/// the file was renamed into place.
+#[derive(Debug)]
+pub(crate) struct TempFile {
+    path: PathBuf,
+    in_flight: InFlight,
+    remove_on_drop: bool,
+}
+
+impl TempFile {
+    /// Leaves the file where it is, as a crash would.
+    fn abandon(&mut self) {
+        self.remove_on_drop = false;
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if self.remove_on_drop {
+            let _ = std::fs::remove_file(&self.path);
+        }
+        self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.path);
+    }
+}
+
+/// Why writing a temp file stopped.
+enum WriteFail {
+    Io(std::io::Error),
+    Crash(Crash),
+    Aborted,
+}
+
+impl From<std::io::Error> for WriteFail {
+    fn from(e: std::io::Error) -> Self {
+        WriteFail::Io(e)
+    }
+}
+
+impl From<Crash> for WriteFail {
+    fn from(c: Crash) -> Self {
+        WriteFail::Crash(c)
+    }
+}
+
+fn io_err(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> StoreError {
+    let target = path.display().to_string();
+    move |e| StoreError::backend(op, target, e)
+}
+
+fn join_err(op: &'static str) -> impl FnOnce(tokio::task::JoinError) -> StoreError {
+    move |e| StoreError::backend(op, "blocking task", e)
+}
+
+fn is_sha256_hex(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Time since the file was last modified; zero when unknown or in the future, which errs on
+/// the side of keeping it.
+fn age(meta: &std::fs::Metadata) -> Duration {
+    meta.modified().ok().and_then(|m| SystemTime::now().duration_since(m).ok()).unwrap_or_default()
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+impl FsBlobs {
+    /// Uses (creating if needed) `<dir>/blobs` and `<dir>/tmp`.
+    pub fn open(dir: &Path, failpoints: Failpoints, temp_grace: Duration) -> Result<Self> {
+        let blobs_dir = dir.join("blobs");
+        let tmp_dir = dir.join("tmp");
+        for d in [&blobs_dir, &tmp_dir] {
+            std::fs::create_dir_all(d).map_err(io_err("create store directory", d))?;
+        }
+        Ok(FsBlobs {
+            blobs_dir,
+            tmp_dir,
+            in_flight: InFlight::default(),
+            counter: AtomicU64::new(0),
+            failpoints,
+            temp_grace,
+        })
+    }
+
+    fn blob_path(&self, sha256: &str) -> Result<PathBuf> {
+        // The index is the only source of digests, but a corrupted or hand-edited index must
+        // not be able to point outside the blob directory.
+        if !is_sha256_hex(sha256) {
+            return Err(StoreError::backend("locate blob", sha256, "not a sha256 digest"));
+        }
+        Ok(self.blobs_dir.join(&sha256[..2]).join(sha256))
+    }
+
+    /// Creates a new, empty temp file with a name unique within this store.
+    fn new_temp(&self) -> Result<(TempFile, File)> {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let path = self.tmp_dir.join(format!("put-{}-{nanos}-{n}.tmp", std::process::id()));
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(io_err("create temp file", &path))?;
+        self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).insert(path.clone());
+        Ok((TempFile { path, in_flight: self.in_flight.clone(), remove_on_drop: true }, file))
+    }
+
+    /// Turns a failed temp write into the put's error; a crash leaves the file behind.
+    fn write_failed(temp: &mut TempFile, fail: WriteFail) -> StoreError {
+        match fail {
+            WriteFail::Io(e) => StoreError::backend("write temp file", temp.path.display().to_string(), e),
+            WriteFail::Crash(c) => {
+                temp.abandon();
+                StoreError::backend("put", temp.path.display().to_string(), c)
+            }
+            WriteFail::Aborted => StoreError::backend("write temp file", temp.path.display().to_string(), "aborted"),
+        }
+    }
+}
+
+/// Writes `data` and makes it durable, stopping at failpoints.
+fn write_durably(mut file: File, data: &[u8], fp: &Failpoints) -> Result<(), WriteFail> {
+    file.write_all(data)?;
+    fp.check(PutStep::AfterTempWrite)?;
+    file.sync_all()?;
+    fp.check(PutStep::AfterFsync)?;
+    Ok(())
+}
+
+#[async_trait]
+impl Blobs for FsBlobs {
+    type Pending = TempFile;
+
+    async fn stage_bytes(&self, data: Bytes) -> Result<Staged<TempFile>> {
+        let (mut temp, file) = self.new_temp()?;
+        let fp = self.failpoints.clone();
+        let head = data.slice(..data.len().min(crate::mime::SNIFF_LEN));
+        let size = data.len() as u64;
+        let (sha256, written) = if data.len() >= PARALLEL_MIN {
+            // Two cores: one hashes while the other copies into the page cache and waits for
+            // the disk. Both borrow the same buffer (Bytes clones share it).
+            let to_hash = data.clone();
+            let hashing = spawn_blocking(move || sha256_hex(&to_hash));
+            let writing = spawn_blocking(move || write_durably(file, &data, &fp));
+            let (sha, written) = tokio::join!(hashing, writing);
+            (sha.map_err(join_err("hash blob"))?, written.map_err(join_err("write blob"))?)
+        } else {
+            spawn_blocking(move || (sha256_hex(&data), write_durably(file, &data, &fp)))
+                .await
+                .map_err(join_err("write blob"))?
+        };
+        written.map_err(|f| Self::write_failed(&mut temp, f))?;
+        Ok(Staged { sha256, size, head, pending: temp })
+    }
+
+    async fn stage_stream(&self, mut reader: BoxReader, limit: Limit) -> Result<Staged<TempFile>> {
+        let (mut temp, mut file) = self.new_temp()?;
+        let fp = self.failpoints.clone();
+        let abort = Arc::new(AtomicBool::new(false));
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(2);
+        // Hashing and writing happen on a blocking thread while this task reads the next
+        // chunk; at most three chunks (one being read, two queued or being written) exist.
+        let writer = {
+            let abort = abort.clone();
+            spawn_blocking(move || -> Result<String, WriteFail> {
+                let mut hasher = Sha256::new();
+                while let Some(chunk) = rx.blocking_recv() {
+                    hasher.update(&chunk);
+                    file.write_all(&chunk)?;
+                }
+                if abort.load(Ordering::SeqCst) {
+                    return Err(WriteFail::Aborted);
+                }
+                fp.check(PutStep::AfterTempWrite)?;
+                file.sync_all()?;
+                fp.check(PutStep::AfterFsync)?;
+                Ok(hex::encode(hasher.finalize()))
+            })
+        };
+        let mut head = Vec::new();
+        let mut size = 0u64;
+        let read_result = loop {
+            let chunk = match read_chunk(&mut reader).await {
+                Ok(c) if c.is_empty() => break Ok(()),
+                Ok(c) => c,
+                Err(e) => break Err(read_stream_error(e)),
+            };
+            size += chunk.len() as u64;
+            if size > limit.1 {
+                break Err(stream_too_large(size, limit));
+            }
+            extend_head(&mut head, &chunk);
+            if tx.send(chunk).await.is_err() {
+                // The writer stopped early (write error); its result says why.
+                break Ok(());
+            }
+        };
+        if read_result.is_err() {
+            abort.store(true, Ordering::SeqCst);
+        }
+        drop(tx);
+        let written = writer.await.map_err(join_err("write blob"))?;
+        read_result?;
+        let sha256 = written.map_err(|f| Self::write_failed(&mut temp, f))?;
+        Ok(Staged { sha256, size, head: Bytes::from(head), pending: temp })
+    }
+
+    async fn commit(&self, staged: Staged<TempFile>) -> Result<()> {
+        let dest = self.blob_path(&staged.sha256)?;
+        let blobs_dir = self.blobs_dir.clone();
+        let fp = self.failpoints.clone();
+        let mut temp = staged.pending;
+        spawn_blocking(move || -> Result<()> {
+            let shard = dest.parent().unwrap_or(&blobs_dir).to_path_buf();
+            match std::fs::create_dir(&shard) {
+                Ok(()) => sync_dir(&blobs_dir).map_err(io_err("sync directory", &blobs_dir))?,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io_err("create blob directory", &shard)(e)),
+            }
+            // Renaming over an existing blob is fine: the content is identical (same sha256),
+            // and it also repairs a blob that was truncated behind our back.
+            std::fs::rename(&temp.path, &dest).map_err(io_err("publish blob", &dest))?;
+            temp.abandon();
+            if let Err(c) = fp.check(PutStep::AfterRename) {
+                return Err(StoreError::backend("put", dest.display().to_string(), c));
+            }
+            sync_dir(&shard).map_err(io_err("sync directory", &shard))
+        })
+        .await
+        .map_err(join_err("publish blob"))?
+    }
+
+    async fn read(&self, sha256: &str, range: Range<u64>) -> Result<Bytes> {
+        let path = self.blob_path(sha256)?;
+        spawn_blocking(move || -> Result<Bytes> {
+            let mut file = File::open(&path).map_err(io_err("open blob", &path))?;
+            let size = file.metadata().map_err(io_err("stat blob", &path))?.len();
+            check_range(&range, size)?;
+            file.seek(SeekFrom::Start(range.start)).map_err(io_err("seek blob", &path))?;
+            let len = range.end - range.start;
+            let mut buf = Vec::with_capacity(len as usize);
+            file.take(len).read_to_end(&mut buf).map_err(io_err("read blob", &path))?;
+            if buf.len() as u64 != len {
+                return Err(StoreError::backend("read blob", path.display().to_string(), "blob is shorter than recorded"));
+            }
+            Ok(Bytes::from(buf))
+        })
+        .await
+        .map_err(join_err("read blob"))?
+    }
+
+    async fn open(&self, sha256: &str, range: Range<u64>) -> Result<BoxReader> {
+        let path = self.blob_path(sha256)?;
+        let mut remaining = range.end.saturating_sub(range.start);
+        // Open before returning, so a missing blob is an error here and not mid-stream.
+        let (file, path) = spawn_blocking(move || -> Result<(File, PathBuf)> {
+            let mut file = File::open(&path).map_err(io_err("open blob", &path))?;
+            let size = file.metadata().map_err(io_err("stat blob", &path))?.len();
+            check_range(&range, size)?;
+            file.seek(SeekFrom::Start(range.start)).map_err(io_err("seek blob", &path))?;
+            Ok((file, path))
+        })
+        .await
+        .map_err(join_err("open blob"))??;
+        let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(READ_AHEAD);
+        // One blocking thread reads big chunks ahead of the consumer. It stops when the
+        // reader is dropped (send fails) or the range is done.
+        spawn_blocking(move || {
+            let mut file = file;
+            while remaining > 0 {
+                let want = remaining.min(READ_CHUNK as u64);
+                let mut buf = Vec::with_capacity(want as usize);
+                let item = match (&mut file).take(want).read_to_end(&mut buf) {
+                    Ok(0) => Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        format!("blob {} is shorter than recorded", path.display()),
+                    )),
+                    Ok(n) => {
+                        remaining -= n as u64;
+                        Ok(Bytes::from(buf))
+                    }
+                    Err(e) => Err(e),
+                };
+                let failed = item.is_err();
+                if tx.blocking_send(item).is_err() || failed {
+                    return;
+                }
+            }
+        });
+        let stream = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) });
+        Ok(Box::pin(tokio_util::io::StreamReader::new(stream)))
+    }
+
+    async fn delete(&self, sha256: &str) -> Result<u64> {
+        let path = self.blob_path(sha256)?;
+        spawn_blocking(move || -> Result<u64> {
+            let size = match std::fs::metadata(&path) {
+                Ok(m) => m.len(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+                Err(e) => return Err(io_err("stat blob", &path)(e)),
+            };
+            match std::fs::remove_file(&path) {
+                Ok(()) => Ok(size),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+                Err(e) => Err(io_err("remove blob", &path)(e)),
+            }
+        })
+        .await
+        .map_err(join_err("remove blob"))?
+    }
+
+    async fn size(&self, sha256: &str) -> Result<Option<u64>> {
+        let path = self.blob_path(sha256)?;
+        spawn_blocking(move || match std::fs::metadata(&path) {
+            Ok(m) => Ok(Some(m.len())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_err("stat blob", &path)(e)),
+        })
+        .await
+        .map_err(join_err("stat blob"))?
+    }
+
+    async fn list(&self) -> Result<Vec<BlobInfo>> {
+        let dir = self.blobs_dir.clone();
+        let grace = self.temp_grace;
+        spawn_blocking(move || -> Result<Vec<BlobInfo>> {
+            let mut out = Vec::new();
+            for shard in std::fs::read_dir(&dir).map_err(io_err("list blobs", &dir))? {
+                let shard = shard.map_err(io_err("list blobs", &dir))?;
+                let shard_name = shard.file_name();
+                let Some(prefix) = shard_name.to_str().filter(|n| n.len() == 2) else { continue };
+                let shard_path = shard.path();
+                if !shard_path.is_dir() {
+                    continue;
+                }
+                for entry in std::fs::read_dir(&shard_path).map_err(io_err("list blobs", &shard_path))? {
+                    let entry = entry.map_err(io_err("list blobs", &shard_path))?;
+                    let name = entry.file_name();
+                    // Only files we could have written are ours to judge; anything else in
+                    // the directory is left alone.
+                    let Some(name) = name.to_str().filter(|n| is_sha256_hex(n) && n.starts_with(prefix)) else {
+                        continue;
+                    };
+                    let meta = entry.metadata().map_err(io_err("stat blob", &entry.path()))?;
+                    out.push(BlobInfo { sha256: name.to_owned(), size: meta.len(), recent: age(&meta) < grace });
+                }
+            }
+            Ok(out)
+        })
+        .await
+        .map_err(join_err("list blobs"))?
+    }
+
+    async fn clean_temp(&self) -> Result<u64> {
+        let dir = self.tmp_dir.clone();
+        let in_flight = self.in_flight.clone();
+        let grace = self.temp_grace;
+        spawn_blocking(move || -> Result<u64> {
+            let mut removed = 0;
+            for entry in std::fs::read_dir(&dir).map_err(io_err("list temp files", &dir))? {
+                let entry = entry.map_err(io_err("list temp files", &dir))?;
+                let path = entry.path();
+                if in_flight.lock().unwrap_or_else(|e| e.into_inner()).contains(&path) {
+                    continue;
+                }
+                // Another process may be writing this file right now; only files nobody has
+                // touched for the grace period are taken as abandoned.
+                let Ok(meta) = entry.metadata() else { continue };
+                if age(&meta) < grace {
+                    continue;
+                }
+                match std::fs::remove_file(&path) {
+                    Ok(()) => removed += 1,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(io_err("remove temp file", &path)(e)),
+                }
+            }
+            Ok(removed)
+        })
+        .await
+        .map_err(join_err("clean temp files"))?
+    }
+}

@@ -1,0 +1,128 @@
+//! Blob storage: bytes keyed by their full sha256, with no notion of owners or ids.
+//!
+//! A put is staged first (bytes written somewhere private and hashed), then committed under
+//! the engine's lock, which is what makes "is this blob still referenced?" and "publish this
+//! blob" atomic with respect to each other.
+
+mod fs;
+mod memory;
+
+pub(crate) use fs::FsBlobs;
+pub(crate) use memory::MemoryBlobs;
+
+use std::ops::Range;
+use std::pin::Pin;
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use sha2::{Digest, Sha256};
+use stowage_core::StoreError;
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::Result;
+use crate::mime::SNIFF_LEN;
+
+/// Size of the chunks streams are read and written in: large enough that per-chunk overhead
+/// vanishes, small enough that a few in flight stay far under the memory budget.
+pub(crate) const CHUNK: usize = 1 << 20;
+
+/// Bytes written and hashed but not yet published.
+#[derive(Debug)]
+pub(crate) struct Staged<P> {
+    pub sha256: String,
+    pub size: u64,
+    /// The first bytes, for mime sniffing.
+    pub head: Bytes,
+    pub pending: P,
+}
+
+pub(crate) type BoxReader = Pin<Box<dyn AsyncRead + Send>>;
+
+/// A byte limit and the name of the setting it comes from, for the error message.
+pub(crate) type Limit = (&'static str, u64);
+
+/// A stored blob as gc sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BlobInfo {
+    pub sha256: String,
+    pub size: u64,
+    /// Written so recently that another process may still be about to insert its index row;
+    /// gc leaves such a blob alone even if no row references it yet.
+    pub recent: bool,
+}
+
+#[async_trait]
+pub(crate) trait Blobs: Send + Sync + 'static {
+    /// A staged blob; dropping it without committing discards it.
+    type Pending: Send + 'static;
+
+    async fn stage_bytes(&self, data: Bytes) -> Result<Staged<Self::Pending>>;
+
+    /// Stages a stream, refusing it with [`StoreError::TooLarge`] naming `limit` as soon as
+    /// it passes `limit.1` bytes.
+    async fn stage_stream(&self, reader: BoxReader, limit: Limit) -> Result<Staged<Self::Pending>>;
+
+    /// Publishes a staged blob under its sha256 (idempotent: the same bytes may already be
+    /// there). Called with the engine's lock held.
+    async fn commit(&self, staged: Staged<Self::Pending>) -> Result<()>;
+
+    /// `range` of the blob.
+    async fn read(&self, sha256: &str, range: Range<u64>) -> Result<Bytes>;
+
+    /// A stream over `range` of the blob.
+    async fn open(&self, sha256: &str, range: Range<u64>) -> Result<BoxReader>;
+
+    /// Removes the blob; returns the bytes freed (0 if it was not there).
+    async fn delete(&self, sha256: &str) -> Result<u64>;
+
+    /// The blob's size, or `None` if it is missing.
+    async fn size(&self, sha256: &str) -> Result<Option<u64>>;
+
+    /// Every blob, for gc.
+    async fn list(&self) -> Result<Vec<BlobInfo>>;
+
+    /// Removes leftovers of interrupted writes; returns how many.
+    async fn clean_temp(&self) -> Result<u64>;
+}
+
+/// sha256 of `data` as lowercase hex.
+pub(crate) fn sha256_hex(data: &[u8]) -> String {
+    hex::encode(Sha256::digest(data))
+}
+
+/// Reads up to [`CHUNK`] bytes, looping over short reads so that chunks are full except the
+/// last. Returns an empty buffer at end of stream.
+pub(crate) async fn read_chunk(reader: &mut BoxReader) -> std::io::Result<Bytes> {
+    let mut buf = BytesMut::with_capacity(CHUNK);
+    while buf.len() < CHUNK {
+        if reader.read_buf(&mut buf).await? == 0 {
+            break;
+        }
+    }
+    Ok(buf.freeze())
+}
+
+/// Appends to `head` until it holds [`SNIFF_LEN`] bytes.
+pub(crate) fn extend_head(head: &mut Vec<u8>, chunk: &[u8]) {
+    let want = SNIFF_LEN.saturating_sub(head.len()).min(chunk.len());
+    head.extend_from_slice(&chunk[..want]);
+}
+
+pub(crate) fn stream_too_large(seen: u64, (limit_name, limit): Limit) -> StoreError {
+    StoreError::TooLarge { what: "artifact stream (stopped reading)".into(), size: seen, limit, limit_name }
+}
+
+pub(crate) fn read_stream_error(e: std::io::Error) -> StoreError {
+    StoreError::backend("read input stream", "put_stream", e)
+}
+
+/// Checks that `range` lies within a blob of `size` bytes.
+pub(crate) fn check_range(range: &Range<u64>, size: u64) -> Result<()> {
+    if range.start > range.end || range.end > size {
+        return Err(StoreError::InvalidInput(format!(
+            "range {}..{} is outside the artifact's {size} bytes",
+            range.start, range.end
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,455 @@
+//! The store logic every backend shares: ids, dedup, owner isolation, expiry, budgets and
+//! eviction, crash repair. Written once, generic over an [`Index`] and a [`Blobs`].
+//!
+//! Concurrency: staging (writing and hashing the bytes) runs without any lock, so puts proceed
+//! in parallel. Everything that decides which records and blobs exist — dedup, eviction,
+//! publishing a blob, inserting its row, deleting a row and then its blob if unreferenced,
+//! gc — runs under one async mutex, so a put of some bytes can never lose its blob to a
+//! concurrent delete of the same bytes by another owner. Reads take no lock; a read racing
+//! a delete either sees the artifact or fails.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use stowage_core::{ArtifactId, ArtifactRef, ArtifactScope, PutOptions, StoreError};
+
+use crate::blobs::{BlobInfo, Blobs, BoxReader, Limit, Staged, check_range};
+use crate::clock::Clock;
+use crate::failpoint::{Failpoints, PutStep};
+use crate::index::{EvictOrder, Index, ListFilter, Usage};
+use crate::record::{Record, floor_secs, to_nanos};
+use crate::{Access, ArtifactReader, ArtifactStore, CleanupStrategy, GcReport, ListPage, ListQuery, Result, RetentionConfig};
+
+/// Page size when [`ListQuery::limit`] is 0, and the largest page served.
+pub(crate) const DEFAULT_LIST_LIMIT: usize = 100;
+const MAX_LIST_LIMIT: usize = 1000;
+
+pub(crate) struct Engine<I, B> {
+    index: I,
+    blobs: B,
+    config: RetentionConfig,
+    clock: Arc<dyn Clock>,
+    failpoints: Failpoints,
+    /// Serialises the decisions about which records and blobs exist (see the module docs).
+    lock: tokio::sync::Mutex<()>,
+    /// The last LRU tick handed out: ticks are the clock in nanoseconds, forced to increase
+    /// strictly so that two accesses within one clock reading are still ordered.
+    last_tick: AtomicI64,
+}
+
+impl<I: Index, B: Blobs> Engine<I, B> {
+    pub fn new(
+        index: I,
+        blobs: B,
+        config: RetentionConfig,
+        clock: Arc<dyn Clock>,
+        failpoints: Failpoints,
+        last_tick: i64,
+    ) -> Self {
+        Engine { index, blobs, config, clock, failpoints, lock: tokio::sync::Mutex::new(()), last_tick: AtomicI64::new(last_tick) }
+    }
+
+    pub fn config(&self) -> &RetentionConfig {
+        &self.config
+    }
+
+    fn now(&self) -> i64 {
+        to_nanos(self.clock.now())
+    }
+
+    fn tick(&self, now: i64) -> i64 {
+        let prev = self
+            .last_tick
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |prev| Some(now.max(prev.saturating_add(1))))
+            .unwrap_or_else(|p| p);
+        now.max(prev.saturating_add(1))
+    }
+
+    /// Limits that can be judged from the size alone, before any byte is written.
+    fn check_size(&self, size: u64, scope: &ArtifactScope) -> Result<()> {
+        let c = &self.config;
+        let mut limits: Vec<Limit> = vec![("max_artifact_bytes", c.max_artifact_bytes), ("max_session_bytes", c.max_session_bytes)];
+        if scope.trace_id.is_some() {
+            limits.push(("max_trace_bytes", c.max_trace_bytes));
+        }
+        for (limit_name, limit) in limits {
+            if size > limit {
+                return Err(StoreError::TooLarge { what: "artifact".into(), size, limit, limit_name });
+            }
+        }
+        let zero_count = if c.max_artifacts_per_session == 0 {
+            Some((session_budget(scope), "max_artifacts_per_session"))
+        } else if c.max_artifacts_per_trace == 0 {
+            scope.trace_id.as_ref().map(|t| (format!("trace {t}"), "max_artifacts_per_trace"))
+        } else {
+            None
+        };
+        if let Some((budget, name)) = zero_count {
+            return Err(StoreError::QuotaExceeded { budget, detail: format!("{name} is 0") });
+        }
+        Ok(())
+    }
+
+    /// The smallest byte limit a put into `scope` is subject to, so a stream is refused as soon
+    /// as it passes it.
+    fn stream_limit(&self, scope: &ArtifactScope) -> Limit {
+        let c = &self.config;
+        let mut limit = ("max_artifact_bytes", c.max_artifact_bytes);
+        for (name, l) in [("max_session_bytes", c.max_session_bytes), ("max_trace_bytes", c.max_trace_bytes)] {
+            if l < limit.1 && (name != "max_trace_bytes" || scope.trace_id.is_some()) {
+                limit = (name, l);
+            }
+        }
+        limit
+    }
+
+    /// Removes the record and, if it was the blob's last user, the blob. Lock held.
+    async fn remove_record(&self, owner_key: &str, id: &ArtifactId) -> Result<(Option<Record>, u64)> {
+        let Some(rec) = self.index.delete(owner_key, id).await? else { return Ok((None, 0)) };
+        let freed = self.release_blob(&rec.sha256).await?;
+        Ok((Some(rec), freed))
+    }
+
+    /// Deletes the blob if no record uses it any more. Lock held.
+    async fn release_blob(&self, sha256: &str) -> Result<u64> {
+        if self.index.sha_in_use(sha256).await? { Ok(0) } else { self.blobs.delete(sha256).await }
+    }
+
+    /// Removes expired records (of one owner, or all) and their unused blobs. Lock held.
+    async fn purge_expired(&self, now: i64, owner_key: Option<&str>) -> Result<(u64, u64)> {
+        let (mut records, mut freed) = (0, 0);
+        for rec in self.index.expired(now, owner_key).await? {
+            let (removed, f) = self.remove_record(&rec.owner_key, &rec.id).await?;
+            records += u64::from(removed.is_some());
+            freed += f;
+        }
+        Ok((records, freed))
+    }
+
+    /// Chooses the records to evict so that a put of `size` bytes fits one budget, after
+    /// `chosen` (already picked for another budget) are gone. Lock held.
+    async fn plan_eviction(
+        &self,
+        budget: Budget<'_>,
+        size: u64,
+        chosen: &[Record],
+    ) -> Result<Vec<Record>> {
+        let usage = self.index.usage(budget.owner_key, budget.trace_id).await?;
+        let in_budget = |r: &Record| budget.trace_id.is_none_or(|t| r.scope.trace_id.as_deref() == Some(t));
+        let mut bytes = usage.bytes;
+        let mut count = usage.count;
+        for r in chosen.iter().filter(|r| in_budget(r)) {
+            bytes = bytes.saturating_sub(r.size);
+            count = count.saturating_sub(1);
+        }
+        let fits = |bytes: u64, count: u64| bytes.saturating_add(size) <= budget.max_bytes && count < budget.max_count;
+        if fits(bytes, count) {
+            return Ok(Vec::new());
+        }
+        let order = match self.config.cleanup_strategy {
+            CleanupStrategy::Lru => EvictOrder::LeastRecentlyUsed,
+            CleanupStrategy::Fifo => EvictOrder::OldestFirst,
+            CleanupStrategy::None => return Err(budget.full(Usage { bytes, count }, size, "cleanup_strategy is none")),
+        };
+        let mut victims = Vec::new();
+        for r in self.index.eviction_order(budget.owner_key, budget.trace_id, order).await? {
+            if fits(bytes, count) {
+                break;
+            }
+            if chosen.iter().any(|c| c.seq == r.seq) {
+                continue;
+            }
+            bytes = bytes.saturating_sub(r.size);
+            count = count.saturating_sub(1);
+            victims.push(r);
+        }
+        if !fits(bytes, count) {
+            return Err(budget.full(Usage { bytes, count }, size, "evicting everything else would not be enough"));
+        }
+        Ok(victims)
+    }
+
+    /// Publishes a staged put: dedup, budgets, blob, then the index row — in that order, so a
+    /// crash before the row leaves nothing visible.
+    async fn put_staged(&self, staged: Staged<B::Pending>, opts: PutOptions) -> Result<ArtifactRef> {
+        let complete = staged.head.len() as u64 == staged.size;
+        let mime = opts.mime_type.clone().unwrap_or_else(|| crate::mime::sniff(&staged.head, complete));
+        let id = ArtifactId::from_content(opts.namespace.as_deref(), &staged.sha256);
+        let owner_key = opts.scope.owner().key();
+        let trace_id = opts.scope.trace_id.clone();
+        let ttl = opts.ttl.unwrap_or(self.config.ttl);
+
+        let _guard = self.lock.lock().await;
+        let now = self.now();
+        let tick = self.tick(now);
+        let expires_at = floor_secs(now.saturating_add(duration_nanos(ttl)));
+        // Expired records are invisible: they must not count against budgets nor be "found"
+        // by the dedup below.
+        self.purge_expired(now, Some(&owner_key)).await?;
+
+        if let Some(existing) = self.index.get(&owner_key, &id).await? {
+            if existing.sha256 != staged.sha256 {
+                return Err(StoreError::IdCollision { id, existing: existing.sha256, incoming: staged.sha256 });
+            }
+            // Same bytes, same owner: one record. Refresh it rather than count it twice; and if
+            // its blob went missing, this put's bytes repair it.
+            if self.blobs.size(&staged.sha256).await? != Some(staged.size) {
+                self.blobs.commit(staged).await?;
+            }
+            let expires_at = existing.expires_at.map_or(expires_at, |e| e.max(expires_at));
+            self.index.touch(&owner_key, &id, tick, Some(expires_at)).await?;
+            return Ok(Record { last_access: tick, expires_at: Some(expires_at), ..existing }.to_ref());
+        }
+
+        let mut victims = Vec::new();
+        if let Some(trace) = trace_id.as_deref() {
+            let budget = Budget {
+                name: format!("trace {trace}"),
+                owner_key: &owner_key,
+                trace_id: Some(trace),
+                max_bytes: self.config.max_trace_bytes,
+                max_count: self.config.max_artifacts_per_trace,
+                limit_names: ("max_trace_bytes", "max_artifacts_per_trace"),
+            };
+            victims = self.plan_eviction(budget, staged.size, &[]).await?;
+        }
+        let budget = Budget {
+            name: session_budget(&opts.scope),
+            owner_key: &owner_key,
+            trace_id: None,
+            max_bytes: self.config.max_session_bytes,
+            max_count: self.config.max_artifacts_per_session,
+            limit_names: ("max_session_bytes", "max_artifacts_per_session"),
+        };
+        let more = self.plan_eviction(budget, staged.size, &victims).await?;
+        victims.extend(more);
+        for v in &victims {
+            self.remove_record(&v.owner_key, &v.id).await?;
+        }
+        if !victims.is_empty() {
+            tracing::debug!(evicted = victims.len(), strategy = ?self.config.cleanup_strategy, "evicted artifacts to fit a put");
+        }
+
+        let (sha256, size) = (staged.sha256.clone(), staged.size);
+        self.blobs.commit(staged).await?;
+        self.failpoints.check(PutStep::BeforeIndexInsert).map_err(|c| StoreError::backend("put", id.to_string(), c))?;
+        let record = Record {
+            seq: 0,
+            owner_key,
+            id,
+            sha256: sha256.clone(),
+            size,
+            scope: opts.scope,
+            mime_type: Some(mime),
+            filename: opts.filename,
+            source: opts.source,
+            created_at: floor_secs(now),
+            expires_at: Some(expires_at),
+            last_access: tick,
+        };
+        match self.index.insert(record).await {
+            Ok(record) => Ok(record.to_ref()),
+            Err(e) => {
+                // The blob is unreachable without its row; remove it now if nothing else uses
+                // it (gc would otherwise, later). The insert's error is the one to report.
+                if let Err(cleanup) = self.release_blob(&sha256).await {
+                    tracing::warn!(error = %cleanup, "could not remove the blob of a failed put");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The record `access` may see under `id`, refusing expired ones.
+    async fn resolve(&self, access: &Access, id: &ArtifactId) -> Result<Record> {
+        let now = self.now();
+        let found = match access {
+            Access::Owner(owner) => self.index.get(&owner.key(), id).await?,
+            // The same id under several owners names the same bytes; any unexpired one will do.
+            Access::Operator => {
+                let all = self.index.get_all(id).await?;
+                let live = all.iter().find(|r| !r.is_expired(now)).cloned();
+                live.or_else(|| all.into_iter().next())
+            }
+        };
+        let rec = found.ok_or_else(|| StoreError::NotFound { id: id.clone() })?;
+        if rec.is_expired(now) {
+            return Err(StoreError::Expired { id: id.clone(), expired_at: rec.expired_at_string() });
+        }
+        Ok(rec)
+    }
+
+    /// [`Self::resolve`], then records the access for LRU.
+    async fn resolve_and_touch(&self, access: &Access, id: &ArtifactId) -> Result<Record> {
+        let mut rec = self.resolve(access, id).await?;
+        rec.last_access = self.tick(self.now());
+        self.index.touch(&rec.owner_key, &rec.id, rec.last_access, None).await?;
+        Ok(rec)
+    }
+}
+
+/// One budget a put must fit: a trace within an owner, or the owner's session.
+struct Budget<'a> {
+    name: String,
+    owner_key: &'a str,
+    trace_id: Option<&'a str>,
+    max_bytes: u64,
+    max_count: u64,
+    limit_names: (&'static str, &'static str),
+}
+
+impl Budget<'_> {
+    fn full(&self, usage: Usage, size: u64, why: &str) -> StoreError {
+        StoreError::QuotaExceeded {
+            budget: self.name.clone(),
+            detail: format!(
+                "it holds {} bytes in {} artifacts and a put of {size} bytes must stay within {} = {} and {} = {}; {why}",
+                usage.bytes, usage.count, self.limit_names.0, self.max_bytes, self.limit_names.1, self.max_count
+            ),
+        }
+    }
+}
+
+/// What the session budget is called in errors. Without a session id, the budget covers
+/// everything the (tenant, user) owner stores without one.
+fn session_budget(scope: &ArtifactScope) -> String {
+    match &scope.session_id {
+        Some(s) => format!("session {s}"),
+        None => "the session-less owner".to_owned(),
+    }
+}
+
+fn duration_nanos(d: Duration) -> i64 {
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+}
+
+fn encode_cursor(seq: i64) -> String {
+    format!("c{seq:x}")
+}
+
+fn decode_cursor(cursor: &str) -> Result<i64> {
+    cursor
+        .strip_prefix('c')
+        .and_then(|hex| i64::from_str_radix(hex, 16).ok())
+        .ok_or_else(|| StoreError::InvalidInput(format!("list cursor {cursor:?} is not one this store issued")))
+}
+
+#[async_trait]
+impl<I: Index, B: Blobs> ArtifactStore for Engine<I, B> {
+    async fn put_bytes(&self, data: Bytes, opts: PutOptions) -> Result<ArtifactRef> {
+        self.check_size(data.len() as u64, &opts.scope)?;
+        let staged = self.blobs.stage_bytes(data).await?;
+        self.put_staged(staged, opts).await
+    }
+
+    async fn put_stream(&self, reader: BoxReader, opts: PutOptions) -> Result<ArtifactRef> {
+        self.check_size(0, &opts.scope)?;
+        let staged = self.blobs.stage_stream(reader, self.stream_limit(&opts.scope)).await?;
+        self.check_size(staged.size, &opts.scope)?;
+        self.put_staged(staged, opts).await
+    }
+
+    async fn get(&self, access: &Access, id: &ArtifactId) -> Result<Bytes> {
+        let rec = self.resolve_and_touch(access, id).await?;
+        self.blobs.read(&rec.sha256, 0..rec.size).await
+    }
+
+    async fn get_range(&self, access: &Access, id: &ArtifactId, range: Range<u64>) -> Result<Bytes> {
+        let rec = self.resolve_and_touch(access, id).await?;
+        check_range(&range, rec.size)?;
+        self.blobs.read(&rec.sha256, range).await
+    }
+
+    async fn open(&self, access: &Access, id: &ArtifactId, range: Option<Range<u64>>) -> Result<ArtifactReader> {
+        let rec = self.resolve_and_touch(access, id).await?;
+        let range = range.unwrap_or(0..rec.size);
+        check_range(&range, rec.size)?;
+        let body = self.blobs.open(&rec.sha256, range.clone()).await?;
+        Ok(ArtifactReader { meta: rec.to_ref(), range, body })
+    }
+
+    async fn meta(&self, access: &Access, id: &ArtifactId) -> Result<ArtifactRef> {
+        Ok(self.resolve_and_touch(access, id).await?.to_ref())
+    }
+
+    async fn exists(&self, access: &Access, id: &ArtifactId) -> Result<bool> {
+        match self.resolve(access, id).await {
+            Ok(_) => Ok(true),
+            Err(StoreError::NotFound { .. } | StoreError::Expired { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn delete(&self, access: &Access, id: &ArtifactId) -> Result<bool> {
+        let owners: Vec<String> = match access {
+            Access::Owner(o) => vec![o.key()],
+            Access::Operator => self.index.get_all(id).await?.into_iter().map(|r| r.owner_key).collect(),
+        };
+        let _guard = self.lock.lock().await;
+        let now = self.now();
+        let mut deleted = false;
+        for owner_key in owners {
+            // An expired record is removed too, but reported like a missing one: it was
+            // already invisible.
+            if let (Some(rec), _) = self.remove_record(&owner_key, id).await? {
+                deleted |= !rec.is_expired(now);
+            }
+        }
+        Ok(deleted)
+    }
+
+    async fn list(&self, query: ListQuery) -> Result<ListPage> {
+        let limit = match query.limit {
+            0 => DEFAULT_LIST_LIMIT,
+            n => n.min(MAX_LIST_LIMIT),
+        };
+        let after = query.cursor.as_deref().map(decode_cursor).transpose()?.unwrap_or(0);
+        let filter = ListFilter {
+            owner_key: query.owner.as_ref().map(|o| o.key()),
+            session_id: query.session_id,
+            trace_id: query.trace_id,
+        };
+        let mut records = self.index.list(&filter, after, self.now(), limit + 1).await?;
+        let next = if records.len() > limit {
+            records.truncate(limit);
+            records.last().map(|r| encode_cursor(r.seq))
+        } else {
+            None
+        };
+        Ok(ListPage { items: records.iter().map(Record::to_ref).collect(), next })
+    }
+
+    async fn gc(&self) -> Result<GcReport> {
+        let _guard = self.lock.lock().await;
+        let mut report = GcReport::default();
+        let (expired, freed) = self.purge_expired(self.now(), None).await?;
+        report.expired_records = expired;
+        report.bytes_freed += freed;
+
+        // Rows whose blob is missing or the wrong size can never be served: drop them.
+        let blobs: Vec<BlobInfo> = self.blobs.list().await?;
+        let sizes: std::collections::HashMap<&str, u64> = blobs.iter().map(|b| (b.sha256.as_str(), b.size)).collect();
+        let mut referenced = std::collections::HashSet::new();
+        for u in self.index.blob_uses().await? {
+            if sizes.get(u.sha256.as_str()) == Some(&u.size) {
+                referenced.insert(u.sha256);
+            } else {
+                tracing::warn!(id = %u.id, sha256 = %u.sha256, "gc: removing a record whose blob is missing or the wrong size");
+                self.index.delete(&u.owner_key, &u.id).await?;
+                report.dangling_records += 1;
+            }
+        }
+        // Blobs nobody references: a crash between publishing a blob and inserting its row,
+        // or a blob of the wrong size whose rows were just dropped.
+        for b in blobs.iter().filter(|b| !referenced.contains(&b.sha256) && !b.recent) {
+            report.bytes_freed += self.blobs.delete(&b.sha256).await?;
+            report.orphan_blobs += 1;
+        }
+        report.temp_files = self.blobs.clean_temp().await?;
+        Ok(report)
+    }
+}

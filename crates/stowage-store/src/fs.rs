@@ -1,0 +1,124 @@
+//! [`FsStore`]: blobs as files under a directory, records in an embedded SQLite index.
+//!
+//! Layout of a store directory (created on open):
+//!
+//! ```text
+//! <dir>/index.sqlite        records (WAL mode: also index.sqlite-wal, -shm)
+//! <dir>/blobs/ab/ab12…      one file per distinct content, named by its sha256
+//! <dir>/tmp/                puts in progress
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use stowage_core::StoreError;
+
+use crate::blobs::FsBlobs;
+use crate::clock::{Clock, SystemClock};
+use crate::delegate::delegate_store;
+use crate::engine::Engine;
+use crate::failpoint::{FailpointHook, Failpoints};
+use crate::index::SqliteIndex;
+use crate::{Result, RetentionConfig};
+
+/// How long a temp file or an unreferenced blob must sit untouched before gc removes it, by
+/// default. Another process sharing the store may be between writing a blob and inserting its
+/// row; an hour is far longer than any put takes.
+pub const DEFAULT_GC_GRACE: Duration = Duration::from_secs(3600);
+
+/// An artifact store on the local filesystem.
+///
+/// Safe to share between tasks (wrap in an `Arc`). Several processes may open the same
+/// directory (SQLite WAL); within one process all puts, deletes and gc are coordinated, and
+/// across processes gc spares anything younger than [`FsStoreBuilder::gc_grace`]. Deletes in
+/// two processes at once racing a put of the same bytes are not coordinated: run one writer.
+pub struct FsStore {
+    engine: Engine<SqliteIndex, FsBlobs>,
+    dir: PathBuf,
+}
+
+impl FsStore {
+    /// Opens the store at `dir`, creating it if needed, with the system clock.
+    pub fn open(dir: impl AsRef<Path>, retention: RetentionConfig) -> Result<Self> {
+        Self::builder(dir).retention(retention).open()
+    }
+
+    pub fn builder(dir: impl AsRef<Path>) -> FsStoreBuilder {
+        FsStoreBuilder {
+            dir: dir.as_ref().to_path_buf(),
+            retention: RetentionConfig::default(),
+            clock: Arc::new(SystemClock),
+            gc_grace: DEFAULT_GC_GRACE,
+            failpoints: None,
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn retention(&self) -> &RetentionConfig {
+        self.engine.config()
+    }
+}
+
+impl std::fmt::Debug for FsStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FsStore").field("dir", &self.dir).finish_non_exhaustive()
+    }
+}
+
+/// Options for opening an [`FsStore`].
+pub struct FsStoreBuilder {
+    dir: PathBuf,
+    retention: RetentionConfig,
+    clock: Arc<dyn Clock>,
+    gc_grace: Duration,
+    failpoints: Option<FailpointHook>,
+}
+
+impl FsStoreBuilder {
+    pub fn retention(mut self, retention: RetentionConfig) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// Where the store reads the time (tests pass a [`crate::ManualClock`]).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// How old a temp file or unreferenced blob must be before gc removes it (default
+    /// [`DEFAULT_GC_GRACE`]). Puts in flight in this process are never touched whatever the
+    /// grace, so `Duration::ZERO` is safe when no other process writes the store.
+    pub fn gc_grace(mut self, grace: Duration) -> Self {
+        self.gc_grace = grace;
+        self
+    }
+
+    /// Installs a failpoint hook (crash tests only).
+    #[doc(hidden)]
+    pub fn failpoints(mut self, hook: FailpointHook) -> Self {
+        self.failpoints = Some(hook);
+        self
+    }
+
+    pub fn open(self) -> Result<FsStore> {
+        let dir = self.dir;
+        if dir.exists() && !dir.is_dir() {
+            return Err(StoreError::backend("open store", dir.display().to_string(), "not a directory"));
+        }
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| StoreError::backend("create store directory", dir.display().to_string(), e))?;
+        let failpoints = Failpoints::new(self.failpoints);
+        let blobs = FsBlobs::open(&dir, failpoints.clone(), self.gc_grace)?;
+        let index = SqliteIndex::open(&dir.join("index.sqlite"))?;
+        let last_tick = index.max_last_access()?;
+        let engine = Engine::new(index, blobs, self.retention, self.clock, failpoints, last_tick);
+        Ok(FsStore { engine, dir })
+    }
+}
+
+delegate_store!(FsStore);

@@ -1,0 +1,138 @@
+//! An index held in memory: a map from insertion order to record, plus a key lookup.
+//!
+//! Queries scan; that is fine for the sizes a memory store holds (it lives as long as the
+//! process and is bounded by the retention limits).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use stowage_core::ArtifactId;
+
+use super::{BlobUse, EvictOrder, Index, ListFilter, Usage};
+use crate::Result;
+use crate::record::Record;
+
+#[derive(Debug, Default)]
+pub(crate) struct MemoryIndex {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    next_seq: i64,
+    by_seq: BTreeMap<i64, Record>,
+    by_key: HashMap<(String, ArtifactId), i64>,
+}
+
+impl MemoryIndex {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave the maps inconsistent (every mutation is
+        // a single insert/remove pair), so poisoning is ignored.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn in_scope(r: &Record, owner_key: &str, trace_id: Option<&str>) -> bool {
+    r.owner_key == owner_key && trace_id.is_none_or(|t| r.scope.trace_id.as_deref() == Some(t))
+}
+
+#[async_trait]
+impl Index for MemoryIndex {
+    async fn get(&self, owner_key: &str, id: &ArtifactId) -> Result<Option<Record>> {
+        let inner = self.lock();
+        Ok(inner.by_key.get(&(owner_key.to_owned(), id.clone())).and_then(|s| inner.by_seq.get(s)).cloned())
+    }
+
+    async fn get_all(&self, id: &ArtifactId) -> Result<Vec<Record>> {
+        Ok(self.lock().by_seq.values().filter(|r| &r.id == id).cloned().collect())
+    }
+
+    async fn insert(&self, mut record: Record) -> Result<Record> {
+        let mut inner = self.lock();
+        inner.next_seq += 1;
+        record.seq = inner.next_seq;
+        inner.by_key.insert((record.owner_key.clone(), record.id.clone()), record.seq);
+        inner.by_seq.insert(record.seq, record.clone());
+        Ok(record)
+    }
+
+    async fn touch(&self, owner_key: &str, id: &ArtifactId, last_access: i64, expires_at: Option<i64>) -> Result<()> {
+        let mut inner = self.lock();
+        let seq = inner.by_key.get(&(owner_key.to_owned(), id.clone())).copied();
+        if let Some(r) = seq.and_then(|seq| inner.by_seq.get_mut(&seq)) {
+            r.last_access = last_access;
+            if expires_at.is_some() {
+                r.expires_at = expires_at;
+            }
+        }
+        Ok(())
+    }
+
+    async fn delete(&self, owner_key: &str, id: &ArtifactId) -> Result<Option<Record>> {
+        let mut inner = self.lock();
+        let Some(seq) = inner.by_key.remove(&(owner_key.to_owned(), id.clone())) else {
+            return Ok(None);
+        };
+        Ok(inner.by_seq.remove(&seq))
+    }
+
+    async fn usage(&self, owner_key: &str, trace_id: Option<&str>) -> Result<Usage> {
+        let inner = self.lock();
+        let mut u = Usage::default();
+        for r in inner.by_seq.values().filter(|r| in_scope(r, owner_key, trace_id)) {
+            u.bytes += r.size;
+            u.count += 1;
+        }
+        Ok(u)
+    }
+
+    async fn eviction_order(&self, owner_key: &str, trace_id: Option<&str>, order: EvictOrder) -> Result<Vec<Record>> {
+        let inner = self.lock();
+        let mut v: Vec<Record> = inner.by_seq.values().filter(|r| in_scope(r, owner_key, trace_id)).cloned().collect();
+        if order == EvictOrder::LeastRecentlyUsed {
+            v.sort_by_key(|r| (r.last_access, r.seq));
+        }
+        Ok(v)
+    }
+
+    async fn list(&self, filter: &ListFilter, after: i64, now: i64, limit: usize) -> Result<Vec<Record>> {
+        let inner = self.lock();
+        Ok(inner
+            .by_seq
+            .range(after.saturating_add(1)..)
+            .map(|(_, r)| r)
+            .filter(|r| {
+                filter.owner_key.as_ref().is_none_or(|k| &r.owner_key == k)
+                    && filter.session_id.as_ref().is_none_or(|s| r.scope.session_id.as_ref() == Some(s))
+                    && filter.trace_id.as_ref().is_none_or(|t| r.scope.trace_id.as_ref() == Some(t))
+                    && !r.is_expired(now)
+            })
+            .take(limit)
+            .cloned()
+            .collect())
+    }
+
+    async fn expired(&self, now: i64, owner_key: Option<&str>) -> Result<Vec<Record>> {
+        Ok(self
+            .lock()
+            .by_seq
+            .values()
+            .filter(|r| r.is_expired(now) && owner_key.is_none_or(|k| r.owner_key == k))
+            .cloned()
+            .collect())
+    }
+
+    async fn sha_in_use(&self, sha256: &str) -> Result<bool> {
+        Ok(self.lock().by_seq.values().any(|r| r.sha256 == sha256))
+    }
+
+    async fn blob_uses(&self) -> Result<Vec<BlobUse>> {
+        Ok(self
+            .lock()
+            .by_seq
+            .values()
+            .map(|r| BlobUse { owner_key: r.owner_key.clone(), id: r.id.clone(), sha256: r.sha256.clone(), size: r.size })
+            .collect())
+    }
+}
