@@ -1,0 +1,198 @@
+//! FsStore on disk: a put interrupted at any step leaves nothing half-visible and nothing that
+//! gc cannot repair; damage done behind the store's back is repaired by gc; a broken store
+//! directory gives a clear one-line error.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use stowage_store::{
+    Access, ArtifactScope, ArtifactStore, FsStore, ListQuery, PutOptions, PutStep, RetentionConfig, StoreError,
+};
+
+fn files_in(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let p = entry.unwrap().path();
+        if p.is_dir() {
+            out.extend(files_in(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+fn blob_names(dir: &Path) -> Vec<String> {
+    files_in(&dir.join("blobs")).iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect()
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(data))
+}
+
+fn open(dir: &Path) -> FsStore {
+    FsStore::builder(dir).gc_grace(Duration::ZERO).open().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_interrupted_at_any_step_is_invisible_and_gc_repairs_the_leftovers() {
+    let scope = ArtifactScope::session("crash");
+    let me = Access::owner_of(&scope);
+    // Big enough to take the parallel hash+write path; the small path shares the steps.
+    for (step, big) in PutStep::ALL.iter().flat_map(|s| [(*s, false), (*s, true)]) {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let armed = Arc::new(AtomicBool::new(false));
+        let hook = {
+            let armed = armed.clone();
+            Arc::new(move |at: PutStep| at == step && armed.load(Ordering::SeqCst))
+        };
+        let store = FsStore::builder(dir).gc_grace(Duration::ZERO).failpoints(hook).open().unwrap();
+        let prior = store.put_bytes(Bytes::from_static(b"committed before the crash"), PutOptions::scoped(scope.clone())).await.unwrap();
+
+        let new_bytes = Bytes::from(vec![7u8; if big { 3 << 20 } else { 1000 }]);
+        armed.store(true, Ordering::SeqCst);
+        let err = store.put_bytes(new_bytes.clone(), PutOptions::scoped(scope.clone())).await.unwrap_err();
+        assert!(err.to_string().contains("failpoint"), "{step:?}: {err}");
+        drop(store);
+
+        // What a crash there leaves on disk.
+        let temps = files_in(&dir.join("tmp"));
+        let new_sha = sha256_hex(&new_bytes);
+        let published = blob_names(dir).contains(&new_sha);
+        match step {
+            PutStep::AfterTempWrite | PutStep::AfterFsync => {
+                assert_eq!((temps.len(), published), (1, false), "{step:?}");
+            }
+            PutStep::AfterRename | PutStep::BeforeIndexInsert => {
+                assert_eq!((temps.len(), published), (0, true), "{step:?}");
+            }
+        }
+
+        // Reopened: the prior state, and nothing of the interrupted put.
+        let store = open(dir);
+        assert_eq!(&store.get(&me, &prior.id).await.unwrap()[..], b"committed before the crash");
+        let new_id = stowage_store::ArtifactId::from_content(None, &new_sha);
+        assert!(matches!(store.get(&me, &new_id).await, Err(StoreError::NotFound { .. })), "{step:?}");
+        assert!(!store.exists(&Access::Operator, &new_id).await.unwrap());
+        let listed = store.list(ListQuery::default()).await.unwrap().items;
+        assert_eq!(listed.iter().map(|r| r.id.clone()).collect::<Vec<_>>(), vec![prior.id.clone()], "{step:?}");
+
+        let report = store.gc().await.unwrap();
+        let temp_left = matches!(step, PutStep::AfterTempWrite | PutStep::AfterFsync);
+        assert_eq!(report.temp_files, u64::from(temp_left), "{step:?} {report:?}");
+        assert_eq!(report.orphan_blobs, u64::from(!temp_left), "{step:?} {report:?}");
+        assert_eq!((report.dangling_records, report.expired_records), (0, 0), "{step:?} {report:?}");
+        assert!(files_in(&dir.join("tmp")).is_empty());
+        assert_eq!(blob_names(dir), vec![prior.sha256.clone()], "{step:?}: only the committed blob is left");
+
+        // And the same bytes can be stored properly afterwards.
+        let r = store.put_bytes(new_bytes.clone(), PutOptions::scoped(scope.clone())).await.unwrap();
+        assert_eq!(store.get(&me, &r.id).await.unwrap(), new_bytes);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_drops_records_whose_blob_is_missing_or_the_wrong_size() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let store = open(dir);
+    let scope = ArtifactScope::session("damage");
+    let me = Access::owner_of(&scope);
+    let put = |data: &'static [u8]| store.put_bytes(Bytes::from_static(data), PutOptions::scoped(scope.clone()));
+    let deleted = put(b"blob deleted behind our back").await.unwrap();
+    let truncated = put(b"blob truncated behind our back").await.unwrap();
+    let intact = put(b"blob left alone").await.unwrap();
+    let path_of = |sha: &str| dir.join("blobs").join(&sha[..2]).join(sha);
+    std::fs::remove_file(path_of(&deleted.sha256)).unwrap();
+    std::fs::write(path_of(&truncated.sha256), b"blob").unwrap();
+
+    let report = store.gc().await.unwrap();
+    assert_eq!(report.dangling_records, 2, "{report:?}");
+    assert_eq!(report.orphan_blobs, 1, "the wrong-size blob goes too: {report:?}");
+    for r in [&deleted, &truncated] {
+        assert!(matches!(store.get(&me, &r.id).await, Err(StoreError::NotFound { .. })));
+    }
+    assert_eq!(&store.get(&me, &intact.id).await.unwrap()[..], b"blob left alone");
+    assert_eq!(blob_names(dir), vec![intact.sha256.clone()]);
+    assert_eq!(store.gc().await.unwrap(), Default::default(), "a second gc has nothing to do");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_spares_fresh_temp_files_and_puts_in_flight() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    // A temp file another process might be writing: younger than the default grace.
+    std::fs::create_dir_all(dir.join("tmp")).unwrap();
+    std::fs::write(dir.join("tmp").join("put-other-process.tmp"), b"half a blob").unwrap();
+    let store = FsStore::open(dir, RetentionConfig::default()).unwrap();
+    assert_eq!(store.gc().await.unwrap().temp_files, 0, "fresh temp files are left to their writer");
+    drop(store);
+
+    // With no grace, an abandoned file goes, but a put in flight in this process does not.
+    let (reached_tx, reached_rx) = std::sync::mpsc::channel::<()>();
+    let (resume_tx, resume_rx) = std::sync::mpsc::channel::<()>();
+    let resume_rx = Mutex::new(resume_rx);
+    let hook = Arc::new(move |at: PutStep| {
+        if at == PutStep::AfterTempWrite {
+            reached_tx.send(()).unwrap();
+            resume_rx.lock().unwrap().recv().unwrap();
+        }
+        false
+    });
+    let store = Arc::new(FsStore::builder(dir).gc_grace(Duration::ZERO).failpoints(hook).open().unwrap());
+    let scope = ArtifactScope::session("in-flight");
+    let putting = {
+        let store = store.clone();
+        let scope = scope.clone();
+        tokio::spawn(async move { store.put_bytes(Bytes::from_static(b"in flight"), PutOptions::scoped(scope)).await })
+    };
+    tokio::task::spawn_blocking(move || reached_rx.recv().unwrap()).await.unwrap();
+    let report = store.gc().await.unwrap();
+    assert_eq!(report.temp_files, 1, "only the abandoned file: {report:?}");
+    resume_tx.send(()).unwrap();
+    let r = putting.await.unwrap().expect("the put in flight completes");
+    assert_eq!(&store.get(&Access::owner_of(&scope), &r.id).await.unwrap()[..], b"in flight");
+}
+
+#[test]
+fn a_broken_store_directory_is_a_clear_one_line_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let garbage = tmp.path().join("garbage");
+    std::fs::create_dir(&garbage).unwrap();
+    std::fs::write(garbage.join("index.sqlite"), vec![0x42; 8192]).unwrap();
+    let not_a_dir = tmp.path().join("file");
+    std::fs::write(&not_a_dir, b"x").unwrap();
+    for (dir, want) in [(&garbage, "file is not a database"), (&not_a_dir, "not a directory")] {
+        let e = FsStore::open(dir, RetentionConfig::default()).unwrap_err().to_string();
+        assert!(e.contains(want) && e.contains(&*dir.display().to_string()), "{e}");
+        assert!(!e.contains('\n'), "{e}");
+    }
+}
+
+#[tokio::test]
+async fn data_survives_reopening_and_paths_hold_no_user_strings() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let scope = ArtifactScope::session("../../etc").with_tenant("t/../x");
+    let r = {
+        let store = open(dir);
+        let opts = PutOptions::scoped(scope.clone()).filename("../../passwd").namespace("evil/ns");
+        store.put_bytes(Bytes::from_static(b"persisted"), opts).await.unwrap()
+    };
+    let store = open(dir);
+    assert_eq!(&store.get(&Access::owner_of(&scope), &r.id).await.unwrap()[..], b"persisted");
+    assert_eq!(store.meta(&Access::Operator, &r.id).await.unwrap(), r);
+    for path in files_in(dir) {
+        let rel = path.strip_prefix(dir).unwrap().to_string_lossy().into_owned();
+        assert!(
+            rel.starts_with("index.sqlite") || rel == format!("blobs/{}/{}", &r.sha256[..2], r.sha256),
+            "unexpected file {rel}"
+        );
+    }
+}
