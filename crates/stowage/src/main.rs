@@ -39,6 +39,9 @@ enum Command {
     /// Run a Tableau-style 500 KB base64 PDF tool result through the pipeline into the store,
     /// show what the model sees instead, and read the PDF back.
     Demo(cmd::demo::DemoArgs),
+    /// Run one tool result (a file or stdin) through the transform pipeline; prints the result
+    /// the model would see, heavy parts stored as artifacts.
+    Transform(cmd::transform::TransformArgs),
     /// Store, fetch, list and clean up artifacts.
     #[command(subcommand)]
     Artifacts(cmd::artifacts::ArtifactsCommand),
@@ -90,6 +93,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Demo(args) => {
             let store = wiring::open_store(&config)?;
             cmd::demo::run(store, config.transform.clone(), args).await
+        }
+        Command::Transform(args) => {
+            let store = wiring::open_store(&config)?;
+            cmd::transform::run(args, config.transform.clone(), wiring::sink(store)).await
         }
         Command::Artifacts(cmd) => {
             let store = wiring::open_store(&config)?;

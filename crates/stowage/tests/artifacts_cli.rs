@@ -1,7 +1,7 @@
 //! `stowage artifacts …` end to end: the real binary on a temporary store directory, checked
 //! the way a person would check it (exit status, stdout, stderr, the bytes that come back).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use serde_json::Value;

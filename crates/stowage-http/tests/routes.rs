@@ -1,0 +1,285 @@
+//! The HTTP routes as a client meets them, through the real router and a real store: status
+//! codes, the seed's error bodies, the headers that keep artifacts safe on our origin, ranges,
+//! conditional requests, and single-use upload slots.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode};
+use http_body_util::BodyExt;
+use serde_json::Value;
+use stowage_core::{ArtifactId, ArtifactRef, ArtifactScope, Owner, PutOptions};
+use stowage_http::{HttpState, SlotSpec, routes};
+use stowage_links::{KeyRing, LinkSigner, LinksConfig, Operation};
+use stowage_store::{ArtifactStore, MemoryStore, RetentionConfig};
+use tower::ServiceExt;
+
+const NOW: u64 = 1_900_000_000;
+
+fn fixed_now() -> u64 {
+    NOW
+}
+
+struct World {
+    store: Arc<dyn ArtifactStore>,
+    signer: Arc<LinkSigner>,
+    state: HttpState,
+}
+
+impl World {
+    fn new() -> World {
+        let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new(RetentionConfig::default()));
+        let ring = KeyRing::new([("k1", vec![5u8; 32])]).unwrap();
+        let signer = Arc::new(LinkSigner::new(ring, &LinksConfig::default()));
+        let mut state = HttpState::new(store.clone(), signer.clone());
+        state.clock = fixed_now;
+        World { store, signer, state }
+    }
+
+    fn app(&self) -> Router {
+        routes(self.state.clone())
+    }
+
+    async fn put(&self, scope: &ArtifactScope, bytes: &[u8], mime: &str, filename: Option<&str>) -> ArtifactRef {
+        let mut opts = PutOptions::scoped(scope.clone()).mime(mime);
+        opts.filename = filename.map(str::to_owned);
+        self.store.put_bytes(bytes.to_vec().into(), opts).await.unwrap()
+    }
+
+    fn token(&self, op: Operation, target: &str, owner: &Owner, exp: u64) -> String {
+        self.signer.ring().mint(op, target, owner, exp)
+    }
+
+    /// The path part of a fresh signed link for `r`, as its owner would get it.
+    fn link(&self, r: &ArtifactRef) -> String {
+        let link = self.signer.artifact_link(&r.id, &r.scope.owner(), NOW, None);
+        link.url.strip_prefix("http://127.0.0.1:8787").unwrap().to_string()
+    }
+
+    async fn send(&self, req: Request<Body>) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
+        let resp = self.app().oneshot(req).await.unwrap();
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let body = resp.into_body().collect().await.unwrap().to_bytes().to_vec();
+        (status, headers, body)
+    }
+
+    async fn get(&self, uri: &str, headers: &[(&str, &str)]) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
+        let mut req = Request::get(uri);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        self.send(req.body(Body::empty()).unwrap()).await
+    }
+}
+
+fn error_code(body: &[u8]) -> String {
+    let v: Value = serde_json::from_slice(body).unwrap_or_else(|_| panic!("json error body: {}", String::from_utf8_lossy(body)));
+    v["error"]["code"].as_str().unwrap().to_string()
+}
+
+fn s1() -> ArtifactScope {
+    ArtifactScope::session("s1")
+}
+
+#[tokio::test]
+async fn download_streams_bytes_with_safe_headers() {
+    let w = World::new();
+    let bytes: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+    let r = w.put(&s1(), &bytes, "image/png", Some("chart 1.png")).await;
+    let (status, h, body) = w.get(&w.link(&r), &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body, bytes);
+    assert_eq!(h["content-type"], "image/png");
+    assert_eq!(h["content-length"], "10000");
+    assert_eq!(h["etag"], format!("\"{}\"", r.sha256).as_str());
+    assert_eq!(h["accept-ranges"], "bytes");
+    assert_eq!(h["x-content-type-options"], "nosniff");
+    assert!(h["content-disposition"].to_str().unwrap().starts_with("inline; filename=\"chart 1.png\""));
+    assert!(h["content-security-policy"].to_str().unwrap().starts_with("sandbox"));
+
+    // HEAD: same headers, no body.
+    let path = w.link(&r);
+    let (status, h2, body) = w.send(Request::builder().method(Method::HEAD).uri(&path).body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.is_empty());
+    assert_eq!(h2["content-length"], "10000");
+    assert_eq!(h2["etag"], h["etag"]);
+
+    // Meta.
+    let meta_path = path.replacen(&format!("/artifacts/{}", r.id), &format!("/artifacts/{}/meta", r.id), 1);
+    let (status, _, body) = w.get(&meta_path, &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    let meta: ArtifactRef = serde_json::from_slice(&body).unwrap();
+    assert_eq!(meta, r);
+}
+
+#[tokio::test]
+async fn ranges_and_conditional_requests() {
+    let w = World::new();
+    let bytes: Vec<u8> = (0..100u8).collect();
+    let r = w.put(&s1(), &bytes, "application/octet-stream", None).await;
+    let path = w.link(&r);
+    for (range, want, content_range) in [
+        ("bytes=0-0", 0..1, "bytes 0-0/100"),
+        ("bytes=99-99", 99..100, "bytes 99-99/100"),
+        ("bytes=-1", 99..100, "bytes 99-99/100"),
+        ("bytes=-10", 90..100, "bytes 90-99/100"),
+        ("bytes=95-", 95..100, "bytes 95-99/100"),
+        ("bytes=90-1000", 90..100, "bytes 90-99/100"),
+        ("bytes=-500", 0..100, "bytes 0-99/100"),
+    ] {
+        let (status, h, body) = w.get(&path, &[("range", range)]).await;
+        assert_eq!(status, StatusCode::PARTIAL_CONTENT, "{range}");
+        assert_eq!(body, bytes[want.clone()].to_vec(), "{range}");
+        assert_eq!(h["content-range"], content_range, "{range}");
+        assert_eq!(h["content-length"], (want.end - want.start).to_string().as_str());
+    }
+    for range in ["bytes=100-", "bytes=100-200", "bytes=-0"] {
+        let (status, h, body) = w.get(&path, &[("range", range)]).await;
+        assert_eq!(status, StatusCode::RANGE_NOT_SATISFIABLE, "{range}");
+        assert_eq!(h["content-range"], "bytes */100");
+        assert_eq!(error_code(&body), "bad_request");
+    }
+    // Multi-range and garbage are ignored: the whole body.
+    for range in ["bytes=0-1,5-6", "pages=1"] {
+        let (status, _, body) = w.get(&path, &[("range", range)]).await;
+        assert_eq!((status, body.len()), (StatusCode::OK, 100), "{range}");
+    }
+    let etag = format!("\"{}\"", r.sha256);
+    let (status, h, body) = w.get(&path, &[("if-none-match", &etag)]).await;
+    assert_eq!(status, StatusCode::NOT_MODIFIED);
+    assert!(body.is_empty());
+    assert_eq!(h["etag"], etag.as_str());
+    let (status, _, _) = w.get(&path, &[("if-none-match", "\"something-else\"")]).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn active_types_are_sandboxed_attachments() {
+    let w = World::new();
+    for (mime, body) in [
+        ("image/svg+xml", &b"<svg xmlns='http://www.w3.org/2000/svg'><script>alert(1)</script></svg>"[..]),
+        ("text/html", b"<html><script>alert(document.cookie)</script></html>"),
+        ("application/xml", b"<?xml version='1.0'?><x/>"),
+        ("text/javascript", b"alert(1)"),
+    ] {
+        let r = w.put(&s1(), body, mime, Some("page")).await;
+        let (status, h, _) = w.get(&w.link(&r), &[]).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(h["content-disposition"].to_str().unwrap().starts_with("attachment;"), "{mime}");
+        assert!(h["content-security-policy"].to_str().unwrap().starts_with("sandbox"), "{mime}");
+        assert_eq!(h["x-content-type-options"], "nosniff");
+    }
+}
+
+#[tokio::test]
+async fn bad_tokens_get_the_right_codes() {
+    let w = World::new();
+    let r = w.put(&s1(), b"secret bytes of s1", "text/plain", None).await;
+    let owner = r.scope.owner();
+    let base = format!("/artifacts/{}", r.id);
+    let good = w.token(Operation::Read, r.id.as_str(), &owner, NOW + 60);
+    let mut tampered = good.clone().into_bytes();
+    let i = tampered.len() / 2;
+    tampered[i] = if tampered[i] == b'A' { b'B' } else { b'A' };
+    let tampered = String::from_utf8(tampered).unwrap();
+    let other_ring = KeyRing::new([("k1", vec![6u8; 32])]).unwrap();
+    let cases = [
+        ("missing", base.clone(), StatusCode::FORBIDDEN, "artifact_forbidden"),
+        ("not a token", format!("{base}?token=hello"), StatusCode::BAD_REQUEST, "bad_request"),
+        ("tampered", format!("{base}?token={tampered}"), StatusCode::FORBIDDEN, "artifact_forbidden"),
+        ("truncated", format!("{base}?token={}", &good[..good.len() - 4]), StatusCode::FORBIDDEN, "artifact_forbidden"),
+        ("expired", format!("{base}?token={}", w.token(Operation::Read, r.id.as_str(), &owner, NOW)), StatusCode::GONE, "artifact_url_expired"),
+        ("wrong key", format!("{base}?token={}", other_ring.mint(Operation::Read, r.id.as_str(), &owner, NOW + 60)), StatusCode::FORBIDDEN, "artifact_forbidden"),
+        ("write token", format!("{base}?token={}", w.token(Operation::Write, r.id.as_str(), &owner, NOW + 60)), StatusCode::FORBIDDEN, "artifact_forbidden"),
+        ("other artifact's token", format!("{base}?token={}", w.token(Operation::Read, "art_0000000000000000", &owner, NOW + 60)), StatusCode::FORBIDDEN, "artifact_forbidden"),
+    ];
+    for (what, uri, status, code) in cases {
+        let (got, h, body) = w.get(&uri, &[]).await;
+        assert_eq!(got, status, "{what}");
+        assert_eq!(error_code(&body), code, "{what}");
+        assert_eq!(h["content-type"], "application/json", "{what}");
+        assert!(!String::from_utf8_lossy(&body).contains("secret bytes"), "{what}");
+    }
+    let (status, _, _) = w.get(&format!("{base}?token={good}"), &[]).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+/// Isolation over HTTP: a token minted for A, however valid, never reaches B's artifact, and
+/// the refusal is indistinguishable from an id that nobody holds.
+#[tokio::test]
+async fn another_owners_artifact_looks_like_nothing() {
+    let w = World::new();
+    let b_scope = ArtifactScope::session("b");
+    let rb = w.put(&b_scope, b"only for b", "text/plain", None).await;
+    let a_owner = ArtifactScope::session("a").owner();
+    let for_b_id = w.token(Operation::Read, rb.id.as_str(), &a_owner, NOW + 60);
+    let (status_b, _, body_b) = w.get(&format!("/artifacts/{}?token={for_b_id}", rb.id), &[]).await;
+    let ghost: ArtifactId = "art_ffffffffffffffff".parse().unwrap();
+    let for_ghost = w.token(Operation::Read, ghost.as_str(), &a_owner, NOW + 60);
+    let (status_g, _, body_g) = w.get(&format!("/artifacts/{ghost}?token={for_ghost}"), &[]).await;
+    assert_eq!(status_b, StatusCode::NOT_FOUND);
+    assert_eq!((status_b, body_b.clone()), (status_g, body_g), "same answer as a never-existing id");
+    assert_eq!(error_code(&body_b), "artifact_not_found");
+    let (status, _, _) = w.get(&format!("/artifacts/{}/meta?token={for_b_id}", rb.id), &[]).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // Same bytes stored by A as well: A's link serves A's record, B's keeps working.
+    let ra = w.put(&ArtifactScope::session("a"), b"only for b", "text/plain", None).await;
+    assert_eq!(ra.id, rb.id, "content-addressed");
+    assert_eq!(w.get(&w.link(&ra), &[]).await.0, StatusCode::OK);
+    assert!(w.store.delete(&stowage_store::Access::owner_of(&ra.scope), &ra.id).await.unwrap());
+    let (status, _, body) = w.get(&w.link(&rb), &[]).await;
+    assert_eq!((status, body), (StatusCode::OK, b"only for b".to_vec()), "deleting A's copy keeps B's");
+}
+
+#[tokio::test]
+async fn upload_slots_are_single_use_and_write_only() {
+    let w = World::new();
+    let owner = s1().owner();
+    let slot = w.state.slots.create(SlotSpec {
+        owner: owner.clone(),
+        put: PutOptions::scoped(s1()).filename("out.png"),
+        max_bytes: 1000,
+        accept: vec!["image/*".into()],
+    });
+    let wt = w.token(Operation::Write, &slot, &owner, NOW + 60);
+    let put = |token: String, mime: &str, body: Vec<u8>| {
+        Request::put(format!("/uploads/{slot}?token={token}")).header("content-type", mime).body(Body::from(body)).unwrap()
+    };
+    let png = b"\x89PNG\r\n\x1a\n0000000000000000".to_vec();
+
+    // A read token cannot write.
+    let rt = w.token(Operation::Read, &slot, &owner, NOW + 60);
+    assert_eq!(w.send(put(rt, "image/png", png.clone())).await.0, StatusCode::FORBIDDEN);
+    // Wrong type and oversize are refused, store nothing, and leave the slot usable.
+    let (status, _, body) = w.send(put(wt.clone(), "text/html", b"<p>".to_vec())).await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{}", String::from_utf8_lossy(&body));
+    let (status, _, body) = w.send(put(wt.clone(), "image/png", vec![1u8; 5000])).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{}", String::from_utf8_lossy(&body));
+    let listed = w.store.list(stowage_store::ListQuery { owner: Some(owner.clone()), ..Default::default() }).await.unwrap();
+    assert!(listed.items.is_empty(), "refused uploads leave nothing behind");
+
+    let (status, _, body) = w.send(put(wt.clone(), "image/png", png.clone())).await;
+    assert_eq!(status, StatusCode::CREATED, "{}", String::from_utf8_lossy(&body));
+    let r: ArtifactRef = serde_json::from_slice(&body).unwrap();
+    assert_eq!((r.mime_type.as_deref(), r.filename.as_deref(), r.size_bytes), (Some("image/png"), Some("out.png"), png.len() as u64));
+    assert_eq!(w.store.get(&stowage_store::Access::Owner(owner.clone()), &r.id).await.unwrap().to_vec(), png);
+
+    // Single use.
+    let (status, _, body) = w.send(put(wt, "image/png", png.clone())).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(error_code(&body), "bad_request");
+    // Another owner's write token for this slot: not found, like any unknown slot.
+    let other = w.token(Operation::Write, &slot, &ArtifactScope::session("x").owner(), NOW + 60);
+    assert_eq!(w.send(put(other, "image/png", png)).await.0, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn health() {
+    let w = World::new();
+    assert_eq!(w.get("/healthz", &[]).await.0, StatusCode::OK);
+    assert_eq!(w.get("/readyz", &[]).await.0, StatusCode::OK);
+}
