@@ -138,6 +138,8 @@ impl Gateway {
             }
             Kind::Request => {
                 let id = msg.id.clone().expect("a request has an id");
+                let method = msg.method.clone().unwrap_or_default();
+                let modern = is_modern(session, &msg);
                 let cancel = session.begin(&id);
                 let out = tokio::select! {
                     r = self.request(session, msg, outbox) => Some(r),
@@ -147,6 +149,9 @@ impl Gateway {
                 out.map(|r| match r {
                     Ok(mut m) => {
                         m.id = Some(id);
+                        if modern {
+                            stamp_modern_result(&method, &mut m);
+                        }
                         m
                     }
                     Err((code, message)) => Message::error(id, code, message),
@@ -552,6 +557,40 @@ fn strip_envelope(params: &mut Value) {
             params.as_object_mut().map(|p| p.remove("_meta"));
         }
     }
+}
+
+/// Whether this request speaks the stateless revision (its envelope says so, or the session
+/// was opened with `server/discover`).
+fn is_modern(session: &Session, msg: &Message) -> bool {
+    if session.protocol.lock().unwrap().as_deref().is_some_and(|p| MODERN_VERSIONS.contains(&p)) {
+        return true;
+    }
+    let Some(p) = &msg.params else { return false };
+    if !p.get().contains(META_PREFIX) {
+        return false;
+    }
+    msg.params_value()
+        .pointer("/_meta/io.modelcontextprotocol~1protocolVersion")
+        .and_then(Value::as_str)
+        .is_some_and(|v| MODERN_VERSIONS.contains(&v))
+}
+
+/// Results on the 2026-07-28 wire carry `resultType`, and cacheable ones `ttlMs` and
+/// `cacheScope`; upstreams on older revisions do not send them. `private` and 0 ms are the
+/// safe defaults: a gateway's lists change when upstreams restart.
+fn stamp_modern_result(method: &str, m: &mut Message) {
+    let Some(raw) = &m.result else { return };
+    let Ok(mut v) = serde_json::from_str::<Value>(raw.get()) else { return };
+    let Some(obj) = v.as_object_mut() else { return };
+    obj.entry("resultType").or_insert_with(|| json!("complete"));
+    if matches!(
+        method,
+        "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" | "resources/read" | "server/discover"
+    ) {
+        obj.entry("ttlMs").or_insert_with(|| json!(0));
+        obj.entry("cacheScope").or_insert_with(|| json!("private"));
+    }
+    m.result = Some(to_raw(&v));
 }
 
 fn server_info() -> Value {

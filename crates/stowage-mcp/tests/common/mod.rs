@@ -79,7 +79,15 @@ pub fn rewriter(sink: Arc<dyn ArtifactSink>, _config: &GatewayConfig) -> Rewrite
     Rewriter { offloader: Arc::new(PipelineOffloader::new(Arc::new(pipeline))), links: None }
 }
 
+/// Logs to stderr when `STOWAGE_TEST_LOG` is set (e.g. `STOWAGE_TEST_LOG=debug`).
+pub fn init_log() {
+    if let Ok(filter) = std::env::var("STOWAGE_TEST_LOG") {
+        let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::new(filter)).with_writer(std::io::stderr).try_init();
+    }
+}
+
 pub fn fast_config() -> GatewayConfig {
+    init_log();
     GatewayConfig { restart_backoff_initial_ms: 50, restart_backoff_max_ms: 200, ..Default::default() }
 }
 

@@ -1,0 +1,165 @@
+//! The gateway against real third-party MCP software (../shared/PEERS.md), installed by
+//! `scripts/gateway-peers.sh` into `target/peers`: `@modelcontextprotocol/server-everything`
+//! as the upstream (stdio and Streamable HTTP), driven by the official Python client (default
+//! and legacy handshakes) and by the MCP Inspector CLI.
+//!
+//! A missing peer skips a test with a loud message on a developer machine, and fails it under
+//! `CI` (where the test script installs them).
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{MemSink, fast_config, rewriter};
+use serde_json::Value;
+use stowage_mcp::Gateway;
+use stowage_mcp::config::{TransportSpec, UpstreamSpec};
+
+fn peers_dir() -> PathBuf {
+    match std::env::var_os("STOWAGE_PEERS_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/peers"),
+    }
+}
+
+/// `Some(path)` if the peer is installed; else skips (or fails under CI).
+fn require(rel: &str) -> Option<PathBuf> {
+    // The directory is canonicalised (node resolves `..` lexically), the file is not (a
+    // venv's python is a symlink that must keep its venv path).
+    let p = peers_dir().canonicalize().unwrap_or_else(|_| peers_dir()).join(rel);
+    if p.exists() {
+        return Some(p);
+    }
+    let msg = format!("peer {} is not installed; run scripts/gateway-peers.sh", p.display());
+    if std::env::var_os("CI").is_some() {
+        panic!("{msg}");
+    }
+    eprintln!("\n!!!!!!!! SKIPPED: {msg} !!!!!!!!\n");
+    None
+}
+
+const EVERYTHING: &str = "node_modules/@modelcontextprotocol/server-everything/dist/index.js";
+const PYTHON: &str = "venv/bin/python";
+const INSPECTOR: &str = "node_modules/.bin/inspector";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+async fn gateway(upstream: TransportSpec) -> (Arc<Gateway>, String) {
+    let config = fast_config();
+    let rw = rewriter(Arc::new(MemSink::default()), &config);
+    let spec = UpstreamSpec { name: "everything".into(), transport: upstream, request_timeout: Duration::from_secs(30) };
+    let gw = Gateway::start(config, vec![spec], rw, None);
+    assert_eq!(gw.wait_ready(Duration::from_secs(30)).await, 1, "server-everything did not start");
+    let addr = stowage_mcp::run::spawn_http(gw.clone(), "127.0.0.1:0").await.unwrap();
+    (gw, format!("http://{addr}/mcp"))
+}
+
+fn stdio_everything(script: &std::path::Path) -> TransportSpec {
+    TransportSpec::Stdio { command: "node".into(), args: vec![script.display().to_string(), "stdio".into()], env: Default::default(), cwd: None }
+}
+
+/// Runs the Python driver and checks what it saw.
+async fn drive_with_python(python: &std::path::Path, url: &str, mode: &str) -> Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/drive_everything.py");
+    let (python, url, mode) = (python.to_owned(), url.to_owned(), mode.to_owned());
+    let out = tokio::task::spawn_blocking(move || Command::new(python).arg(script).arg(url).arg(mode).output().unwrap())
+        .await
+        .unwrap();
+    assert!(out.status.success(), "python client failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn check_observations(o: &Value) {
+    let tools: Vec<&str> = o["tools"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    for t in ["echo", "get-tiny-image", "get-resource-reference", "get-resource-links", "get-structured-content"] {
+        assert!(tools.contains(&t), "{t} missing: {tools:?}");
+    }
+    assert_eq!(o["echo"]["content"][0]["text"], "Echo: hello from python");
+    // The 4 KB PNG is over the inline threshold: a link, no base64.
+    let img = &o["tiny_image"];
+    let img_s = img.to_string();
+    assert!(!img_s.contains("iVBORw0KGgo"), "base64 PNG reached the client: {img_s}");
+    assert!(img["content"].as_array().unwrap().iter().any(|b| b["type"] == "resource_link" && b["mimeType"] == "image/png"), "{img_s}");
+    // The embedded blob resource is offloaded too (or passes if tiny).
+    let rr = o["resource_reference"].to_string();
+    assert!(rr.len() < 8_000, "{rr}");
+    // Resource links from the server pass through as they are.
+    let links: Vec<_> = o["resource_links"]["content"].as_array().unwrap().iter().filter(|b| b["type"] == "resource_link").collect();
+    assert!(links.len() >= 3, "{}", o["resource_links"]);
+    // Structured content still matches the tool's output schema (the client validated it).
+    let sc = &o["structured"]["structuredContent"];
+    assert!(sc["temperature"].is_number() && sc["conditions"].is_string(), "{sc}");
+    assert!(o["prompts"].as_array().unwrap().iter().any(|p| p == "simple-prompt"));
+    assert!(o["simple_prompt"]["messages"].as_array().is_some_and(|m| !m.is_empty()));
+}
+
+#[tokio::test]
+async fn python_client_default_and_legacy_through_gateway_to_everything_over_stdio() {
+    let (Some(everything), Some(python)) = (require(EVERYTHING), require(PYTHON)) else { return };
+    let (gw, url) = gateway(stdio_everything(&everything)).await;
+    for mode in ["auto", "legacy"] {
+        let o = drive_with_python(&python, &url, mode).await;
+        check_observations(&o);
+        let want = if mode == "auto" { "2026-07-28" } else { "2025-11-25" };
+        assert_eq!(o["protocol_version"], want, "mode {mode}");
+    }
+    gw.shutdown();
+}
+
+#[tokio::test]
+async fn python_client_through_gateway_to_everything_over_http() {
+    let (Some(everything), Some(python)) = (require(EVERYTHING), require(PYTHON)) else { return };
+    let port = free_port();
+    let mut child = tokio::process::Command::new("node")
+        .arg(&everything)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // Wait for it to listen.
+    let up = format!("http://127.0.0.1:{port}/mcp");
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (gw, url) = gateway(TransportSpec::Http { url: up, headers: Default::default() }).await;
+    let o = drive_with_python(&python, &url, "auto").await;
+    check_observations(&o);
+    gw.shutdown();
+    let _ = child.kill().await;
+}
+
+#[tokio::test]
+async fn inspector_cli_lists_and_calls_through_gateway() {
+    let (Some(everything), Some(inspector)) = (require(EVERYTHING), require(INSPECTOR)) else { return };
+    let (gw, url) = gateway(stdio_everything(&everything)).await;
+    let run = |args: Vec<String>| {
+        let inspector = inspector.clone();
+        let url = url.clone();
+        async move {
+            tokio::task::spawn_blocking(move || Command::new(inspector).arg("--cli").arg(url).args(args).output().unwrap())
+                .await
+                .unwrap()
+        }
+    };
+    let out = run(vec!["--method".into(), "tools/list".into()]).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("get-tiny-image"));
+    let out = run(vec!["--method".into(), "tools/call".into(), "--tool-name".into(), "get-tiny-image".into()]).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("resource_link") && !stdout.contains("iVBORw0KGgo"), "{stdout}");
+    let out = run(vec!["--method".into(), "tools/call".into(), "--tool-name".into(), "echo".into(), "--tool-arg".into(), "message=hi".into()]).await;
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("Echo: hi"));
+    gw.shutdown();
+}
