@@ -104,14 +104,15 @@ impl Rewriter {
                 let tokens_in = off.tokens_in;
                 let mut value = apply_contract(off, ctx.output_schema.as_ref(), self.links.as_deref());
                 let bytes_out = serde_json::to_vec(&value).map(|v| v.len() as u64).unwrap_or(0);
+                // Kept compact: it rides on every result the model may read.
+                let ms = (started.elapsed().as_secs_f64() * 10_000.0).round() / 10.0;
                 let stats = json!({
                     "bytesIn": bytes_in,
                     "bytesOut": bytes_out,
                     "tokensIn": tokens_in,
                     "tokensOut": bytes_out.div_ceil(4),
-                    "tokensEstimated": true,
                     "artifacts": artifacts,
-                    "durationMs": started.elapsed().as_secs_f64() * 1000.0,
+                    "ms": ms,
                 });
                 set_meta(&mut value, TRANSFORM_META_KEY, stats);
                 Rewritten { value, artifacts, bytes_in, bytes_out }
@@ -178,6 +179,7 @@ pub fn apply_contract(off: Offloaded, output_schema: Option<&Value>, links: Opti
     let mut inserts: Vec<(usize, bool, Vec<Value>)> = Vec::new();
     let content_len = value.get("content").and_then(Value::as_array).map_or(0, Vec::len);
     let mut seen = std::collections::HashSet::new();
+    let mut fixups: Vec<(String, String, String, String)> = Vec::new();
     for item in &items {
         // The same bytes found twice (structuredContent and its JSON text twin) are one asset.
         if !seen.insert(item.reference.id.clone()) {
@@ -189,11 +191,18 @@ pub fn apply_contract(off: Offloaded, output_schema: Option<&Value>, links: Opti
             None => (r.uri.clone(), r.expires_at.and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())),
         };
         let name = r.filename.clone().unwrap_or_else(|| r.id.to_string());
+        // The signed URL is long (a token): it is in the resource_link and assets[] once, the
+        // text only says that it exists and until when.
         let mut text = item.summary.clone();
+        if let Some(m) = &r.mime_type
+            && !text.contains(m.as_str())
+        {
+            text.push_str(&format!(" [{m}]"));
+        }
         if uri != r.uri {
-            text.push_str(&format!(" Download: {uri}"));
-            if let Some(exp) = &expires {
-                text.push_str(&format!(" (link expires {exp})"));
+            match &expires {
+                Some(exp) => text.push_str(&format!(" Download link in the resource_link (expires {exp}).")),
+                None => text.push_str(" Download link in the resource_link."),
             }
         }
         let mut link = json!({
@@ -207,16 +216,9 @@ pub fn apply_contract(off: Offloaded, output_schema: Option<&Value>, links: Opti
             link["mimeType"] = json!(m);
         }
         let blocks = vec![json!({"type": "text", "text": text}), link];
-        if let Some(existing) = existing_link(&mut value, &r.uri) {
-            // The offloader already wrote this artifact's blocks: only point them at the link.
-            if uri != r.uri {
-                existing["uri"] = json!(uri);
-                if let Some(exp) = &expires
-                    && let Some(t) = existing.get("description").and_then(Value::as_str).map(str::to_owned)
-                {
-                    existing["description"] = json!(format!("{t} Download: {uri} (link expires {exp})"));
-                }
-            }
+        if existing_link(&value, &r.uri).is_some() {
+            // The offloader already wrote this artifact's link; fixed up after the inserts.
+            fixups.push((r.uri.clone(), uri.clone(), item.summary.clone(), text));
         } else {
         match content_position(&item.pointer) {
             Some((k, whole)) if k < content_len => inserts.push((k, whole, blocks)),
@@ -260,6 +262,23 @@ pub fn apply_contract(off: Offloaded, output_schema: Option<&Value>, links: Opti
             }
         }
         content.extend(tail);
+        // Links the offloader wrote: point them at the download URL, and make sure the
+        // summary line sits right before each.
+        for (artifact_uri, uri, summary, text) in fixups {
+            let Some(k) = content.iter().position(|b| b["type"] == "resource_link" && b["uri"] == artifact_uri.as_str()) else {
+                continue;
+            };
+            content[k]["uri"] = json!(uri);
+            let signed = uri != artifact_uri;
+            let before = k.checked_sub(1).and_then(|i| content[i]["text"].as_str());
+            if before == Some(summary.as_str()) {
+                content[k - 1]["text"] = json!(text);
+            } else if signed || before.is_none_or(|t| !t.contains(&summary)) {
+                // A stub inside the JSON text before the link already says it all, unless
+                // there is a download link to announce.
+                content.insert(k, json!({"type": "text", "text": text}));
+            }
+        }
     } else if let Some(obj) = value.as_object_mut() {
         let blocks: Vec<Value> = inserts.into_iter().flat_map(|(_, _, b)| b).collect();
         obj.insert("content".into(), Value::Array(blocks));
@@ -279,13 +298,9 @@ pub fn apply_contract(off: Offloaded, output_schema: Option<&Value>, links: Opti
     value
 }
 
-/// The `resource_link` block in `content` that points at `artifact_uri`, if any.
-fn existing_link<'a>(value: &'a mut Value, artifact_uri: &str) -> Option<&'a mut Value> {
-    value
-        .get_mut("content")?
-        .as_array_mut()?
-        .iter_mut()
-        .find(|b| b["type"] == "resource_link" && b["uri"] == artifact_uri)
+/// The index in `content` of the `resource_link` block that points at `artifact_uri`.
+fn existing_link(value: &Value, artifact_uri: &str) -> Option<usize> {
+    value.get("content")?.as_array()?.iter().position(|b| b["type"] == "resource_link" && b["uri"] == artifact_uri)
 }
 
 /// `(k, whole_block)` for pointers into `/content/k`.
@@ -366,6 +381,38 @@ mod tests {
         assert_eq!(v["structuredContent"], json!({"n": 1}));
         assert_eq!(v["_meta"][ASSETS_META_KEY][0]["kind"], "file");
         assert_eq!(v["content"].as_array().unwrap().len(), 3);
+    }
+
+    struct FixedLinks;
+    impl LinkMinter for FixedLinks {
+        fn link(&self, a: &ArtifactRef) -> Option<(String, String)> {
+            Some((format!("http://gw/artifacts/{}?token=t", a.id), "2026-11-22T09:00:00Z".into()))
+        }
+    }
+
+    /// The pipeline writes its own text + resource_link for typed blocks, and only a stub
+    /// inside JSON text: both end with one summary line and one signed link per artifact.
+    #[test]
+    fn links_written_by_the_offloader_are_signed_and_get_their_summary_line() {
+        let it = item("/content/0/text#/data", "application/pdf");
+        let link = json!({"type":"resource_link","uri": it.reference.uri, "name":"x"});
+        let off = Offloaded {
+            value: json!({"content": [{"type":"text","text":"{\"data\":\"stub\"}"}, link]}),
+            items: vec![it.clone(), it],
+            bytes_in: 0,
+            tokens_in: 0,
+        };
+        let v = apply_contract(off, None, Some(&FixedLinks));
+        let content = v["content"].as_array().unwrap();
+        assert_eq!(content.len(), 3, "{v}");
+        let text = content[1]["text"].as_str().unwrap();
+        assert!(text.contains("artifact://t_") && text.contains("[application/pdf]") && text.contains("expires 2026-11-22T09:00:00Z"), "{text}");
+        assert_eq!(content[2]["uri"], "http://gw/artifacts/t_abababababababab?token=t");
+        let a = &v["structuredContent"]["assets"];
+        assert_eq!(a.as_array().unwrap().len(), 1);
+        assert_eq!(a[0]["uri"], content[2]["uri"]);
+        assert_eq!(a[0]["artifactUri"], "artifact://t_abababababababab");
+        assert_eq!(a[0]["expiresAt"], "2026-11-22T09:00:00Z");
     }
 
     #[test]

@@ -64,10 +64,16 @@ pub async fn run(ctx: ServeContext<'_>, args: ServeArgs) -> anyhow::Result<()> {
         Mode::Http { listen: gateway.listen.clone() }
     };
     let mut extra_routes = None;
-    if let Mode::Http { .. } = mode {
-        ctx.links.validate().map_err(anyhow::Error::msg)?;
-        let ring = ctx.links.key_ring(ctx.store_dir).context("cannot load the link-signing key")?;
-        let signer = Arc::new(LinkSigner::new(ring, ctx.links));
+    if let Mode::Http { listen } = &mode {
+        let mut links = ctx.links.clone();
+        // Links must point where the gateway listens: with the default public_url and another
+        // --listen, follow the listen address.
+        if links.public_url == LinksConfig::default().public_url && *listen != GatewayConfig::default().listen {
+            links.public_url = format!("http://{listen}");
+        }
+        links.validate().map_err(anyhow::Error::msg)?;
+        let ring = links.key_ring(ctx.store_dir).context("cannot load the link-signing key")?;
+        let signer = Arc::new(LinkSigner::new(ring, &links));
         rewriter.links = Some(Arc::new(SignedLinks(signer.clone())));
         extra_routes = Some(stowage_http::routes(stowage_http::HttpState::new(ctx.store.clone(), signer)));
     }
