@@ -1,0 +1,95 @@
+//! `stowage transform [--tool NAME] [--report FILE] [INPUT|-]`: runs one tool result through
+//! the transform pipeline and writes the rewritten result to stdout.
+//!
+//! The store comes from the global `--store DIR` / `--config F` (wired by the caller): heavy
+//! parts land there and the output holds `artifact://` references. `--report FILE` writes the
+//! pipeline's report (every artifact with the JSON Pointer where it was found, its mime type,
+//! size and sha256; token counts; warnings; whether the clamp fired).
+//!
+//! Exit status: 0 with the result on stdout; 1 with `error: artifact_storage_failed: …` when a
+//! binary could not be stored (nothing is printed on stdout then: the caller must not forward
+//! base64 instead), or `error: bad_request: …` when the input is not JSON.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Args;
+use stowage_core::{ArtifactScope, ArtifactSink};
+use stowage_transform::{Pipeline, TransformConfig, TransformInput};
+
+#[derive(Debug, Args)]
+pub struct TransformArgs {
+    /// The tool's name, plain or namespaced (selects field rules and presets, and names the
+    /// artifacts: `artifact://<tool>_<sha256 prefix>`).
+    #[arg(long, value_name = "NAME", default_value = "")]
+    pub tool: String,
+    /// Write the report (artifacts with JSON Pointers, tokens, warnings) as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// The tool's outputSchema as a JSON file: properties marked "artifact": true are always
+    /// extracted.
+    #[arg(long, value_name = "FILE")]
+    pub output_schema: Option<PathBuf>,
+    /// Session id recorded with the artifacts (their owner).
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
+    /// Trace id recorded with the artifacts (per-trace limits apply to it).
+    #[arg(long, value_name = "ID")]
+    pub trace: Option<String>,
+    /// Pretty-print the result instead of compact JSON.
+    #[arg(long)]
+    pub pretty: bool,
+    /// The tool result (a CallToolResult or any JSON); `-` or nothing reads stdin.
+    #[arg(value_name = "INPUT", default_value = "-")]
+    pub input: String,
+}
+
+/// Runs `stowage transform`. `sink` is the configured store (`wiring::sink(store)`), `config`
+/// the `[transform]` section of `stowage.toml`.
+pub async fn run(args: TransformArgs, config: TransformConfig, sink: Arc<dyn ArtifactSink>) -> anyhow::Result<()> {
+    let json = read_input(&args.input)?;
+    let schema = match &args.output_schema {
+        Some(path) => {
+            let text = std::fs::read(path).with_context(|| format!("cannot read output schema {}", path.display()))?;
+            Some(serde_json::from_slice::<serde_json::Value>(&text).with_context(|| format!("output schema {} is not json", path.display()))?)
+        }
+        None => None,
+    };
+    let mut scope = ArtifactScope::default();
+    scope.session_id = args.session.clone();
+    scope.trace_id = args.trace.clone();
+    let mut input = TransformInput::new(&args.tool, &scope);
+    input.output_schema = schema.as_ref();
+
+    let pipeline = Pipeline::new(config, sink);
+    let out = pipeline
+        .transform_json(&input, json)
+        .await
+        .map_err(|e| anyhow::anyhow!("{}: {e}", e.code()))?;
+
+    if let Some(path) = &args.report {
+        let text = serde_json::to_vec_pretty(&out.report).context("serialising the report")?;
+        std::fs::write(path, text).with_context(|| format!("cannot write report {}", path.display()))?;
+    }
+    let mut stdout = std::io::stdout().lock();
+    if args.pretty {
+        serde_json::to_writer_pretty(&mut stdout, &out.value)
+    } else {
+        serde_json::to_writer(&mut stdout, &out.value)
+    }
+    .context("writing the result")?;
+    stdout.write_all(b"\n").and_then(|()| stdout.flush()).context("writing the result")?;
+    Ok(())
+}
+
+fn read_input(input: &str) -> anyhow::Result<Vec<u8>> {
+    if input == "-" {
+        let mut buf = Vec::new();
+        std::io::stdin().lock().read_to_end(&mut buf).context("cannot read stdin")?;
+        Ok(buf)
+    } else {
+        std::fs::read(input).with_context(|| format!("cannot read {input}"))
+    }
+}
