@@ -33,8 +33,10 @@ use crate::failpoint::{Crash, Failpoints, PutStep};
 const PARALLEL_MIN: usize = 1 << 20;
 
 /// Chunks a streaming read hands over; a few in flight keep the disk busy while the consumer
-/// works, and bound the memory a reader holds to `READ_AHEAD * READ_CHUNK`.
-const READ_CHUNK: usize = 2 << 20;
+/// works, and bound the memory a reader holds to `READ_AHEAD * READ_CHUNK`. Kept small so
+/// that many concurrent downloads stay in constant memory (64 readers x 2 MiB chunks peaked at
+/// 474 MiB of server RSS; the HTTP layer re-chunks anyway).
+const READ_CHUNK: usize = 256 << 10;
 const READ_AHEAD: usize = 2;
 
 type InFlight = Arc<Mutex<HashSet<PathBuf>>>;
