@@ -30,6 +30,7 @@
 pub mod clamp;
 mod config;
 mod error;
+pub mod fastjson;
 pub mod layers;
 pub mod path;
 mod pipeline;

@@ -111,7 +111,7 @@ impl Pipeline {
         } else {
             None
         };
-        let value: Value = serde_json::from_slice(&json).map_err(TransformError::InvalidJson)?;
+        let value: Value = crate::fastjson::parse(&json).map_err(TransformError::InvalidJson)?;
         drop(json);
         let tokens_in = tokens_in.unwrap_or_else(|| {
             if self.config.tokens.enabled { (bytes_in.div_ceil(tokens::ESTIMATE_BYTES_PER_TOKEN), true) } else { (0, false) }

@@ -120,7 +120,7 @@ fn find_embedded(value: &mut Value, ptr: &mut String, min_len: usize, found: &mu
     match value {
         Value::String(s) => {
             if s.len() >= min_len.max(2) && looks_like_json_container(s) {
-                if let Ok(parsed @ (Value::Object(_) | Value::Array(_))) = serde_json::from_str::<Value>(s) {
+                if let Ok(parsed @ (Value::Object(_) | Value::Array(_))) = crate::fastjson::parse(s.as_bytes()) {
                     let original = std::mem::take(s);
                     let original = (original.len() <= KEEP_ORIGINAL_MAX).then_some(original);
                     found.push((ptr.clone(), parsed, original));
