@@ -22,7 +22,9 @@ use crate::clock::Clock;
 use crate::failpoint::{Failpoints, PutStep};
 use crate::index::{EvictOrder, Index, ListFilter, Usage};
 use crate::record::{Record, floor_secs, to_nanos};
-use crate::{Access, ArtifactReader, ArtifactStore, CleanupStrategy, GcReport, ListPage, ListQuery, Result, RetentionConfig};
+use crate::{
+    Access, ArtifactReader, ArtifactStore, CleanupStrategy, GcReport, ListPage, ListQuery, Result, RetentionConfig,
+};
 
 /// Page size when [`ListQuery::limit`] is 0, and the largest page served.
 pub(crate) const DEFAULT_LIST_LIMIT: usize = 100;
@@ -50,7 +52,15 @@ impl<I: Index, B: Blobs> Engine<I, B> {
         failpoints: Failpoints,
         last_tick: i64,
     ) -> Self {
-        Engine { index, blobs, config, clock, failpoints, lock: tokio::sync::Mutex::new(()), last_tick: AtomicI64::new(last_tick) }
+        Engine {
+            index,
+            blobs,
+            config,
+            clock,
+            failpoints,
+            lock: tokio::sync::Mutex::new(()),
+            last_tick: AtomicI64::new(last_tick),
+        }
     }
 
     pub fn config(&self) -> &RetentionConfig {
@@ -72,7 +82,8 @@ impl<I: Index, B: Blobs> Engine<I, B> {
     /// Limits that can be judged from the size alone, before any byte is written.
     fn check_size(&self, size: u64, scope: &ArtifactScope) -> Result<()> {
         let c = &self.config;
-        let mut limits: Vec<Limit> = vec![("max_artifact_bytes", c.max_artifact_bytes), ("max_session_bytes", c.max_session_bytes)];
+        let mut limits: Vec<Limit> =
+            vec![("max_artifact_bytes", c.max_artifact_bytes), ("max_session_bytes", c.max_session_bytes)];
         if scope.trace_id.is_some() {
             limits.push(("max_trace_bytes", c.max_trace_bytes));
         }
@@ -132,12 +143,7 @@ impl<I: Index, B: Blobs> Engine<I, B> {
 
     /// Chooses the records to evict so that a put of `size` bytes fits one budget, after
     /// `chosen` (already picked for another budget) are gone. Lock held.
-    async fn plan_eviction(
-        &self,
-        budget: Budget<'_>,
-        size: u64,
-        chosen: &[Record],
-    ) -> Result<Vec<Record>> {
+    async fn plan_eviction(&self, budget: Budget<'_>, size: u64, chosen: &[Record]) -> Result<Vec<Record>> {
         let usage = self.index.usage(budget.owner_key, budget.trace_id).await?;
         let in_budget = |r: &Record| budget.trace_id.is_none_or(|t| r.scope.trace_id.as_deref() == Some(t));
         let mut bytes = usage.bytes;
@@ -451,5 +457,102 @@ impl<I: Index, B: Blobs> ArtifactStore for Engine<I, B> {
         }
         report.temp_files = self.blobs.clean_temp().await?;
         Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::blobs::{MemoryBlobs, sha256_hex};
+    use crate::clock::ManualClock;
+    use crate::index::MemoryIndex;
+
+    fn engine(config: RetentionConfig) -> Engine<MemoryIndex, MemoryBlobs> {
+        Engine::new(
+            MemoryIndex::default(),
+            MemoryBlobs::default(),
+            config,
+            Arc::new(ManualClock::fixed()),
+            Failpoints::default(),
+            0,
+        )
+    }
+
+    #[tokio::test]
+    async fn an_id_naming_different_content_is_a_collision_not_an_alias() {
+        let e = engine(RetentionConfig::default());
+        let scope = ArtifactScope::session("s");
+        let data = Bytes::from_static(b"incoming");
+        let id = ArtifactId::from_content(None, &sha256_hex(&data));
+        // Forge a record under the same id with another digest, as a 64-bit prefix
+        // collision would produce.
+        let other_sha = sha256_hex(b"something else");
+        let forged = Record {
+            seq: 0,
+            owner_key: scope.owner().key(),
+            id: id.clone(),
+            sha256: other_sha.clone(),
+            size: 14,
+            scope: scope.clone(),
+            mime_type: None,
+            filename: None,
+            source: Default::default(),
+            created_at: 0,
+            expires_at: None,
+            last_access: 0,
+        };
+        e.index.insert(forged).await.unwrap();
+        let err = e.put_bytes(data, PutOptions::scoped(scope.clone())).await.unwrap_err();
+        match err {
+            StoreError::IdCollision { id: got, existing, incoming } => {
+                assert_eq!((got, existing, incoming), (id, other_sha, sha256_hex(b"incoming")));
+            }
+            other => panic!("want IdCollision, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_re_put_restores_a_missing_blob() {
+        let e = engine(RetentionConfig::default());
+        let scope = ArtifactScope::session("s");
+        let r = e.put_bytes(Bytes::from_static(b"bytes"), PutOptions::scoped(scope.clone())).await.unwrap();
+        e.blobs.delete(&r.sha256).await.unwrap();
+        assert!(e.get(&Access::owner_of(&scope), &r.id).await.is_err());
+        e.put_bytes(Bytes::from_static(b"bytes"), PutOptions::scoped(scope.clone())).await.unwrap();
+        assert_eq!(&e.get(&Access::owner_of(&scope), &r.id).await.unwrap()[..], b"bytes");
+    }
+
+    #[tokio::test]
+    async fn without_a_session_id_the_budget_covers_the_whole_owner() {
+        let config = RetentionConfig {
+            max_artifacts_per_session: 1,
+            cleanup_strategy: CleanupStrategy::None,
+            ..Default::default()
+        };
+        let e = engine(config);
+        let tenant_only = ArtifactScope::default().with_tenant("t");
+        e.put_bytes(Bytes::from_static(b"one"), PutOptions::scoped(tenant_only.clone())).await.unwrap();
+        let err = e.put_bytes(Bytes::from_static(b"two"), PutOptions::scoped(tenant_only)).await.unwrap_err();
+        assert!(err.to_string().starts_with("the session-less owner is full:"), "{err}");
+        // Another owner has its own budget.
+        e.put_bytes(Bytes::from_static(b"two"), PutOptions::scoped(ArtifactScope::session("s"))).await.unwrap();
+    }
+
+    #[test]
+    fn ticks_increase_even_when_the_clock_does_not() {
+        let e = engine(RetentionConfig::default());
+        let now = e.now();
+        let a = e.tick(now);
+        let b = e.tick(now);
+        let c = e.tick(now - 1_000);
+        assert!(a >= now && b > a && c > b, "{a} {b} {c}");
+    }
+
+    #[test]
+    fn cursors_round_trip_and_refuse_garbage() {
+        assert_eq!(decode_cursor(&encode_cursor(12345)).unwrap(), 12345);
+        for bad in ["", "c", "x10", "czz"] {
+            assert!(matches!(decode_cursor(bad), Err(StoreError::InvalidInput(_))), "{bad:?}");
+        }
     }
 }

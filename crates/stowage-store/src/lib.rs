@@ -45,9 +45,7 @@ pub use fs::{DEFAULT_GC_GRACE, FsStore, FsStoreBuilder};
 pub use memory::MemoryStore;
 pub use noop::{NOOP_WARNING, NoOpStore};
 pub use retention::{CleanupStrategy, RetentionConfig};
-pub use stowage_core::{
-    ArtifactId, ArtifactRef, ArtifactScope, ArtifactSink, Owner, PutOptions, StoreError,
-};
+pub use stowage_core::{ArtifactId, ArtifactRef, ArtifactScope, ArtifactSink, Owner, PutOptions, StoreError};
 
 /// A shared, type-erased store: what the CLI and the server hold.
 pub type DynStore = std::sync::Arc<dyn ArtifactStore>;
@@ -164,11 +162,7 @@ pub trait ArtifactStore: Send + Sync + 'static {
 
     /// Stores a stream without holding it whole in memory. Limits are checked as bytes
     /// arrive, so an oversize stream is refused without being written out in full.
-    async fn put_stream(
-        &self,
-        reader: Pin<Box<dyn AsyncRead + Send>>,
-        opts: PutOptions,
-    ) -> Result<ArtifactRef>;
+    async fn put_stream(&self, reader: Pin<Box<dyn AsyncRead + Send>>, opts: PutOptions) -> Result<ArtifactRef>;
 
     /// The whole artifact in memory. Prefer [`ArtifactStore::open`] for large artifacts.
     async fn get(&self, access: &Access, id: &ArtifactId) -> Result<Bytes>;
@@ -177,12 +171,7 @@ pub trait ArtifactStore: Send + Sync + 'static {
     async fn get_range(&self, access: &Access, id: &ArtifactId, range: Range<u64>) -> Result<Bytes>;
 
     /// A streaming reader over the artifact, or over `range` of it.
-    async fn open(
-        &self,
-        access: &Access,
-        id: &ArtifactId,
-        range: Option<Range<u64>>,
-    ) -> Result<ArtifactReader>;
+    async fn open(&self, access: &Access, id: &ArtifactId, range: Option<Range<u64>>) -> Result<ArtifactReader>;
 
     /// The artifact's reference, without touching its bytes.
     async fn meta(&self, access: &Access, id: &ArtifactId) -> Result<ArtifactRef>;

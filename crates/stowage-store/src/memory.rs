@@ -3,13 +3,13 @@
 
 use std::sync::Arc;
 
+use crate::RetentionConfig;
 use crate::blobs::MemoryBlobs;
 use crate::clock::{Clock, SystemClock};
 use crate::delegate::delegate_store;
 use crate::engine::Engine;
 use crate::failpoint::Failpoints;
 use crate::index::MemoryIndex;
-use crate::RetentionConfig;
 
 /// An artifact store held in memory.
 ///
@@ -36,7 +36,8 @@ impl MemoryStore {
 
     /// A store that reads the time from `clock` (tests pass a [`crate::ManualClock`]).
     pub fn with_clock(retention: RetentionConfig, clock: Arc<dyn Clock>) -> Self {
-        let engine = Engine::new(MemoryIndex::default(), MemoryBlobs::default(), retention, clock, Failpoints::default(), 0);
+        let engine =
+            Engine::new(MemoryIndex::default(), MemoryBlobs::default(), retention, clock, Failpoints::default(), 0);
         MemoryStore { engine }
     }
 

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use stowage_core::{ArtifactId, ArtifactRef, PutOptions, StoreError, ID_HASH_HEX_LEN};
+use stowage_core::{ArtifactId, ArtifactRef, ID_HASH_HEX_LEN, PutOptions, StoreError};
 
 use crate::blobs::{BoxReader, extend_head, read_chunk, read_stream_error};
 use crate::clock::{Clock, SystemClock};
@@ -41,9 +41,8 @@ impl NoOpStore {
 
     fn marker(&self, sha256: String, size: u64, head: &[u8], complete: bool, opts: PutOptions) -> ArtifactRef {
         self.warn_once();
-        let id: ArtifactId = format!("truncated_{}", &sha256[..ID_HASH_HEX_LEN])
-            .parse()
-            .expect("hex digits are valid id characters");
+        let id: ArtifactId =
+            format!("truncated_{}", &sha256[..ID_HASH_HEX_LEN]).parse().expect("hex digits are valid id characters");
         let mut source = opts.source;
         source.insert("warning".into(), Value::from(NOOP_WARNING));
         source.insert("truncated".into(), Value::from(true));

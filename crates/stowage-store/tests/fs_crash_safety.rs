@@ -53,7 +53,10 @@ async fn a_put_interrupted_at_any_step_is_invisible_and_gc_repairs_the_leftovers
             Arc::new(move |at: PutStep| at == step && armed.load(Ordering::SeqCst))
         };
         let store = FsStore::builder(dir).gc_grace(Duration::ZERO).failpoints(hook).open().unwrap();
-        let prior = store.put_bytes(Bytes::from_static(b"committed before the crash"), PutOptions::scoped(scope.clone())).await.unwrap();
+        let prior = store
+            .put_bytes(Bytes::from_static(b"committed before the crash"), PutOptions::scoped(scope.clone()))
+            .await
+            .unwrap();
 
         let new_bytes = Bytes::from(vec![7u8; if big { 3 << 20 } else { 1000 }]);
         armed.store(true, Ordering::SeqCst);

@@ -22,7 +22,7 @@ use stowage_core::StoreError;
 use tokio::task::spawn_blocking;
 
 use super::{
-    BlobInfo, BoxReader, Blobs, Limit, Staged, check_range, extend_head, read_chunk, read_stream_error, sha256_hex,
+    BlobInfo, Blobs, BoxReader, Limit, Staged, check_range, extend_head, read_chunk, read_stream_error, sha256_hex,
     stream_too_large,
 };
 use crate::Result;
@@ -296,7 +296,11 @@ impl Blobs for FsBlobs {
             let mut buf = Vec::with_capacity(len as usize);
             file.take(len).read_to_end(&mut buf).map_err(io_err("read blob", &path))?;
             if buf.len() as u64 != len {
-                return Err(StoreError::backend("read blob", path.display().to_string(), "blob is shorter than recorded"));
+                return Err(StoreError::backend(
+                    "read blob",
+                    path.display().to_string(),
+                    "blob is shorter than recorded",
+                ));
             }
             Ok(Bytes::from(buf))
         })

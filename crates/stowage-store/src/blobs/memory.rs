@@ -9,7 +9,9 @@ use bytes::{Bytes, BytesMut};
 use sha2::{Digest, Sha256};
 use stowage_core::StoreError;
 
-use super::{BlobInfo, BoxReader, Blobs, Limit, Staged, extend_head, read_chunk, read_stream_error, sha256_hex, stream_too_large};
+use super::{
+    BlobInfo, Blobs, BoxReader, Limit, Staged, extend_head, read_chunk, read_stream_error, sha256_hex, stream_too_large,
+};
 use crate::Result;
 use crate::mime::SNIFF_LEN;
 
@@ -24,10 +26,7 @@ impl MemoryBlobs {
     }
 
     fn get(&self, sha256: &str) -> Result<Bytes> {
-        self.lock()
-            .get(sha256)
-            .cloned()
-            .ok_or_else(|| StoreError::backend("read blob", sha256, "blob is missing"))
+        self.lock().get(sha256).cloned().ok_or_else(|| StoreError::backend("read blob", sha256, "blob is missing"))
     }
 }
 

@@ -132,7 +132,12 @@ impl Index for MemoryIndex {
             .lock()
             .by_seq
             .values()
-            .map(|r| BlobUse { owner_key: r.owner_key.clone(), id: r.id.clone(), sha256: r.sha256.clone(), size: r.size })
+            .map(|r| BlobUse {
+                owner_key: r.owner_key.clone(),
+                id: r.id.clone(),
+                sha256: r.sha256.clone(),
+                size: r.size,
+            })
             .collect())
     }
 }

@@ -61,8 +61,7 @@ pub(crate) trait Index: Send + Sync + 'static {
     async fn insert(&self, record: Record) -> Result<Record>;
 
     /// Records an access and, when given, a new expiry.
-    async fn touch(&self, owner_key: &str, id: &ArtifactId, last_access: i64, expires_at: Option<i64>)
-    -> Result<()>;
+    async fn touch(&self, owner_key: &str, id: &ArtifactId, last_access: i64, expires_at: Option<i64>) -> Result<()>;
 
     /// Removes the owner's record of `id`, returning it.
     async fn delete(&self, owner_key: &str, id: &ArtifactId) -> Result<Option<Record>>;
@@ -71,8 +70,7 @@ pub(crate) trait Index: Send + Sync + 'static {
     async fn usage(&self, owner_key: &str, trace_id: Option<&str>) -> Result<Usage>;
 
     /// The owner's records (or one trace's), in eviction order.
-    async fn eviction_order(&self, owner_key: &str, trace_id: Option<&str>, order: EvictOrder)
-    -> Result<Vec<Record>>;
+    async fn eviction_order(&self, owner_key: &str, trace_id: Option<&str>, order: EvictOrder) -> Result<Vec<Record>>;
 
     /// Records matching `filter` with `seq > after`, not expired at `now`, oldest first.
     async fn list(&self, filter: &ListFilter, after: i64, now: i64, limit: usize) -> Result<Vec<Record>>;
