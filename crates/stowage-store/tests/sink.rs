@@ -5,11 +5,13 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use stowage_store::{
-    Access, ArtifactScope, ArtifactSink, ArtifactStore, DynStore, MemoryStore, NoOpStore, PutOptions, RetentionConfig,
+    Access, ArtifactScope, ArtifactSink, DynStore, MemoryStore, NoOpStore, PutOptions, RetentionConfig,
     into_sink,
 };
 
-async fn offload(sink: &dyn ArtifactSink, scope: &ArtifactScope) -> stowage_store::ArtifactRef {
+/// Generic, because `&dyn ArtifactStore` does not coerce to `&dyn ArtifactSink` (not a
+/// supertrait); `dyn ArtifactStore: ArtifactSink` still holds.
+async fn offload<S: ArtifactSink + ?Sized>(sink: &S, scope: &ArtifactScope) -> stowage_store::ArtifactRef {
     sink.put_bytes(Bytes::from_static(b"%PDF-1.4 offloaded"), PutOptions::scoped(scope.clone())).await.unwrap()
 }
 
