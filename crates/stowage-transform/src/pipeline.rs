@@ -111,8 +111,8 @@ impl Pipeline {
         } else {
             None
         };
-        let value: Value = crate::fastjson::parse(&json).map_err(TransformError::InvalidJson)?;
-        drop(json);
+        // The buffer's memory becomes the longest string (the 50 MB text block), no copy.
+        let value: Value = crate::fastjson::parse_owned(json).map_err(TransformError::InvalidJson)?;
         let tokens_in = tokens_in.unwrap_or_else(|| {
             if self.config.tokens.enabled { (bytes_in.div_ceil(tokens::ESTIMATE_BYTES_PER_TOKEN), true) } else { (0, false) }
         });

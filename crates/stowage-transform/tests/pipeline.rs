@@ -334,13 +334,21 @@ fn malformed_base64_is_left_and_l0_applies() {
     let mut corrupted = b64(&pdf);
     corrupted.replace_range(20_000..20_001, "*");
     for s in [truncated, corrupted] {
-        let r = run("t", json!({"f": s}));
+        let r = run("t", json!({"f": s.clone()}));
         assert_eq!(r.out.report.warnings.len(), 1, "{:?}", r.out.report.warnings);
         assert_eq!(r.out.report.warnings[0].layer, Layer::Base64);
         assert_eq!(r.out.report.artifacts.len(), 1);
         assert_eq!(r.out.report.artifacts[0].layer, Layer::SizeNet);
         assert!(r.mimes()[0].starts_with("text/plain"));
+        // The in-place decode attempt restored the string exactly before L0 stored it.
+        assert_eq!(r.sink.get(&r.out.report.artifacts[0].id).unwrap().as_ref(), s.as_bytes());
     }
+    // Same with a data: URI header and with a URL-safe body.
+    let mut data_uri = format!("data:application/pdf;base64,{}", b64_url(&pdf));
+    data_uri.replace_range(30_000..30_001, "+");
+    let r = run("t", json!({"f": data_uri.clone()}));
+    assert_eq!(r.out.report.warnings.len(), 1);
+    assert_eq!(r.sink.get(&r.out.report.artifacts[0].id).unwrap().as_ref(), data_uri.as_bytes());
 }
 
 #[test]

@@ -253,30 +253,106 @@ pub(crate) fn sniff(bytes: &[u8]) -> Sniff {
 pub(crate) struct Detected {
     pub bytes: Vec<u8>,
     pub mime: String,
-    pub ext: &'static str,
 }
 
-/// Why a string that looked binary was left alone.
-#[derive(Debug)]
-pub(crate) enum NotBinary {
-    /// Not base64, or base64 of text, or no magic bytes: silently left for L0.
-    No,
-    /// Its prefix decoded to a binary format but the whole does not decode.
-    Malformed(String),
-}
-
-/// Decides whether `s` is a base64 binary and decodes it whole.
-pub(crate) fn detect(s: &str) -> Result<Detected, NotBinary> {
-    let shape = shape(s).ok_or(NotBinary::No)?;
-    let prefix = decode_prefix(&shape).ok_or(NotBinary::No)?;
-    let Sniff::Binary { mime, ext } = sniff(&prefix) else { return Err(NotBinary::No) };
-    let bytes = decode_all(&shape).map_err(|e| NotBinary::Malformed(format!("looks like base64 {mime} but does not decode: {e}")))?;
-    // The whole file may say more than its first 4 KiB (DOCX/XLSX are ZIPs with a telling entry).
-    let (mime, ext) = match sniff(&bytes) {
-        Sniff::Binary { mime, ext } => (mime, ext),
-        _ => (mime, ext),
+/// Decides whether `s` is a base64 binary and decodes it whole (copying; the schema layer's
+/// marked fields are small). `None`: not base64, base64 of text, no magic, or malformed.
+pub(crate) fn detect(s: &str) -> Option<Detected> {
+    let p = probe(s)?;
+    let sh = shape(s)?;
+    let bytes = decode_all(&sh).ok()?;
+    let mime = match sniff(&bytes) {
+        Sniff::Binary { mime, .. } => mime,
+        _ => p.mime,
     };
-    Ok(Detected { bytes, mime: mime.to_owned(), ext })
+    Some(Detected { bytes, mime: mime.to_owned() })
+}
+
+/// What [`probe`] learnt from a string's first 4 KiB, enough to decode the whole in place.
+#[derive(Debug, Clone)]
+pub(crate) struct Probe {
+    pub mime: &'static str,
+    pub ext: &'static str,
+    body: std::ops::Range<usize>,
+    alphabet: Alphabet,
+    wrapped: bool,
+    ambiguous: bool,
+    pub decoded_len: u64,
+}
+
+/// Sniffs a string without decoding all of it: `Some` when its prefix decodes to a binary.
+pub(crate) fn probe(s: &str) -> Option<Probe> {
+    let sh = shape(s)?;
+    let prefix = decode_prefix(&sh)?;
+    let Sniff::Binary { mime, ext } = sniff(&prefix) else { return None };
+    let start = sh.body.as_ptr() as usize - s.as_ptr() as usize;
+    let decoded_len = if sh.wrapped { decoded_len(&sh) } else { ((sh.body.len() - sh.body.bytes().rev().take(2).filter(|&b| b == b'=').count()) as u64) * 3 / 4 };
+    Some(Probe { mime, ext, body: start..start + sh.body.len(), alphabet: sh.alphabet, wrapped: sh.wrapped, ambiguous: sh.ambiguous, decoded_len })
+}
+
+/// Decodes a probed string whole, reusing its memory: 4 KiB-aligned chunks are copied to a
+/// small buffer and decoded to the front of the same allocation (output never overtakes
+/// input). A 50 MB string thus needs no second 37 MB allocation, whose first touch alone
+/// would cost ~25 ms here. On failure the string is restored exactly (full base64 groups
+/// re-encode to the same characters) and returned with the error.
+pub(crate) fn decode_owned(s: String, p: &Probe) -> Result<Vec<u8>, (String, base64::DecodeError)> {
+    if p.wrapped {
+        let sh = shape(&s).expect("probed");
+        return match decode_all(&sh) {
+            Ok(b) => Ok(b),
+            Err(e) => Err((s, e)),
+        };
+    }
+    let mut buf = s.into_bytes();
+    let header = buf[..p.body.start].to_vec();
+    let mut tmp = vec![0u8; IN_PLACE_CHUNK];
+    let mut result = in_place(&mut buf, &mut tmp, p.body.clone(), p.alphabet, &header);
+    if result.is_err() && p.ambiguous {
+        let other = match p.alphabet {
+            Alphabet::Standard => Alphabet::UrlSafe,
+            Alphabet::UrlSafe => Alphabet::Standard,
+        };
+        result = in_place(&mut buf, &mut tmp, p.body.clone(), other, &header);
+    }
+    match result {
+        Ok(n) => {
+            buf.truncate(n);
+            Ok(buf)
+        }
+        Err(e) => Err((String::from_utf8(buf).expect("restored to the original string"), e)),
+    }
+}
+
+/// Input characters per in-place step (a multiple of 4).
+const IN_PLACE_CHUNK: usize = 64 * 1024;
+
+fn in_place(buf: &mut [u8], tmp: &mut [u8], body: std::ops::Range<usize>, alphabet: Alphabet, header: &[u8]) -> Result<usize, base64::DecodeError> {
+    let eng = engine(alphabet);
+    let (mut r, mut w) = (body.start, 0);
+    while r < body.end {
+        let end = (r + IN_PLACE_CHUNK).min(body.end);
+        let len = end - r;
+        tmp[..len].copy_from_slice(&buf[r..end]);
+        match eng.decode_slice(&tmp[..len], &mut buf[w..]) {
+            Ok(n) => {
+                w += n;
+                r = end;
+            }
+            Err(e) => {
+                // Put back what was consumed (re-encoding whole groups is exact), the chunk
+                // being decoded (from its copy) and the data: header.
+                let consumed = eng.encode(&buf[..w]);
+                buf[body.start..r].copy_from_slice(consumed.as_bytes());
+                buf[r..end].copy_from_slice(&tmp[..len]);
+                buf[..header.len()].copy_from_slice(header);
+                return Err(match e {
+                    base64::DecodeSliceError::DecodeError(e) => e,
+                    base64::DecodeSliceError::OutputSliceTooSmall => base64::DecodeError::InvalidLength(len),
+                });
+            }
+        }
+    }
+    Ok(w)
 }
 
 /// L3's pass: finds base64 binaries in every document.
@@ -306,9 +382,10 @@ fn walk(value: &mut Value, ptr: &mut String, cx: &mut Cx<'_>) {
     let len = ptr.len();
     match value {
         Value::String(s) if s.len() >= min => {
-            if let Some(off) = consider(s, None, None, ptr, Render::StringStub, cx) {
-                *value = Value::String(String::new());
-                cx.out.push(off);
+            if let Some(p) = probe_above_limit(s, cx) {
+                if let Some(off) = take_and_decode(value, p, TemplateVars::default(), ptr, ptr.to_owned(), Render::StringStub, cx) {
+                    cx.out.push(off);
+                }
             }
         }
         Value::Array(items) => {
@@ -318,14 +395,18 @@ fn walk(value: &mut Value, ptr: &mut String, cx: &mut Cx<'_>) {
                     // A text block in a content list whose whole text is a binary becomes a
                     // text block plus a resource_link, like L2's typed blocks.
                     if map.get("type").and_then(Value::as_str) == Some("text") {
-                        if let Some(Value::String(s)) = map.get("text") {
-                            if s.len() >= min {
-                                if let Some(off) = consider(s, Some(map), Some("text"), ptr, Render::Blocks, cx) {
-                                    map.insert("text".into(), Value::String(String::new()));
-                                    cx.out.push(off);
-                                    ptr.truncate(len);
-                                    continue;
-                                }
+                        let probed = match map.get("text") {
+                            Some(Value::String(s)) if s.len() >= min => probe_above_limit(s, cx),
+                            _ => None,
+                        };
+                        if let Some(p) = probed {
+                            let vars = TemplateVars::from_siblings(Some(map), Some("text"));
+                            let slot = map.get_mut("text").expect("probed above");
+                            let off = take_and_decode(slot, p, vars, ptr, format!("{ptr}/text"), Render::Blocks, cx);
+                            if let Some(off) = off {
+                                cx.out.push(off);
+                                ptr.truncate(len);
+                                continue;
                             }
                         }
                     }
@@ -341,10 +422,11 @@ fn walk(value: &mut Value, ptr: &mut String, cx: &mut Cx<'_>) {
                 .map(|(k, _)| k.clone())
                 .collect();
             for k in keys {
+                let Some(p) = probe_above_limit(map.get(&k).and_then(Value::as_str).expect("selected above"), cx) else { continue };
                 push_key(ptr, &k);
-                let s = map.get(&k).and_then(Value::as_str).expect("selected above");
-                if let Some(off) = consider(s, Some(map), Some(&k), ptr, Render::StringStub, cx) {
-                    map.insert(k.clone(), Value::String(String::new()));
+                let vars = TemplateVars::from_siblings(Some(map), Some(&k));
+                let slot = map.get_mut(&k).expect("selected above");
+                if let Some(off) = take_and_decode(slot, p, vars, ptr, ptr.to_owned(), Render::StringStub, cx) {
                     cx.out.push(off);
                 }
                 ptr.truncate(len);
@@ -361,52 +443,47 @@ fn walk(value: &mut Value, ptr: &mut String, cx: &mut Cx<'_>) {
     }
 }
 
-/// Detects and, when it is a binary above the inline limit, prepares the offload. For
-/// `Render::Blocks` the pointer is the block's, not its text's.
-fn consider(
-    s: &str,
-    parent: Option<&Map<String, Value>>,
-    key: Option<&str>,
-    ptr: &str,
-    render: Render,
-    cx: &mut Cx<'_>,
-) -> Option<Offload> {
-    let slot_ptr = ptr.to_owned();
-    let value_ptr = match render {
-        Render::Blocks => format!("{ptr}/text"),
-        _ => ptr.to_owned(),
+/// A probe of a string that decodes to a binary larger than `inline_binary_max_bytes`.
+fn probe_above_limit(s: &str, cx: &Cx<'_>) -> Option<Probe> {
+    probe(s).filter(|p| p.decoded_len > cx.config.inline_binary_max_bytes)
+}
+
+/// Takes the string out of `slot` and decodes it whole (in place). On success the slot is
+/// left empty for the stub; on failure the string goes back and a warning says why. For
+/// `Render::Blocks`, `ptr` is the block's pointer, `value_ptr` its text's.
+fn take_and_decode(slot: &mut Value, p: Probe, vars: TemplateVars, ptr: &str, value_ptr: String, render: Render, cx: &mut Cx<'_>) -> Option<Offload> {
+    let Value::String(s) = slot else { return None };
+    let s = std::mem::take(s);
+    let bytes = match decode_owned(s, &p) {
+        Ok(bytes) => bytes,
+        Err((original, e)) => {
+            *slot = Value::String(original);
+            cx.report.warn(Layer::Base64, Some(format!("{}{value_ptr}", cx.prefix)), format!("looks like base64 {} but does not decode: {e}", p.mime));
+            return None;
+        }
     };
-    match detect(s) {
-        Ok(found) => {
-            if found.bytes.len() as u64 <= cx.config.inline_binary_max_bytes {
-                return None;
-            }
-            let vars = TemplateVars::from_siblings(parent, key);
-            let filename = vars.name().map(|n| with_extension(&n, found.ext));
-            let what = format!("{} binary", found.mime);
-            Some(Offload {
-                doc: cx.doc,
-                ptr: slot_ptr,
-                payload: Payload::Bytes(found.bytes.into()),
-                mime: Some(found.mime),
-                filename,
-                layer: Layer::Base64,
-                render,
-                fatal: true,
-                fallback: None,
-                what,
-                summary_template: None,
-                content_type: None,
-                vars,
-                source: Map::new(),
-            })
-        }
-        Err(NotBinary::No) => None,
-        Err(NotBinary::Malformed(msg)) => {
-            cx.report.warn(Layer::Base64, Some(format!("{}{value_ptr}", cx.prefix)), msg);
-            None
-        }
-    }
+    // The whole file may say more than its first 4 KiB (DOCX/XLSX are ZIPs with a telling entry).
+    let (mime, ext) = match sniff(&bytes) {
+        Sniff::Binary { mime, ext } => (mime, ext),
+        _ => (p.mime, p.ext),
+    };
+    let filename = vars.name().map(|n| with_extension(&n, ext));
+    Some(Offload {
+        doc: cx.doc,
+        ptr: ptr.to_owned(),
+        payload: Payload::Bytes(bytes.into()),
+        mime: Some(mime.to_owned()),
+        filename,
+        layer: Layer::Base64,
+        render,
+        fatal: true,
+        fallback: None,
+        what: format!("{mime} binary"),
+        summary_template: None,
+        content_type: None,
+        vars,
+        source: Map::new(),
+    })
 }
 
 /// `Sales Dashboard` + `pdf` → `Sales Dashboard.pdf`; a name that already has an extension is

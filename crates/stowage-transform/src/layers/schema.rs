@@ -117,11 +117,11 @@ fn offload(docs: &mut Docs, doc: usize, ptr: &str, _config: &TransformConfig) ->
     let vars = TemplateVars::from_siblings(parent, Some(&key));
     let (payload, mime, size) = match &value {
         Value::String(s) => match detect(s) {
-            Ok(found) => {
+            Some(found) => {
                 let n = found.bytes.len();
                 (Payload::Bytes(found.bytes.into()), found.mime, n)
             }
-            Err(_) => (Payload::Text(s.clone()), "text/plain; charset=utf-8".to_owned(), s.len()),
+            None => (Payload::Text(s.clone()), "text/plain; charset=utf-8".to_owned(), s.len()),
         },
         other => {
             let text = serde_json::to_string(other).expect("serialises");
