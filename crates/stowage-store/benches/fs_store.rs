@@ -45,34 +45,28 @@ fn bench(c: &mut Criterion) {
     for (size, name) in SIZES {
         group.throughput(Throughput::Bytes(size as u64));
         group.sample_size(if size >= 100 << 20 { 10 } else { 50 });
-        let mut base: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+        // Fresh content per put (so nothing deduplicates), built outside the timed region.
+        let base = std::sync::Mutex::new((0..size).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
+        let counter = std::sync::atomic::AtomicU64::new(0);
+        let next = || unique(&mut base.lock().unwrap(), counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
 
         group.bench_function(BenchmarkId::new("put_bytes", name), |b| {
-            let mut n = 0u64;
-            b.to_async(&rt).iter_custom(|iters| {
-                // Fresh content is built and each put deleted outside the timed region.
-                let batch: Vec<Bytes> = (0..iters)
-                    .map(|_| {
-                        n += 1;
-                        unique(&mut base, n)
-                    })
-                    .collect();
-                let (store, scope, access) = (&store, &scope, &access);
-                async move {
-                    let mut total = Duration::ZERO;
-                    for data in batch {
-                        let start = Instant::now();
-                        let r = store.put_bytes(data, PutOptions::scoped(scope.clone())).await.unwrap();
-                        total += start.elapsed();
-                        store.delete(access, &r.id).await.unwrap();
-                    }
-                    total
+            // Puts are not deleted: on this disk (ext4 with `discard`) a delete's discards land
+            // in the next put's fsync.
+            let (next, store, scope) = (&next, &store, &scope);
+            b.to_async(&rt).iter_custom(|iters| async move {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let data = next();
+                    let start = Instant::now();
+                    store.put_bytes(data, PutOptions::scoped(scope.clone())).await.unwrap();
+                    total += start.elapsed();
                 }
+                total
             });
         });
 
-        let stored =
-            rt.block_on(store.put_bytes(unique(&mut base, u64::MAX), PutOptions::scoped(scope.clone()))).unwrap();
+        let stored = rt.block_on(store.put_bytes(next(), PutOptions::scoped(scope.clone()))).unwrap();
         group.bench_function(BenchmarkId::new("open_read", name), |b| {
             b.to_async(&rt).iter(|| async {
                 let mut reader = store.open(&access, &stored.id, None).await.unwrap();
@@ -97,21 +91,18 @@ fn bench(c: &mut Criterion) {
     let mut floor = c.benchmark_group("floor");
     floor.throughput(Throughput::Bytes(size as u64)).sample_size(10);
     floor.bench_function("sha256/100MB", |b| b.iter(|| sha2::Sha256::digest(&data)));
-    let path = tmp.path().join("floor.bin");
-    floor.bench_function("write_fsync/100MB", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                let _ = std::fs::remove_file(&path);
-                let start = Instant::now();
-                let mut f = std::fs::File::create(&path).unwrap();
-                f.write_all(&data).unwrap();
-                f.sync_all().unwrap();
-                total += start.elapsed();
-            }
-            total
-        })
-    });
+    let mut files = 0u64;
+    let mut write_one = || {
+        files += 1;
+        let path = tmp.path().join(format!("floor-{files}.bin"));
+        let start = Instant::now();
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(&data).unwrap();
+        f.sync_all().unwrap();
+        (start.elapsed(), path)
+    };
+    floor.bench_function("write_fsync/100MB", |b| b.iter_custom(|iters| (0..iters).map(|_| write_one().0).sum()));
+    let (_, path) = write_one();
     floor.bench_function("read_cached/100MB", |b| {
         b.iter(|| {
             let mut f = std::fs::File::open(&path).unwrap();

@@ -27,9 +27,12 @@ pub struct RetentionConfig {
     pub ttl: Duration,
     /// Largest single artifact, in bytes.
     pub max_artifact_bytes: u64,
-    /// Total bytes one session may hold.
+    /// Total bytes one session may hold. Budgets belong to the owner (tenant, user, session);
+    /// for a scope without a session id, the owner's session-less artifacts share this budget
+    /// (and `max_artifacts_per_session`) as if they were one session.
     pub max_session_bytes: u64,
-    /// Total bytes one trace may hold.
+    /// Total bytes one trace may hold: the artifacts recorded with that trace id within one
+    /// owner.
     pub max_trace_bytes: u64,
     /// How many artifacts one session may hold.
     pub max_artifacts_per_session: u64,
