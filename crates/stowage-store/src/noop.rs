@@ -11,7 +11,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use stowage_core::{ArtifactId, ArtifactRef, ID_HASH_HEX_LEN, PutOptions, StoreError};
 
-use crate::blobs::{BoxReader, extend_head, read_chunk, read_stream_error};
+use crate::blobs::{BoxReader, extend_head, read_chunk, read_stream_error, sha256_hex_off_thread};
 use crate::clock::{Clock, SystemClock};
 use crate::delegate::sink_via_store;
 use crate::{Access, ArtifactReader, ArtifactStore, GcReport, ListPage, ListQuery, Result};
@@ -69,7 +69,7 @@ fn not_found(id: &ArtifactId) -> StoreError {
 #[async_trait]
 impl ArtifactStore for NoOpStore {
     async fn put_bytes(&self, data: Bytes, opts: PutOptions) -> Result<ArtifactRef> {
-        let sha = hex::encode(Sha256::digest(&data));
+        let sha = sha256_hex_off_thread(data.clone()).await?;
         let head = &data[..data.len().min(crate::mime::SNIFF_LEN)];
         Ok(self.marker(sha, data.len() as u64, head, head.len() == data.len(), opts))
     }

@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use stowage_core::StoreError;
 
 use super::{
-    BlobInfo, Blobs, BoxReader, Limit, Staged, extend_head, read_chunk, read_stream_error, sha256_hex, stream_too_large,
+    BlobInfo, Blobs, BoxReader, Limit, Staged, extend_head, read_chunk, read_stream_error, sha256_hex_off_thread, stream_too_large,
 };
 use crate::Result;
 use crate::mime::SNIFF_LEN;
@@ -36,7 +36,7 @@ impl Blobs for MemoryBlobs {
 
     async fn stage_bytes(&self, data: Bytes) -> Result<Staged<Bytes>> {
         Ok(Staged {
-            sha256: sha256_hex(&data),
+            sha256: sha256_hex_off_thread(data.clone()).await?,
             size: data.len() as u64,
             head: data.slice(..data.len().min(SNIFF_LEN)),
             pending: data,

@@ -90,6 +90,17 @@ pub(crate) fn sha256_hex(data: &[u8]) -> String {
     hex::encode(Sha256::digest(data))
 }
 
+/// sha256 of `data`, on a blocking thread when it is large: hashing 100 MB takes over 100 ms,
+/// far too long to hold up an async worker.
+pub(crate) async fn sha256_hex_off_thread(data: Bytes) -> Result<String> {
+    if data.len() < CHUNK {
+        return Ok(sha256_hex(&data));
+    }
+    tokio::task::spawn_blocking(move || sha256_hex(&data))
+        .await
+        .map_err(|e| StoreError::backend("hash content", "blocking task", e))
+}
+
 /// Reads up to [`CHUNK`] bytes, looping over short reads so that chunks are full except the
 /// last. Returns an empty buffer at end of stream.
 pub(crate) async fn read_chunk(reader: &mut BoxReader) -> std::io::Result<Bytes> {
