@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use sha2::Digest;
 use stowage_store::{Access, ArtifactScope, ArtifactStore, FsStore, PutOptions, RetentionConfig};
 use tokio::io::AsyncReadExt;
@@ -44,7 +44,13 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("fs_store");
     for (size, name) in SIZES {
         group.throughput(Throughput::Bytes(size as u64));
-        group.sample_size(if size >= 100 << 20 { 10 } else { 50 });
+        // Flat sampling for 100 MB: ten puts per sample set rather than criterion's linear
+        // 55+, so a run writes ~1 GB instead of ~6 GB (this disk throttles sustained writes).
+        if size >= 100 << 20 {
+            group.sample_size(10).sampling_mode(SamplingMode::Flat);
+        } else {
+            group.sample_size(50).sampling_mode(SamplingMode::Auto);
+        }
         // Fresh content per put (so nothing deduplicates), built outside the timed region.
         let base = std::sync::Mutex::new((0..size).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
         let counter = std::sync::atomic::AtomicU64::new(0);
@@ -89,7 +95,7 @@ fn bench(c: &mut Criterion) {
     let size = 100 << 20;
     let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
     let mut floor = c.benchmark_group("floor");
-    floor.throughput(Throughput::Bytes(size as u64)).sample_size(10);
+    floor.throughput(Throughput::Bytes(size as u64)).sample_size(10).sampling_mode(SamplingMode::Flat);
     floor.bench_function("sha256/100MB", |b| b.iter(|| sha2::Sha256::digest(&data)));
     let mut files = 0u64;
     let mut write_one = || {

@@ -1,14 +1,30 @@
 //! Artifact stores: where offloaded bytes live.
 //!
 //! [`ArtifactStore`] is the async trait every backend implements; every store is also a
-//! [`stowage_core::ArtifactSink`], which is all that producers (the transform pipeline) see.
+//! [`stowage_core::ArtifactSink`], which is all that producers (the transform pipeline) see
+//! (implemented for each store type and for `dyn ArtifactStore`; [`into_sink`] turns a shared
+//! [`DynStore`] into the `Arc<dyn ArtifactSink>` the pipeline takes).
+//!
+//! ```no_run
+//! # fn main() -> Result<(), stowage_store::StoreError> {
+//! use std::sync::Arc;
+//! use stowage_store::{DynStore, FsStore, RetentionConfig};
+//!
+//! let store: DynStore = Arc::new(FsStore::open(".stowage", RetentionConfig::default())?);
+//! let sink = stowage_store::into_sink(store.clone());
+//! # Ok(()) }
+//! ```
 //!
 //! Backends: [`FsStore`] (files + SQLite, the default), [`MemoryStore`], and [`NoOpStore`]
 //! (keeps nothing; seed RFC 7.4). The first two share one engine that holds all the policy —
 //! content ids, per-owner isolation, dedup, expiry, budgets and eviction, crash repair — over
 //! two small internal traits, an index of records and a blob store keyed by sha256, so a new
-//! backend pair implements storage primitives only. The [`conformance`] suite (feature
-//! `conformance`) is what every backend must pass.
+//! backend pair implements storage primitives only. The `conformance` module (feature
+//! `conformance`) is the suite every backend must pass.
+//!
+//! Durability: a put is all-or-nothing. [`FsStore`] writes a temp file, fsyncs it, renames it
+//! to its content address, fsyncs the directory and only then inserts the index row, so a
+//! crash leaves at most leftovers that [`ArtifactStore::gc`] removes.
 //!
 //! Access is explicit in every read or delete: an [`Access`] is either the [`Owner`] asking
 //! for its own artifacts, or the local [`Access::Operator`] (the CLI, which already has the

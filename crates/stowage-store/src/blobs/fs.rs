@@ -182,6 +182,25 @@ fn write_durably(mut file: File, data: &[u8], fp: &Failpoints) -> Result<(), Wri
     Ok(())
 }
 
+/// Opens a blob positioned at `range.start`, after checking the range against its size.
+fn open_at(path: &Path, range: &Range<u64>) -> Result<File> {
+    let mut file = File::open(path).map_err(io_err("open blob", path))?;
+    let size = file.metadata().map_err(io_err("stat blob", path))?.len();
+    check_range(range, size)?;
+    file.seek(SeekFrom::Start(range.start)).map_err(io_err("seek blob", path))?;
+    Ok(file)
+}
+
+/// Reads exactly `len` bytes, into a buffer allocated once.
+fn read_len(file: File, len: u64, path: &Path) -> Result<Bytes> {
+    let mut buf = Vec::with_capacity(len as usize);
+    file.take(len).read_to_end(&mut buf).map_err(io_err("read blob", path))?;
+    if buf.len() as u64 != len {
+        return Err(StoreError::backend("read blob", path.display().to_string(), "blob is shorter than recorded"));
+    }
+    Ok(Bytes::from(buf))
+}
+
 #[async_trait]
 impl Blobs for FsBlobs {
     type Pending = TempFile;
@@ -287,22 +306,9 @@ impl Blobs for FsBlobs {
 
     async fn read(&self, sha256: &str, range: Range<u64>) -> Result<Bytes> {
         let path = self.blob_path(sha256)?;
-        spawn_blocking(move || -> Result<Bytes> {
-            let mut file = File::open(&path).map_err(io_err("open blob", &path))?;
-            let size = file.metadata().map_err(io_err("stat blob", &path))?.len();
-            check_range(&range, size)?;
-            file.seek(SeekFrom::Start(range.start)).map_err(io_err("seek blob", &path))?;
-            let len = range.end - range.start;
-            let mut buf = Vec::with_capacity(len as usize);
-            file.take(len).read_to_end(&mut buf).map_err(io_err("read blob", &path))?;
-            if buf.len() as u64 != len {
-                return Err(StoreError::backend(
-                    "read blob",
-                    path.display().to_string(),
-                    "blob is shorter than recorded",
-                ));
-            }
-            Ok(Bytes::from(buf))
+        spawn_blocking(move || {
+            let file = open_at(&path, &range)?;
+            read_len(file, range.end - range.start, &path)
         })
         .await
         .map_err(join_err("read blob"))?
@@ -311,16 +317,21 @@ impl Blobs for FsBlobs {
     async fn open(&self, sha256: &str, range: Range<u64>) -> Result<BoxReader> {
         let path = self.blob_path(sha256)?;
         let mut remaining = range.end.saturating_sub(range.start);
-        // Open before returning, so a missing blob is an error here and not mid-stream.
-        let (file, path) = spawn_blocking(move || -> Result<(File, PathBuf)> {
-            let mut file = File::open(&path).map_err(io_err("open blob", &path))?;
-            let size = file.metadata().map_err(io_err("stat blob", &path))?.len();
-            check_range(&range, size)?;
-            file.seek(SeekFrom::Start(range.start)).map_err(io_err("seek blob", &path))?;
-            Ok((file, path))
+        // Open before returning, so a missing blob is an error here and not mid-stream. A range
+        // that fits one chunk is read right away: no reader thread, no channel.
+        let opened = spawn_blocking(move || -> Result<Result<Bytes, (File, PathBuf)>> {
+            let file = open_at(&path, &range)?;
+            if remaining > READ_CHUNK as u64 {
+                return Ok(Err((file, path)));
+            }
+            read_len(file, remaining, &path).map(Ok)
         })
         .await
         .map_err(join_err("open blob"))??;
+        let (file, path) = match opened {
+            Ok(small) => return Ok(Box::pin(std::io::Cursor::new(small))),
+            Err(large) => large,
+        };
         let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(READ_AHEAD);
         // One blocking thread reads big chunks ahead of the consumer. It stops when the
         // reader is dropped (send fails) or the range is done.

@@ -10,7 +10,8 @@ use sha2::{Digest, Sha256};
 use stowage_core::StoreError;
 
 use super::{
-    BlobInfo, Blobs, BoxReader, Limit, Staged, extend_head, read_chunk, read_stream_error, sha256_hex_off_thread, stream_too_large,
+    BlobInfo, Blobs, BoxReader, Limit, Staged, extend_head, read_chunk, read_stream_error, sha256_hex_off_thread,
+    stream_too_large,
 };
 use crate::Result;
 use crate::mime::SNIFF_LEN;
