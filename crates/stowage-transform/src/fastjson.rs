@@ -38,7 +38,7 @@ pub fn parse_owned(src: Vec<u8>) -> Result<Value, serde_json::Error> {
     if src.len() < BIG {
         return serde_json::from_slice(&src);
     }
-    let Some((skeleton, ranges)) = lift(&src) else { return serde_json::from_slice(&src) };
+    let Some((skeleton, ranges)) = lift_marked(&src) else { return serde_json::from_slice(&src) };
     match rebuild_owned(src, &skeleton, ranges) {
         Ok(v) => Ok(v),
         Err(src) => serde_json::from_slice(&src),
@@ -51,9 +51,11 @@ pub fn parse_string(src: String) -> Result<Value, String> {
     if src.len() < BIG {
         return serde_json::from_str(&src).map_err(|_| src);
     }
-    let Some((skeleton, ranges)) = lift(src.as_bytes()) else {
+    let Some((skeleton, marked)) = lift_marked(src.as_bytes()) else {
         return serde_json::from_str(&src).map_err(|_| src);
     };
+    let escapes: Vec<bool> = marked.iter().map(|(_, e)| *e).collect();
+    let ranges: Vec<Range<usize>> = marked.into_iter().map(|(r, _)| r).collect();
     let Some(mut v) = serde_json::from_slice::<Value>(&skeleton).ok().filter(|v| !mark_in_keys(v)) else { return Err(src) };
     let longest = longest(&ranges);
     let mut strings: Vec<Option<String>> = Vec::with_capacity(ranges.len());
@@ -72,7 +74,7 @@ pub fn parse_string(src: String) -> Result<Value, String> {
     if has_control(raw) {
         return Err(src);
     }
-    if memchr(b'\\', raw).is_none() {
+    if !escapes[longest] {
         // Already valid UTF-8 between two ASCII quotes: cut the String down to it in place.
         let mut s = src;
         s.truncate(r.end);
@@ -80,7 +82,7 @@ pub fn parse_string(src: String) -> Result<Value, String> {
         strings[longest] = Some(s);
     } else {
         let bytes = src.into_bytes();
-        match unescape_in_place(bytes, r) {
+        match unescape_in_place(bytes, r, true) {
             Ok(s) => strings[longest] = Some(s),
             // Only reachable for invalid escapes, which the skeleton check cannot see; the
             // bytes were not modified before the failing escape was found.
@@ -111,7 +113,9 @@ fn has_control(raw: &[u8]) -> bool {
     raw.chunks(256).any(|c| c.iter().fold(false, |acc, &b| acc | (b < 0x20)))
 }
 
-fn rebuild_owned(src: Vec<u8>, skeleton: &[u8], ranges: Vec<Range<usize>>) -> Result<Value, Vec<u8>> {
+fn rebuild_owned(src: Vec<u8>, skeleton: &[u8], marked: Vec<(Range<usize>, bool)>) -> Result<Value, Vec<u8>> {
+    let escapes: Vec<bool> = marked.iter().map(|(_, e)| *e).collect();
+    let ranges: Vec<Range<usize>> = marked.into_iter().map(|(r, _)| r).collect();
     let Some(mut v) = serde_json::from_slice::<Value>(skeleton).ok().filter(|v| !mark_in_keys(v)) else { return Err(src) };
     let longest = longest(&ranges);
     let mut strings: Vec<Option<String>> = Vec::with_capacity(ranges.len());
@@ -128,7 +132,7 @@ fn rebuild_owned(src: Vec<u8>, skeleton: &[u8], ranges: Vec<Range<usize>>) -> Re
     if has_control(&src[ranges[longest].clone()]) {
         return Err(src);
     }
-    match unescape_in_place(src, ranges[longest].clone()) {
+    match unescape_in_place(src, ranges[longest].clone(), escapes[longest]) {
         Ok(s) => strings[longest] = Some(s),
         Err(src) => return Err(src),
     }
@@ -136,15 +140,12 @@ fn rebuild_owned(src: Vec<u8>, skeleton: &[u8], ranges: Vec<Range<usize>>) -> Re
     Ok(v)
 }
 
-/// Unescapes `buf[r]` into the start of `buf` and returns it as the string. On an invalid
-/// escape or UTF-8, returns the buffer unmodified when possible: escapes are checked before
-/// anything is moved, in a first pass that only looks.
-fn unescape_in_place(mut buf: Vec<u8>, r: Range<usize>) -> Result<String, Vec<u8>> {
-    if !escapes_valid(&buf[r.clone()]) {
-        return Err(buf);
-    }
+/// Unescapes `buf[r]` into the start of `buf` and returns it as the string. Escapes were
+/// validated by [`lift_marked`], so the buffer is only modified once success is certain
+/// (short of invalid UTF-8, which serde then reports on what remains).
+fn unescape_in_place(mut buf: Vec<u8>, r: Range<usize>, escapes: bool) -> Result<String, Vec<u8>> {
     let (mut i, mut w) = (r.start, 0);
-    while let Some(k) = memchr(b'\\', &buf[i..r.end]) {
+    while let Some(k) = if escapes { memchr(b'\\', &buf[i..r.end]) } else { None } {
         buf.copy_within(i..i + k, w);
         w += k;
         i += k;
@@ -159,17 +160,6 @@ fn unescape_in_place(mut buf: Vec<u8>, r: Range<usize>) -> Result<String, Vec<u8
     // Invalid UTF-8 cannot be returned unmodified any more; the caller then reports serde's
     // error on what remains, which is still an error as it should be.
     String::from_utf8(buf).map_err(|e| e.into_bytes())
-}
-
-fn escapes_valid(raw: &[u8]) -> bool {
-    let mut i = 0;
-    while let Some(k) = memchr(b'\\', &raw[i..]) {
-        match decode_escape(&raw[i + k..]) {
-            Some((_, used)) => i += k + used,
-            None => return false,
-        }
-    }
-    true
 }
 
 /// Decodes one escape at the start of `raw` (which begins with a backslash): the UTF-8 bytes
@@ -209,6 +199,12 @@ fn decode_escape(raw: &[u8]) -> Option<(Vec<u8>, usize)> {
 /// The skeleton (long strings replaced by numbered placeholders) and the raw ranges of the
 /// long strings' contents. `None` when the text cannot be lexed or holds the placeholder.
 fn lift(src: &[u8]) -> Option<(Vec<u8>, Vec<Range<usize>>)> {
+    lift_marked(src).map(|(s, r)| (s, r.into_iter().map(|(r, _)| r).collect()))
+}
+
+/// [`lift`], also telling for each long string whether it holds escapes. Every escape met is
+/// validated here, so the in-place unescape needs no separate checking pass.
+fn lift_marked(src: &[u8]) -> Option<(Vec<u8>, Vec<(Range<usize>, bool)>)> {
     if memmem::find(src, MARK_ESCAPED).is_some() {
         return None;
     }
@@ -219,10 +215,13 @@ fn lift(src: &[u8]) -> Option<(Vec<u8>, Vec<Range<usize>>)> {
     while let Some(q) = memchr(b'"', &src[pos..]) {
         let start = pos + q + 1;
         let mut i = start;
+        let mut escapes = false;
         let end = loop {
             let j = i + memchr2(b'"', b'\\', src.get(i..)?)?;
             if src[j] == b'\\' {
-                i = j + 2;
+                escapes = true;
+                let (_, used) = decode_escape(&src[j..])?;
+                i = j + used;
                 continue;
             }
             break j;
@@ -231,7 +230,7 @@ fn lift(src: &[u8]) -> Option<(Vec<u8>, Vec<Range<usize>>)> {
             skeleton.extend_from_slice(&src[copied..start]);
             skeleton.extend_from_slice(MARK_ESCAPED);
             skeleton.extend_from_slice(ranges.len().to_string().as_bytes());
-            ranges.push(start..end);
+            ranges.push((start..end, escapes));
             copied = end;
         }
         pos = end + 1;

@@ -112,7 +112,9 @@ impl Pipeline {
             None
         };
         // The buffer's memory becomes the longest string (the 50 MB text block), no copy.
+        let started = std::time::Instant::now();
         let value: Value = crate::fastjson::parse_owned(json).map_err(TransformError::InvalidJson)?;
+        tracing::debug!(step = "parse", ms = started.elapsed().as_secs_f64() * 1e3, "transform step");
         let tokens_in = tokens_in.unwrap_or_else(|| {
             if self.config.tokens.enabled { (bytes_in.div_ceil(tokens::ESTIMATE_BYTES_PER_TOKEN), true) } else { (0, false) }
         });
@@ -142,28 +144,44 @@ impl Pipeline {
         }
         let store = StoreCtx { sink: self.sink.as_ref(), opts: &opts, tool: input.tool_name };
 
+        // Per-step timings at debug level (STOWAGE_LOG=stowage_transform=debug): where a slow
+        // result spends its time.
+        let mut t = std::time::Instant::now();
+        let mut lap = |step: &str| {
+            tracing::debug!(step, ms = t.elapsed().as_secs_f64() * 1e3, "transform step");
+            t = std::time::Instant::now();
+        };
         // L5.
         let (mut value, is_final) = self.custom_layer(input, value, &mut report).await;
+        lap("custom");
 
         if !is_final {
             let mut docs = Docs::expand(value, 2);
+            lap("expand");
             let offs = layers::fields::collect(&mut docs, cfg, input.tool_name, &mut report);
+            lap("fields");
             commit(&mut docs, offs, &store, &mut report).await?;
+            lap("fields store");
             let offs = layers::schema::collect(&mut docs, cfg, input.output_schema);
             commit(&mut docs, offs, &store, &mut report).await?;
             layers::resource_link::annotate(&mut docs, cfg, &mut report);
             let offs = layers::typed::collect(&mut docs, cfg, &mut report);
             commit(&mut docs, offs, &store, &mut report).await?;
+            lap("schema, links, typed");
             let offs = layers::base64::collect(&mut docs, cfg, &mut report);
+            lap("base64");
             commit(&mut docs, offs, &store, &mut report).await?;
+            lap("base64 store");
             let offs = layers::size::collect_strings(&mut docs, cfg);
             commit(&mut docs, offs, &store, &mut report).await?;
             let offs = layers::size::collect_containers(&mut docs, cfg);
             commit(&mut docs, offs, &store, &mut report).await?;
             value = docs.collapse();
+            lap("size net, collapse");
         }
 
         let text = self.clamp(input, &mut value, &store, &mut report).await;
+        lap("clamp");
         report.bytes_out = text.len() as u64;
         let (tokens_out, est) = tokens::count(&text, &cfg.tokens);
         report.tokens_out = tokens_out;

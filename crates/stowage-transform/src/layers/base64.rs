@@ -278,16 +278,36 @@ pub(crate) struct Probe {
     wrapped: bool,
     ambiguous: bool,
     pub decoded_len: u64,
+    /// The type a `data:` URI declares.
+    pub declared_mime: Option<String>,
 }
 
 /// Sniffs a string without decoding all of it: `Some` when its prefix decodes to a binary.
 pub(crate) fn probe(s: &str) -> Option<Probe> {
+    shape_probe(s).filter(|p| !p.mime.is_empty())
+}
+
+/// Like [`probe`] for any base64, binary or not (`mime` empty when the prefix has no binary
+/// magic): field rules decode what they are told to.
+pub(crate) fn shape_probe(s: &str) -> Option<Probe> {
     let sh = shape(s)?;
     let prefix = decode_prefix(&sh)?;
-    let Sniff::Binary { mime, ext } = sniff(&prefix) else { return None };
+    let (mime, ext) = match sniff(&prefix) {
+        Sniff::Binary { mime, ext } => (mime, ext),
+        _ => ("", ""),
+    };
     let start = sh.body.as_ptr() as usize - s.as_ptr() as usize;
     let decoded_len = if sh.wrapped { decoded_len(&sh) } else { ((sh.body.len() - sh.body.bytes().rev().take(2).filter(|&b| b == b'=').count()) as u64) * 3 / 4 };
-    Some(Probe { mime, ext, body: start..start + sh.body.len(), alphabet: sh.alphabet, wrapped: sh.wrapped, ambiguous: sh.ambiguous, decoded_len })
+    Some(Probe {
+        mime,
+        ext,
+        body: start..start + sh.body.len(),
+        alphabet: sh.alphabet,
+        wrapped: sh.wrapped,
+        ambiguous: sh.ambiguous,
+        decoded_len,
+        declared_mime: sh.declared_mime.map(str::to_owned),
+    })
 }
 
 /// Decodes a probed string whole, reusing its memory: 4 KiB-aligned chunks are copied to a

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::TransformConfig;
-use crate::layers::base64::{Sniff, decode_all, shape, sniff};
+use crate::layers::base64::{Sniff, decode_owned, shape_probe, sniff};
 use crate::layers::{payload_roots, tool_matches};
 use crate::path::{FieldPath, split_last};
 use crate::report::{Layer, TransformReport};
@@ -133,32 +133,48 @@ fn offload(docs: &mut Docs, doc: usize, ptr: &str, rule: &FieldRule, report: &mu
     let parent = docs.docs[doc].value.pointer(parent_ptr).and_then(Value::as_object);
     let mut vars = TemplateVars::from_siblings(parent, Some(&key));
     let textual = matches!(rule.content_type.as_deref(), Some("text" | "json" | "csv" | "markdown" | "html"));
-    let (payload, mime, ext, render) = match value {
-        Value::String(s) => match shape(s).map(|sh| (decode_all(&sh), sh)) {
-            Some((Ok(bytes), sh)) if !textual => {
-                let (sniffed, ext) = match sniff(&bytes) {
-                    Sniff::Binary { mime, ext } => (Some(mime), ext),
-                    _ => (None, ""),
-                };
-                let mime = rule.mime_type.clone().or(sh.declared_mime.map(str::to_owned)).or(sniffed.map(str::to_owned)).unwrap_or_else(|| "application/octet-stream".to_owned());
-                let ext = if ext.is_empty() { rule.content_type.clone().unwrap_or_default() } else { ext.to_owned() };
-                (Payload::Bytes(bytes.into()), mime, ext, Render::StringStub)
+    let probed = match value {
+        Value::String(s) if !textual => Some(shape_probe(s)),
+        _ => None,
+    };
+    let (payload, mime, ext, render) = match probed {
+        Some(Some(p)) => {
+            // Decoded in place: a preset field is the Tableau case, megabytes of base64.
+            let slot = docs.docs[doc].value.pointer_mut(ptr)?;
+            let Value::String(s) = slot else { return None };
+            match decode_owned(std::mem::take(s), &p) {
+                Ok(bytes) => {
+                    let (sniffed, ext) = match sniff(&bytes) {
+                        Sniff::Binary { mime, ext } => (Some(mime), ext),
+                        _ => (None, ""),
+                    };
+                    let mime = rule.mime_type.clone().or(p.declared_mime.clone()).or(sniffed.map(str::to_owned)).unwrap_or_else(|| "application/octet-stream".to_owned());
+                    let ext = if ext.is_empty() { rule.content_type.clone().unwrap_or_default() } else { ext.to_owned() };
+                    (Payload::Bytes(bytes.into()), mime, ext, Render::StringStub)
+                }
+                Err((original, _)) => {
+                    *slot = Value::String(original);
+                    report.warn(Layer::FieldRule, Some(pointer), format!("field rule {}.{}: value is not base64; left as it is", rule.tool, rule.path));
+                    return None;
+                }
             }
-            _ if textual => {
+        }
+        Some(None) => {
+            report.warn(Layer::FieldRule, Some(pointer), format!("field rule {}.{}: value is not base64; left as it is", rule.tool, rule.path));
+            return None;
+        }
+        None => match value {
+            Value::String(s) => {
                 let mime = rule.mime_type.clone().unwrap_or_else(|| "text/plain; charset=utf-8".to_owned());
                 (Payload::Text(s.clone()), mime, "txt".to_owned(), Render::StringStub)
             }
-            _ => {
-                report.warn(Layer::FieldRule, Some(pointer), format!("field rule {}.{}: value is not base64; left as it is", rule.tool, rule.path));
-                return None;
+            other => {
+                let text = serde_json::to_string(other).expect("serialises");
+                let ph = placeholder(other, text.len() as u64);
+                let mime = rule.mime_type.clone().unwrap_or_else(|| "application/json".to_owned());
+                (Payload::Text(text), mime, "json".to_owned(), Render::Placeholder { placeholder: ph })
             }
         },
-        other => {
-            let text = serde_json::to_string(other).expect("serialises");
-            let ph = placeholder(other, text.len() as u64);
-            let mime = rule.mime_type.clone().unwrap_or_else(|| "application/json".to_owned());
-            (Payload::Text(text), mime, "json".to_owned(), Render::Placeholder { placeholder: ph })
-        }
     };
     vars.set("mime", mime.clone());
     vars.set("ext", ext.clone());

@@ -56,7 +56,9 @@ pub async fn run(args: TransformArgs, mut config: TransformConfig, sink: Arc<dyn
         config.tokens.enabled = false;
     }
     let pipeline = Pipeline::new(config, sink);
+    let started = std::time::Instant::now();
     let json = read_input(&args.input)?;
+    tracing::debug!(step = "read", ms = started.elapsed().as_secs_f64() * 1e3, bytes = json.len(), "transform step");
     let schema = match &args.output_schema {
         Some(path) => {
             let text = std::fs::read(path).with_context(|| format!("cannot read output schema {}", path.display()))?;
