@@ -139,6 +139,7 @@ fn main() {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/release/stowage")
     });
     assert!(stowage.exists(), "{} is missing: run `cargo build --release -p stowage` first (or set STOWAGE_BIN)", stowage.display());
+    let only_big = std::env::var_os("BENCH_ONLY_BIG").is_some();
     let n: usize = std::env::var("BENCH_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
     let store = tempfile::tempdir().unwrap();
     let gateway_cmd = || {
@@ -148,6 +149,7 @@ fn main() {
         c
     };
 
+    if !only_big {
     println!("gateway benchmark: {n} sequential small calls, {} pipelined, stdio on both sides", n * 2);
     let mut direct = Peer::spawn(&mut Command::new(fixture));
     let mut via = Peer::spawn(&mut gateway_cmd());
@@ -162,6 +164,7 @@ fn main() {
     println!("throughput direct: {td:8.0} calls/s   gateway: {tg:8.0} calls/s");
     drop(direct);
     drop(via);
+    }
 
     // 50 MB of base64 (37.5 MB PDF) in JSON text, upstream -> client.
     let big = r#"{"name":"get_view_pdf","arguments":{"bytes":37500000}}"#;
@@ -186,5 +189,8 @@ fn main() {
         line.len(),
         via_time.as_secs_f64() - direct_time.as_secs_f64()
     );
+    if let Some(i) = line.find("\"io.stowage/transform\"") {
+        println!("gateway transform stats: {}", &line[i..line.len().min(i + 200)].trim_end());
+    }
     println!("gateway peak RSS: {:.1} MB (before the call {:.1} MB)", rss as f64 / 1024.0, rss_before as f64 / 1024.0);
 }

@@ -45,6 +45,8 @@ pub struct Gateway {
     prefix: bool,
     shutdown: CancellationToken,
     ready: tokio::sync::watch::Sender<usize>,
+    /// Fresh signed links for the `artifact_url` tool; unset over stdio (no HTTP listener).
+    links: std::sync::OnceLock<stowage_http::LinkService>,
 }
 
 impl Gateway {
@@ -82,6 +84,7 @@ impl Gateway {
             prefix,
             shutdown,
             ready: tokio::sync::watch::channel(0).0,
+            links: std::sync::OnceLock::new(),
         });
         for u in &gw.upstreams {
             tokio::spawn(u.clone().supervise());
@@ -97,6 +100,11 @@ impl Gateway {
         let mut rx = self.ready.subscribe();
         let _ = tokio::time::timeout(timeout, rx.wait_for(|r| *r >= n)).await;
         *rx.borrow()
+    }
+
+    /// Enables the gateway's own `artifact_url` tool.
+    pub fn set_link_service(&self, links: stowage_http::LinkService) {
+        let _ = self.links.set(links);
     }
 
     pub fn catalog(&self) -> Arc<Catalog> {
@@ -232,7 +240,10 @@ impl Gateway {
             }
             "ping" => ok(json!({})),
             "tools/list" => {
-                let tools: Vec<Value> = self.catalog().tools.iter().map(|t| t.def.clone()).collect();
+                let mut tools: Vec<Value> = self.catalog().tools.iter().map(|t| t.def.clone()).collect();
+                if self.links.get().is_some() {
+                    tools.push(crate::local_tools::artifact_url_def());
+                }
                 ok(json!({"tools": tools}))
             }
             "prompts/list" => {
@@ -310,6 +321,13 @@ impl Gateway {
 
     async fn call_tool(self: &Arc<Self>, session: &Arc<Session>, _id: &Id, params: Value, outbox: &Outbox) -> Result<Message, (i64, String)> {
         let name = params.get("name").and_then(Value::as_str).unwrap_or("").to_owned();
+        if name == crate::local_tools::ARTIFACT_URL_TOOL
+            && let Some(links) = self.links.get()
+        {
+            let args = params.get("arguments").cloned().unwrap_or(json!({}));
+            let result = crate::local_tools::call_artifact_url(links, &session.scope, &args).await;
+            return Ok(Message::response(Value::Null, &result));
+        }
         let Some(tool) = self.catalog().tool(&name).cloned() else {
             return Err((code::INVALID_PARAMS, format!("unknown tool: {name}")));
         };
@@ -330,19 +348,15 @@ impl Gateway {
             metrics::counter!("stowage_tool_calls_total", "upstream" => upstream.clone(), "outcome" => "error").increment(1);
             return Ok(reply);
         };
-        let raw_len = raw.get().len();
-        let value: Value = match serde_json::from_str(raw.get()) {
-            Ok(v) => v,
-            Err(e) => return Err((code::INTERNAL_ERROR, format!("upstream {upstream} sent an unreadable tool result: {e}"))),
-        };
-        drop(raw);
+        // Already validated JSON (it parsed as a raw value): handed over without a copy.
+        let raw: Box<str> = raw.into();
         let ctx = CallContext {
             tool: tool.original.clone(),
             upstream: upstream.clone(),
             scope: session.scope.clone(),
             output_schema: tool.def.get("outputSchema").cloned(),
         };
-        let out = self.rewriter.rewrite(&ctx, value, raw_len).await;
+        let out = self.rewriter.rewrite(&ctx, raw.into_string()).await;
         let secs = started.elapsed().as_secs_f64();
         let outcome = if out.value.get("isError").and_then(Value::as_bool) == Some(true) { "tool_error" } else { "ok" };
         metrics::counter!("stowage_tool_calls_total", "upstream" => upstream.clone(), "outcome" => outcome).increment(1);

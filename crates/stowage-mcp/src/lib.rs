@@ -23,6 +23,7 @@ pub mod downstream;
 pub mod framing;
 pub mod gateway;
 pub mod jsonrpc;
+pub mod local_tools;
 pub mod metrics;
 pub mod offload;
 pub mod pipeline;

@@ -144,7 +144,11 @@ impl Walk<'_> {
 
 #[async_trait]
 impl Offloader for BuiltinOffloader {
-    async fn offload(&self, ctx: &CallContext, mut result: Value, raw_len: usize) -> Result<Offloaded, OffloadError> {
+    async fn offload(&self, ctx: &CallContext, raw: String) -> Result<Offloaded, OffloadError> {
+        let raw_len = raw.len();
+        let mut result: Value = serde_json::from_str(&raw)
+            .map_err(|e| OffloadError { code: "bad_request", message: format!("unreadable tool result: {e}") })?;
+        drop(raw);
         let mut w = Walk { this: self, ctx, items: Vec::new(), base: String::new() };
         let max_bin = self.config.inline_binary_max_bytes;
         if let Some(content) = result.get_mut("content").and_then(Value::as_array_mut) {

@@ -28,12 +28,13 @@ impl PipelineOffloader {
 
 #[async_trait]
 impl Offloader for PipelineOffloader {
-    async fn offload(&self, ctx: &CallContext, result: Value, raw_len: usize) -> Result<Offloaded, OffloadError> {
+    async fn offload(&self, ctx: &CallContext, raw: String) -> Result<Offloaded, OffloadError> {
+        let raw_len = raw.len();
         let mut input = TransformInput::new(&ctx.tool, &ctx.scope);
         input.output_schema = ctx.output_schema.as_ref();
         let out = self
             .pipeline
-            .transform(&input, result)
+            .transform_json(&input, raw.into_bytes())
             .await
             .map_err(|e| OffloadError { code: e.code(), message: e.to_string() })?;
         let items = out

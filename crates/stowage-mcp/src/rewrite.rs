@@ -68,7 +68,8 @@ pub struct OffloadError {
 /// Moves heavy parts of a tool result into the store.
 #[async_trait]
 pub trait Offloader: Send + Sync {
-    async fn offload(&self, ctx: &CallContext, result: Value, raw_len: usize) -> Result<Offloaded, OffloadError>;
+    /// `raw` is the result's JSON text, handed over so a large one is parsed once and freed.
+    async fn offload(&self, ctx: &CallContext, raw: String) -> Result<Offloaded, OffloadError>;
 }
 
 /// Turns stored artifacts into signed download links (issue 5). Without one, `resource_link`
@@ -95,9 +96,10 @@ pub struct Rewritten {
 }
 
 impl Rewriter {
-    pub async fn rewrite(&self, ctx: &CallContext, result: Value, raw_len: usize) -> Rewritten {
+    pub async fn rewrite(&self, ctx: &CallContext, raw: String) -> Rewritten {
         let started = std::time::Instant::now();
-        match self.offloader.offload(ctx, result, raw_len).await {
+        let raw_len = raw.len();
+        match self.offloader.offload(ctx, raw).await {
             Ok(off) => {
                 let artifacts = off.items.len();
                 let bytes_in = off.bytes_in;

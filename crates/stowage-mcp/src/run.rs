@@ -29,6 +29,10 @@ pub struct RunOptions {
     pub extra_routes: Option<axum::Router>,
     /// Middleware-free description of the store for the banner (`fs .stowage`).
     pub store_label: String,
+    /// Bearer authentication on `/mcp` (HTTP only); `None` leaves it open.
+    pub auth: Option<Arc<stowage_http::Authenticator>>,
+    /// Fresh signed links: enables the gateway's `artifact_url` tool.
+    pub links: Option<stowage_http::LinkService>,
 }
 
 /// Why the gateway could not run.
@@ -47,6 +51,9 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
     crate::metrics::install();
     let demo = opts.upstreams.iter().any(|u| u.transport == TransportSpec::Demo);
     let gw = Gateway::start(opts.gateway.clone(), opts.upstreams, opts.rewriter, demo.then(crate::demo::factory));
+    if let Some(links) = opts.links {
+        gw.set_link_service(links);
+    }
     let result = match &opts.mode {
         Mode::Stdio => {
             gw.wait_ready(Duration::from_secs(10)).await;
@@ -62,7 +69,7 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
                 .await
                 .map_err(|source| RunError::Bind { addr: listen.clone(), source })?;
             let addr = listener.local_addr().map_err(RunError::Serve)?;
-            let mut app = crate::downstream::http::router(gw.clone(), &addr.to_string());
+            let mut app = crate::downstream::http::router_with_auth(gw.clone(), &addr.to_string(), opts.auth);
             if let Some(extra) = opts.extra_routes {
                 app = app.merge(extra);
             }

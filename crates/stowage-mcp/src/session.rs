@@ -47,7 +47,9 @@ pub fn id_key(id: &Id) -> String {
 impl Session {
     pub fn new(scope: Option<ArtifactScope>, notify: Option<Outbox>) -> Session {
         let id = uuid::Uuid::new_v4().to_string();
-        let scope = scope.unwrap_or_else(|| ArtifactScope::session(id.clone()));
+        // An authenticated caller brings its tenant and user; the session id is always ours.
+        let mut scope = scope.unwrap_or_default();
+        scope.session_id.get_or_insert_with(|| id.clone());
         Session {
             id,
             scope,

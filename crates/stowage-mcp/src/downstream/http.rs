@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, Extension, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -30,6 +30,9 @@ use axum::routing::{get, post};
 use futures::stream;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
+
+use stowage_core::ArtifactScope;
+use stowage_http::{Authenticator, Identity, require_auth};
 
 use crate::gateway::Gateway;
 use crate::jsonrpc::{Kind, Message, code};
@@ -52,6 +55,13 @@ struct AppState {
 
 /// The `/mcp` and `/metrics` routes. `listen_host` joins the Host allow-list.
 pub fn router(gw: Arc<Gateway>, listen: &str) -> Router {
+    router_with_auth(gw, listen, None)
+}
+
+/// [`router`], with `/mcp` and `/metrics` behind bearer authentication when `auth` is set.
+/// The caller's identity (tenant, user) joins each session's artifact scope, and a session
+/// can only be used by the identity that opened it.
+pub fn router_with_auth(gw: Arc<Gateway>, listen: &str, auth: Option<Arc<Authenticator>>) -> Router {
     let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "[::1]"].map(String::from).to_vec();
     hosts.extend(gw.config.allowed_hosts.iter().map(|h| h.to_ascii_lowercase()));
     if let Some((host, _)) = listen.rsplit_once(':')
@@ -67,6 +77,9 @@ pub fn router(gw: Arc<Gateway>, listen: &str) -> Router {
     let mut r = Router::new().route("/mcp", post(post_mcp).get(get_mcp).delete(delete_mcp));
     if metrics_on {
         r = r.route("/metrics", get(|| async { crate::metrics::render() }));
+    }
+    if let Some(auth) = auth {
+        r = r.layer(middleware::from_fn_with_state(auth, require_auth));
     }
     r.layer(DefaultBodyLimit::max(max_body))
         .layer(middleware::from_fn_with_state(state.clone(), guard_origin))
@@ -121,7 +134,24 @@ fn json_rpc_error(status: StatusCode, c: i64, message: &str) -> Response {
     (status, axum::Json(body)).into_response()
 }
 
-async fn post_mcp(State(st): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+/// The artifact scope an authenticated caller's sessions start from (no session id yet).
+fn identity_scope(identity: Option<&Identity>) -> Option<ArtifactScope> {
+    identity.map(|i| ArtifactScope { tenant_id: i.tenant_id.clone(), user_id: i.user_id.clone(), ..Default::default() })
+}
+
+/// Whether `session` belongs to the caller: same tenant and user as the identity that opened it.
+fn owns(session: &Session, identity: Option<&Identity>) -> bool {
+    let (tenant, user) = identity.map_or((None, None), |i| (i.tenant_id.as_ref(), i.user_id.as_ref()));
+    session.scope.tenant_id.as_ref() == tenant && session.scope.user_id.as_ref() == user
+}
+
+async fn post_mcp(
+    State(st): State<AppState>,
+    identity: Option<Extension<Identity>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let identity = identity.map(|Extension(i)| i);
     let msg = match Message::parse(&body) {
         Ok(m) => m,
         Err(e) => return json_rpc_error(StatusCode::BAD_REQUEST, code::PARSE_ERROR, &format!("parse error: {e}")),
@@ -129,20 +159,21 @@ async fn post_mcp(State(st): State<AppState>, headers: HeaderMap, body: Bytes) -
     let sid = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let is_initialize = msg.method.as_deref() == Some("initialize");
     let (session, new_sid) = match (&sid, is_initialize) {
+        // Another identity's session id gets the same answer as an unknown one.
         (Some(id), false) => match st.sessions.lock().unwrap().get(id) {
-            Some(s) => (s.session.clone(), None),
-            None => return json_rpc_error(StatusCode::NOT_FOUND, code::INVALID_REQUEST, "unknown or expired session"),
+            Some(s) if owns(&s.session, identity.as_ref()) => (s.session.clone(), None),
+            _ => return json_rpc_error(StatusCode::NOT_FOUND, code::INVALID_REQUEST, "unknown or expired session"),
         },
         (_, true) => {
             let (tx, rx) = mpsc::unbounded_channel();
-            let session = st.gw.open_session(None, Some(tx));
+            let session = st.gw.open_session(identity_scope(identity.as_ref()), Some(tx));
             let hs = Arc::new(HttpSession { session: session.clone(), stream: Mutex::new(Some(rx)) });
             st.sessions.lock().unwrap().insert(session.id.clone(), hs);
             let id = session.id.clone();
             (session, Some(id))
         }
         // Stateless (2026-07-28): a fresh scope for this request alone.
-        (None, false) => (st.gw.open_session(None, None), None),
+        (None, false) => (st.gw.open_session(identity_scope(identity.as_ref()), None), None),
     };
     if msg.kind() != Kind::Request {
         let (tx, _rx) = mpsc::unbounded_channel();
@@ -196,11 +227,13 @@ impl Drop for AbortOnDrop {
     }
 }
 
-async fn get_mcp(State(st): State<AppState>, headers: HeaderMap) -> Response {
+async fn get_mcp(State(st): State<AppState>, identity: Option<Extension<Identity>>, headers: HeaderMap) -> Response {
+    let identity = identity.map(|Extension(i)| i);
     let Some(sid) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
         return StatusCode::METHOD_NOT_ALLOWED.into_response();
     };
-    let Some(hs) = st.sessions.lock().unwrap().get(sid).cloned() else {
+    let hs = st.sessions.lock().unwrap().get(sid).cloned().filter(|hs| owns(&hs.session, identity.as_ref()));
+    let Some(hs) = hs else {
         return json_rpc_error(StatusCode::NOT_FOUND, code::INVALID_REQUEST, "unknown or expired session");
     };
     let Some(rx) = hs.stream.lock().unwrap().take() else {
@@ -213,11 +246,14 @@ async fn get_mcp(State(st): State<AppState>, headers: HeaderMap) -> Response {
     Sse::new(events).keep_alive(KeepAlive::default()).into_response()
 }
 
-async fn delete_mcp(State(st): State<AppState>, headers: HeaderMap) -> Response {
+async fn delete_mcp(State(st): State<AppState>, identity: Option<Extension<Identity>>, headers: HeaderMap) -> Response {
+    let identity = identity.map(|Extension(i)| i);
     let Some(sid) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
         return StatusCode::BAD_REQUEST.into_response();
     };
-    match st.sessions.lock().unwrap().remove(sid) {
+    let mut sessions = st.sessions.lock().unwrap();
+    let mine = sessions.get(sid).is_some_and(|hs| owns(&hs.session, identity.as_ref()));
+    match mine.then(|| sessions.remove(sid)).flatten() {
         Some(hs) => {
             hs.session.set_notify(None);
             StatusCode::OK.into_response()
