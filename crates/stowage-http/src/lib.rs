@@ -15,6 +15,7 @@
 mod auth;
 mod download;
 mod error;
+mod links;
 mod range;
 mod upload;
 
@@ -27,6 +28,7 @@ use stowage_store::ArtifactStore;
 
 pub use auth::{ApiKeyConfig, AuthConfig, AuthSetupError, Authenticator, Identity, JwtConfig, hash_api_key, require_auth};
 pub use error::ApiError;
+pub use links::LinkService;
 pub use range::{ByteRange, RangeRequest, parse_range};
 pub use upload::{SlotRegistry, SlotSpec, SlotState};
 

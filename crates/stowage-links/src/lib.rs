@@ -78,6 +78,16 @@ impl LinkSigner {
         SignedLink { url: artifact_url(&self.public_url, id, &token), expires_at }
     }
 
+    /// A read link to an artifact for its own owner, valid for `ttl` (default: the configured
+    /// TTL) but never past the artifact's own expiry: a link must not outlive what it names.
+    pub fn link_for(&self, artifact: &stowage_core::ArtifactRef, now: u64, ttl: Option<std::time::Duration>) -> SignedLink {
+        let mut until = now + ttl.unwrap_or(self.ttl).as_secs();
+        if let Some(exp) = artifact.expires_at {
+            until = until.min(exp.unix_timestamp().max(0) as u64);
+        }
+        self.artifact_link_until(&artifact.id, &artifact.scope.owner(), until)
+    }
+
     /// The configured link lifetime.
     pub fn ttl(&self) -> std::time::Duration {
         self.ttl

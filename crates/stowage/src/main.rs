@@ -83,6 +83,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 gateway: &config.gateway,
                 transform: &config.transform,
                 links: &config.links,
+                auth: &config.auth,
                 store,
                 store_dir: &config.store.dir,
                 store_label,

@@ -32,6 +32,10 @@ pub struct ServeArgs {
     /// A Claude Desktop / Cursor style JSON file with an "mcpServers" object.
     #[arg(long, value_name = "FILE")]
     pub mcp_config: Option<PathBuf>,
+    /// Listen on a non-loopback address without [auth] configured. Anyone who can reach the
+    /// port can then call your tools and read your artifacts: use only on a trusted network.
+    #[arg(long)]
+    pub allow_unauthenticated: bool,
     /// One stdio server to wrap, after `--`: `stowage serve -- npx -y some-mcp-server`.
     #[arg(last = true, value_name = "CMD ARGS")]
     pub command: Vec<String>,
@@ -42,6 +46,7 @@ pub struct ServeContext<'a> {
     pub gateway: &'a GatewayConfig,
     pub transform: &'a TransformConfig,
     pub links: &'a LinksConfig,
+    pub auth: &'a stowage_http::AuthConfig,
     pub store: Arc<dyn ArtifactStore>,
     /// The store directory (for the link-signing key) and how to name the store in the banner.
     pub store_dir: &'a std::path::Path,
@@ -64,7 +69,10 @@ pub async fn run(ctx: ServeContext<'_>, args: ServeArgs) -> anyhow::Result<()> {
         Mode::Http { listen: gateway.listen.clone() }
     };
     let mut extra_routes = None;
+    let mut link_service = None;
+    let auth = stowage_http::Authenticator::new(ctx.auth)?;
     if let Mode::Http { listen } = &mode {
+        check_exposure(listen, auth.is_some(), args.allow_unauthenticated)?;
         let mut links = ctx.links.clone();
         // Links must point where the gateway listens: with the default public_url and another
         // --listen, follow the listen address.
@@ -75,9 +83,19 @@ pub async fn run(ctx: ServeContext<'_>, args: ServeArgs) -> anyhow::Result<()> {
         let ring = links.key_ring(ctx.store_dir).context("cannot load the link-signing key")?;
         let signer = Arc::new(LinkSigner::new(ring, &links));
         rewriter.links = Some(Arc::new(SignedLinks(signer.clone())));
+        link_service = Some(stowage_http::LinkService::new(ctx.store.clone(), signer.clone()));
         extra_routes = Some(stowage_http::routes(stowage_http::HttpState::new(ctx.store.clone(), signer)));
     }
-    let opts = RunOptions { gateway, upstreams, rewriter, mode, extra_routes, store_label: ctx.store_label };
+    let opts = RunOptions {
+        gateway,
+        upstreams,
+        rewriter,
+        mode,
+        extra_routes,
+        store_label: ctx.store_label,
+        auth,
+        links: link_service,
+    };
     stowage_mcp::run::run(opts).await?;
     Ok(())
 }
@@ -87,16 +105,46 @@ struct SignedLinks(Arc<LinkSigner>);
 
 impl LinkMinter for SignedLinks {
     fn link(&self, artifact: &ArtifactRef) -> Option<(String, String)> {
-        let now = stowage_links::unix_now();
-        let mut until = now + self.0.ttl().as_secs();
-        if let Some(exp) = artifact.expires_at {
-            until = until.min(exp.unix_timestamp().max(0) as u64);
-        }
-        let link = self.0.artifact_link_until(&artifact.id, &artifact.scope.owner(), until);
+        let link = self.0.link_for(artifact, stowage_links::unix_now(), None);
         let expires = time::OffsetDateTime::from_unix_timestamp(link.expires_at as i64)
             .ok()?
             .format(&time::format_description::well_known::Rfc3339)
             .ok()?;
         Some((link.url, expires))
+    }
+}
+
+/// Refuses to expose an unauthenticated gateway beyond this machine unless told to, and then
+/// says so loudly: `/mcp` runs the user's tools and the store holds their outputs.
+fn check_exposure(listen: &str, has_auth: bool, allowed: bool) -> anyhow::Result<()> {
+    let host = listen.rsplit_once(':').map_or(listen, |(h, _)| h).trim_start_matches('[').trim_end_matches(']');
+    let loopback = host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    if loopback || has_auth {
+        return Ok(());
+    }
+    anyhow::ensure!(
+        allowed,
+        "refusing to listen on {listen} without authentication: configure [auth] in stowage.toml, listen on 127.0.0.1, or pass --allow-unauthenticated"
+    );
+    eprintln!("WARNING: stowage is listening on {listen} WITHOUT AUTHENTICATION: anyone who can reach it can call your tools and read your artifacts");
+    tracing::warn!(%listen, "serving without authentication on a non-loopback address");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_exposure;
+
+    #[test]
+    fn exposure_rules() {
+        for addr in ["127.0.0.1:8787", "localhost:1", "[::1]:8787", "127.0.0.2:9"] {
+            assert!(check_exposure(addr, false, false).is_ok(), "{addr}");
+        }
+        for addr in ["0.0.0.0:8787", "[::]:8787", "192.0.2.10:80"] {
+            let err = check_exposure(addr, false, false).unwrap_err().to_string();
+            assert!(err.contains("--allow-unauthenticated") && err.contains("[auth]"), "{err}");
+            assert!(check_exposure(addr, true, false).is_ok(), "auth configured");
+            assert!(check_exposure(addr, false, true).is_ok(), "explicitly allowed");
+        }
     }
 }

@@ -52,13 +52,7 @@ pub async fn run(
     let meta = store.meta(&access, &id).await?;
     let ring = links.key_ring(store_dir).context("cannot load the link-signing key")?;
     let signer = LinkSigner::new(ring, links);
-    let now = stowage_links::unix_now();
-    let mut expires_at = now + args.ttl.unwrap_or(signer.ttl()).as_secs();
-    // A link never outlives the artifact it points to.
-    if let Some(exp) = meta.expires_at {
-        expires_at = expires_at.min(exp.unix_timestamp().max(0) as u64);
-    }
-    let link = signer.artifact_link_until(&meta.id, &meta.scope.owner(), expires_at);
+    let link = signer.link_for(&meta, stowage_links::unix_now(), args.ttl);
     if args.json {
         println!("{}", serde_json::to_string(&link)?);
     } else {

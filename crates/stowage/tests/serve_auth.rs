@@ -1,0 +1,228 @@
+//! `stowage serve` over HTTP with authentication, through the real binary and its bundled
+//! demo upstream: /mcp refuses missing and wrong credentials, an authenticated user's
+//! offloaded PDF is downloadable through the signed link in its result, `artifact_url` mints
+//! fresh links for the caller's own artifacts only, and one user can neither reach another's
+//! artifacts nor use another's session.
+//!
+//! Isolation tests for every path to an artifact live here and in
+//! `crates/stowage-http/tests/routes.rs` (HTTP links); new paths (MCP resources) join them.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+struct Server {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `stowage hash-key`, through the binary, as an operator would produce the config value.
+fn hash(key: &str) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_stowage")).args(["hash-key", key]).output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+fn start() -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("stowage.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "[auth]\napi_keys = [\n  {{ id = \"alice\", sha256 = \"{}\" }},\n  {{ id = \"bob\", sha256 = \"{}\", tenant = \"t2\" }},\n]\n",
+            hash("alice-secret-key-0123456789"),
+            hash("bob-secret-key-0123456789")
+        ),
+    )
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let child = Command::new(env!("CARGO_BIN_EXE_stowage"))
+        .current_dir(dir.path())
+        .args(["--config", conf.to_str().unwrap(), "--store", dir.path().join("store").to_str().unwrap()])
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = Server { child, port, _dir: dir };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while http(port, "GET", "/healthz", &[], None).0 != 200 {
+        assert!(Instant::now() < deadline, "stowage serve did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    server
+}
+
+/// A bare HTTP/1.1 exchange: (status, headers lowercased, body).
+fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&[u8]>) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return (0, vec![], vec![]) };
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if let Some(b) = body {
+        req.push_str(&format!("Content-Length: {}\r\n", b.len()));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    if let Some(b) = body {
+        s.write_all(b).unwrap();
+    }
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("http head");
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let mut body = raw[split + 4..].to_vec();
+    let mut lines = head.lines();
+    let status: u16 = lines.next().unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned())))
+        .collect();
+    if headers.iter().any(|(k, v)| k == "transfer-encoding" && v.contains("chunked")) {
+        body = dechunk(&body);
+    }
+    (status, headers, body)
+}
+
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let end = b.windows(2).position(|w| w == b"\r\n").unwrap();
+        let n = usize::from_str_radix(std::str::from_utf8(&b[..end]).unwrap().trim(), 16).unwrap();
+        if n == 0 {
+            return out;
+        }
+        out.extend_from_slice(&b[end + 2..end + 2 + n]);
+        b = &b[end + 4 + n..];
+    }
+}
+
+struct Client {
+    port: u16,
+    key: String,
+    session: Option<String>,
+}
+
+impl Client {
+    fn new(port: u16, key: &str) -> Client {
+        Client { port, key: format!("Bearer {key}"), session: None }
+    }
+
+    fn rpc(&mut self, method: &str, params: Value) -> (u16, Value) {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();
+        let mut headers = vec![("Authorization", self.key.as_str()), ("Content-Type", "application/json"), ("Accept", "application/json")];
+        let sid = self.session.clone();
+        if let Some(s) = &sid {
+            headers.push(("Mcp-Session-Id", s));
+        }
+        let (status, h, body) = http(self.port, "POST", "/mcp", &headers, Some(body.as_bytes()));
+        if method == "initialize" {
+            self.session = h.iter().find(|(k, _)| k == "mcp-session-id").map(|(_, v)| v.clone());
+        }
+        (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+    }
+
+    fn init(&mut self) {
+        let (status, v) = self.rpc("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}));
+        assert_eq!(status, 200, "{v}");
+        assert!(self.session.is_some());
+    }
+
+    fn call(&mut self, tool: &str, args: Value) -> Value {
+        let (status, v) = self.rpc("tools/call", json!({"name": tool, "arguments": args}));
+        assert_eq!(status, 200, "{v}");
+        v["result"].clone()
+    }
+}
+
+fn path_of(url: &str) -> String {
+    url.split_once("://").unwrap().1.split_once('/').map(|(_, p)| format!("/{p}")).unwrap()
+}
+
+#[test]
+fn authenticated_gateway_isolates_users() {
+    let server = start();
+    let port = server.port;
+
+    // No credentials, wrong credentials: 401 before anything runs.
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}).to_string();
+    let (status, h, _) = http(port, "POST", "/mcp", &[("Content-Type", "application/json")], Some(init.as_bytes()));
+    assert_eq!(status, 401);
+    assert!(h.iter().any(|(k, v)| k == "www-authenticate" && v.starts_with("Bearer")));
+    assert_eq!(Client::new(port, "not-a-key").rpc("initialize", json!({})).0, 401);
+
+    let mut alice = Client::new(port, "alice-secret-key-0123456789");
+    alice.init();
+    let (_, tools) = alice.rpc("tools/list", json!({}));
+    let names: Vec<&str> = tools["result"]["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
+    assert!(names.contains(&"artifact_url") && names.contains(&"get_report"), "{names:?}");
+
+    // The offloaded PDF: no base64 in the result, a signed link that downloads it.
+    let result = alice.call("get_report", json!({}));
+    let text = result.to_string();
+    assert!(text.len() < 4000 && !text.contains("JVBERi"), "{text}");
+    let asset = &result["structuredContent"]["assets"][0];
+    let id = asset["id"].as_str().unwrap().to_owned();
+    let url = asset["uri"].as_str().unwrap();
+    assert!(url.starts_with(&format!("http://127.0.0.1:{port}/artifacts/{id}?token=")), "{url}");
+    let (status, _, pdf) = http(port, "GET", &path_of(url), &[], None);
+    assert_eq!(status, 200);
+    assert!(pdf.starts_with(b"%PDF-"));
+
+    // A fresh link for one's own artifact, by id and by artifact:// URI.
+    for arg in [id.clone(), format!("artifact://{id}")] {
+        let fresh = alice.call("artifact_url", json!({"id": arg}));
+        assert_ne!(fresh["isError"], true, "{fresh}");
+        let fresh_url = fresh["structuredContent"]["url"].as_str().unwrap();
+        let (status, _, body) = http(port, "GET", &path_of(fresh_url), &[], None);
+        assert_eq!((status, body == pdf), (200, true));
+    }
+
+    // Bob: alice's id looks exactly like an id that does not exist.
+    let mut bob = Client::new(port, "bob-secret-key-0123456789");
+    bob.init();
+    let theirs = bob.call("artifact_url", json!({"id": id}));
+    let ghost = bob.call("artifact_url", json!({"id": "get_report_0000000000000000"}));
+    assert_eq!(theirs["isError"], true);
+    assert_eq!(theirs["structuredContent"]["error"]["code"], "artifact_not_found");
+    assert_eq!(theirs, ghost, "another user's artifact must be indistinguishable from a missing one");
+    assert_eq!(bob.call("artifact_url", json!({}))["structuredContent"]["error"]["code"], "bad_request");
+
+    // Bob cannot ride alice's session id.
+    let mut hijack = Client::new(port, "bob-secret-key-0123456789");
+    hijack.session = alice.session.clone();
+    let (status, _) = hijack.rpc("tools/call", json!({"name": "artifact_url", "arguments": {"id": id}}));
+    assert_eq!(status, 404);
+
+    // Alice's own second session is a different owner too: sessions are isolated.
+    let mut alice2 = Client::new(port, "alice-secret-key-0123456789");
+    alice2.init();
+    assert_eq!(alice2.call("artifact_url", json!({"id": id}))["structuredContent"]["error"]["code"], "artifact_not_found");
+}
+
+#[test]
+fn non_loopback_without_auth_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_stowage"))
+        .current_dir(dir.path())
+        .args(["--store", dir.path().join("s").to_str().unwrap(), "serve", "--listen", "0.0.0.0:0"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("refusing to listen on 0.0.0.0:0 without authentication"), "{err}");
+    assert_eq!(err.lines().filter(|l| l.starts_with("error:")).count(), 1, "{err}");
+}
