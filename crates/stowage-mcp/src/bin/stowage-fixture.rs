@@ -136,7 +136,7 @@ async fn main() {
         .and_then(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).ok())
         .map(std::sync::Mutex::new);
     let fixture = Arc::new(Fixture { log });
-    fixture.log("started");
+    fixture.log(&format!("started pid {}", std::process::id()));
     eprintln!("stowage-fixture: serving on stdio");
     serve(tokio::io::stdin(), tokio::io::stdout(), fixture).await;
 }
