@@ -133,7 +133,16 @@ fn us(d: Duration) -> f64 {
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; nothing else is accepted.
+    // `cargo bench` passes `--bench`. Test runners also start bench targets (`cargo test
+    // --all-targets` with no flag, nextest with `--list`): there is no test in here for them.
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--list") {
+        return;
+    }
+    if !args.iter().any(|a| a == "--bench") {
+        eprintln!("gateway benchmark: run it with `cargo bench -p stowage-mcp --bench gateway`");
+        return;
+    }
     let fixture = env!("CARGO_BIN_EXE_stowage-fixture");
     let stowage = std::env::var_os("STOWAGE_BIN").map(PathBuf::from).unwrap_or_else(|| {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/release/stowage")
