@@ -4,6 +4,7 @@
 //!
 //! `cargo bench -p stowage-store --bench fs_store -- --warm-up-time 1 --measurement-time 5`
 
+use std::cell::OnceCell;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
@@ -40,25 +41,35 @@ fn floors(c: &mut Criterion) {
     let tmp =
         tempfile::tempdir_in(std::env::var_os("BENCH_DIR").unwrap_or_else(|| std::env::temp_dir().into())).unwrap();
     let size = 100 << 20;
-    let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+    // Everything is built on first use: `cargo test`/nextest run each benchmark once in its own
+    // process, which should not pay for the others' 100 MB setups.
+    let data = OnceCell::new();
+    let data = || data.get_or_init(|| (0..size).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
     let mut floor = c.benchmark_group("floor");
     floor.throughput(Throughput::Bytes(size as u64)).sample_size(10).sampling_mode(SamplingMode::Flat);
-    floor.bench_function("sha256/100MB", |b| b.iter(|| sha2::Sha256::digest(&data)));
+    floor.bench_function("sha256/100MB", |b| {
+        let data = data();
+        b.iter(|| sha2::Sha256::digest(data))
+    });
     let mut files = 0u64;
-    let mut write_one = || {
+    let write_one = || {
         files += 1;
         let path = tmp.path().join(format!("floor-{files}.bin"));
         let start = Instant::now();
         let mut f = std::fs::File::create(&path).unwrap();
-        f.write_all(&data).unwrap();
+        f.write_all(data()).unwrap();
         f.sync_all().unwrap();
         (start.elapsed(), path)
     };
-    floor.bench_function("write_fsync/100MB", |b| b.iter_custom(|iters| (0..iters).map(|_| write_one().0).sum()));
-    let (_, path) = write_one();
+    let write_one = std::cell::RefCell::new(write_one);
+    floor.bench_function("write_fsync/100MB", |b| {
+        b.iter_custom(|iters| (0..iters).map(|_| write_one.borrow_mut()().0).sum())
+    });
+    let cached = OnceCell::new();
     floor.bench_function("read_cached/100MB", |b| {
+        let path = cached.get_or_init(|| write_one.borrow_mut()().1);
         b.iter(|| {
-            let mut f = std::fs::File::open(&path).unwrap();
+            let mut f = std::fs::File::open(path).unwrap();
             let mut buf = vec![0u8; 1 << 20];
             while f.read(&mut buf).unwrap() > 0 {}
         })
@@ -85,9 +96,14 @@ fn bench(c: &mut Criterion) {
             group.sample_size(50).sampling_mode(SamplingMode::Auto);
         }
         // Fresh content per put (so nothing deduplicates), built outside the timed region.
-        let base = std::sync::Mutex::new((0..size).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
+        // Built on first use, like the floors' data.
+        let base = OnceCell::new();
         let counter = std::sync::atomic::AtomicU64::new(0);
-        let next = || unique(&mut base.lock().unwrap(), counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        let next = || {
+            let base =
+                base.get_or_init(|| std::sync::Mutex::new((0..size).map(|i| (i % 251) as u8).collect::<Vec<u8>>()));
+            unique(&mut base.lock().unwrap(), counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+        };
 
         group.bench_function(BenchmarkId::new("put_bytes", name), |b| {
             // Puts are not deleted: on this disk (ext4 with `discard`) a delete's discards land
@@ -105,10 +121,12 @@ fn bench(c: &mut Criterion) {
             });
         });
 
-        let stored = rt.block_on(store.put_bytes(next(), PutOptions::scoped(scope.clone()))).unwrap();
+        let stored = OnceCell::new();
         group.bench_function(BenchmarkId::new("open_read", name), |b| {
+            let id = stored
+                .get_or_init(|| rt.block_on(store.put_bytes(next(), PutOptions::scoped(scope.clone()))).unwrap().id);
             b.to_async(&rt).iter(|| async {
-                let mut reader = store.open(&access, &stored.id, None).await.unwrap();
+                let mut reader = store.open(&access, id, None).await.unwrap();
                 let mut buf = vec![0u8; 1 << 20];
                 let mut total = 0usize;
                 loop {
