@@ -271,3 +271,44 @@ async fn a_process_killed_mid_put_leaves_a_repairable_store() {
     assert_eq!((report.temp_files, report.orphan_blobs, report.dangling_records), (1, 0, 0), "{report:?}");
     assert!(files_in(&dir.join("tmp")).is_empty());
 }
+
+/// Yields `ok_bytes` bytes, then fails like a dropped connection.
+struct FailsAfter {
+    ok_bytes: u64,
+}
+
+impl tokio::io::AsyncRead for FailsAfter {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if self.ok_bytes == 0 {
+            return std::task::Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "peer went away",
+            )));
+        }
+        let n = (buf.remaining() as u64).min(self.ok_bytes) as usize;
+        buf.put_slice(&vec![1; n]);
+        self.ok_bytes -= n as u64;
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_or_oversize_stream_leaves_nothing_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let limits = RetentionConfig { max_artifact_bytes: 2 << 20, ..RetentionConfig::default() };
+    let store = FsStore::builder(dir).retention(limits).open().unwrap();
+
+    let e = store.put_stream(Box::pin(FailsAfter { ok_bytes: 1 << 20 }), PutOptions::default()).await.unwrap_err();
+    assert!(e.to_string().starts_with("read input stream") && e.to_string().contains("peer went away"), "{e}");
+    let e = store.put_stream(Box::pin(FailsAfter { ok_bytes: 3 << 20 }), PutOptions::default()).await.unwrap_err();
+    assert!(matches!(e, StoreError::TooLarge { limit_name: "max_artifact_bytes", .. }), "{e}");
+
+    assert!(files_in(&dir.join("tmp")).is_empty(), "temp files are removed on failure");
+    assert!(blob_names(dir).is_empty());
+    assert!(store.list(ListQuery::default()).await.unwrap().items.is_empty());
+}
