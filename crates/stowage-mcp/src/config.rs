@@ -94,6 +94,10 @@ pub struct ServerConfig {
     /// Overrides `request_timeout_secs` for this server.
     pub request_timeout_secs: Option<u64>,
     pub disabled: bool,
+    /// This server's own transform settings, replacing `[transform]` for its results (keys
+    /// not given take their built-in defaults, not the global section's values).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transform: Option<stowage_transform::TransformConfig>,
 }
 
 /// A configuration mistake, named precisely enough to fix.
@@ -237,6 +241,7 @@ pub fn parse_mcp_servers(text: &str, path: &Path) -> Result<Vec<(String, ServerC
                 bearer_token_env: None,
                 request_timeout_secs: None,
                 disabled: entry.disabled,
+                transform: None,
             },
         ));
     }
@@ -342,6 +347,18 @@ mod tests {
         assert_eq!(specs[0].describe(), "my-server: stdio `/usr/bin/my-server --flag`");
         let specs = collect_upstreams(&g, None, &[]).unwrap();
         assert_eq!(specs[0].transport, TransportSpec::Demo);
+    }
+
+    #[test]
+    fn a_server_can_carry_its_own_transform_section() {
+        let g: GatewayConfig = serde_json::from_str(
+            r#"{"servers":{"tableau":{"command":"x","transform":{"inline_binary_max_bytes":4096}}}}"#,
+        )
+        .unwrap();
+        let t = g.servers["tableau"].transform.as_ref().unwrap();
+        assert_eq!(t.inline_binary_max_bytes, 4096);
+        assert_eq!(t.max_inline_chars, stowage_transform::TransformConfig::default().max_inline_chars);
+        assert!(serde_json::from_str::<GatewayConfig>(r#"{"servers":{"a":{"command":"x","transform":{"nope":1}}}}"#).is_err());
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! A store failure never falls back to inline base64: the client gets an `isError` result
 //! with the code `artifact_storage_failed`.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -84,6 +85,8 @@ pub trait LinkMinter: Send + Sync {
 pub struct Rewriter {
     pub offloader: Arc<dyn Offloader>,
     pub links: Option<Arc<dyn LinkMinter>>,
+    /// Offloaders for upstreams with their own `[gateway.servers.NAME.transform]`, by name.
+    pub per_upstream: HashMap<String, Arc<dyn Offloader>>,
 }
 
 /// The rewritten result and its stats.
@@ -96,10 +99,19 @@ pub struct Rewritten {
 }
 
 impl Rewriter {
+    pub fn new(offloader: Arc<dyn Offloader>) -> Self {
+        Rewriter { offloader, links: None, per_upstream: HashMap::new() }
+    }
+
+    /// The offloader for results from `upstream`.
+    pub fn offloader_for(&self, upstream: &str) -> &Arc<dyn Offloader> {
+        self.per_upstream.get(upstream).unwrap_or(&self.offloader)
+    }
+
     pub async fn rewrite(&self, ctx: &CallContext, raw: String) -> Rewritten {
         let started = std::time::Instant::now();
         let raw_len = raw.len();
-        match self.offloader.offload(ctx, raw).await {
+        match self.offloader_for(&ctx.upstream).offload(ctx, raw).await {
             Ok(off) => {
                 let artifacts = off.items.len();
                 let bytes_in = off.bytes_in;

@@ -213,6 +213,24 @@ async fn several_upstreams_are_namespaced_and_routed() {
     assert_eq!(r["result"]["content"][0]["type"], "resource_link", "resource links pass through: {r}");
 }
 
+/// `[gateway.servers.NAME.transform]`: one server's results go through its own pipeline.
+#[tokio::test]
+async fn a_server_with_its_own_transform_config_keeps_its_images_inline() {
+    let sink = Arc::new(MemSink::default());
+    let config = fast_config();
+    let mut rw = common::rewriter(sink.clone(), &config);
+    let mut raw = stowage_transform::TransformConfig::default();
+    raw.inline_binary_max_bytes = 1 << 20;
+    let p = stowage_transform::Pipeline::new(raw, sink.clone());
+    rw.per_upstream.insert("raw".into(), Arc::new(stowage_mcp::pipeline::PipelineOffloader::new(Arc::new(p))));
+    let specs = vec![fixture_spec("fx", None, T), fixture_spec("raw", None, T)];
+    let c = Client::start_with_rewriter(specs, rw, config).await;
+    let inline = c.call("raw_get_image", json!({})).await;
+    assert_eq!(inline["result"]["content"][0]["type"], "image", "{inline}");
+    let linked = c.call("fx_get_image", json!({})).await;
+    assert!(linked["result"]["content"].as_array().unwrap().iter().any(|b| b["type"] == "resource_link"), "{linked}");
+}
+
 /// Issue 4: tool results of >= 256 MB pass without loss or stall (here offloaded; the point
 /// is the framing). Run with `--ignored`: it needs ~2 GB of memory and ~10 s in release.
 #[tokio::test]

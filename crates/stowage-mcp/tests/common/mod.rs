@@ -73,10 +73,10 @@ pub fn fixture_spec(name: &str, log: Option<&std::path::Path>, timeout: Duration
 pub fn rewriter(sink: Arc<dyn ArtifactSink>, _config: &GatewayConfig) -> Rewriter {
     if std::env::var("STOWAGE_TEST_OFFLOADER").as_deref() == Ok("builtin") {
         let offloader = BuiltinOffloader::new(sink, OffloadConfig { inline_binary_max_bytes: 1024, inline_text_max_bytes: 10_000 });
-        return Rewriter { offloader: Arc::new(offloader), links: None };
+        return Rewriter::new(Arc::new(offloader));
     }
     let pipeline = stowage_transform::Pipeline::new(stowage_transform::TransformConfig::default(), stowage_mcp::pipeline::with_dimensions(sink));
-    Rewriter { offloader: Arc::new(PipelineOffloader::new(Arc::new(pipeline))), links: None }
+    Rewriter::new(Arc::new(PipelineOffloader::new(Arc::new(pipeline))))
 }
 
 /// Logs to stderr when `STOWAGE_TEST_LOG` is set (e.g. `STOWAGE_TEST_LOG=debug`).
@@ -111,6 +111,19 @@ impl Client {
         on_request: Option<ServerRequestHandler>,
     ) -> Client {
         let rw = rewriter(sink, &config);
+        Client::start_with_rewriter_and_handler(specs, rw, config, on_request).await
+    }
+
+    pub async fn start_with_rewriter(specs: Vec<UpstreamSpec>, rw: Rewriter, config: GatewayConfig) -> Client {
+        Client::start_with_rewriter_and_handler(specs, rw, config, None).await
+    }
+
+    async fn start_with_rewriter_and_handler(
+        specs: Vec<UpstreamSpec>,
+        rw: Rewriter,
+        config: GatewayConfig,
+        on_request: Option<ServerRequestHandler>,
+    ) -> Client {
         let gateway = Gateway::start(config, specs, rw, Some(stowage_mcp::demo::factory()));
         let ready = gateway.wait_ready(Duration::from_secs(20)).await;
         assert_eq!(ready, gateway.upstreams.len(), "upstreams did not become ready");

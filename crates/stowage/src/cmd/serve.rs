@@ -57,8 +57,15 @@ pub async fn run(ctx: ServeContext<'_>, args: ServeArgs) -> anyhow::Result<()> {
     let upstreams = stowage_mcp::config::collect_upstreams(ctx.gateway, args.mcp_config.as_deref(), &args.command)?;
     // Images are stored with their width and height, for assets[].
     let sink = stowage_mcp::pipeline::with_dimensions(crate::wiring::sink(ctx.store.clone()));
-    let pipeline = Arc::new(Pipeline::new(ctx.transform.clone(), sink));
-    let mut rewriter = Rewriter { offloader: Arc::new(PipelineOffloader::new(pipeline)), links: None };
+    let pipeline = Arc::new(Pipeline::new(ctx.transform.clone(), sink.clone()));
+    let mut rewriter = Rewriter::new(Arc::new(PipelineOffloader::new(pipeline)));
+    // Servers with their own [gateway.servers.NAME.transform] get their own pipeline.
+    for (name, server) in &ctx.gateway.servers {
+        if let Some(t) = &server.transform {
+            let p = Arc::new(Pipeline::new(t.clone(), sink.clone()));
+            rewriter.per_upstream.insert(name.clone(), Arc::new(PipelineOffloader::new(p)));
+        }
+    }
     let mut gateway = ctx.gateway.clone();
     let mode = if args.stdio {
         Mode::Stdio
