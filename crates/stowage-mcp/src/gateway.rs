@@ -23,7 +23,7 @@ use crate::jsonrpc::{Id, Kind, Message, code, to_raw};
 use crate::rewrite::{CallContext, Rewriter};
 use crate::router::{Catalog, UpstreamLists};
 use crate::session::{Outbox, Session};
-use crate::upstream::{CallError, Conn, DemoFactory, Upstream, UpstreamEvent, result_value};
+use crate::upstream::{CallError, Conn, DemoFactory, Upstream, UpstreamEnv, UpstreamEvent, result_value};
 
 /// Protocol versions offered to clients, oldest first. 2026-07-28 is the stateless revision
 /// (answered through `server/discover`); the others through `initialize`.
@@ -64,13 +64,15 @@ impl Gateway {
             PrefixMode::Auto => specs.len() > 1,
         };
         let routes = Arc::new(CallRoutes::default());
-        let upstreams: Vec<_> = specs
-            .into_iter()
-            .enumerate()
-            .map(|(i, spec)| {
-                Upstream::new(i, spec, tx.clone(), routes.clone(), shutdown.clone(), config.max_message_bytes, backoff, demo.clone())
-            })
-            .collect();
+        let env = UpstreamEnv {
+            events: tx,
+            routes: routes.clone(),
+            shutdown: shutdown.clone(),
+            max_message_bytes: config.max_message_bytes,
+            backoff,
+            demo,
+        };
+        let upstreams: Vec<_> = specs.into_iter().enumerate().map(|(i, spec)| Upstream::new(i, spec, env.clone())).collect();
         let lists = upstreams.iter().map(|u| UpstreamLists { name: u.name().to_owned(), ..Default::default() }).collect();
         let gw = Arc::new(Gateway {
             config,

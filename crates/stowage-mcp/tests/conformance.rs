@@ -13,21 +13,7 @@ use common::{MemSink, fast_config, rewriter};
 use stowage_mcp::Gateway;
 use stowage_mcp::config::{TransportSpec, UpstreamSpec};
 
-fn peer(rel: &str) -> Option<PathBuf> {
-    let dir = std::env::var_os("STOWAGE_PEERS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/peers"));
-    let p = dir.canonicalize().unwrap_or(dir).join(rel);
-    if p.exists() {
-        return Some(p);
-    }
-    let msg = format!("peer {} is not installed; run scripts/gateway-peers.sh", p.display());
-    if std::env::var_os("CI").is_some() {
-        panic!("{msg}");
-    }
-    eprintln!("\n!!!!!!!! SKIPPED: {msg} !!!!!!!!\n");
-    None
-}
+use common::require_peer as peer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_suite_passes_through_the_gateway() {

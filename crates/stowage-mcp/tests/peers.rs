@@ -18,28 +18,7 @@ use serde_json::Value;
 use stowage_mcp::Gateway;
 use stowage_mcp::config::{TransportSpec, UpstreamSpec};
 
-fn peers_dir() -> PathBuf {
-    match std::env::var_os("STOWAGE_PEERS_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/peers"),
-    }
-}
-
-/// `Some(path)` if the peer is installed; else skips (or fails under CI).
-fn require(rel: &str) -> Option<PathBuf> {
-    // The directory is canonicalised (node resolves `..` lexically), the file is not (a
-    // venv's python is a symlink that must keep its venv path).
-    let p = peers_dir().canonicalize().unwrap_or_else(|_| peers_dir()).join(rel);
-    if p.exists() {
-        return Some(p);
-    }
-    let msg = format!("peer {} is not installed; run scripts/gateway-peers.sh", p.display());
-    if std::env::var_os("CI").is_some() {
-        panic!("{msg}");
-    }
-    eprintln!("\n!!!!!!!! SKIPPED: {msg} !!!!!!!!\n");
-    None
-}
+use common::require_peer as require;
 
 const EVERYTHING: &str = "node_modules/@modelcontextprotocol/server-everything/dist/index.js";
 const PYTHON: &str = "venv/bin/python";

@@ -218,12 +218,21 @@ pub struct Upstream {
     /// The upstream's initialize (or server/discover) result.
     info: Mutex<Option<Value>>,
     last_error: Arc<Mutex<String>>,
-    events: mpsc::UnboundedSender<UpstreamEvent>,
-    routes: Arc<CallRoutes>,
-    shutdown: CancellationToken,
-    max_message_bytes: usize,
-    backoff: (Duration, Duration),
-    demo: Option<DemoFactory>,
+    env: UpstreamEnv,
+}
+
+/// What every upstream of one gateway shares.
+#[derive(Clone)]
+pub struct UpstreamEnv {
+    /// Where upstream-initiated messages and connection changes go.
+    pub events: mpsc::UnboundedSender<UpstreamEvent>,
+    /// In-call notifications are delivered through this directly, in order with responses.
+    pub routes: Arc<CallRoutes>,
+    pub shutdown: CancellationToken,
+    pub max_message_bytes: usize,
+    /// (first delay, longest delay) between restarts.
+    pub backoff: (Duration, Duration),
+    pub demo: Option<DemoFactory>,
 }
 
 /// The pipe ends of an in-process server: (what it writes, what it reads).
@@ -236,16 +245,7 @@ pub type DemoPipes = (
 pub type DemoFactory = Arc<dyn Fn() -> DemoPipes + Send + Sync>;
 
 impl Upstream {
-    pub fn new(
-        index: usize,
-        spec: UpstreamSpec,
-        events: mpsc::UnboundedSender<UpstreamEvent>,
-        routes: Arc<CallRoutes>,
-        shutdown: CancellationToken,
-        max_message_bytes: usize,
-        backoff: (Duration, Duration),
-        demo: Option<DemoFactory>,
-    ) -> Arc<Self> {
+    pub fn new(index: usize, spec: UpstreamSpec, env: UpstreamEnv) -> Arc<Self> {
         let (conn, _) = watch::channel(None);
         Arc::new(Upstream {
             index,
@@ -253,12 +253,7 @@ impl Upstream {
             conn,
             info: Mutex::new(None),
             last_error: Arc::new(Mutex::new("not connected yet".into())),
-            events,
-            routes,
-            shutdown,
-            max_message_bytes,
-            backoff,
-            demo,
+            env,
         })
     }
 
@@ -302,10 +297,10 @@ impl Upstream {
 
     /// Runs the supervisor until shutdown.
     pub async fn supervise(self: Arc<Self>) {
-        let (initial, max) = self.backoff;
+        let (initial, max) = self.env.backoff;
         let mut backoff = initial;
         loop {
-            if self.shutdown.is_cancelled() {
+            if self.env.shutdown.is_cancelled() {
                 break;
             }
             let started = Instant::now();
@@ -313,10 +308,10 @@ impl Upstream {
                 Ok(conn) => {
                     tracing::info!(target: "stowage::upstream", upstream = %self.spec.name, "connected");
                     self.conn.send_replace(Some(conn.clone()));
-                    let _ = self.events.send(UpstreamEvent::Ready { index: self.index });
+                    let _ = self.env.events.send(UpstreamEvent::Ready { index: self.index });
                     tokio::select! {
                         _ = conn.closed.cancelled() => {}
-                        _ = self.shutdown.cancelled() => {
+                        _ = self.env.shutdown.cancelled() => {
                             self.conn.send_replace(None);
                             break;
                         }
@@ -324,7 +319,7 @@ impl Upstream {
                     self.conn.send_replace(None);
                     let reason = self.last_error.lock().unwrap().clone();
                     tracing::warn!(target: "stowage::upstream", upstream = %self.spec.name, "connection lost: {reason}; reconnecting");
-                    let _ = self.events.send(UpstreamEvent::Down { index: self.index, reason });
+                    let _ = self.env.events.send(UpstreamEvent::Down { index: self.index, reason });
                     if started.elapsed() > Duration::from_secs(30) {
                         backoff = initial;
                     }
@@ -336,7 +331,7 @@ impl Upstream {
             }
             tokio::select! {
                 _ = tokio::time::sleep(backoff) => {}
-                _ = self.shutdown.cancelled() => break,
+                _ = self.env.shutdown.cancelled() => break,
             }
             backoff = (backoff * 2).min(max);
         }
@@ -345,15 +340,15 @@ impl Upstream {
     fn open_link(&self) -> Result<Link, String> {
         match &self.spec.transport {
             TransportSpec::Stdio { command, args, env, cwd } => {
-                stdio::spawn(&self.spec.name, command, args, env, cwd.as_ref(), self.max_message_bytes)
+                stdio::spawn(&self.spec.name, command, args, env, cwd.as_ref(), self.env.max_message_bytes)
                     .map_err(|e| format!("cannot run {command}: {e}"))
             }
             TransportSpec::Http { url, headers } => http::connect(&self.spec.name, url, headers),
             TransportSpec::Demo => {
-                let factory = self.demo.as_ref().ok_or("no demo server in this build")?;
+                let factory = self.env.demo.as_ref().ok_or("no demo server in this build")?;
                 let (from_server, to_server) = factory();
                 let (in_tx, in_rx) = mpsc::unbounded_channel();
-                Ok(stdio::pipe_link(from_server, to_server, in_tx, in_rx, self.max_message_bytes, None))
+                Ok(stdio::pipe_link(from_server, to_server, in_tx, in_rx, self.env.max_message_bytes, None))
             }
         }
     }
@@ -375,8 +370,8 @@ impl Upstream {
             self.index,
             conn.clone(),
             link.rx,
-            self.events.clone(),
-            self.routes.clone(),
+            self.env.events.clone(),
+            self.env.routes.clone(),
             self.last_error.clone(),
         ));
         let timeout = self.spec.request_timeout.min(Duration::from_secs(60));
