@@ -103,8 +103,9 @@ pub struct ServerConfig {
 /// A configuration mistake, named precisely enough to fix.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    // `error`, not `source`: the message already carries it, and a source would print twice.
+    #[error("cannot read {path}: {error}")]
+    Read { path: PathBuf, error: std::io::Error },
     #[error("{path}: {message}")]
     Parse { path: PathBuf, message: String },
     #[error("server {name:?}: {message}")]
@@ -197,7 +198,7 @@ impl ServerConfig {
 
 /// Reads a Claude Desktop / Cursor style `{"mcpServers": {...}}` file, in file order.
 pub fn read_mcp_servers(path: &Path) -> Result<Vec<(String, ServerConfig)>, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read { path: path.into(), error })?;
     parse_mcp_servers(&text, path)
 }
 

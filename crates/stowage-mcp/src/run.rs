@@ -38,8 +38,8 @@ pub struct RunOptions {
 /// Why the gateway could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    #[error("cannot listen on {addr}: {source}")]
-    Bind { addr: String, source: std::io::Error },
+    #[error("cannot listen on {addr}: {error}")]
+    Bind { addr: String, error: std::io::Error },
     #[error("http server failed: {0}")]
     Serve(std::io::Error),
     #[error("stdio failed: {0}")]
@@ -49,6 +49,15 @@ pub enum RunError {
 /// Runs until stdin closes (stdio) or SIGINT/SIGTERM (both), then shuts every upstream down.
 pub async fn run(opts: RunOptions) -> Result<(), RunError> {
     crate::metrics::install();
+    // Bind first: a taken port must fail before any upstream process is started.
+    let listener = match &opts.mode {
+        Mode::Http { listen } => Some(
+            tokio::net::TcpListener::bind(listen)
+                .await
+                .map_err(|error| RunError::Bind { addr: listen.clone(), error })?,
+        ),
+        Mode::Stdio => None,
+    };
     let demo = opts.upstreams.iter().any(|u| u.transport == TransportSpec::Demo);
     let gw = Gateway::start(opts.gateway.clone(), opts.upstreams, opts.rewriter, demo.then(crate::demo::factory));
     if let Some(links) = opts.links {
@@ -64,10 +73,8 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
                 _ = shutdown_signal() => Ok(()),
             }
         }
-        Mode::Http { listen } => {
-            let listener = tokio::net::TcpListener::bind(listen)
-                .await
-                .map_err(|source| RunError::Bind { addr: listen.clone(), source })?;
+        Mode::Http { .. } => {
+            let listener = listener.expect("bound above for http");
             let addr = listener.local_addr().map_err(RunError::Serve)?;
             let mut app = crate::downstream::http::router_with_auth(gw.clone(), &addr.to_string(), opts.auth);
             if let Some(extra) = opts.extra_routes {
