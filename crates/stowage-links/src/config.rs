@@ -26,6 +26,19 @@ pub struct LinksConfig {
     /// Signing keys, newest first: the first signs, all verify. Empty means the embedded
     /// default: a random key kept in `<store dir>/links.key`.
     pub keys: Vec<KeySource>,
+    /// What `resource_link.uri` holds in rewritten tool results served over HTTP: the signed
+    /// download link, or the permanent `artifact://` URI (`assets[].artifactUri` always holds
+    /// the permanent URI either way).
+    pub resource_link_uri: ResourceLinkUri,
+}
+
+/// The `links.resource_link_uri` switch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResourceLinkUri {
+    #[default]
+    Signed,
+    Artifact,
 }
 
 impl Default for LinksConfig {
@@ -34,6 +47,7 @@ impl Default for LinksConfig {
             public_url: "http://127.0.0.1:8787".into(),
             ttl: Duration::from_secs(15 * 60),
             keys: Vec::new(),
+            resource_link_uri: ResourceLinkUri::Signed,
         }
     }
 }

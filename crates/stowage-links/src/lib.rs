@@ -17,7 +17,7 @@ mod config;
 mod keys;
 mod token;
 
-pub use config::{KeySource, LinksConfig, MAX_TTL, MIN_TTL};
+pub use config::{KeySource, LinksConfig, MAX_TTL, MIN_TTL, ResourceLinkUri};
 pub use keys::{KEY_FILE_NAME, KeyError, KeyRing};
 pub use token::{Claims, Operation, TOKEN_PREFIX, TokenError};
 

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 struct Server {
     child: Child,
     port: u16,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Drop for Server {
@@ -34,18 +34,28 @@ fn hash(key: &str) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
-fn start() -> Server {
+fn auth_config() -> String {
+    format!(
+        "[auth]\napi_keys = [\n  {{ id = \"alice\", sha256 = \"{}\" }},\n  {{ id = \"bob\", sha256 = \"{}\", tenant = \"t2\" }},\n]\n",
+        hash("alice-secret-key-0123456789"),
+        hash("bob-secret-key-0123456789")
+    )
+}
+
+/// Runs `stowage` against this server's config and store.
+fn stowage(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_stowage"))
+        .current_dir(dir)
+        .args(["--config", dir.join("stowage.toml").to_str().unwrap(), "--store", dir.join("store").to_str().unwrap()])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn start(config: &str) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let conf = dir.path().join("stowage.toml");
-    std::fs::write(
-        &conf,
-        format!(
-            "[auth]\napi_keys = [\n  {{ id = \"alice\", sha256 = \"{}\" }},\n  {{ id = \"bob\", sha256 = \"{}\", tenant = \"t2\" }},\n]\n",
-            hash("alice-secret-key-0123456789"),
-            hash("bob-secret-key-0123456789")
-        ),
-    )
-    .unwrap();
+    std::fs::write(&conf, config).unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let child = Command::new(env!("CARGO_BIN_EXE_stowage"))
         .current_dir(dir.path())
@@ -56,7 +66,7 @@ fn start() -> Server {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let server = Server { child, port, _dir: dir };
+    let server = Server { child, port, dir };
     let deadline = Instant::now() + Duration::from_secs(30);
     while http(port, "GET", "/healthz", &[], None).0 != 200 {
         assert!(Instant::now() < deadline, "stowage serve did not come up");
@@ -153,7 +163,7 @@ fn path_of(url: &str) -> String {
 
 #[test]
 fn authenticated_gateway_isolates_users() {
-    let server = start();
+    let server = start(&auth_config());
     let port = server.port;
 
     // No credentials, wrong credentials: 401 before anything runs.
@@ -225,4 +235,38 @@ fn non_loopback_without_auth_is_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("refusing to listen on 0.0.0.0:0 without authentication"), "{err}");
     assert_eq!(err.lines().filter(|l| l.starts_with("error:")).count(), 1, "{err}");
+}
+
+/// The embedded default key is created once in the store directory, so links from
+/// `stowage sign-url` work on a running `stowage serve` of the same store.
+#[test]
+fn sign_url_and_serve_share_the_store_key() {
+    let server = start("");
+    let file = server.dir.path().join("note.txt");
+    std::fs::write(&file, b"hello from the operator").unwrap();
+    let put = stowage(server.dir.path(), &["artifacts", "put", file.to_str().unwrap(), "--session", "ops"]);
+    assert!(put.status.success());
+    let id = serde_json::from_slice::<Value>(&put.stdout).unwrap()["id"].as_str().unwrap().to_owned();
+    let url = stowage(server.dir.path(), &["sign-url", &id, "--ttl", "5m"]);
+    assert!(url.status.success(), "{}", String::from_utf8_lossy(&url.stderr));
+    let url = String::from_utf8(url.stdout).unwrap().trim().to_owned();
+    // The default public_url is 127.0.0.1:8787; the server runs elsewhere, so fetch its path.
+    let (status, _, body) = http(server.port, "GET", &path_of(&url), &[], None);
+    assert_eq!((status, body), (200, b"hello from the operator".to_vec()));
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(server.dir.path().join("store/links.key")).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600);
+    let bad = stowage(server.dir.path(), &["sign-url", &id, "--ttl", "2h"]);
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("1m to 60m"));
+}
+
+/// `links.resource_link_uri = "artifact"` keeps the permanent URI in resource_link.uri.
+#[test]
+fn resource_link_uri_switch() {
+    let server = start("[links]\nresource_link_uri = \"artifact\"\n");
+    let mut c = Client::new(server.port, "unused");
+    c.init();
+    let result = c.call("get_report", json!({}));
+    let link = result["content"].as_array().unwrap().iter().find(|b| b["type"] == "resource_link").unwrap();
+    assert!(link["uri"].as_str().unwrap().starts_with("artifact://"), "{link}");
+    assert!(result["structuredContent"]["assets"][0]["artifactUri"].as_str().unwrap().starts_with("artifact://"));
 }

@@ -89,7 +89,9 @@ pub async fn run(ctx: ServeContext<'_>, args: ServeArgs) -> anyhow::Result<()> {
         links.validate().map_err(anyhow::Error::msg)?;
         let ring = links.key_ring(ctx.store_dir).context("cannot load the link-signing key")?;
         let signer = Arc::new(LinkSigner::new(ring, &links));
-        rewriter.links = Some(Arc::new(SignedLinks(signer.clone())));
+        if links.resource_link_uri == stowage_links::ResourceLinkUri::Signed {
+            rewriter.links = Some(Arc::new(SignedLinks(signer.clone())));
+        }
         link_service = Some(stowage_http::LinkService::new(ctx.store.clone(), signer.clone()));
         extra_routes = Some(stowage_http::routes(stowage_http::HttpState::new(ctx.store.clone(), signer)));
     }
