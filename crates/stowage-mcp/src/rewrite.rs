@@ -299,7 +299,7 @@ pub fn apply_contract(off: Offloaded, output_schema: Option<&Value>, links: Opti
     }
 
     let assets = Value::Array(assets);
-    let schema_allows = output_schema.is_none_or(|s| schema_accepts_assets(s));
+    let schema_allows = output_schema.is_none_or(schema_accepts_assets);
     match value.get_mut("structuredContent") {
         Some(Value::Object(sc)) if schema_allows => {
             sc.insert("assets".into(), assets);

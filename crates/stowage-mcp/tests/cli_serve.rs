@@ -67,7 +67,6 @@ fn tableau_pdf_under_1kb_and_artifacts_get_is_byte_identical() {
     let asset = &v["result"]["structuredContent"]["assets"][0];
     let id = asset["id"].as_str().expect("an asset id").to_owned();
     assert_eq!(asset["uri"], asset["artifactUri"], "over stdio the link is the artifact:// URI");
-    drop(ask);
     drop(stdin);
 
     // The gateway exits when its client leaves, and takes its upstream with it.
