@@ -21,7 +21,7 @@ pub struct LinksConfig {
     /// Base URL that links are built on; what clients can reach the gateway at.
     pub public_url: String,
     /// Lifetime of a signed link, between 1 and 60 minutes.
-    #[serde(with = "duration_str")]
+    #[serde(with = "humantime_serde")]
     pub ttl: Duration,
     /// Signing keys, newest first: the first signs, all verify. Empty means the embedded
     /// default: a random key kept in `<store dir>/links.key`.
@@ -115,21 +115,6 @@ impl LinksConfig {
             keys.push((k.id.clone(), secret));
         }
         KeyRing::new(keys)
-    }
-}
-
-mod duration_str {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&humantime::format_duration(*d).to_string())
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let s = String::deserialize(d)?;
-        humantime::parse_duration(&s).map_err(|e| serde::de::Error::custom(format!("bad duration {s:?}: {e}")))
     }
 }
 

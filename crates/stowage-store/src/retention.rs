@@ -23,7 +23,7 @@ pub enum CleanupStrategy {
 #[serde(deny_unknown_fields, default)]
 pub struct RetentionConfig {
     /// How long an artifact lives after its put, e.g. `"1h"`, `"30m"`, `"7d"`.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "humantime_serde")]
     pub ttl: Duration,
     /// Largest single artifact, in bytes.
     pub max_artifact_bytes: u64,
@@ -54,22 +54,6 @@ impl Default for RetentionConfig {
             max_artifacts_per_trace: 100,
             cleanup_strategy: CleanupStrategy::Lru,
         }
-    }
-}
-
-/// Durations in config files are humantime strings (`"90s"`, `"1h 30m"`).
-mod humantime_serde_compat {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&humantime::format_duration(*d).to_string())
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let s = String::deserialize(d)?;
-        humantime::parse_duration(&s).map_err(|e| serde::de::Error::custom(format!("bad duration {s:?}: {e}")))
     }
 }
 

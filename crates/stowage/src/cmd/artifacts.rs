@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
-use stowage_core::{ArtifactId, ArtifactRef, ArtifactScope, PutOptions, human_size};
+use stowage_core::{ArtifactId, ArtifactRef, PutOptions, human_size};
 use stowage_store::{Access, ArtifactStore, ListQuery};
 use tokio::io::AsyncWriteExt;
 
@@ -64,12 +64,9 @@ pub struct PutArgs {
     /// Id namespace: ids look like `{namespace}_{sha256 prefix}` (default `art`).
     #[arg(long)]
     pub namespace: Option<String>,
-    #[arg(long)]
-    pub tenant: Option<String>,
-    #[arg(long)]
-    pub user: Option<String>,
-    #[arg(long)]
-    pub session: Option<String>,
+    #[command(flatten)]
+    pub owner: super::OwnerArgs,
+    /// Trace id (per-trace limits apply to it).
     #[arg(long)]
     pub trace: Option<String>,
     /// Time to live, e.g. `30m`, `2h`, `7d` (default: retention.ttl from the config).
@@ -109,12 +106,7 @@ async fn put(store: &dyn ArtifactStore, args: PutArgs) -> anyhow::Result<()> {
     let file = tokio::fs::File::open(&args.file)
         .await
         .with_context(|| format!("cannot open {}", args.file.display()))?;
-    let scope = ArtifactScope {
-        tenant_id: args.tenant,
-        user_id: args.user,
-        session_id: args.session,
-        trace_id: args.trace,
-    };
+    let scope = args.owner.scope(args.trace);
     let filename = args.filename.or_else(|| {
         args.file.file_name().map(|n| n.to_string_lossy().into_owned())
     });

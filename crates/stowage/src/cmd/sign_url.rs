@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use stowage_core::{ArtifactId, ArtifactScope};
+use stowage_core::ArtifactId;
 use stowage_links::{LinkSigner, LinksConfig, MAX_TTL, MIN_TTL};
 use stowage_store::{Access, ArtifactStore};
 
@@ -19,12 +19,8 @@ pub struct SignUrlArgs {
     #[arg(long, value_parser = humantime::parse_duration)]
     pub ttl: Option<Duration>,
     /// Pick the owner when several hold this id (by default: the owner of any record).
-    #[arg(long)]
-    pub tenant: Option<String>,
-    #[arg(long)]
-    pub user: Option<String>,
-    #[arg(long)]
-    pub session: Option<String>,
+    #[command(flatten)]
+    pub owner: super::OwnerArgs,
     /// Print JSON {url, expires_at} instead of the bare URL.
     #[arg(long)]
     pub json: bool,
@@ -43,9 +39,8 @@ pub async fn run(
     }
     links.validate().map_err(anyhow::Error::msg)?;
     let id = ArtifactId::parse_loose(&args.id).with_context(|| format!("{:?} is not an artifact id", args.id))?;
-    let access = if args.tenant.is_some() || args.user.is_some() || args.session.is_some() {
-        let scope = ArtifactScope { tenant_id: args.tenant, user_id: args.user, session_id: args.session, trace_id: None };
-        Access::owner_of(&scope)
+    let access = if args.owner.is_set() {
+        Access::owner_of(&args.owner.scope(None))
     } else {
         Access::Operator
     };
