@@ -29,6 +29,7 @@ use crate::TransformConfig;
 use crate::path::{push_index, push_key};
 use crate::report::{Layer, TransformReport};
 use crate::stub::TemplateVars;
+use crate::layers::WalkCx as Cx;
 use crate::work::{Docs, Offload, Payload, Render};
 
 /// `[transform.binary_detection]`: L3.
@@ -389,13 +390,6 @@ pub(crate) fn collect(docs: &mut Docs, config: &TransformConfig, report: &mut Tr
     out
 }
 
-struct Cx<'a> {
-    config: &'a TransformConfig,
-    report: &'a mut TransformReport,
-    doc: usize,
-    prefix: String,
-    out: &'a mut Vec<Offload>,
-}
 
 fn walk(value: &mut Value, ptr: &mut String, cx: &mut Cx<'_>) {
     let min = cx.config.binary_detection.min_size_for_detection.max(8);

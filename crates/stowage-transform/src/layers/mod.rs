@@ -23,7 +23,20 @@ pub mod typed;
 
 use serde_json::Value;
 
-use crate::work::Docs;
+use crate::TransformConfig;
+use crate::report::TransformReport;
+use crate::work::{Docs, Offload};
+
+/// What the layers that walk a document and collect values to offload (L2, L3) carry along:
+/// the config, the report for warnings, which document and its pointer prefix, and the list of
+/// found values.
+pub(crate) struct WalkCx<'a> {
+    pub config: &'a TransformConfig,
+    pub report: &'a mut TransformReport,
+    pub doc: usize,
+    pub prefix: String,
+    pub out: &'a mut Vec<Offload>,
+}
 
 /// Whether a value has the shape of an MCP `CallToolResult`: a `content` list of typed blocks
 /// (or `structuredContent`/`isError` beside it). A native tool's `{"content": "JVBERi…"}` is not.

@@ -17,6 +17,7 @@ use crate::layers::base64::{Sniff, decode_all, decoded_len, shape, sniff, with_e
 use crate::path::{push_index, push_key};
 use crate::report::{Layer, TransformReport};
 use crate::stub::TemplateVars;
+use crate::layers::WalkCx as Cx;
 use crate::work::{Docs, Offload, Payload, Render};
 
 /// `[transform.typed_content]`: L2.
@@ -48,13 +49,6 @@ pub(crate) fn collect(docs: &mut Docs, config: &TransformConfig, report: &mut Tr
     out
 }
 
-struct Cx<'a> {
-    config: &'a TransformConfig,
-    report: &'a mut TransformReport,
-    doc: usize,
-    prefix: String,
-    out: &'a mut Vec<Offload>,
-}
 
 /// Where the base64 of a block is, relative to the block.
 enum Kind {
