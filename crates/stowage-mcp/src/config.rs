@@ -36,6 +36,17 @@ pub struct GatewayConfig {
     pub restart_backoff_max_ms: u64,
     /// Serve Prometheus metrics at `/metrics` on the HTTP listener.
     pub metrics: bool,
+    /// HTTP: how long a request whose SSE stream dropped keeps running while the client may
+    /// reconnect with `Last-Event-ID`; after that it is cancelled upstream. Also how long a
+    /// finished stream stays replayable.
+    pub resume_window_ms: u64,
+    /// HTTP: the reconnection delay suggested to clients in each stream's `retry` field.
+    pub sse_retry_ms: u64,
+    /// HTTP: bytes of events kept per SSE stream for replay after a reconnect.
+    pub replay_buffer_bytes: usize,
+    /// HTTP: a session with no request, no open stream and no call in flight for this long
+    /// is ended (its client gets 404 and initializes again). 0 keeps sessions forever.
+    pub session_idle_timeout_secs: u64,
     /// Upstream servers (in addition to those from `--mcp-config`).
     pub servers: BTreeMap<String, ServerConfig>,
 }
@@ -56,6 +67,10 @@ impl Default for GatewayConfig {
             restart_backoff_initial_ms: 200,
             restart_backoff_max_ms: 30_000,
             metrics: true,
+            resume_window_ms: 30_000,
+            sse_retry_ms: 1_000,
+            replay_buffer_bytes: 8 << 20,
+            session_idle_timeout_secs: 1_800,
             servers: BTreeMap::new(),
         }
     }

@@ -126,6 +126,11 @@ impl Session {
         self.inflight.lock().unwrap().remove(&id_key(id));
     }
 
+    /// Whether a request from the client, or one to it, is still open.
+    pub fn busy(&self) -> bool {
+        !self.inflight.lock().unwrap().is_empty() || !self.client_pending.lock().unwrap().is_empty()
+    }
+
     /// Cancels the client's request `id`, if it is still running.
     pub fn cancel(&self, id: &Id) -> bool {
         match self.inflight.lock().unwrap().remove(&id_key(id)) {

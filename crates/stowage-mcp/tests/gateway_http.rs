@@ -37,7 +37,8 @@ async fn post(url: &str, sid: Option<&str>, accept: &str, body: String) -> (u16,
     let sse = resp.headers().get("content-type").is_some_and(|c| c.to_str().unwrap().starts_with("text/event-stream"));
     let text = resp.text().await.unwrap();
     let msgs = if sse {
-        text.lines().filter_map(|l| l.strip_prefix("data: ")).map(|d| serde_json::from_str(d).unwrap()).collect()
+        // The priming event (an id and empty data) carries no message.
+        text.lines().filter_map(|l| l.strip_prefix("data:")).filter(|d| !d.trim().is_empty()).map(|d| serde_json::from_str(d.trim_start()).unwrap()).collect()
     } else if text.is_empty() {
         vec![]
     } else {
@@ -139,5 +140,109 @@ async fn a_client_that_hangs_up_cancels_the_upstream_call() {
     let _ = tokio::time::timeout(Duration::from_millis(50), body.next()).await;
     drop(body);
     assert!(eventually(5, || read_log(&log).contains("notifications/cancelled")).await, "upstream was not told: {}", read_log(&log));
+    gw.shutdown();
+}
+
+/// Reads SSE events (id, data) from `body` until `until` holds for one, or the stream ends.
+async fn read_events(
+    body: &mut (impl futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin),
+    until: impl Fn(&str) -> bool,
+) -> Vec<(Option<String>, String)> {
+    let mut out = Vec::new();
+    let mut buf = String::new();
+    while let Ok(Some(Ok(chunk))) = tokio::time::timeout(Duration::from_secs(10), body.next()).await {
+        buf.push_str(std::str::from_utf8(&chunk).unwrap());
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            let id = block.lines().find_map(|l| l.strip_prefix("id:")).map(|v| v.trim().to_owned());
+            let data: String = block.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim_start).collect();
+            if id.is_none() && data.is_empty() {
+                continue; // keep-alive comment
+            }
+            let stop = until(&data);
+            out.push((id, data));
+            if stop {
+                return out;
+            }
+        }
+    }
+    out
+}
+
+fn sse_request(url: &str, sid: &str) -> reqwest::RequestBuilder {
+    reqwest::Client::new().request(reqwest::Method::GET, url).header("accept", "text/event-stream").header("mcp-session-id", sid)
+}
+
+#[tokio::test]
+async fn a_dropped_stream_resumes_with_last_event_id_and_loses_nothing() {
+    let (gw, url) = start(None).await;
+    let sid = initialize(&url).await;
+    let resp = reqwest::Client::new()
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("accept", BOTH)
+        .header("mcp-session-id", &sid)
+        .body(rpc(7, "tools/call", json!({"name": "slow", "arguments": {"ms": 1000}, "_meta": {"progressToken": "p"}})))
+        .send()
+        .await
+        .unwrap();
+    let mut body = resp.bytes_stream();
+    // The priming event comes first: an id, a retry hint and no data.
+    let first = read_events(&mut body, |d| d.contains("progress")).await;
+    assert_eq!(first[0].1, "", "{first:?}");
+    assert!(first.iter().all(|(id, _)| id.is_some()), "{first:?}");
+    let last_id = first.last().unwrap().0.clone().unwrap();
+    drop(body); // the connection drops mid-call
+    tokio::time::sleep(Duration::from_millis(150)).await; // within the 300 ms resume window
+    let resp = sse_request(&url, &sid).header("last-event-id", &last_id).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let rest = read_events(&mut resp.bytes_stream(), |d| d.contains("\"result\"")).await;
+    let msgs: Vec<Value> = rest.iter().map(|(_, d)| serde_json::from_str(d).unwrap()).collect();
+    let progress: Vec<_> = first.iter().chain(&rest).filter(|(_, d)| d.contains("notifications/progress")).collect();
+    assert_eq!(progress.len(), 5, "every progress event exactly once: {first:?} {rest:?}");
+    let last = msgs.last().unwrap();
+    assert_eq!(last["id"], 7);
+    assert_eq!(last["result"]["content"][0]["text"], "slept 1000 ms");
+    // An id from nowhere is refused with a reason, not silently ignored.
+    let bad = sse_request(&url, &sid).header("last-event-id", "99-1").send().await.unwrap();
+    assert_eq!(bad.status().as_u16(), 400);
+    assert!(bad.text().await.unwrap().contains("re-send the request"));
+    gw.shutdown();
+}
+
+#[tokio::test]
+async fn the_standalone_stream_can_be_reopened() {
+    let (gw, url) = start(None).await;
+    let sid = initialize(&url).await;
+    // The first GET stream goes away; a second one must still get notifications.
+    let first = sse_request(&url, &sid).send().await.unwrap();
+    assert_eq!(first.status().as_u16(), 200);
+    drop(first);
+    let second = sse_request(&url, &sid).send().await.unwrap();
+    assert_eq!(second.status().as_u16(), 200);
+    let mut body = second.bytes_stream();
+    // A crashed upstream comes back, and the gateway tells every session its tools may have
+    // changed: on the standalone stream.
+    let (_, _, msgs) = post(&url, Some(&sid), BOTH, rpc(2, "tools/call", json!({"name": "crash", "arguments": {}}))).await;
+    assert!(msgs.last().unwrap().get("error").is_some(), "{msgs:?}");
+    let events = read_events(&mut body, |d| d.contains("list_changed")).await;
+    assert!(events.iter().any(|(_, d)| d.contains("notifications/tools/list_changed")), "{events:?}");
+    gw.shutdown();
+}
+
+#[tokio::test]
+async fn idle_sessions_expire() {
+    stowage_mcp::metrics::install();
+    let config = stowage_mcp::config::GatewayConfig { session_idle_timeout_secs: 1, ..fast_config() };
+    let rw = rewriter(Arc::new(MemSink::default()), &config);
+    let gw = Gateway::start(config, vec![fixture_spec("fx", None, Duration::from_secs(20))], rw, None);
+    assert_eq!(gw.wait_ready(Duration::from_secs(20)).await, 1);
+    let addr = stowage_mcp::run::spawn_http(gw.clone(), "127.0.0.1:0").await.unwrap();
+    let url = format!("http://{addr}/mcp");
+    let sid = initialize(&url).await;
+    assert_eq!(post(&url, Some(&sid), BOTH, rpc(2, "ping", json!({}))).await.0, 200);
+    // Asking would keep it alive, so wait past the timeout (and a sweep) first.
+    tokio::time::sleep(Duration::from_millis(2600)).await;
+    assert_eq!(post(&url, Some(&sid), BOTH, rpc(3, "ping", json!({}))).await.0, 404, "the idle session was never ended");
     gw.shutdown();
 }

@@ -85,6 +85,7 @@ impl Handler for Conformance {
                 tool("test_elicitation", "Asks the user", json!({"message": {"type": "string"}}), &["message"]),
                 tool("test_elicitation_sep1034_defaults", "Elicitation with defaults", json!({}), &[]),
                 tool("test_elicitation_sep1330_enums", "Elicitation with enums", json!({}), &[]),
+                tool("test_reconnection", "Answers after a pause (SSE polling, SEP-1699)", json!({}), &[]),
                 {
                     "name": "json_schema_2020_12_tool",
                     "description": "Tool with JSON Schema 2020-12 features",
@@ -130,6 +131,12 @@ impl Handler for Conformance {
                             }
                         }
                         text_result("Tool with progress executed successfully")
+                    }
+                    // Over stdio there is no stream to close; the pause leaves the gateway's
+                    // own SSE stream open mid-call, long enough to be resumed.
+                    "test_reconnection" => {
+                        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                        text_result("Reconnection test completed")
                     }
                     "test_error_handling" => json!({"isError": true, "content": [{"type": "text", "text": "This tool intentionally returns an error for testing"}]}),
                     "test_sampling" => {

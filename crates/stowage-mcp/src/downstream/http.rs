@@ -6,25 +6,28 @@
 //!   accepts `text/event-stream`, else with a JSON body. Notifications and responses get 202.
 //!   A request without a session that is not `initialize` is served statelessly (the
 //!   2026-07-28 revision), under a fresh one-request scope.
-//! - `GET /mcp` opens the session's stream for messages not tied to a request.
+//! - `GET /mcp` opens the session's standalone stream for messages not tied to a request, or,
+//!   with `Last-Event-ID`, resumes any of the session's streams ([`super::streams`]).
 //! - `DELETE /mcp` ends the session.
 //!
-//! If the client drops the response stream, the task computing the answer is aborted, which
-//! cancels the upstream request (see [`crate::upstream::Outstanding`]).
+//! A session's SSE streams are resumable: a client whose stream drops mid-request reconnects
+//! and gets the rest, and only a client that stays away past the resume window has its
+//! request cancelled upstream (see [`crate::upstream::Outstanding`]). Sessions idle past
+//! `session_idle_timeout_secs` are ended by a sweeper.
 //!
 //! DNS-rebinding protection: the `Host` header must be a loopback name or in
 //! `allowed_hosts`, and an `Origin`, when present, must be loopback or in `allowed_origins`.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Extension, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures::stream;
@@ -38,19 +41,43 @@ use crate::gateway::Gateway;
 use crate::jsonrpc::{Kind, Message, code};
 use crate::session::Session;
 
+use super::streams::{Attached, ResumeSettings, StreamHub, event_id};
+
 const SESSION_HEADER: &str = "mcp-session-id";
+const LAST_EVENT_ID: &str = "last-event-id";
+/// The first revision whose clients expect the empty priming event (SEP-1699); older ones
+/// may choke on an event without JSON.
+const PRIMING_SINCE: &str = "2025-11-25";
 
 struct HttpSession {
     session: Arc<Session>,
-    stream: Mutex<Option<mpsc::UnboundedReceiver<Vec<u8>>>>,
+    hub: Arc<StreamHub>,
+    /// The standalone stream's number in `hub`.
+    standalone: u64,
+    last_seen: Mutex<Instant>,
 }
+
+impl HttpSession {
+    fn touch(&self) {
+        *self.last_seen.lock().unwrap() = Instant::now();
+    }
+
+    fn end(&self) {
+        self.session.set_notify(None);
+        self.hub.close();
+    }
+}
+
+type Sessions = Arc<Mutex<HashMap<String, Arc<HttpSession>>>>;
 
 #[derive(Clone)]
 struct AppState {
     gw: Arc<Gateway>,
-    sessions: Arc<Mutex<HashMap<String, Arc<HttpSession>>>>,
+    sessions: Sessions,
     hosts: Arc<Vec<String>>,
     origins: Arc<Vec<String>>,
+    resume: ResumeSettings,
+    retry: Duration,
 }
 
 /// The `/mcp` and `/metrics` routes. `listen_host` joins the Host allow-list.
@@ -73,7 +100,18 @@ pub fn router_with_auth(gw: Arc<Gateway>, listen: &str, auth: Option<Arc<Authent
     let origins = gw.config.allowed_origins.iter().map(|o| o.trim_end_matches('/').to_ascii_lowercase()).collect();
     let metrics_on = gw.config.metrics;
     let max_body = gw.config.max_message_bytes;
-    let state = AppState { gw, sessions: Arc::default(), hosts: Arc::new(hosts), origins: Arc::new(origins) };
+    let resume = ResumeSettings {
+        window: Duration::from_millis(gw.config.resume_window_ms),
+        max_buffer_bytes: gw.config.replay_buffer_bytes,
+    };
+    let retry = Duration::from_millis(gw.config.sse_retry_ms);
+    let sessions: Sessions = Arc::default();
+    if gw.config.session_idle_timeout_secs > 0
+        && let Ok(rt) = tokio::runtime::Handle::try_current()
+    {
+        rt.spawn(sweep(Arc::downgrade(&sessions), Duration::from_secs(gw.config.session_idle_timeout_secs)));
+    }
+    let state = AppState { gw, sessions, hosts: Arc::new(hosts), origins: Arc::new(origins), resume, retry };
     let mut r = Router::new().route("/mcp", post(post_mcp).get(get_mcp).delete(delete_mcp));
     if metrics_on {
         r = r.route("/metrics", get(|| async { crate::metrics::render() }));
@@ -158,22 +196,28 @@ async fn post_mcp(
     };
     let sid = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let is_initialize = msg.method.as_deref() == Some("initialize");
-    let (session, new_sid) = match (&sid, is_initialize) {
+    let (session, http, new_sid) = match (&sid, is_initialize) {
         // Another identity's session id gets the same answer as an unknown one.
         (Some(id), false) => match st.sessions.lock().unwrap().get(id) {
-            Some(s) if owns(&s.session, identity.as_ref()) => (s.session.clone(), None),
+            Some(s) if owns(&s.session, identity.as_ref()) => {
+                s.touch();
+                (s.session.clone(), Some(s.clone()), None)
+            }
             _ => return json_rpc_error(StatusCode::NOT_FOUND, code::INVALID_REQUEST, "unknown or expired session"),
         },
         (_, true) => {
             let (tx, rx) = mpsc::unbounded_channel();
             let session = st.gw.open_session(identity_scope(identity.as_ref()), Some(tx));
-            let hs = Arc::new(HttpSession { session: session.clone(), stream: Mutex::new(Some(rx)) });
-            st.sessions.lock().unwrap().insert(session.id.clone(), hs);
+            let hub = Arc::new(StreamHub::new(st.resume));
+            // Nobody listens yet: what arrives waits in the buffer for the first GET.
+            let (standalone, _) = hub.open(rx, false, None);
+            let hs = Arc::new(HttpSession { session: session.clone(), hub, standalone, last_seen: Mutex::new(Instant::now()) });
+            st.sessions.lock().unwrap().insert(session.id.clone(), hs.clone());
             let id = session.id.clone();
-            (session, Some(id))
+            (session, Some(hs), Some(id))
         }
         // Stateless (2026-07-28): a fresh scope for this request alone.
-        (None, false) => (st.gw.open_session(identity_scope(identity.as_ref()), None), None),
+        (None, false) => (st.gw.open_session(identity_scope(identity.as_ref()), None), None, None),
     };
     if msg.kind() != Kind::Request {
         let (tx, _rx) = mpsc::unbounded_channel();
@@ -184,22 +228,32 @@ async fn post_mcp(
     }
     let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
     let gw = st.gw.clone();
+    let priming = speaks_at_least(&session, PRIMING_SINCE);
     let task = tokio::spawn(async move {
         let resp = gw.handle(&session, msg, &tx).await;
         if let Some(r) = resp {
             let _ = tx.send(r.to_line());
         }
     });
-    let guard = AbortOnDrop(task);
     let mut response = if accepts_sse(&headers) {
-        let events = stream::unfold((rx, guard), |(mut rx, guard)| async move {
-            let line = rx.recv().await?;
-            let data = String::from_utf8(line).unwrap_or_default();
-            Some((Ok::<_, Infallible>(Event::default().event("message").data(data)), (rx, guard)))
-        });
-        Sse::new(events).keep_alive(KeepAlive::default()).into_response()
+        match &http {
+            // A session's request stream is resumable; the request outlives a dropped
+            // connection for the resume window.
+            Some(hs) => {
+                let (number, attached) = hs.hub.open(rx, priming, Some(task.abort_handle()));
+                sse_response(Some(number), attached, st.retry)
+            }
+            // Without a session there is nothing to resume against: a stateless request's
+            // stream carries no ids, and hanging up cancels it at once.
+            None => {
+                let hub = Arc::new(StreamHub::new(ResumeSettings { window: Duration::ZERO, max_buffer_bytes: 0 }));
+                let (_, attached) = hub.open(rx, false, Some(task.abort_handle()));
+                sse_response(None, attached, st.retry)
+            }
+        }
     } else {
         // JSON mode: only the final response is delivered; earlier messages are dropped.
+        let guard = AbortOnDrop(task);
         let mut rx = rx;
         let mut last = None;
         while let Some(line) = rx.recv().await {
@@ -219,6 +273,74 @@ async fn post_mcp(
     response
 }
 
+/// Whether the session negotiated `version` or a later revision (dates compare as strings).
+fn speaks_at_least(session: &Session, version: &str) -> bool {
+    session.protocol.lock().unwrap().as_deref().is_some_and(|p| p >= version)
+}
+
+/// An SSE response over `attached`. Frames get ids `{stream}-{seq}` when the stream is
+/// resumable; the empty frame is the priming event (an id, the retry hint and an empty
+/// `data:` line). Written by hand rather than with axum's `Sse`, which omits an empty data
+/// field and so cannot express the priming event.
+fn sse_response(number: Option<u64>, attached: Attached, retry: Duration) -> Response {
+    const KEEP_ALIVE: Duration = Duration::from_secs(15);
+    let frames = stream::unfold(attached, move |mut rx| async move {
+        let chunk = match tokio::time::timeout(KEEP_ALIVE, rx.recv()).await {
+            Err(_) => Bytes::from_static(b":\n\n"),
+            Ok(None) => return None,
+            Ok(Some((seq, data))) => sse_frame(number.map(|n| event_id(n, seq)).as_deref(), &data, retry),
+        };
+        Some((Ok::<_, Infallible>(chunk), rx))
+    });
+    (
+        [(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")],
+        axum::body::Body::from_stream(frames),
+    )
+        .into_response()
+}
+
+fn sse_frame(id: Option<&str>, data: &[u8], retry: Duration) -> Bytes {
+    let mut out = Vec::with_capacity(data.len() + 48);
+    if let Some(id) = id {
+        out.extend_from_slice(format!("id: {id}\n").as_bytes());
+    }
+    if data.is_empty() {
+        out.extend_from_slice(format!("retry: {}\ndata: \n\n", retry.as_millis()).as_bytes());
+        return out.into();
+    }
+    out.extend_from_slice(b"event: message\n");
+    // JSON from an upstream may be pretty-printed: every line needs its own `data:` field.
+    for line in data.split(|&b| b == b'\n') {
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(line.strip_suffix(b"\r").unwrap_or(line));
+        out.push(b'\n');
+    }
+    out.push(b'\n');
+    out.into()
+}
+
+/// Ends sessions idle longer than `idle`, until the router is gone.
+async fn sweep(sessions: Weak<Mutex<HashMap<String, Arc<HttpSession>>>>, idle: Duration) {
+    let every = (idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(60));
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(sessions) = sessions.upgrade() else { return };
+        let expired: Vec<Arc<HttpSession>> = {
+            let mut map = sessions.lock().unwrap();
+            let ids: Vec<String> = map
+                .iter()
+                .filter(|(_, hs)| hs.last_seen.lock().unwrap().elapsed() > idle && !hs.hub.busy() && !hs.session.busy())
+                .map(|(id, _)| id.clone())
+                .collect();
+            ids.iter().filter_map(|id| map.remove(id)).collect()
+        };
+        for hs in expired {
+            tracing::debug!(target: "stowage::http", session = %hs.session.id, "session expired after {idle:?} idle");
+            hs.end();
+        }
+    }
+}
+
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
@@ -236,14 +358,19 @@ async fn get_mcp(State(st): State<AppState>, identity: Option<Extension<Identity
     let Some(hs) = hs else {
         return json_rpc_error(StatusCode::NOT_FOUND, code::INVALID_REQUEST, "unknown or expired session");
     };
-    let Some(rx) = hs.stream.lock().unwrap().take() else {
-        return json_rpc_error(StatusCode::CONFLICT, code::INVALID_REQUEST, "this session's stream is already open");
-    };
-    let events = stream::unfold(rx, |mut rx| async move {
-        let line = rx.recv().await?;
-        Some((Ok::<_, Infallible>(Event::default().event("message").data(String::from_utf8(line).unwrap_or_default())), rx))
-    });
-    Sse::new(events).keep_alive(KeepAlive::default()).into_response()
+    hs.touch();
+    if let Some(last) = headers.get(LAST_EVENT_ID).and_then(|v| v.to_str().ok()) {
+        return match hs.hub.resume(last) {
+            Ok((number, attached)) => sse_response(Some(number), attached, st.retry),
+            Err(e) => json_rpc_error(StatusCode::BAD_REQUEST, code::INVALID_REQUEST, &e.to_string()),
+        };
+    }
+    // A new GET replaces an earlier one (whose connection may be half dead).
+    let priming = speaks_at_least(&hs.session, PRIMING_SINCE);
+    match hs.hub.reattach(hs.standalone, priming) {
+        Some(attached) => sse_response(Some(hs.standalone), attached, st.retry),
+        None => json_rpc_error(StatusCode::NOT_FOUND, code::INVALID_REQUEST, "unknown or expired session"),
+    }
 }
 
 async fn delete_mcp(State(st): State<AppState>, identity: Option<Extension<Identity>>, headers: HeaderMap) -> Response {
@@ -251,11 +378,14 @@ async fn delete_mcp(State(st): State<AppState>, identity: Option<Extension<Ident
     let Some(sid) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
         return StatusCode::BAD_REQUEST.into_response();
     };
-    let mut sessions = st.sessions.lock().unwrap();
-    let mine = sessions.get(sid).is_some_and(|hs| owns(&hs.session, identity.as_ref()));
-    match mine.then(|| sessions.remove(sid)).flatten() {
+    let removed = {
+        let mut sessions = st.sessions.lock().unwrap();
+        let mine = sessions.get(sid).is_some_and(|hs| owns(&hs.session, identity.as_ref()));
+        mine.then(|| sessions.remove(sid)).flatten()
+    };
+    match removed {
         Some(hs) => {
-            hs.session.set_notify(None);
+            hs.end();
             StatusCode::OK.into_response()
         }
         None => StatusCode::NOT_FOUND.into_response(),
@@ -265,6 +395,13 @@ async fn delete_mcp(State(st): State<AppState>, identity: Option<Extension<Ident
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sse_frames_are_well_formed() {
+        let retry = Duration::from_millis(1500);
+        assert_eq!(&sse_frame(Some("3-0"), b"", retry)[..], b"id: 3-0\nretry: 1500\ndata: \n\n");
+        assert_eq!(&sse_frame(None, b"{\"a\":\r\n1}", retry)[..], b"event: message\ndata: {\"a\":\ndata: 1}\n\n");
+    }
 
     #[test]
     fn host_and_origin_allow_lists() {

@@ -6,3 +6,4 @@
 
 pub mod http;
 pub mod stdio;
+pub mod streams;

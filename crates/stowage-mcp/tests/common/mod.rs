@@ -88,7 +88,7 @@ pub fn init_log() {
 
 pub fn fast_config() -> GatewayConfig {
     init_log();
-    GatewayConfig { restart_backoff_initial_ms: 50, restart_backoff_max_ms: 200, ..Default::default() }
+    GatewayConfig { restart_backoff_initial_ms: 50, restart_backoff_max_ms: 200, resume_window_ms: 300, ..Default::default() }
 }
 
 /// A client connected to an in-process gateway over a pipe (the stdio downstream).
