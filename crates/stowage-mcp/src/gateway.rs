@@ -8,6 +8,7 @@
 //! which request a sampling/elicitation request belongs to, so it goes to the session with the
 //! most recent call in flight to that upstream (exact whenever one client is active).
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
@@ -31,6 +32,7 @@ pub const HANDSHAKE_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-1
 pub const MODERN_VERSIONS: &[&str] = &["2026-07-28"];
 const LATEST_HANDSHAKE: &str = "2025-11-25";
 const META_PREFIX: &str = "io.modelcontextprotocol/";
+const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 
 /// The running gateway.
 pub struct Gateway {
@@ -47,6 +49,42 @@ pub struct Gateway {
     ready: tokio::sync::watch::Sender<usize>,
     /// Fresh signed links for the `artifact_url` tool; unset over stdio (no HTTP listener).
     links: std::sync::OnceLock<stowage_http::LinkService>,
+    /// Open `subscriptions/listen` streams (2026-07-28 clients).
+    listeners: Mutex<Vec<Arc<Listener>>>,
+}
+
+/// One `subscriptions/listen` stream: what its client asked for, and where it goes.
+struct Listener {
+    /// The listen request's id, stamped on every frame as the subscription id.
+    id: Value,
+    tools: bool,
+    prompts: bool,
+    resources: bool,
+    uris: HashSet<String>,
+    outbox: Outbox,
+}
+
+impl Listener {
+    fn wants(&self, method: &str, uri: Option<&str>) -> bool {
+        match method {
+            "notifications/tools/list_changed" => self.tools,
+            "notifications/prompts/list_changed" => self.prompts,
+            "notifications/resources/list_changed" => self.resources,
+            "notifications/resources/updated" => uri.is_some_and(|u| self.uris.contains(u)),
+            _ => false,
+        }
+    }
+
+    /// Sends `msg` tagged with this stream's subscription id.
+    fn send(&self, msg: &Message) {
+        let mut params = msg.params_value();
+        if !params.is_object() {
+            params = json!({});
+        }
+        params["_meta"][SUBSCRIPTION_ID] = self.id.clone();
+        let method = msg.method.as_deref().unwrap_or_default();
+        let _ = self.outbox.send(Message::notification(method, Some(&params)).to_line());
+    }
 }
 
 impl Gateway {
@@ -87,6 +125,7 @@ impl Gateway {
             shutdown,
             ready: tokio::sync::watch::channel(0).0,
             links: std::sync::OnceLock::new(),
+            listeners: Mutex::new(Vec::new()),
         });
         for u in &gw.upstreams {
             tokio::spawn(u.clone().supervise());
@@ -241,6 +280,7 @@ impl Gateway {
                 ok(result)
             }
             "ping" => ok(json!({})),
+            "subscriptions/listen" => self.listen(&id, &params, outbox).await,
             "tools/list" => {
                 let mut tools: Vec<Value> = self.catalog().tools.iter().map(|t| t.def.clone()).collect();
                 if self.links.get().is_some() {
@@ -375,6 +415,91 @@ impl Gateway {
         Ok(Message::response(Value::Null, &out.value))
     }
 
+    /// Serves one `subscriptions/listen` stream (2026-07-28): acknowledges what will be
+    /// honoured, subscribes upstreams to the requested resources, then relays matching change
+    /// notifications until the client goes away (the request is dropped) or the gateway shuts
+    /// down (a graceful close: the result, stamped with the subscription id).
+    async fn listen(self: &Arc<Self>, id: &Value, params: &Value, outbox: &Outbox) -> Result<Message, (i64, String)> {
+        let asked = params.get("notifications").cloned().unwrap_or(json!({}));
+        let flag = |k: &str| asked.get(k).and_then(Value::as_bool) == Some(true);
+        let caps = self.capabilities();
+        let subscribable = caps.pointer("/resources/subscribe").and_then(Value::as_bool) == Some(true);
+        let listener = Arc::new(Listener {
+            id: id.clone(),
+            tools: flag("toolsListChanged"),
+            prompts: flag("promptsListChanged") && caps.get("prompts").is_some(),
+            resources: flag("resourcesListChanged") && caps.get("resources").is_some(),
+            uris: if subscribable {
+                asked.get("resourceSubscriptions").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).map(str::to_owned).collect()
+            } else {
+                HashSet::new()
+            },
+            outbox: outbox.clone(),
+        });
+        // Only what will be honoured is acknowledged; unrequested kinds are left out.
+        let mut honored = serde_json::Map::new();
+        for (key, on) in [("toolsListChanged", listener.tools), ("promptsListChanged", listener.prompts), ("resourcesListChanged", listener.resources)] {
+            if on {
+                honored.insert(key.into(), json!(true));
+            }
+        }
+        if !listener.uris.is_empty() {
+            honored.insert("resourceSubscriptions".into(), json!(listener.uris.iter().collect::<Vec<_>>()));
+        }
+        let meta = json!({ SUBSCRIPTION_ID: id });
+        let ack = json!({"notifications": honored, "_meta": meta});
+        self.listeners.lock().unwrap().push(listener.clone());
+        let _unlisten = Unlisten { gw: self.clone(), listener: listener.clone() };
+        let _ = outbox.send(Message::notification("notifications/subscriptions/acknowledged", Some(&ack)).to_line());
+        for uri in &listener.uris {
+            self.upstream_subscription(uri, "resources/subscribe").await;
+        }
+        tokio::select! {
+            _ = outbox.closed() => {}
+            _ = self.shutdown.cancelled() => {}
+        }
+        Ok(Message::response(Value::Null, &json!({"_meta": meta})))
+    }
+
+    /// Subscribes (or unsubscribes) the upstream serving `uri`, for listen streams. Failures
+    /// are logged: the stream still carries list changes.
+    async fn upstream_subscription(&self, uri: &str, method: &str) {
+        let Some(i) = self.catalog().resource_upstream(uri, self.upstreams.len()) else { return };
+        let u = &self.upstreams[i];
+        let timeout = u.spec.request_timeout.min(Duration::from_secs(30));
+        if let Err(e) = u.request(method, Some(&json!({"uri": uri})), timeout).await {
+            tracing::warn!(target: "stowage::upstream", upstream = %u.name(), "{method} {uri}: {e}");
+        }
+    }
+
+    /// Whether any session or listen stream still wants updates of `uri`.
+    fn uri_wanted(&self, uri: &str) -> bool {
+        self.listeners.lock().unwrap().iter().any(|l| l.uris.contains(uri))
+            || self.live_sessions().iter().any(|s| s.subscriptions.lock().unwrap().contains(uri))
+    }
+
+    /// Delivers a change notification to every session that may hear it: legacy sessions on
+    /// their standalone stream (resource updates only to subscribers), listen streams when
+    /// they asked for it.
+    fn publish(&self, msg: &Message) {
+        let method = msg.method.as_deref().unwrap_or_default();
+        let params = msg.params_value();
+        let uri = params.get("uri").and_then(Value::as_str);
+        for s in self.live_sessions() {
+            let modern = s.protocol.lock().unwrap().as_deref().is_some_and(|p| MODERN_VERSIONS.contains(&p));
+            // 2026-07-28 clients hear about changes only through listen streams.
+            let subscribed = uri.is_none_or(|u| s.subscriptions.lock().unwrap().contains(u));
+            if !modern && subscribed {
+                s.notify(msg);
+            }
+        }
+        for l in self.listeners.lock().unwrap().iter() {
+            if l.wants(method, uri) {
+                l.send(msg);
+            }
+        }
+    }
+
     /// Sends a request to upstream `index` on behalf of `session` and waits for its reply.
     /// Dropping this future (client gone, cancelled) cancels the upstream request.
     async fn forward(
@@ -496,18 +621,9 @@ impl Gateway {
                 _ if self.routes.deliver(index, &msg) => {}
                 "notifications/tools/list_changed" | "notifications/prompts/list_changed" | "notifications/resources/list_changed" => {
                     self.refresh(index).await;
-                    for s in self.live_sessions() {
-                        s.notify(&msg);
-                    }
+                    self.publish(&Message::notification(&method, None));
                 }
-                "notifications/resources/updated" => {
-                    let uri = msg.params_value().get("uri").and_then(Value::as_str).unwrap_or("").to_owned();
-                    for s in self.live_sessions() {
-                        if s.subscriptions.lock().unwrap().contains(&uri) {
-                            s.notify(&msg);
-                        }
-                    }
-                }
+                "notifications/resources/updated" => self.publish(&msg),
                 _ => {
                     // Logging and anything else: to the client whose call is running there, else
                     // to every session's general stream.
@@ -561,6 +677,29 @@ impl Drop for Cleanup {
         if let Some(t) = &self.token {
             self.gw.routes.unmap_progress(t);
         }
+    }
+}
+
+/// Ends a listen stream's registration when its request finishes or is dropped, and
+/// unsubscribes upstreams from resources nobody wants any more.
+struct Unlisten {
+    gw: Arc<Gateway>,
+    listener: Arc<Listener>,
+}
+
+impl Drop for Unlisten {
+    fn drop(&mut self) {
+        self.gw.listeners.lock().unwrap().retain(|l| !Arc::ptr_eq(l, &self.listener));
+        let orphaned: Vec<String> = self.listener.uris.iter().filter(|u| !self.gw.uri_wanted(u)).cloned().collect();
+        if orphaned.is_empty() || self.gw.shutdown.is_cancelled() {
+            return;
+        }
+        let gw = self.gw.clone();
+        tokio::spawn(async move {
+            for uri in orphaned {
+                gw.upstream_subscription(&uri, "resources/unsubscribe").await;
+            }
+        });
     }
 }
 
@@ -626,10 +765,7 @@ async fn event_loop(gw: Weak<Gateway>, mut rx: mpsc::UnboundedReceiver<UpstreamE
                     if first {
                         gw2.ready.send_modify(|n| *n += 1);
                     } else {
-                        let note = Message::notification("notifications/tools/list_changed", None);
-                        for s in gw2.live_sessions() {
-                            s.notify(&note);
-                        }
+                        gw2.publish(&Message::notification("notifications/tools/list_changed", None));
                     }
                 });
             }

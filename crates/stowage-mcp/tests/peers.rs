@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{MemSink, fast_config, rewriter};
-use serde_json::Value;
+use serde_json::{Value, json};
 use stowage_mcp::Gateway;
 use stowage_mcp::config::{TransportSpec, UpstreamSpec};
 
@@ -140,5 +140,24 @@ async fn inspector_cli_lists_and_calls_through_gateway() {
     assert!(stdout.contains("resource_link") && !stdout.contains("iVBORw0KGgo"), "{stdout}");
     let out = run(vec!["--method".into(), "tools/call".into(), "--tool-name".into(), "echo".into(), "--tool-arg".into(), "message=hi".into()]).await;
     assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("Echo: hi"));
+    gw.shutdown();
+}
+
+/// A 2026-07-28 client has no standalone stream: it hears about changes only through a
+/// `subscriptions/listen` stream. Through the gateway, its resource subscription must reach
+/// server-everything (a 2025-era server that knows only `resources/subscribe`) and the
+/// server's updates must come back on the stream, tagged with the subscription id.
+#[tokio::test]
+async fn python_client_listens_for_resource_updates_through_gateway() {
+    let (Some(everything), Some(python)) = (require(EVERYTHING), require(PYTHON)) else { return };
+    let (gw, url) = gateway(stdio_everything(&everything)).await;
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/listen_everything.py");
+    let out = tokio::task::spawn_blocking(move || Command::new(python).arg(script).arg(url).output().unwrap()).await.unwrap();
+    assert!(out.status.success(), "python client failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let o: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(o["protocol_version"], "2026-07-28");
+    assert_eq!(o["honored"]["toolsListChanged"], true, "{o}");
+    assert_eq!(o["honored"]["resourceSubscriptions"], json!([o["uri"]]), "{o}");
+    assert_eq!(o["updated"], o["uri"], "{o}");
     gw.shutdown();
 }
