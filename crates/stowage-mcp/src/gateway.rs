@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{GatewayConfig, PrefixMode, UpstreamSpec};
+use crate::inputs::{Exchange, Exchanges, Step};
 use crate::jsonrpc::{Id, Kind, Message, code, to_raw};
 use crate::rewrite::{CallContext, Rewriter};
 use crate::router::{Catalog, UpstreamLists};
@@ -51,6 +52,8 @@ pub struct Gateway {
     links: std::sync::OnceLock<stowage_http::LinkService>,
     /// Open `subscriptions/listen` streams (2026-07-28 clients).
     listeners: Mutex<Vec<Arc<Listener>>>,
+    /// Interactive requests of 2026-07-28 clients waiting for their retry with input.
+    exchanges: Arc<Exchanges>,
 }
 
 /// One `subscriptions/listen` stream: what its client asked for, and where it goes.
@@ -126,6 +129,7 @@ impl Gateway {
             ready: tokio::sync::watch::channel(0).0,
             links: std::sync::OnceLock::new(),
             listeners: Mutex::new(Vec::new()),
+            exchanges: Arc::default(),
         });
         for u in &gw.upstreams {
             tokio::spawn(u.clone().supervise());
@@ -190,8 +194,12 @@ impl Gateway {
                 let method = msg.method.clone().unwrap_or_default();
                 let modern = is_modern(session, &msg);
                 let cancel = session.begin(&id);
+                let interactive = modern && matches!(method.as_str(), "tools/call" | "prompts/get" | "resources/read");
+                let work = async {
+                    if interactive { self.interactive(session, msg, outbox).await } else { self.request(session, msg, outbox).await }
+                };
                 let out = tokio::select! {
-                    r = self.request(session, msg, outbox) => Some(r),
+                    r = work => Some(r),
                     _ = cancel.cancelled() => None,
                 };
                 session.end(&id);
@@ -230,6 +238,35 @@ impl Gateway {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// A 2026-07-28 client's `tools/call`, `prompts/get` or `resources/read`: the first attempt
+    /// starts the call in an [`Exchange`]; a retry carrying `requestState` continues it with
+    /// the client's `inputResponses`. Either way the client gets the final result or another
+    /// `input_required` (see [`crate::inputs`]).
+    async fn interactive(self: &Arc<Self>, session: &Arc<Session>, msg: Message, outbox: &Outbox) -> Result<Message, (i64, String)> {
+        let owner = (session.scope.tenant_id.clone(), session.scope.user_id.clone());
+        let params = msg.params_value();
+        let exchange = match params.get("requestState").and_then(Value::as_str) {
+            Some(state) => {
+                let Some(mut ex) = self.exchanges.take(state, &owner) else {
+                    return Err((code::INVALID_PARAMS, "unknown or expired requestState; send the request again without it".into()));
+                };
+                ex.answer(params.get("inputResponses").and_then(Value::as_object), outbox);
+                ex
+            }
+            None => {
+                let (gw, session) = (self.clone(), session.clone());
+                Exchange::start(owner, outbox, move |call_out| async move { gw.request(&session, msg, &call_out).await })
+            }
+        };
+        match exchange.step().await {
+            Step::Done(out) => out,
+            Step::NeedsInput(result, state, ex) => {
+                self.exchanges.park(state, ex, self.config.request_timeout());
+                Ok(Message::response(Value::Null, &result))
+            }
         }
     }
 
@@ -486,7 +523,7 @@ impl Gateway {
         let params = msg.params_value();
         let uri = params.get("uri").and_then(Value::as_str);
         for s in self.live_sessions() {
-            let modern = s.protocol.lock().unwrap().as_deref().is_some_and(|p| MODERN_VERSIONS.contains(&p));
+            let modern = is_modern_session(&s);
             // 2026-07-28 clients hear about changes only through listen streams.
             let subscribed = uri.is_none_or(|u| s.subscriptions.lock().unwrap().contains(u));
             if !modern && subscribed {
@@ -525,7 +562,7 @@ impl Gateway {
         let conn = upstream.connection(timeout).await.map_err(|e| (e.code(), e.to_string()))?;
         let out = conn.start(method, Some(to_raw(&params)));
         let key = (index, out.id);
-        self.routes.begin_call(key, session, outbox);
+        self.routes.begin_call(key, session, outbox, crate::inputs::current());
         let _cleanup = Cleanup { gw: self.clone(), key, token: token_key };
         let reply = out.wait(deadline.saturating_duration_since(Instant::now())).await;
         reply.map_err(|e: CallError| (e.code(), e.to_string()))
@@ -640,14 +677,27 @@ impl Gateway {
             conn.send(&Message::response(up_id, &json!({})));
             return;
         }
+        let timeout = self.upstreams[index].spec.request_timeout;
         let target = self.routes.latest(index).or_else(|| {
-            let s = self.live_sessions().pop()?;
-            let outbox = s.outbox_for_requests()?;
-            Some((s, outbox))
+            let session = self.live_sessions().pop()?;
+            let outbox = session.outbox_for_requests()?;
+            Some(crate::routes::CallTarget { session, outbox, inputs: None })
         });
         let reply = match target {
-            Some((session, outbox)) => {
-                let timeout = self.upstreams[index].spec.request_timeout;
+            // A 2026-07-28 client's call: the request becomes an input_required result.
+            Some(crate::routes::CallTarget { inputs: Some(inputs), .. }) => {
+                let params = msg.params_value();
+                match crate::inputs::ask(&inputs, &method, params, timeout).await {
+                    Ok(result) => Message::response(up_id, &result),
+                    Err(e) => Message::error(up_id, code::INTERNAL_ERROR, e),
+                }
+            }
+            Some(t) if is_modern_session(&t.session) => Message::error(
+                up_id,
+                code::METHOD_NOT_FOUND,
+                format!("the client speaks 2026-07-28, which takes {method} only within tools/call, prompts/get or resources/read"),
+            ),
+            Some(crate::routes::CallTarget { session, outbox, .. }) => {
                 match session.request_client(&method, msg.params, &outbox, timeout).await {
                     Some(mut answer) => {
                         answer.id = Some(up_id.clone());
@@ -714,10 +764,14 @@ fn strip_envelope(params: &mut Value) {
     }
 }
 
+fn is_modern_session(session: &Session) -> bool {
+    session.protocol.lock().unwrap().as_deref().is_some_and(|p| MODERN_VERSIONS.contains(&p))
+}
+
 /// Whether this request speaks the stateless revision (its envelope says so, or the session
 /// was opened with `server/discover`).
 fn is_modern(session: &Session, msg: &Message) -> bool {
-    if session.protocol.lock().unwrap().as_deref().is_some_and(|p| MODERN_VERSIONS.contains(&p)) {
+    if is_modern_session(session) {
         return true;
     }
     let Some(p) = &msg.params else { return false };

@@ -7,7 +7,9 @@
 //!   a [`session::Session`] with its own artifact scope;
 //! - [`gateway::Gateway`]: answers initialize/discover and the aggregated lists itself,
 //!   routes everything else through the [`router::Catalog`] to the right upstream with ids
-//!   and progress tokens mapped, and relays what upstreams initiate back to the right client;
+//!   and progress tokens mapped, and relays what upstreams initiate back to the right client
+//!   ([`inputs`] turns an upstream's sampling/elicitation requests into `input_required`
+//!   results for 2026-07-28 clients);
 //! - [`upstream`]: supervised connections to servers (stdio children, HTTP URLs, the in-process
 //!   [`demo`]), restarted with backoff;
 //! - [`rewrite`] + [`offload`]: tools/call results become the output contract (text line,
@@ -22,6 +24,7 @@ pub mod demo;
 pub mod downstream;
 pub mod framing;
 pub mod gateway;
+pub mod inputs;
 pub mod jsonrpc;
 pub mod local_tools;
 pub mod metrics;

@@ -10,12 +10,22 @@ use std::sync::{Arc, Mutex, Weak};
 
 use serde_json::Value;
 
+use crate::inputs::InputTx;
 use crate::jsonrpc::Message;
 use crate::session::{Outbox, Session};
 
 struct ActiveCall {
     session: Weak<Session>,
     outbox: Outbox,
+    /// Set for a 2026-07-28 client's call: its input requests go back as `input_required`.
+    inputs: Option<InputTx>,
+}
+
+/// Who answers what an upstream asks during a call.
+pub struct CallTarget {
+    pub session: Arc<Session>,
+    pub outbox: Outbox,
+    pub inputs: Option<InputTx>,
 }
 
 #[derive(Default)]
@@ -25,8 +35,8 @@ pub struct CallRoutes {
 }
 
 impl CallRoutes {
-    pub fn begin_call(&self, key: (usize, u64), session: &Arc<Session>, outbox: &Outbox) {
-        self.active.lock().unwrap().insert(key, ActiveCall { session: Arc::downgrade(session), outbox: outbox.clone() });
+    pub fn begin_call(&self, key: (usize, u64), session: &Arc<Session>, outbox: &Outbox, inputs: Option<InputTx>) {
+        self.active.lock().unwrap().insert(key, ActiveCall { session: Arc::downgrade(session), outbox: outbox.clone(), inputs });
     }
 
     pub fn end_call(&self, key: (usize, u64)) {
@@ -43,13 +53,11 @@ impl CallRoutes {
     }
 
     /// The session and stream of the most recent call in flight to upstream `index`.
-    pub fn latest(&self, index: usize) -> Option<(Arc<Session>, Outbox)> {
+    pub fn latest(&self, index: usize) -> Option<CallTarget> {
         let active = self.active.lock().unwrap();
-        active
-            .iter()
-            .filter(|((u, _), _)| *u == index)
-            .max_by_key(|((_, id), _)| *id)
-            .and_then(|(_, c)| Some((c.session.upgrade()?, c.outbox.clone())))
+        active.iter().filter(|((u, _), _)| *u == index).max_by_key(|((_, id), _)| *id).and_then(|(_, c)| {
+            Some(CallTarget { session: c.session.upgrade()?, outbox: c.outbox.clone(), inputs: c.inputs.clone() })
+        })
     }
 
     /// Delivers a notification that belongs to a call in flight. Returns false when it is not
@@ -68,7 +76,7 @@ impl CallRoutes {
                 true
             }
             Some("notifications/message") => match self.latest(index) {
-                Some((_, outbox)) => outbox.send(msg.to_line()).is_ok(),
+                Some(t) => t.outbox.send(msg.to_line()).is_ok(),
                 None => false,
             },
             _ => false,

@@ -161,3 +161,22 @@ async fn python_client_listens_for_resource_updates_through_gateway() {
     assert_eq!(o["updated"], o["uri"], "{o}");
     gw.shutdown();
 }
+
+/// server-everything (2025-era) asks for sampling and elicitation mid-call with requests; the
+/// Python client speaking 2026-07-28 expects `input_required` results and retries. The gateway
+/// bridges the two, and the answers reach the server's tools.
+#[tokio::test]
+async fn python_client_answers_sampling_and_elicitation_as_input_required() {
+    let (Some(everything), Some(python)) = (require(EVERYTHING), require(PYTHON)) else { return };
+    let (gw, url) = gateway(stdio_everything(&everything)).await;
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/input_required_everything.py");
+    let out = tokio::task::spawn_blocking(move || Command::new(python).arg(script).arg(url).output().unwrap()).await.unwrap();
+    assert!(out.status.success(), "python client failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let o: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(o["protocol_version"], "2026-07-28");
+    assert!(o["asked"]["sampling"].as_str().unwrap().contains("say hi"), "{o}");
+    assert!(o["sampling_result"].as_str().unwrap().contains("stowage-sampled-reply"), "{o}");
+    assert!(o["asked"]["elicitation"].as_str().is_some(), "{o}");
+    assert!(o["elicitation_result"].as_str().unwrap().contains("Ada Lovelace"), "{o}");
+    gw.shutdown();
+}
