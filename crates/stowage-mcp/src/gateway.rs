@@ -563,9 +563,67 @@ impl Gateway {
         let out = conn.start(method, Some(to_raw(&params)));
         let key = (index, out.id);
         self.routes.begin_call(key, session, outbox, crate::inputs::current());
-        let _cleanup = Cleanup { gw: self.clone(), key, token: token_key };
-        let reply = out.wait(deadline.saturating_duration_since(Instant::now())).await;
-        reply.map_err(|e: CallError| (e.code(), e.to_string()))
+        let mut cleanup = Cleanup { gw: self.clone(), key, token: token_key };
+        let mut reply = out.wait(deadline.saturating_duration_since(Instant::now())).await.map_err(|e: CallError| (e.code(), e.to_string()))?;
+        // A stateless upstream asks for input by answering `input_required`: put each request
+        // to the client (as a request, or as our own input_required for a 2026-07-28 client)
+        // and retry with the answers, as its revision prescribes.
+        for _round in 0..MAX_INPUT_ROUNDS {
+            let Some(asked) = input_required(&conn, &reply) else { break };
+            let mut responses = serde_json::Map::new();
+            for (key, req) in asked.get("inputRequests").and_then(Value::as_object).into_iter().flatten() {
+                let what = req.get("method").and_then(Value::as_str).unwrap_or_default();
+                let target = crate::routes::CallTarget { session: session.clone(), outbox: outbox.clone(), inputs: crate::inputs::current() };
+                let answer = self.ask_client(Some(target), what, req.get("params").map(to_raw), Value::Null, timeout).await;
+                match result_value(&answer) {
+                    Ok(v) => responses.insert(key.clone(), v),
+                    Err(e) => return Err((code::INTERNAL_ERROR, format!("the client did not answer {what}: {e}"))),
+                };
+            }
+            params["inputResponses"] = Value::Object(responses);
+            match asked.get("requestState") {
+                Some(state) => params["requestState"] = state.clone(),
+                None => {
+                    params.as_object_mut().map(|p| p.remove("requestState"));
+                }
+            }
+            let out = conn.start(method, Some(to_raw(&params)));
+            self.routes.end_call(cleanup.key);
+            cleanup.key = (index, out.id);
+            self.routes.begin_call(cleanup.key, session, outbox, crate::inputs::current());
+            reply = out.wait(deadline.saturating_duration_since(Instant::now())).await.map_err(|e: CallError| (e.code(), e.to_string()))?;
+        }
+        Ok(reply)
+    }
+
+    /// Puts an upstream's request for input (sampling, elicitation, roots) to the client
+    /// behind `target` and returns the answer as a reply with id `reply_id`.
+    async fn ask_client(&self, target: Option<crate::routes::CallTarget>, method: &str, params: Option<Box<serde_json::value::RawValue>>, reply_id: Value, timeout: Duration) -> Message {
+        match target {
+            // A 2026-07-28 client's call: the request becomes an input_required result.
+            Some(crate::routes::CallTarget { inputs: Some(inputs), .. }) => {
+                let params = params.and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or(Value::Null);
+                match crate::inputs::ask(&inputs, method, params, timeout).await {
+                    Ok(result) => Message::response(reply_id, &result),
+                    Err(e) => Message::error(reply_id, code::INTERNAL_ERROR, e),
+                }
+            }
+            Some(t) if is_modern_session(&t.session) => Message::error(
+                reply_id,
+                code::METHOD_NOT_FOUND,
+                format!("the client speaks 2026-07-28, which takes {method} only within tools/call, prompts/get or resources/read"),
+            ),
+            Some(crate::routes::CallTarget { session, outbox, .. }) => match session.request_client(method, params, &outbox, timeout).await {
+                Some(mut answer) => {
+                    answer.id = Some(reply_id);
+                    answer.method = None;
+                    answer
+                }
+                None => Message::error(reply_id, code::INTERNAL_ERROR, format!("the client did not answer {method}")),
+            },
+            None if method == "roots/list" => Message::response(reply_id, &json!({"roots": []})),
+            None => Message::error(reply_id, code::METHOD_NOT_FOUND, format!("no client is connected to answer {method}")),
+        }
     }
 
     fn capabilities(&self) -> Value {
@@ -683,35 +741,23 @@ impl Gateway {
             let outbox = session.outbox_for_requests()?;
             Some(crate::routes::CallTarget { session, outbox, inputs: None })
         });
-        let reply = match target {
-            // A 2026-07-28 client's call: the request becomes an input_required result.
-            Some(crate::routes::CallTarget { inputs: Some(inputs), .. }) => {
-                let params = msg.params_value();
-                match crate::inputs::ask(&inputs, &method, params, timeout).await {
-                    Ok(result) => Message::response(up_id, &result),
-                    Err(e) => Message::error(up_id, code::INTERNAL_ERROR, e),
-                }
-            }
-            Some(t) if is_modern_session(&t.session) => Message::error(
-                up_id,
-                code::METHOD_NOT_FOUND,
-                format!("the client speaks 2026-07-28, which takes {method} only within tools/call, prompts/get or resources/read"),
-            ),
-            Some(crate::routes::CallTarget { session, outbox, .. }) => {
-                match session.request_client(&method, msg.params, &outbox, timeout).await {
-                    Some(mut answer) => {
-                        answer.id = Some(up_id.clone());
-                        answer.method = None;
-                        answer
-                    }
-                    None => Message::error(up_id, code::INTERNAL_ERROR, format!("the client did not answer {method}")),
-                }
-            }
-            None if method == "roots/list" => Message::response(up_id, &json!({"roots": []})),
-            None => Message::error(up_id, code::METHOD_NOT_FOUND, format!("no client is connected to answer {method}")),
-        };
+        let reply = self.ask_client(target, &method, msg.params, up_id, timeout).await;
         conn.send(&reply);
     }
+}
+
+/// How many `input_required` rounds one call may take with a stateless upstream.
+const MAX_INPUT_ROUNDS: usize = 16;
+
+/// The parsed result when a stateless upstream's `reply` is `input_required`.
+fn input_required(conn: &Conn, reply: &Message) -> Option<Value> {
+    let raw = reply.result.as_ref()?;
+    // Only stateless upstreams use it; the substring test spares parsing every big result.
+    if !conn.is_stateless() || !raw.get().contains("\"input_required\"") {
+        return None;
+    }
+    let v: Value = serde_json::from_str(raw.get()).ok()?;
+    (v.get("resultType").and_then(Value::as_str) == Some("input_required")).then_some(v)
 }
 
 /// Removes a finished call's routing entries, also when its future is dropped.

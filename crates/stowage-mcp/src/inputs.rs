@@ -58,8 +58,9 @@ pub struct Exchange {
     asks: mpsc::UnboundedReceiver<InputAsk>,
     pending: HashMap<String, oneshot::Sender<InputAnswer>>,
     /// Where the running call's progress and log messages go: the stream of the client's
-    /// latest attempt.
-    outbox: Arc<Mutex<Outbox>>,
+    /// current attempt. None between attempts, so a parked exchange does not hold the last
+    /// attempt's response stream open.
+    outbox: Arc<Mutex<Option<Outbox>>>,
     owner: Owner,
     next_key: u64,
 }
@@ -90,12 +91,14 @@ impl Exchange {
         F: std::future::Future<Output = Outcome> + Send + 'static,
     {
         let (inputs, asks) = mpsc::unbounded_channel();
-        let current = Arc::new(Mutex::new(outbox.clone()));
+        let current = Arc::new(Mutex::new(Some(outbox.clone())));
         let (call_out, mut call_rx) = mpsc::unbounded_channel::<Vec<u8>>();
         let relay = current.clone();
         tokio::spawn(async move {
             while let Some(line) = call_rx.recv().await {
-                let _ = relay.lock().unwrap().send(line);
+                if let Some(out) = relay.lock().unwrap().as_ref() {
+                    let _ = out.send(line);
+                }
             }
         });
         let task = tokio::spawn(INPUTS.scope(inputs, call(call_out)));
@@ -109,7 +112,7 @@ impl Exchange {
     /// Delivers the client's `inputResponses` to the upstream requests waiting for them, and
     /// points the call's messages at the retry's stream.
     pub fn answer(&mut self, responses: Option<&serde_json::Map<String, Value>>, outbox: &Outbox) {
-        *self.outbox.lock().unwrap() = outbox.clone();
+        *self.outbox.lock().unwrap() = Some(outbox.clone());
         for (key, reply) in self.pending.drain() {
             let answer = match responses.and_then(|r| r.get(&key)) {
                 Some(v) => Ok(v.clone()),
@@ -137,6 +140,7 @@ impl Exchange {
             requests.insert(key.clone(), json!({"method": ask.method, "params": ask.params}));
             self.pending.insert(key, ask.reply);
         }
+        *self.outbox.lock().unwrap() = None;
         let state = uuid::Uuid::new_v4().to_string();
         let result = json!({"resultType": "input_required", "inputRequests": requests, "requestState": state});
         Step::NeedsInput(result, state, self)

@@ -57,6 +57,11 @@ pub trait Handler: Send + Sync + 'static {
     fn server_info(&self) -> Value;
     /// Sees every notification from the client (fixtures log cancellations).
     fn on_notification(&self, _method: &str, _params: &Value) {}
+    /// Speak only the stateless revision: refuse `initialize` (-32601) and answer
+    /// `server/discover`, as 2026-07-28-only servers do.
+    fn stateless(&self) -> bool {
+        false
+    }
 
     /// Handles a request. `Ok(None)` means: send no response at all (a fixture that hangs).
     async fn handle(&self, method: &str, params: Value, id: &Value, peer: &Peer) -> Result<Option<Value>, (i64, String)>;
@@ -97,6 +102,22 @@ where
                 let id = msg.id.clone().expect("request");
                 let method = msg.method.clone().unwrap_or_default();
                 let params = msg.params_value();
+                if handler.stateless() && matches!(method.as_str(), "initialize" | "server/discover") {
+                    let reply = if method == "initialize" {
+                        Message::error(id, code::METHOD_NOT_FOUND, "method not found: initialize")
+                    } else {
+                        let info = handler.server_info();
+                        let result = json!({
+                            "resultType": "complete",
+                            "supportedVersions": ["2026-07-28"],
+                            "capabilities": info["capabilities"],
+                            "_meta": {"io.modelcontextprotocol/serverInfo": info["serverInfo"]},
+                        });
+                        Message::response(id, &result)
+                    };
+                    let _ = peer.out.send(reply.to_line());
+                    continue;
+                }
                 if method == "initialize" {
                     let asked = params.get("protocolVersion").and_then(Value::as_str).unwrap_or("2025-06-18");
                     let mut info = handler.server_info();

@@ -246,3 +246,40 @@ async fn idle_sessions_expire() {
     assert_eq!(post(&url, Some(&sid), BOTH, rpc(3, "ping", json!({}))).await.0, 404, "the idle session was never ended");
     gw.shutdown();
 }
+
+/// A 2026-07-28 client and a 2026-07-28-only upstream: the upstream's `input_required` comes
+/// back to the client as the gateway's own, and the client's retry completes the call.
+/// A made-up `requestState` is refused.
+#[tokio::test]
+async fn input_required_round_trip_for_a_stateless_client() {
+    stowage_mcp::metrics::install();
+    let config = fast_config();
+    let rw = rewriter(Arc::new(MemSink::default()), &config);
+    let mut spec = fixture_spec("fx", None, Duration::from_secs(20));
+    if let stowage_mcp::config::TransportSpec::Stdio { env, .. } = &mut spec.transport {
+        env.insert("STOWAGE_FIXTURE_STATELESS".into(), "1".into());
+    }
+    let gw = Gateway::start(config, vec![spec], rw, None);
+    assert_eq!(gw.wait_ready(Duration::from_secs(20)).await, 1);
+    let addr = stowage_mcp::run::spawn_http(gw.clone(), "127.0.0.1:0").await.unwrap();
+    let url = format!("http://{addr}/mcp");
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {"sampling": {}}});
+    let (_, _, msgs) = post(&url, None, BOTH, rpc(1, "tools/call", json!({"name": "sample", "arguments": {}, "_meta": meta}))).await;
+    let r = &msgs.last().unwrap()["result"];
+    assert_eq!(r["resultType"], "input_required", "{msgs:?}");
+    let (key, ask) = r["inputRequests"].as_object().unwrap().iter().next().unwrap();
+    assert_eq!(ask["method"], "sampling/createMessage");
+    let state = r["requestState"].as_str().unwrap().to_owned();
+    let answer = json!({key.clone(): {"role": "assistant", "content": {"type": "text", "text": "yo"}, "model": "m"}});
+    let retry = json!({"name": "sample", "arguments": {}, "_meta": meta, "inputResponses": answer, "requestState": state});
+    let (_, _, msgs) = post(&url, None, BOTH, rpc(2, "tools/call", retry)).await;
+    let r = &msgs.last().unwrap()["result"];
+    assert_eq!(r["content"][0]["text"], "client said: yo", "{msgs:?}");
+    assert_eq!(r["resultType"], "complete");
+    // The state is single-use, and an invented one is refused with what to do.
+    let again = json!({"name": "sample", "arguments": {}, "_meta": meta, "inputResponses": answer, "requestState": state});
+    let (_, _, msgs) = post(&url, None, BOTH, rpc(3, "tools/call", again)).await;
+    let e = &msgs.last().unwrap()["error"];
+    assert!(e["message"].as_str().unwrap().contains("unknown or expired requestState"), "{msgs:?}");
+    gw.shutdown();
+}

@@ -185,6 +185,24 @@ async fn sampling_requests_from_upstream_reach_the_client() {
     assert_eq!(r["result"]["content"][0]["text"], "client said: hi", "{r}");
 }
 
+/// A 2026-07-28-only upstream asks for input by returning `input_required`; a 2025-era
+/// client gets an ordinary sampling request, and its answer goes back as the retry.
+#[tokio::test]
+async fn a_stateless_upstreams_input_required_becomes_a_request_to_an_older_client() {
+    let handler: common::ServerRequestHandler = Arc::new(|method, _params| {
+        assert_eq!(method, "sampling/createMessage");
+        json!({"role": "assistant", "content": {"type": "text", "text": "hi"}, "model": "test"})
+    });
+    let mut spec = fixture_spec("fx", None, T);
+    if let TransportSpec::Stdio { env, .. } = &mut spec.transport {
+        env.insert("STOWAGE_FIXTURE_STATELESS".into(), "1".into());
+    }
+    let c = Client::start(vec![spec], Arc::new(MemSink::default()), fast_config(), Some(handler)).await;
+    let r = c.call("sample", json!({})).await;
+    assert_eq!(r["result"]["content"][0]["text"], "client said: hi", "{r}");
+    assert!(r["result"].get("resultType").is_none_or(|t| t == "complete"), "{r}");
+}
+
 #[tokio::test]
 async fn several_upstreams_are_namespaced_and_routed() {
     let demo = UpstreamSpec { name: "demo".into(), transport: TransportSpec::Demo, request_timeout: T };

@@ -13,6 +13,9 @@
 //! | `malformed` | answers with broken JSON carrying the request id |
 //! | `sample` | asks the client for sampling/createMessage: upstream-initiated requests |
 //!
+//! `STOWAGE_FIXTURE_STATELESS=1` makes it a 2026-07-28-only server: it refuses `initialize`,
+//! answers `server/discover`, and `sample` asks for input by returning `input_required`.
+//!
 //! `STOWAGE_FIXTURE_LOG=FILE` appends every received method (and cancellations) to FILE, so
 //! tests can see what reached the upstream.
 
@@ -30,6 +33,7 @@ use stowage_mcp::server_kit::{Handler, Peer, serve, text_result};
 
 struct Fixture {
     log: Option<std::sync::Mutex<std::fs::File>>,
+    stateless: bool,
 }
 
 impl Fixture {
@@ -51,6 +55,10 @@ impl Handler for Fixture {
             "capabilities": {"tools": {"listChanged": true}, "logging": {}},
             "serverInfo": {"name": "stowage-fixture", "version": "1"},
         })
+    }
+
+    fn stateless(&self) -> bool {
+        self.stateless
     }
 
     fn on_notification(&self, method: &str, params: &Value) {
@@ -114,6 +122,18 @@ impl Handler for Fixture {
                     peer.send_raw(format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","#).into_bytes());
                     return Ok(None);
                 }
+                "sample" if self.stateless => {
+                    let req = json!({"messages": [{"role": "user", "content": {"type": "text", "text": "say hi"}}], "maxTokens": 10});
+                    match params.pointer("/inputResponses/ask-1/content/text").and_then(Value::as_str) {
+                        Some(said) if params.get("requestState") == Some(&json!("fixture-state")) => text_result(format!("client said: {said}")),
+                        Some(_) => return Err((code::INVALID_PARAMS, "requestState was not echoed".into())),
+                        None => json!({
+                            "resultType": "input_required",
+                            "inputRequests": {"ask-1": {"method": "sampling/createMessage", "params": req}},
+                            "requestState": "fixture-state",
+                        }),
+                    }
+                }
                 "sample" => {
                     let req = json!({"messages": [{"role": "user", "content": {"type": "text", "text": "say hi"}}], "maxTokens": 10});
                     match peer.request("sampling/createMessage", req).await {
@@ -135,7 +155,8 @@ async fn main() {
     let log = std::env::var_os("STOWAGE_FIXTURE_LOG")
         .and_then(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).ok())
         .map(std::sync::Mutex::new);
-    let fixture = Arc::new(Fixture { log });
+    let stateless = std::env::var("STOWAGE_FIXTURE_STATELESS").is_ok_and(|v| v == "1");
+    let fixture = Arc::new(Fixture { log, stateless });
     fixture.log(&format!("started pid {}", std::process::id()));
     eprintln!("stowage-fixture: serving on stdio");
     serve(tokio::io::stdin(), tokio::io::stdout(), fixture).await;

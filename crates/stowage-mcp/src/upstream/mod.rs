@@ -111,6 +111,12 @@ impl Conn {
         self.closed.is_cancelled()
     }
 
+    /// Whether this upstream speaks only the stateless (2026-07-28) revision, whose
+    /// interactive results may be `input_required`.
+    pub fn is_stateless(&self) -> bool {
+        self.stateless_meta.lock().unwrap().is_some()
+    }
+
     /// Sends a request and returns the handle to await its reply.
     pub fn start(self: &Arc<Self>, method: &str, params: Option<Box<RawValue>>) -> Outstanding {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
