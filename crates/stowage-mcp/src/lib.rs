@@ -12,8 +12,9 @@
 //!   results for 2026-07-28 clients);
 //! - [`upstream`]: supervised connections to servers (stdio children, HTTP URLs, the in-process
 //!   [`demo`]), restarted with backoff;
-//! - [`rewrite`] + [`offload`]: tools/call results become the output contract (text line,
-//!   `resource_link`, `structuredContent.assets[]`) with the bytes in the artifact store.
+//! - [`rewrite`] + [`pipeline`]: tools/call results go through the transform pipeline and
+//!   become the output contract (text line, `resource_link`, `structuredContent.assets[]`)
+//!   with the bytes in the artifact store.
 //!
 //! Messages are relayed as raw JSON ([`jsonrpc`], [`framing`]): typed MCP models would drop
 //! fields they do not know, and a 256 MB result must pass without a line-length cap.
@@ -28,7 +29,6 @@ pub mod inputs;
 pub mod jsonrpc;
 pub mod local_tools;
 pub mod metrics;
-pub mod offload;
 pub mod pipeline;
 pub mod rewrite;
 pub mod router;

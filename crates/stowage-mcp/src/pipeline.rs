@@ -64,9 +64,10 @@ struct DimensionsSink(Arc<dyn ArtifactSink>);
 #[async_trait]
 impl ArtifactSink for DimensionsSink {
     async fn put_bytes(&self, data: Bytes, mut opts: PutOptions) -> Result<ArtifactRef, StoreError> {
-        if let Some((w, h)) = crate::offload::image_dimensions(&data) {
-            opts.source.insert("width".into(), w.into());
-            opts.source.insert("height".into(), h.into());
+        // Only the header is read (imagesize stops at the first size marker).
+        if let Ok(size) = imagesize::blob_size(&data) {
+            opts.source.insert("width".into(), (size.width as u64).into());
+            opts.source.insert("height".into(), (size.height as u64).into());
         }
         self.0.put_bytes(data, opts).await
     }

@@ -2,9 +2,8 @@
 //!
 //! Two steps with one seam between them:
 //! 1. an [`Offloader`] moves heavy parts of the raw result into the artifact store and leaves
-//!    compact stubs, reporting each artifact with its JSON pointer ([`Offloaded`]);
-//!    [`crate::offload::BuiltinOffloader`] is the gateway's own, and the transform pipeline
-//!    plugs in through the same trait;
+//!    compact stubs, reporting each artifact with its JSON pointer ([`Offloaded`]); the
+//!    transform pipeline plugs in through it ([`crate::pipeline::PipelineOffloader`]);
 //! 2. [`apply_contract`] turns that report into what the client sees for every artifact: a
 //!    short text block, a `resource_link` block and an entry in `structuredContent.assets[]`
 //!    (mapping 1:1 onto MCP `FileValue`), plus transform stats in `_meta` under

@@ -14,7 +14,6 @@ use sha2::{Digest, Sha256};
 use stowage_core::{ArtifactId, ArtifactRef, ArtifactSink, PutOptions, StoreError};
 use stowage_mcp::config::{GatewayConfig, TransportSpec, UpstreamSpec};
 use stowage_mcp::framing::{LineReader, write_line};
-use stowage_mcp::offload::{BuiltinOffloader, OffloadConfig};
 use stowage_mcp::pipeline::PipelineOffloader;
 use stowage_mcp::rewrite::Rewriter;
 use stowage_mcp::{Gateway, downstream};
@@ -68,13 +67,8 @@ pub fn fixture_spec(name: &str, log: Option<&std::path::Path>, timeout: Duration
     }
 }
 
-/// The production rewrite step (the transform pipeline with default settings), or the
-/// gateway's built-in offloader when `STOWAGE_TEST_OFFLOADER=builtin`.
+/// The production rewrite step: the transform pipeline with default settings.
 pub fn rewriter(sink: Arc<dyn ArtifactSink>, _config: &GatewayConfig) -> Rewriter {
-    if std::env::var("STOWAGE_TEST_OFFLOADER").as_deref() == Ok("builtin") {
-        let offloader = BuiltinOffloader::new(sink, OffloadConfig { inline_binary_max_bytes: 1024, inline_text_max_bytes: 10_000 });
-        return Rewriter::new(Arc::new(offloader));
-    }
     let pipeline = stowage_transform::Pipeline::new(stowage_transform::TransformConfig::default(), stowage_mcp::pipeline::with_dimensions(sink));
     Rewriter::new(Arc::new(PipelineOffloader::new(Arc::new(pipeline))))
 }
