@@ -283,3 +283,81 @@ async fn input_required_round_trip_for_a_stateless_client() {
     assert!(e["message"].as_str().unwrap().contains("unknown or expired requestState"), "{msgs:?}");
     gw.shutdown();
 }
+
+/// A Streamable HTTP upstream that answers `tools/call` the SEP-1699 polling way: the POST's
+/// SSE stream carries only a priming event (`id` + `retry`, no data) and closes; the answer
+/// comes on a `GET` with `Last-Event-ID`. With `ids: false` the stream closes with no id at
+/// all, so there is nothing to resume.
+async fn polling_upstream(ids: bool) -> String {
+    use axum::http::HeaderMap;
+    use axum::response::IntoResponse;
+    let sse = |body: String| ([("content-type", "text/event-stream")], body).into_response();
+    let post = move |body: String| async move {
+        let msg: Value = serde_json::from_str(&body).unwrap();
+        let id = msg["id"].clone();
+        match msg["method"].as_str() {
+            Some("initialize") => axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": {
+                "protocolVersion": "2025-11-25", "capabilities": {"tools": {}}, "serverInfo": {"name": "poller", "version": "1"}}}))
+            .into_response(),
+            Some("tools/list") => axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": {"tools": [
+                {"name": "poll", "inputSchema": {"type": "object"}}]}}))
+            .into_response(),
+            Some("tools/call") if ids => sse(format!("id: call-{id}\nretry: 50\ndata: \n\n")),
+            Some("tools/call") => sse(": nothing to see\n\n".to_owned()),
+            Some(_) => axum::http::StatusCode::ACCEPTED.into_response(),
+            None => axum::http::StatusCode::ACCEPTED.into_response(),
+        }
+    };
+    let get = move |headers: HeaderMap| async move {
+        let Some(last) = headers.get("last-event-id").and_then(|v| v.to_str().ok()) else {
+            return axum::http::StatusCode::METHOD_NOT_ALLOWED.into_response();
+        };
+        let id: u64 = last.trim_start_matches("call-").parse().unwrap();
+        // The id goes last, as the TypeScript SDK writes responses.
+        let answer = json!({"result": {"content": [{"type": "text", "text": "answered after resuming"}]}, "jsonrpc": "2.0", "id": id});
+        ([("content-type", "text/event-stream")], format!("id: call-{id}-1\ndata: {answer}\n\n")).into_response()
+    };
+    let app = axum::Router::new().route("/mcp", axum::routing::post(post).get(get));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}/mcp")
+}
+
+async fn gateway_in_front_of(url: String) -> Arc<Gateway> {
+    let config = fast_config();
+    let rw = rewriter(Arc::new(MemSink::default()), &config);
+    let spec = stowage_mcp::config::UpstreamSpec {
+        name: "poller".into(),
+        transport: stowage_mcp::config::TransportSpec::Http { url, headers: Default::default() },
+        request_timeout: Duration::from_secs(60),
+    };
+    let gw = Gateway::start(config, vec![spec], rw, None);
+    assert_eq!(gw.wait_ready(Duration::from_secs(20)).await, 1);
+    gw
+}
+
+#[tokio::test]
+async fn an_upstream_that_closes_its_stream_mid_call_is_resumed() {
+    let gw = gateway_in_front_of(polling_upstream(true).await).await;
+    let addr = stowage_mcp::run::spawn_http(gw.clone(), "127.0.0.1:0").await.unwrap();
+    let url = format!("http://{addr}/mcp");
+    let sid = initialize(&url).await;
+    let (_, _, msgs) = post(&url, Some(&sid), BOTH, rpc(2, "tools/call", json!({"name": "poll", "arguments": {}}))).await;
+    assert_eq!(msgs.last().unwrap()["result"]["content"][0]["text"], "answered after resuming", "{msgs:?}");
+    gw.shutdown();
+}
+
+#[tokio::test]
+async fn an_upstream_stream_that_ends_unanswered_and_unresumable_fails_at_once() {
+    let gw = gateway_in_front_of(polling_upstream(false).await).await;
+    let addr = stowage_mcp::run::spawn_http(gw.clone(), "127.0.0.1:0").await.unwrap();
+    let url = format!("http://{addr}/mcp");
+    let sid = initialize(&url).await;
+    let started = std::time::Instant::now();
+    let (_, _, msgs) = post(&url, Some(&sid), BOTH, rpc(2, "tools/call", json!({"name": "poll", "arguments": {}}))).await;
+    let e = &msgs.last().unwrap()["error"];
+    assert!(e["message"].as_str().unwrap().contains("closed its stream before answering"), "{msgs:?}");
+    assert!(started.elapsed() < Duration::from_secs(10), "waited for the 60 s timeout instead");
+    gw.shutdown();
+}

@@ -6,9 +6,17 @@
 //! the rest of the gateway sees an HTTP upstream exactly like a stdio one. A transport failure
 //! on a request becomes a JSON-RPC error response for that request id, so callers get a clear
 //! error at once rather than a timeout.
+//!
+//! Streams are resumed (SEP-1699): a server may close a request's SSE stream before the
+//! answer (polling) after giving its events ids; the client then waits the server's `retry`
+//! and reconnects with `GET` + `Last-Event-ID`, as often as the stream keeps ending without
+//! the answer, up to [`MAX_RESUMES`] times in a row without progress. A stream that ends
+//! without ids and without the answer fails the request at once. The standalone GET stream
+//! is reopened the same way.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::StreamExt;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
@@ -17,6 +25,23 @@ use tokio::sync::mpsc;
 
 use super::{Inbound, Link};
 use crate::jsonrpc::{Message, code};
+
+/// Reconnections in a row that brought no new event before a stream is given up.
+pub const MAX_RESUMES: u32 = 5;
+/// Reconnection delay when the server names none.
+const DEFAULT_RETRY: Duration = Duration::from_secs(1);
+
+/// How an SSE stream ended.
+#[derive(Debug, Default)]
+struct StreamEnd {
+    /// The answer to the request the stream was opened for went by.
+    answered: bool,
+    /// The last event id seen on it (or on the stream it resumed).
+    last_id: Option<String>,
+    retry: Option<Duration>,
+    /// Whether this stretch of the stream carried any event.
+    progressed: bool,
+}
 
 /// Per-connection HTTP state the handshake fills in.
 #[derive(Debug, Default)]
@@ -152,7 +177,11 @@ impl Client {
             .unwrap_or("")
             .to_ascii_lowercase();
         if content_type.starts_with("text/event-stream") {
-            self.read_sse(resp).await;
+            let answer_of = request_id.as_ref().and_then(Value::as_u64);
+            let end = self.follow(resp, answer_of, StreamEnd::default()).await;
+            if request_id.is_some() && !end.answered {
+                fail(format!("upstream {} closed its stream before answering", self.name));
+            }
         } else {
             match resp.bytes().await {
                 Ok(body) if body.iter().all(u8::is_ascii_whitespace) => {}
@@ -165,25 +194,105 @@ impl Client {
     }
 
     /// The optional GET stream for messages not tied to a request; 405 means "not offered".
+    /// Reopened (resuming from its last event id) whenever the server ends it, until the
+    /// connection goes away.
     async fn listen(&self) {
-        let Ok(resp) = self.request(reqwest::Method::GET).send().await else { return };
-        if resp.status().is_success() {
-            self.read_sse(resp).await;
+        let mut end = StreamEnd::default();
+        let mut failures = 0;
+        while !self.inbound.is_closed() && failures < MAX_RESUMES {
+            let mut req = self.request(reqwest::Method::GET);
+            if let Some(id) = &end.last_id {
+                req = req.header("last-event-id", id);
+            }
+            let Ok(resp) = req.send().await else { return };
+            if !resp.status().is_success() {
+                return;
+            }
+            end = self.read_sse(resp, None, end).await;
+            failures = if end.progressed { 0 } else { failures + 1 };
+            tokio::time::sleep(end.retry.unwrap_or(DEFAULT_RETRY).min(Duration::from_secs(30))).await;
         }
     }
 
-    async fn read_sse(&self, resp: reqwest::Response) {
+    /// Reads a request's stream to its end, resuming it while it ends before the answer.
+    async fn follow(&self, resp: reqwest::Response, answer_of: Option<u64>, start: StreamEnd) -> StreamEnd {
+        let mut end = self.read_sse(resp, answer_of, start).await;
+        let mut stalled = 0;
+        while answer_of.is_some() && !end.answered && end.last_id.is_some() && stalled < MAX_RESUMES {
+            tokio::time::sleep(end.retry.unwrap_or(DEFAULT_RETRY).min(Duration::from_secs(30))).await;
+            let last = end.last_id.clone().unwrap_or_default();
+            let resp = match self.request(reqwest::Method::GET).header("last-event-id", &last).send().await {
+                Ok(r) if r.status().is_success() => r,
+                Ok(r) => {
+                    tracing::warn!(target: "stowage::upstream", upstream = %self.name, "cannot resume stream after event {last}: HTTP {}", r.status());
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(target: "stowage::upstream", upstream = %self.name, "cannot resume stream after event {last}: {}", error_chain(&e));
+                    break;
+                }
+            };
+            end = self.read_sse(resp, answer_of, end).await;
+            stalled = if end.progressed { 0 } else { stalled + 1 };
+        }
+        end
+    }
+
+    async fn read_sse(&self, resp: reqwest::Response, answer_of: Option<u64>, before: StreamEnd) -> StreamEnd {
         let mut parser = SseParser::default();
+        let mut end = StreamEnd { answered: before.answered, last_id: before.last_id, retry: before.retry, progressed: false };
         let mut stream = resp.bytes_stream();
         while let Some(chunk) = stream.next().await {
-            let Ok(chunk) = chunk else { return };
+            let Ok(chunk) = chunk else { break };
             for data in parser.feed(&chunk) {
+                end.progressed = true;
+                if answer_of.is_some_and(|id| answers(&data, id)) {
+                    end.answered = true;
+                }
                 if self.inbound.send(Inbound::Line(data)).is_err() {
-                    return;
+                    return end;
                 }
             }
+            if parser.last_id.is_some() {
+                end.last_id.clone_from(&parser.last_id);
+            }
+            end.retry = parser.retry.or(end.retry);
         }
+        end
     }
+}
+
+/// Whether SSE `data` is the response to our request `id`. The id is looked for near either
+/// end of the message only (servers put it first or last; a 50 MB result is not scanned),
+/// and a message naming a method is a request or notification, not an answer.
+fn answers(data: &[u8], id: u64) -> bool {
+    const EDGE: usize = 96;
+    let head = &data[..data.len().min(EDGE)];
+    let tail = &data[data.len().saturating_sub(EDGE)..];
+    if memfind(head, b"\"method\"") {
+        return false;
+    }
+    let want = id.to_string();
+    [head, tail].iter().any(|part| {
+        let mut rest = *part;
+        while let Some(at) = find(rest, b"\"id\"") {
+            let after = &rest[at + 4..];
+            let value = after.iter().position(|b| !b" \t\r\n:".contains(b)).map(|i| &after[i..]).unwrap_or(&[]);
+            if value.starts_with(want.as_bytes()) && !value.get(want.len()).is_some_and(u8::is_ascii_digit) {
+                return true;
+            }
+            rest = after;
+        }
+        false
+    })
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+fn memfind(hay: &[u8], needle: &[u8]) -> bool {
+    find(hay, needle).is_some()
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
@@ -197,12 +306,18 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-/// Incremental Server-Sent Events parser yielding each event's joined `data:` lines.
+/// Incremental Server-Sent Events parser yielding each event's joined `data:` lines. Events
+/// without data (keep-alives, the priming event) carry no message and yield nothing; their
+/// `id` and `retry` still count.
 #[derive(Debug, Default)]
 pub struct SseParser {
     line: Vec<u8>,
     data: Vec<u8>,
     has_data: bool,
+    /// The last `id:` seen (the id to resume after).
+    pub last_id: Option<String>,
+    /// The last `retry:` hint.
+    pub retry: Option<Duration>,
 }
 
 impl SseParser {
@@ -217,10 +332,11 @@ impl SseParser {
                 self.line.pop();
             }
             if self.line.is_empty() {
-                if self.has_data {
+                if self.has_data && !self.data.iter().all(u8::is_ascii_whitespace) {
                     out.push(std::mem::take(&mut self.data));
-                    self.has_data = false;
                 }
+                self.data.clear();
+                self.has_data = false;
             } else if let Some(rest) = self.line.strip_prefix(b"data:") {
                 let rest = rest.strip_prefix(b" ").unwrap_or(rest);
                 if self.has_data {
@@ -228,6 +344,16 @@ impl SseParser {
                 }
                 self.data.extend_from_slice(rest);
                 self.has_data = true;
+            } else if let Some(rest) = self.line.strip_prefix(b"id:") {
+                let id = String::from_utf8_lossy(rest.strip_prefix(b" ").unwrap_or(rest)).into_owned();
+                // An id containing NUL is ignored, as the SSE standard says.
+                if !id.contains('\0') {
+                    self.last_id = Some(id);
+                }
+            } else if let Some(rest) = self.line.strip_prefix(b"retry:") {
+                if let Ok(ms) = std::str::from_utf8(rest).unwrap_or("").trim().parse::<u64>() {
+                    self.retry = Some(Duration::from_millis(ms));
+                }
             }
             self.line.clear();
         }
@@ -237,7 +363,8 @@ impl SseParser {
 
 #[cfg(test)]
 mod tests {
-    use super::SseParser;
+    use super::{SseParser, answers};
+    use std::time::Duration;
 
     #[test]
     fn sse_events_split_across_chunks() {
@@ -245,5 +372,25 @@ mod tests {
         let mut got = p.feed(b"event: message\r\nid: 1\r\ndata: {\"a\":");
         got.extend(p.feed(b"1}\r\n\r\n: keepalive\n\ndata: x\ndata: y\n\n"));
         assert_eq!(got, vec![b"{\"a\":1}".to_vec(), b"x\ny".to_vec()]);
+        assert_eq!(p.last_id.as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn the_priming_event_yields_no_message_but_its_id_and_retry_count() {
+        let mut p = SseParser::default();
+        assert!(p.feed(b"id: 7-0\nretry: 2500\ndata: \n\n").is_empty());
+        assert_eq!(p.last_id.as_deref(), Some("7-0"));
+        assert_eq!(p.retry, Some(Duration::from_millis(2500)));
+    }
+
+    #[test]
+    fn answers_are_recognised_by_id_at_either_end() {
+        assert!(answers(br#"{"jsonrpc":"2.0","id":12,"result":{}}"#, 12));
+        assert!(answers(br#"{"result":{"content":[]},"jsonrpc":"2.0","id": 12}"#, 12));
+        assert!(!answers(br#"{"jsonrpc":"2.0","id":123,"result":{}}"#, 12));
+        // A request from the server with a colliding id is not our answer.
+        assert!(!answers(br#"{"jsonrpc":"2.0","id":12,"method":"sampling/createMessage"}"#, 12));
+        let big = format!(r#"{{"result":{{"x":"{}"}},"jsonrpc":"2.0","id":5}}"#, "a".repeat(10_000));
+        assert!(answers(big.as_bytes(), 5));
     }
 }
