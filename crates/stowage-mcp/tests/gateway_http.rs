@@ -12,8 +12,11 @@ use serde_json::{Value, json};
 use stowage_mcp::Gateway;
 
 async fn start(log: Option<&std::path::Path>) -> (Arc<Gateway>, String) {
+    start_with(log, fast_config()).await
+}
+
+async fn start_with(log: Option<&std::path::Path>, config: stowage_mcp::config::GatewayConfig) -> (Arc<Gateway>, String) {
     stowage_mcp::metrics::install();
-    let config = fast_config();
     let rw = rewriter(Arc::new(MemSink::default()), &config);
     let gw = Gateway::start(config, vec![fixture_spec("fx", log, Duration::from_secs(20))], rw, None);
     assert_eq!(gw.wait_ready(Duration::from_secs(20)).await, 1);
@@ -175,7 +178,8 @@ fn sse_request(url: &str, sid: &str) -> reqwest::RequestBuilder {
 
 #[tokio::test]
 async fn a_dropped_stream_resumes_with_last_event_id_and_loses_nothing() {
-    let (gw, url) = start(None).await;
+    // A window wide enough that a loaded machine cannot miss it.
+    let (gw, url) = start_with(None, stowage_mcp::config::GatewayConfig { resume_window_ms: 5_000, ..fast_config() }).await;
     let sid = initialize(&url).await;
     let resp = reqwest::Client::new()
         .post(&url)
@@ -193,7 +197,7 @@ async fn a_dropped_stream_resumes_with_last_event_id_and_loses_nothing() {
     assert!(first.iter().all(|(id, _)| id.is_some()), "{first:?}");
     let last_id = first.last().unwrap().0.clone().unwrap();
     drop(body); // the connection drops mid-call
-    tokio::time::sleep(Duration::from_millis(150)).await; // within the 300 ms resume window
+    tokio::time::sleep(Duration::from_millis(150)).await; // well within the resume window
     let resp = sse_request(&url, &sid).header("last-event-id", &last_id).send().await.unwrap();
     assert_eq!(resp.status().as_u16(), 200);
     let rest = read_events(&mut resp.bytes_stream(), |d| d.contains("\"result\"")).await;
@@ -232,13 +236,7 @@ async fn the_standalone_stream_can_be_reopened() {
 
 #[tokio::test]
 async fn idle_sessions_expire() {
-    stowage_mcp::metrics::install();
-    let config = stowage_mcp::config::GatewayConfig { session_idle_timeout_secs: 1, ..fast_config() };
-    let rw = rewriter(Arc::new(MemSink::default()), &config);
-    let gw = Gateway::start(config, vec![fixture_spec("fx", None, Duration::from_secs(20))], rw, None);
-    assert_eq!(gw.wait_ready(Duration::from_secs(20)).await, 1);
-    let addr = stowage_mcp::run::spawn_http(gw.clone(), "127.0.0.1:0").await.unwrap();
-    let url = format!("http://{addr}/mcp");
+    let (gw, url) = start_with(None, stowage_mcp::config::GatewayConfig { session_idle_timeout_secs: 1, ..fast_config() }).await;
     let sid = initialize(&url).await;
     assert_eq!(post(&url, Some(&sid), BOTH, rpc(2, "ping", json!({}))).await.0, 200);
     // Asking would keep it alive, so wait past the timeout (and a sweep) first.
