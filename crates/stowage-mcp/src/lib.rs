@@ -34,10 +34,11 @@ pub mod rewrite;
 pub mod router;
 pub mod routes;
 pub mod run;
-pub mod samples;
 pub mod server_kit;
 pub mod session;
 pub mod upstream;
 
 pub use config::{GatewayConfig, ServerConfig, UpstreamSpec};
+/// Sample files (PDF, PNG, WAV) made in code, shared with the demo server.
+pub use stowage_demo::samples;
 pub use gateway::Gateway;
