@@ -354,12 +354,20 @@ impl Gateway {
                 };
                 match method.as_str() {
                     "resources/subscribe" => {
-                        session.subscriptions.lock().unwrap().insert(uri);
+                        session.subscriptions.lock().unwrap().insert(uri.clone());
                     }
                     "resources/unsubscribe" => {
                         session.subscriptions.lock().unwrap().remove(&uri);
                     }
                     _ => {}
+                }
+                if method != "resources/read" && self.upstreams[u].is_stateless() {
+                    // A stateless upstream hears about subscriptions through its listen stream.
+                    let on = method == "resources/subscribe";
+                    if on || !self.uri_wanted(&uri) {
+                        self.upstreams[u].set_resource_subscription(&uri, on);
+                    }
+                    return ok(json!({}));
                 }
                 self.forward(session, u, &method, params, outbox).await
             }
@@ -503,6 +511,10 @@ impl Gateway {
     async fn upstream_subscription(&self, uri: &str, method: &str) {
         let Some(i) = self.catalog().resource_upstream(uri, self.upstreams.len()) else { return };
         let u = &self.upstreams[i];
+        if u.is_stateless() {
+            u.set_resource_subscription(uri, method == "resources/subscribe");
+            return;
+        }
         let timeout = u.spec.request_timeout.min(Duration::from_secs(30));
         if let Err(e) = u.request(method, Some(&json!({"uri": uri})), timeout).await {
             tracing::warn!(target: "stowage::upstream", upstream = %u.name(), "{method} {uri}: {e}");
@@ -520,7 +532,16 @@ impl Gateway {
     /// they asked for it.
     fn publish(&self, msg: &Message) {
         let method = msg.method.as_deref().unwrap_or_default();
-        let params = msg.params_value();
+        let mut params = msg.params_value();
+        // An upstream's own subscription id means nothing to our clients.
+        if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
+            meta.remove(SUBSCRIPTION_ID);
+            if meta.is_empty() {
+                params.as_object_mut().map(|p| p.remove("_meta"));
+            }
+        }
+        let clean = Message::notification(method, (!params.is_null()).then_some(&params));
+        let msg = &clean;
         let uri = params.get("uri").and_then(Value::as_str);
         for s in self.live_sessions() {
             let modern = is_modern_session(&s);
@@ -719,6 +740,8 @@ impl Gateway {
                     self.publish(&Message::notification(&method, None));
                 }
                 "notifications/resources/updated" => self.publish(&msg),
+                // Our own listen stream to a stateless upstream opening: nothing for clients.
+                "notifications/subscriptions/acknowledged" => {}
                 _ => {
                     // Logging and anything else: to the client whose call is running there, else
                     // to every session's general stream.

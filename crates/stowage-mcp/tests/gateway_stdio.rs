@@ -203,6 +203,42 @@ async fn a_stateless_upstreams_input_required_becomes_a_request_to_an_older_clie
     assert!(r["result"].get("resultType").is_none_or(|t| t == "complete"), "{r}");
 }
 
+/// A 2026-07-28-only upstream announces changes only on `subscriptions/listen` streams. The
+/// gateway keeps one open to it, so an older client still hears about tool list changes and
+/// about the resources it subscribed to; unsubscribing stops the updates.
+#[tokio::test]
+async fn a_stateless_upstreams_changes_reach_an_older_client() {
+    let mut spec = fixture_spec("fx", None, T);
+    if let TransportSpec::Stdio { env, .. } = &mut spec.transport {
+        env.insert("STOWAGE_FIXTURE_STATELESS".into(), "1".into());
+    }
+    let c = Client::start(vec![spec], Arc::new(MemSink::default()), fast_config(), None).await;
+    let seen = |method: &'static str| {
+        let notes = c.notifications.clone();
+        move || notes.lock().unwrap().iter().filter(|n| n["method"] == method).count()
+    };
+    let r = c.call("touch", json!({})).await;
+    assert_eq!(r["result"]["content"][0]["text"], "told 1 listener(s)", "{r}");
+    let tools_changed = seen("notifications/tools/list_changed");
+    assert!(eventually(5, || tools_changed() >= 1).await, "no tools/list_changed reached the client");
+
+    let sub = c.request("resources/subscribe", json!({"uri": "fx://report"})).await;
+    assert!(sub.get("result").is_some(), "{sub}");
+    let updated = seen("notifications/resources/updated");
+    // The subscription reopens the upstream's listen stream; retry until it is in place.
+    for _ in 0..100 {
+        if updated() >= 1 {
+            break;
+        }
+        c.call("update", json!({"uri": "fx://report"})).await;
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(updated() >= 1, "no resources/updated reached the client");
+    let note = c.notifications.lock().unwrap().iter().find(|n| n["method"] == "notifications/resources/updated").cloned().unwrap();
+    assert_eq!(note["params"]["uri"], "fx://report");
+    assert!(note["params"].get("_meta").is_none(), "the upstream's subscription id leaked: {note}");
+}
+
 #[tokio::test]
 async fn several_upstreams_are_namespaced_and_routed() {
     let demo = UpstreamSpec { name: "demo".into(), transport: TransportSpec::Demo, request_timeout: T };

@@ -14,7 +14,9 @@
 //! | `sample` | asks the client for sampling/createMessage: upstream-initiated requests |
 //!
 //! `STOWAGE_FIXTURE_STATELESS=1` makes it a 2026-07-28-only server: it refuses `initialize`,
-//! answers `server/discover`, and `sample` asks for input by returning `input_required`.
+//! answers `server/discover`, `sample` asks for input by returning `input_required`, and
+//! change notifications go only to `subscriptions/listen` streams: `touch` announces a tool
+//! list change, `update` (`uri`) a resource update.
 //!
 //! `STOWAGE_FIXTURE_LOG=FILE` appends every received method (and cancellations) to FILE, so
 //! tests can see what reached the upstream.
@@ -34,6 +36,22 @@ use stowage_mcp::server_kit::{Handler, Peer, serve, text_result};
 struct Fixture {
     log: Option<std::sync::Mutex<std::fs::File>>,
     stateless: bool,
+    /// Open listen streams: (request id, requested filter).
+    listeners: std::sync::Mutex<Vec<(Value, Value)>>,
+}
+
+impl Fixture {
+    /// Sends `method` on every listen stream whose filter `wants` it.
+    fn announce(&self, peer: &Peer, method: &str, mut params: Value, wants: impl Fn(&Value) -> bool) -> usize {
+        let listeners = self.listeners.lock().unwrap();
+        let mut n = 0;
+        for (id, _) in listeners.iter().filter(|(_, f)| wants(f)) {
+            params["_meta"] = json!({"io.modelcontextprotocol/subscriptionId": id});
+            peer.notify(method, params.clone());
+            n += 1;
+        }
+        n
+    }
 }
 
 impl Fixture {
@@ -51,6 +69,12 @@ fn tool(name: &str, props: Value) -> Value {
 #[async_trait]
 impl Handler for Fixture {
     fn server_info(&self) -> Value {
+        if self.stateless {
+            return json!({
+                "capabilities": {"tools": {"listChanged": true}, "resources": {"subscribe": true}},
+                "serverInfo": {"name": "stowage-fixture-stateless", "version": "1"},
+            });
+        }
         json!({
             "capabilities": {"tools": {"listChanged": true}, "logging": {}},
             "serverInfo": {"name": "stowage-fixture", "version": "1"},
@@ -63,7 +87,9 @@ impl Handler for Fixture {
 
     fn on_notification(&self, method: &str, params: &Value) {
         if method == "notifications/cancelled" {
-            self.log(&format!("{method} {}", params.get("requestId").unwrap_or(&Value::Null)));
+            let id = params.get("requestId").cloned().unwrap_or(Value::Null);
+            self.log(&format!("{method} {id}"));
+            self.listeners.lock().unwrap().retain(|(l, _)| *l != id);
         }
     }
 
@@ -72,6 +98,11 @@ impl Handler for Fixture {
         self.log(&format!("{method} {name}"));
         let args = params.get("arguments").cloned().unwrap_or(json!({}));
         let r = match method {
+            "tools/list" if self.stateless => json!({"tools": [
+                tool("sample", json!({})),
+                tool("touch", json!({})),
+                tool("update", json!({"uri": {"type": "string"}})),
+            ]}),
             "tools/list" => json!({"tools": [
                 tool("echo", json!({"message": {"type": "string"}})),
                 tool("get_view_pdf", json!({"bytes": {"type": "integer"}})),
@@ -122,6 +153,16 @@ impl Handler for Fixture {
                     peer.send_raw(format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","#).into_bytes());
                     return Ok(None);
                 }
+                "touch" if self.stateless => {
+                    let n = self.announce(peer, "notifications/tools/list_changed", json!({}), |f| f["toolsListChanged"] == true);
+                    text_result(format!("told {n} listener(s)"))
+                }
+                "update" if self.stateless => {
+                    let uri = args.get("uri").and_then(Value::as_str).unwrap_or("").to_owned();
+                    let wants = |f: &Value| f["resourceSubscriptions"].as_array().is_some_and(|u| u.iter().any(|x| x == uri.as_str()));
+                    let n = self.announce(peer, "notifications/resources/updated", json!({"uri": uri}), wants);
+                    text_result(format!("told {n} listener(s)"))
+                }
                 "sample" if self.stateless => {
                     let req = json!({"messages": [{"role": "user", "content": {"type": "text", "text": "say hi"}}], "maxTokens": 10});
                     match params.pointer("/inputResponses/ask-1/content/text").and_then(Value::as_str) {
@@ -144,6 +185,15 @@ impl Handler for Fixture {
                 other => return Err((code::INVALID_PARAMS, format!("unknown tool: {other}"))),
             },
             "logging/setLevel" => json!({}),
+            "resources/list" => json!({"resources": []}),
+            "resources/templates/list" => json!({"resourceTemplates": []}),
+            "subscriptions/listen" if self.stateless => {
+                let filter = params.get("notifications").cloned().unwrap_or(json!({}));
+                let meta = json!({"io.modelcontextprotocol/subscriptionId": id});
+                peer.notify("notifications/subscriptions/acknowledged", json!({"notifications": filter, "_meta": meta}));
+                self.listeners.lock().unwrap().push((id.clone(), filter));
+                return Ok(None); // the stream stays open
+            }
             _ => return Err((code::METHOD_NOT_FOUND, format!("method not found: {method}"))),
         };
         Ok(Some(r))
@@ -156,7 +206,7 @@ async fn main() {
         .and_then(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).ok())
         .map(std::sync::Mutex::new);
     let stateless = std::env::var("STOWAGE_FIXTURE_STATELESS").is_ok_and(|v| v == "1");
-    let fixture = Arc::new(Fixture { log, stateless });
+    let fixture = Arc::new(Fixture { log, stateless, listeners: Default::default() });
     fixture.log(&format!("started pid {}", std::process::id()));
     eprintln!("stowage-fixture: serving on stdio");
     serve(tokio::io::stdin(), tokio::io::stdout(), fixture).await;

@@ -225,6 +225,14 @@ pub struct Upstream {
     info: Mutex<Option<Value>>,
     last_error: Arc<Mutex<String>>,
     env: UpstreamEnv,
+    /// For a stateless upstream: the resources to hear about and the running listen request.
+    listen: Mutex<ListenState>,
+}
+
+#[derive(Default)]
+struct ListenState {
+    uris: std::collections::BTreeSet<String>,
+    task: Option<tokio::task::AbortHandle>,
 }
 
 /// What every upstream of one gateway shares.
@@ -260,7 +268,58 @@ impl Upstream {
             info: Mutex::new(None),
             last_error: Arc::new(Mutex::new("not connected yet".into())),
             env,
+            listen: Mutex::new(ListenState::default()),
         })
+    }
+
+    /// Whether the live connection speaks only the stateless revision.
+    pub fn is_stateless(&self) -> bool {
+        self.current().is_some_and(|c| c.is_stateless())
+    }
+
+    /// Adds or drops `uri` from what a stateless upstream's listen stream asks for, and
+    /// reopens the stream (2026-07-28 has no `resources/subscribe`).
+    pub fn set_resource_subscription(&self, uri: &str, on: bool) {
+        let changed = {
+            let mut l = self.listen.lock().unwrap();
+            if on { l.uris.insert(uri.to_owned()) } else { l.uris.remove(uri) }
+        };
+        if changed && let Some(conn) = self.current().filter(|c| c.is_stateless()) {
+            self.start_listen(&conn);
+        }
+    }
+
+    /// (Re)opens the `subscriptions/listen` request through which a stateless upstream sends
+    /// list changes and resource updates; they reach the gateway like any notification. The
+    /// previous request is dropped, which cancels it upstream.
+    fn start_listen(&self, conn: &Arc<Conn>) {
+        let caps = self.info().and_then(|i| i.get("capabilities").cloned()).unwrap_or(Value::Null);
+        let flag = |p: &str| caps.pointer(p).and_then(Value::as_bool) == Some(true);
+        let mut l = self.listen.lock().unwrap();
+        let mut filter = serde_json::Map::new();
+        for (key, ptr) in [("toolsListChanged", "/tools/listChanged"), ("promptsListChanged", "/prompts/listChanged"), ("resourcesListChanged", "/resources/listChanged")] {
+            if flag(ptr) {
+                filter.insert(key.into(), json!(true));
+            }
+        }
+        if flag("/resources/subscribe") && !l.uris.is_empty() {
+            filter.insert("resourceSubscriptions".into(), json!(l.uris.iter().collect::<Vec<_>>()));
+        }
+        if let Some(old) = l.task.take() {
+            old.abort();
+        }
+        if filter.is_empty() {
+            return;
+        }
+        let out = conn.start("subscriptions/listen", Some(crate::jsonrpc::to_raw(&json!({"notifications": filter}))));
+        let name = self.spec.name.clone();
+        let task = tokio::spawn(async move {
+            // Open for as long as the server keeps it; its end (or an error) is only logged.
+            if let Err(e) = out.wait(Duration::from_secs(365 * 24 * 3600)).await {
+                tracing::debug!(target: "stowage::upstream", upstream = %name, "listen stream ended: {e}");
+            }
+        });
+        l.task = Some(task.abort_handle());
     }
 
     pub fn name(&self) -> &str {
@@ -413,6 +472,9 @@ impl Upstream {
             info
         };
         *self.info.lock().unwrap() = Some(info);
+        if conn.is_stateless() {
+            self.start_listen(&conn);
+        }
         Ok(conn)
     }
 
