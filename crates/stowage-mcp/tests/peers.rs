@@ -169,14 +169,64 @@ async fn python_client_listens_for_resource_updates_through_gateway() {
 async fn python_client_answers_sampling_and_elicitation_as_input_required() {
     let (Some(everything), Some(python)) = (require(EVERYTHING), require(PYTHON)) else { return };
     let (gw, url) = gateway(stdio_everything(&everything)).await;
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/input_required_everything.py");
-    let out = tokio::task::spawn_blocking(move || Command::new(python).arg(script).arg(url).output().unwrap()).await.unwrap();
+    check_input_required(run_python(&python, "input_required_everything.py", vec![url]).await);
+    gw.shutdown();
+}
+
+/// The same over stdio on both sides: the Python client spawns `stowage serve --stdio`, which
+/// wraps server-everything; then the plain default/legacy drive as well.
+#[tokio::test]
+async fn python_client_spawns_stowage_serve_stdio() {
+    let (Some(everything), Some(python), Some(stowage)) = (require(EVERYTHING), require(PYTHON), stowage_bin()) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let serve = vec![
+        "--stdio".to_owned(),
+        "--".to_owned(),
+        stowage.display().to_string(),
+        "serve".to_owned(),
+        "--stdio".to_owned(),
+        "--store".to_owned(),
+        dir.path().display().to_string(),
+        "--".to_owned(),
+        "node".to_owned(),
+        everything.display().to_string(),
+        "stdio".to_owned(),
+    ];
+    check_input_required(run_python(&python, "input_required_everything.py", serve.clone()).await);
+    for mode in ["auto", "legacy"] {
+        let mut args = serve.clone();
+        args.insert(1, mode.to_owned());
+        let o = run_python(&python, "drive_everything.py", args).await;
+        check_observations(&o);
+        let want = if mode == "auto" { "2026-07-28" } else { "2025-11-25" };
+        assert_eq!(o["protocol_version"], want, "mode {mode}");
+    }
+}
+
+/// `target/debug/stowage`, built by the test script before the tests run.
+fn stowage_bin() -> Option<PathBuf> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/debug/stowage");
+    if p.exists() {
+        return Some(p);
+    }
+    assert!(std::env::var_os("CI").is_none(), "{} is not built", p.display());
+    eprintln!("\n!!!!!!!! SKIPPED: {} is not built; run `cargo build -p stowage` first !!!!!!!!\n", p.display());
+    None
+}
+
+/// Runs a driver script from tests/peers and parses the one JSON object it prints.
+async fn run_python(python: &std::path::Path, script: &str, args: Vec<String>) -> Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers").join(script);
+    let python = python.to_owned();
+    let out = tokio::task::spawn_blocking(move || Command::new(python).arg(script).args(args).output().unwrap()).await.unwrap();
     assert!(out.status.success(), "python client failed:\n{}", String::from_utf8_lossy(&out.stderr));
-    let o: Value = serde_json::from_slice(&out.stdout).unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn check_input_required(o: Value) {
     assert_eq!(o["protocol_version"], "2026-07-28");
     assert!(o["asked"]["sampling"].as_str().unwrap().contains("say hi"), "{o}");
     assert!(o["sampling_result"].as_str().unwrap().contains("stowage-sampled-reply"), "{o}");
     assert!(o["asked"]["elicitation"].as_str().is_some(), "{o}");
     assert!(o["elicitation_result"].as_str().unwrap().contains("Ada Lovelace"), "{o}");
-    gw.shutdown();
 }

@@ -3,13 +3,14 @@ official Python MCP client speaking 2026-07-28, where a server asks for input by
 `input_required` rather than by sending requests. Prints one JSON object for the Rust test.
 
 Usage: input_required_everything.py URL
+       input_required_everything.py --stdio -- CMD ARGS...
 """
 import asyncio
 import json
 import sys
 
 import mcp_types as types
-from mcp import Client
+from mcp import Client, StdioServerParameters
 
 asked = {}
 
@@ -35,7 +36,13 @@ def text(result):
 
 async def main():
     out = {}
-    async with Client(sys.argv[1], sampling_callback=sampling, elicitation_callback=elicitation) as c:
+    args = sys.argv[1:]
+    if args[0] == "--stdio":
+        cmd = args[args.index("--") + 1 :]
+        target = StdioServerParameters(command=cmd[0], args=cmd[1:])
+    else:
+        target = args[0]
+    async with Client(target, sampling_callback=sampling, elicitation_callback=elicitation) as c:
         out["protocol_version"] = c.protocol_version
         out["sampling_result"] = text(await c.call_tool("trigger-sampling-request", {"prompt": "say hi"}))
         out["elicitation_result"] = text(await c.call_tool("trigger-elicitation-request", {}))
