@@ -273,8 +273,7 @@ async fn a_server_with_its_own_transform_config_keeps_its_images_inline() {
     let sink = Arc::new(MemSink::default());
     let config = fast_config();
     let mut rw = common::rewriter(sink.clone(), &config);
-    let mut raw = stowage_transform::TransformConfig::default();
-    raw.inline_binary_max_bytes = 1 << 20;
+    let raw = stowage_transform::TransformConfig { inline_binary_max_bytes: 1 << 20, ..Default::default() };
     let p = stowage_transform::Pipeline::new(raw, sink.clone());
     rw.per_upstream.insert("raw".into(), Arc::new(stowage_mcp::pipeline::PipelineOffloader::new(Arc::new(p))));
     let specs = vec![fixture_spec("fx", None, T), fixture_spec("raw", None, T)];

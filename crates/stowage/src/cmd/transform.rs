@@ -66,9 +66,7 @@ pub async fn run(args: TransformArgs, mut config: TransformConfig, sink: Arc<dyn
         }
         None => None,
     };
-    let mut scope = ArtifactScope::default();
-    scope.session_id = args.session.clone();
-    scope.trace_id = args.trace.clone();
+    let scope = ArtifactScope { session_id: args.session.clone(), trace_id: args.trace.clone(), ..Default::default() };
     let mut input = TransformInput::new(&args.tool, &scope);
     input.output_schema = schema.as_ref();
 
