@@ -16,9 +16,14 @@ async fn start(log: Option<&std::path::Path>) -> (Arc<Gateway>, String) {
 }
 
 async fn start_with(log: Option<&std::path::Path>, config: stowage_mcp::config::GatewayConfig) -> (Arc<Gateway>, String) {
+    start_in_front_of(fixture_spec("fx", log, Duration::from_secs(20)), config).await
+}
+
+/// A gateway over HTTP in front of one upstream, ready; returns it and its `/mcp` URL.
+async fn start_in_front_of(spec: stowage_mcp::config::UpstreamSpec, config: stowage_mcp::config::GatewayConfig) -> (Arc<Gateway>, String) {
     stowage_mcp::metrics::install();
     let rw = rewriter(Arc::new(MemSink::default()), &config);
-    let gw = Gateway::start(config, vec![fixture_spec("fx", log, Duration::from_secs(20))], rw, None);
+    let gw = Gateway::start(config, vec![spec], rw, None);
     assert_eq!(gw.wait_ready(Duration::from_secs(20)).await, 1);
     let addr = stowage_mcp::run::spawn_http(gw.clone(), "127.0.0.1:0").await.unwrap();
     (gw, format!("http://{addr}/mcp"))
@@ -51,6 +56,12 @@ async fn post(url: &str, sid: Option<&str>, accept: &str, body: String) -> (u16,
 }
 
 const BOTH: &str = "application/json, text/event-stream";
+
+/// POSTs `body` in session `sid` and returns the response unread, to stream it.
+async fn post_streaming(url: &str, sid: &str, body: String) -> reqwest::Response {
+    let req = reqwest::Client::new().post(url).header("content-type", "application/json").header("accept", BOTH);
+    req.header("mcp-session-id", sid).body(body).send().await.unwrap()
+}
 
 async fn initialize(url: &str) -> String {
     let init = rpc(1, "initialize", json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}));
@@ -127,15 +138,7 @@ async fn a_client_that_hangs_up_cancels_the_upstream_call() {
     let log = dir.path().join("fx.log");
     let (gw, url) = start(Some(&log)).await;
     let sid = initialize(&url).await;
-    let resp = reqwest::Client::new()
-        .post(&url)
-        .header("content-type", "application/json")
-        .header("accept", BOTH)
-        .header("mcp-session-id", &sid)
-        .body(rpc(2, "tools/call", json!({"name": "hang", "arguments": {}})))
-        .send()
-        .await
-        .unwrap();
+    let resp = post_streaming(&url, &sid, rpc(2, "tools/call", json!({"name": "hang", "arguments": {}}))).await;
     assert_eq!(resp.status().as_u16(), 200);
     let mut body = resp.bytes_stream();
     assert!(eventually(5, || read_log(&log).contains("tools/call hang")).await);
@@ -181,15 +184,7 @@ async fn a_dropped_stream_resumes_with_last_event_id_and_loses_nothing() {
     // A window wide enough that a loaded machine cannot miss it.
     let (gw, url) = start_with(None, stowage_mcp::config::GatewayConfig { resume_window_ms: 5_000, ..fast_config() }).await;
     let sid = initialize(&url).await;
-    let resp = reqwest::Client::new()
-        .post(&url)
-        .header("content-type", "application/json")
-        .header("accept", BOTH)
-        .header("mcp-session-id", &sid)
-        .body(rpc(7, "tools/call", json!({"name": "slow", "arguments": {"ms": 1000}, "_meta": {"progressToken": "p"}})))
-        .send()
-        .await
-        .unwrap();
+    let resp = post_streaming(&url, &sid, rpc(7, "tools/call", json!({"name": "slow", "arguments": {"ms": 1000}, "_meta": {"progressToken": "p"}}))).await;
     let mut body = resp.bytes_stream();
     // The priming event comes first: an id, a retry hint and no data.
     let first = read_events(&mut body, |d| d.contains("progress")).await;
@@ -250,17 +245,11 @@ async fn idle_sessions_expire() {
 /// A made-up `requestState` is refused.
 #[tokio::test]
 async fn input_required_round_trip_for_a_stateless_client() {
-    stowage_mcp::metrics::install();
-    let config = fast_config();
-    let rw = rewriter(Arc::new(MemSink::default()), &config);
     let mut spec = fixture_spec("fx", None, Duration::from_secs(20));
     if let stowage_mcp::config::TransportSpec::Stdio { env, .. } = &mut spec.transport {
         env.insert("STOWAGE_FIXTURE_STATELESS".into(), "1".into());
     }
-    let gw = Gateway::start(config, vec![spec], rw, None);
-    assert_eq!(gw.wait_ready(Duration::from_secs(20)).await, 1);
-    let addr = stowage_mcp::run::spawn_http(gw.clone(), "127.0.0.1:0").await.unwrap();
-    let url = format!("http://{addr}/mcp");
+    let (gw, url) = start_in_front_of(spec, fast_config()).await;
     let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {"sampling": {}}});
     let (_, _, msgs) = post(&url, None, BOTH, rpc(1, "tools/call", json!({"name": "sample", "arguments": {}, "_meta": meta}))).await;
     let r = &msgs.last().unwrap()["result"];
@@ -322,24 +311,18 @@ async fn polling_upstream(ids: bool) -> String {
     format!("http://{addr}/mcp")
 }
 
-async fn gateway_in_front_of(url: String) -> Arc<Gateway> {
-    let config = fast_config();
-    let rw = rewriter(Arc::new(MemSink::default()), &config);
+async fn gateway_in_front_of(url: String) -> (Arc<Gateway>, String) {
     let spec = stowage_mcp::config::UpstreamSpec {
         name: "poller".into(),
         transport: stowage_mcp::config::TransportSpec::Http { url, headers: Default::default() },
         request_timeout: Duration::from_secs(60),
     };
-    let gw = Gateway::start(config, vec![spec], rw, None);
-    assert_eq!(gw.wait_ready(Duration::from_secs(20)).await, 1);
-    gw
+    start_in_front_of(spec, fast_config()).await
 }
 
 #[tokio::test]
 async fn an_upstream_that_closes_its_stream_mid_call_is_resumed() {
-    let gw = gateway_in_front_of(polling_upstream(true).await).await;
-    let addr = stowage_mcp::run::spawn_http(gw.clone(), "127.0.0.1:0").await.unwrap();
-    let url = format!("http://{addr}/mcp");
+    let (gw, url) = gateway_in_front_of(polling_upstream(true).await).await;
     let sid = initialize(&url).await;
     let (_, _, msgs) = post(&url, Some(&sid), BOTH, rpc(2, "tools/call", json!({"name": "poll", "arguments": {}}))).await;
     assert_eq!(msgs.last().unwrap()["result"]["content"][0]["text"], "answered after resuming", "{msgs:?}");
@@ -348,9 +331,7 @@ async fn an_upstream_that_closes_its_stream_mid_call_is_resumed() {
 
 #[tokio::test]
 async fn an_upstream_stream_that_ends_unanswered_and_unresumable_fails_at_once() {
-    let gw = gateway_in_front_of(polling_upstream(false).await).await;
-    let addr = stowage_mcp::run::spawn_http(gw.clone(), "127.0.0.1:0").await.unwrap();
-    let url = format!("http://{addr}/mcp");
+    let (gw, url) = gateway_in_front_of(polling_upstream(false).await).await;
     let sid = initialize(&url).await;
     let started = std::time::Instant::now();
     let (_, _, msgs) = post(&url, Some(&sid), BOTH, rpc(2, "tools/call", json!({"name": "poll", "arguments": {}}))).await;
