@@ -264,6 +264,7 @@ impl Gateway {
         match exchange.step().await {
             Step::Done(out) => out,
             Step::NeedsInput(result, state, ex) => {
+                metrics::counter!("stowage_input_required_total").increment(1);
                 self.exchanges.park(state, ex, self.config.request_timeout());
                 Ok(Message::response(Value::Null, &result))
             }

@@ -2,7 +2,10 @@
 //!
 //! Names: `stowage_tool_calls_total{upstream,outcome}`, `stowage_tool_call_seconds{upstream}`,
 //! `stowage_tool_bytes_in_total`, `stowage_tool_bytes_out_total`, `stowage_artifacts_total`
-//! (all by upstream), `stowage_upstream_restarts_total{upstream}`, `stowage_sessions`.
+//! (all by upstream), `stowage_upstream_restarts_total{upstream}`, `stowage_sessions`,
+//! `stowage_stream_resumes_total` (SSE streams resumed with `Last-Event-ID`),
+//! `stowage_sessions_expired_total` (HTTP sessions ended for idleness) and
+//! `stowage_input_required_total` (input requests turned into `input_required` results).
 
 use std::sync::OnceLock;
 

@@ -206,6 +206,8 @@ async fn a_dropped_stream_resumes_with_last_event_id_and_loses_nothing() {
     let bad = sse_request(&url, &sid).header("last-event-id", "99-1").send().await.unwrap();
     assert_eq!(bad.status().as_u16(), 400);
     assert!(bad.text().await.unwrap().contains("re-send the request"));
+    let metrics = reqwest::get(url.replace("/mcp", "/metrics")).await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("stowage_stream_resumes_total"), "{metrics}");
     gw.shutdown();
 }
 

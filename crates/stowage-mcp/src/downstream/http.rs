@@ -334,6 +334,7 @@ async fn sweep(sessions: Weak<Mutex<HashMap<String, Arc<HttpSession>>>>, idle: D
                 .collect();
             ids.iter().filter_map(|id| map.remove(id)).collect()
         };
+        metrics::counter!("stowage_sessions_expired_total").increment(expired.len() as u64);
         for hs in expired {
             tracing::debug!(target: "stowage::http", session = %hs.session.id, "session expired after {idle:?} idle");
             hs.end();
@@ -361,7 +362,10 @@ async fn get_mcp(State(st): State<AppState>, identity: Option<Extension<Identity
     hs.touch();
     if let Some(last) = headers.get(LAST_EVENT_ID).and_then(|v| v.to_str().ok()) {
         return match hs.hub.resume(last) {
-            Ok((number, attached)) => sse_response(Some(number), attached, st.retry),
+            Ok((number, attached)) => {
+                metrics::counter!("stowage_stream_resumes_total").increment(1);
+                sse_response(Some(number), attached, st.retry)
+            }
             Err(e) => json_rpc_error(StatusCode::BAD_REQUEST, code::INVALID_REQUEST, &e.to_string()),
         };
     }

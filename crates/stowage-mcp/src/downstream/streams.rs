@@ -213,7 +213,9 @@ fn push(state: &Mutex<StreamState>, data: Bytes, max_bytes: usize) {
     }
     s.buffered_bytes += data.len();
     s.buffer.push_back((seq, data));
-    while s.buffered_bytes > max_bytes && s.buffer.len() > 1 {
+    // Strict: a frame bigger than the whole budget is not kept either (resuming after it is
+    // refused as evicted), so a session never pins more than its budget per stream.
+    while s.buffered_bytes > max_bytes {
         let (q, d) = s.buffer.pop_front().expect("non-empty");
         s.buffered_bytes -= d.len();
         s.dropped_through = q;
