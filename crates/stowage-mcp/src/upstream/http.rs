@@ -383,6 +383,46 @@ mod tests {
         assert_eq!(p.retry, Some(Duration::from_millis(2500)));
     }
 
+    proptest::proptest! {
+        /// However the network splits a stream into chunks, the same messages, id and retry
+        /// come out as when it arrives whole.
+        #[test]
+        fn chunking_never_changes_what_is_parsed(
+            events in proptest::collection::vec(("[a-z0-9-]{0,6}", "[ -~]{0,40}", proptest::option::of(0u64..10_000)), 0..8),
+            cuts in proptest::collection::vec(0usize..400, 0..12),
+            crlf: bool,
+        ) {
+            let nl = if crlf { "\r\n" } else { "\n" };
+            let mut wire = String::new();
+            for (id, data, retry) in &events {
+                if !id.is_empty() {
+                    wire.push_str(&format!("id: {id}{nl}"));
+                }
+                if let Some(r) = retry {
+                    wire.push_str(&format!("retry: {r}{nl}"));
+                }
+                wire.push_str(&format!("data: {data}{nl}{nl}"));
+            }
+            let bytes = wire.as_bytes();
+            let mut whole = SseParser::default();
+            let expected = whole.feed(bytes);
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(bytes.len())).collect();
+            cuts.sort_unstable();
+            let mut split = SseParser::default();
+            let mut got = Vec::new();
+            let mut at = 0;
+            for c in cuts.into_iter().chain([bytes.len()]) {
+                got.extend(split.feed(&bytes[at..c]));
+                at = c;
+            }
+            proptest::prop_assert_eq!(&got, &expected);
+            proptest::prop_assert_eq!(split.last_id, whole.last_id);
+            proptest::prop_assert_eq!(split.retry, whole.retry);
+            // Data that is only whitespace is a priming/keep-alive event, never a message.
+            proptest::prop_assert!(expected.iter().all(|d| !d.iter().all(u8::is_ascii_whitespace)));
+        }
+    }
+
     #[test]
     fn answers_are_recognised_by_id_at_either_end() {
         assert!(answers(br#"{"jsonrpc":"2.0","id":12,"result":{}}"#, 12));
