@@ -106,6 +106,9 @@ pub struct ServerConfig {
     pub headers: BTreeMap<String, String>,
     /// Environment variable holding a bearer token for a `url` upstream (kept out of files).
     pub bearer_token_env: Option<String>,
+    /// PEM file of extra CA certificates trusted for an `https://` upstream (a private CA, a
+    /// self-signed server), besides the built-in Mozilla roots.
+    pub tls_ca_file: Option<PathBuf>,
     /// Overrides `request_timeout_secs` for this server.
     pub request_timeout_secs: Option<u64>,
     pub disabled: bool,
@@ -133,7 +136,7 @@ pub enum ConfigError {
 #[derive(Debug, Clone, PartialEq)]
 pub enum TransportSpec {
     Stdio { command: String, args: Vec<String>, env: BTreeMap<String, String>, cwd: Option<PathBuf> },
-    Http { url: String, headers: BTreeMap<String, String> },
+    Http { url: String, headers: BTreeMap<String, String>, ca_file: Option<PathBuf> },
     /// The bundled demo server, run in-process.
     Demo,
 }
@@ -159,8 +162,11 @@ impl UpstreamSpec {
                 s.push('`');
                 s
             }
-            TransportSpec::Http { url, headers } => {
+            TransportSpec::Http { url, headers, ca_file } => {
                 let mut s = format!("{}: http {url}", self.name);
+                if let Some(ca) = ca_file {
+                    s.push_str(&format!(" (trusting {})", ca.display()));
+                }
                 if !headers.is_empty() {
                     let names: Vec<_> = headers.keys().map(String::as_str).collect();
                     s.push_str(&format!(" (headers: {})", names.join(", ")));
@@ -203,7 +209,10 @@ impl ServerConfig {
                         .map_err(|_| err(format!("bearer_token_env {var} is not set in the environment")))?;
                     headers.insert("Authorization".into(), format!("Bearer {token}"));
                 }
-                TransportSpec::Http { url: url.clone(), headers }
+                if self.tls_ca_file.is_some() && !url.starts_with("https://") {
+                    return Err(err(format!("tls_ca_file is set but url {url:?} is not https://")));
+                }
+                TransportSpec::Http { url: url.clone(), headers, ca_file: self.tls_ca_file.clone() }
             }
         };
         let request_timeout = self.request_timeout_secs.map(Duration::from_secs).unwrap_or(default_timeout);
@@ -255,6 +264,7 @@ pub fn parse_mcp_servers(text: &str, path: &Path) -> Result<Vec<(String, ServerC
                 url,
                 headers,
                 bearer_token_env: None,
+                tls_ca_file: None,
                 request_timeout_secs: None,
                 disabled: entry.disabled,
                 transform: None,

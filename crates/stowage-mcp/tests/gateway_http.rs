@@ -316,7 +316,7 @@ async fn polling_upstream(ids: bool) -> String {
 async fn gateway_in_front_of(url: String) -> (Arc<Gateway>, String) {
     let spec = stowage_mcp::config::UpstreamSpec {
         name: "poller".into(),
-        transport: stowage_mcp::config::TransportSpec::Http { url, headers: Default::default() },
+        transport: stowage_mcp::config::TransportSpec::Http { url, headers: Default::default(), ca_file: None },
         request_timeout: Duration::from_secs(60),
     };
     start_in_front_of(spec, fast_config()).await

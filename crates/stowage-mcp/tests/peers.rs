@@ -111,7 +111,7 @@ async fn python_client_through_gateway_to_everything_over_http() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let (gw, url) = gateway(TransportSpec::Http { url: up, headers: Default::default() }).await;
+    let (gw, url) = gateway(TransportSpec::Http { url: up, headers: Default::default(), ca_file: None }).await;
     let o = drive_with_python(&python, &url, "auto").await;
     check_observations(&o);
     gw.shutdown();

@@ -408,7 +408,7 @@ impl Upstream {
                 stdio::spawn(&self.spec.name, command, args, env, cwd.as_ref(), self.env.max_message_bytes)
                     .map_err(|e| format!("cannot run {command}: {e}"))
             }
-            TransportSpec::Http { url, headers } => http::connect(&self.spec.name, url, headers),
+            TransportSpec::Http { url, headers, ca_file } => http::connect(&self.spec.name, url, headers, ca_file.as_deref()),
             TransportSpec::Demo => {
                 let factory = self.env.demo.as_ref().ok_or("no demo server in this build")?;
                 let (from_server, to_server) = factory();
