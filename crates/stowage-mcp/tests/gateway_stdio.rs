@@ -284,14 +284,19 @@ async fn a_server_with_its_own_transform_config_keeps_its_images_inline() {
     assert!(linked["result"]["content"].as_array().unwrap().iter().any(|b| b["type"] == "resource_link"), "{linked}");
 }
 
-/// Issue 4: tool results of >= 256 MB pass without loss or stall (here offloaded; the point
-/// is the framing). Run with `--ignored`: it needs ~2 GB of memory and ~10 s in release.
-#[tokio::test]
-#[ignore]
+/// Issue 4: a tool result of at least 256 MB passes through without loss or stall. 300 MB
+/// of JSON (a 225 MB PDF as base64) goes upstream → gateway → pipeline; the client gets a
+/// reference, and the stored bytes are exactly the PDF.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_300_mb_result_passes_through() {
     let sink = Arc::new(MemSink::default());
-    let c = one_fixture(sink.clone()).await;
+    let c = Client::start(vec![fixture_spec("fx", None, Duration::from_secs(120))], sink.clone(), fast_config(), None).await;
+    c.call("get_view_pdf", json!({"bytes": 225_000_000, "prepare": true})).await;
     let r = c.call("get_view_pdf", json!({"bytes": 225_000_000})).await;
-    let id = r["result"]["structuredContent"]["assets"][0]["id"].as_str().unwrap().to_owned();
-    assert_eq!(sink.items.lock().unwrap()[&id].0.len(), stowage_mcp::samples::pdf(225_000_000, "Sales Dashboard").len());
+    let text = r.to_string();
+    assert!(text.len() < 4_000, "the client got {} bytes: {}", text.len(), &text[..text.len().min(600)]);
+    let id = r["result"]["structuredContent"]["assets"][0]["id"].as_str().unwrap_or_else(|| panic!("{text}")).to_owned();
+    let stored = sink.items.lock().unwrap()[&id].0.clone();
+    let want = stowage_mcp::samples::pdf(225_000_000, "Sales Dashboard");
+    assert!(stored == want, "the stored artifact differs from the PDF ({} vs {} bytes)", stored.len(), want.len());
 }

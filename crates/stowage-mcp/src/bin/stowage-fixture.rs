@@ -4,7 +4,7 @@
 //! | tool | why |
 //! |---|---|
 //! | `echo` | the small-call fast path (latency benchmark) |
-//! | `get_view_pdf` | Tableau's shape: a ~500 KB base64 PDF inside JSON text (`bytes` to resize) |
+//! | `get_view_pdf` | Tableau's shape: a ~500 KB base64 PDF inside JSON text (`bytes` to resize; `prepare: true` only builds and caches it, so a timed call starts from a ready result) |
 //! | `get_image` | a native image block over the inline threshold |
 //! | `get_report_structured` | a base64 PDF in `structuredContent` under a closed output schema |
 //! | `slow` | sleeps `ms`, sending progress if asked: cancellation and progress mapping |
@@ -38,6 +38,8 @@ struct Fixture {
     stateless: bool,
     /// Open listen streams: (request id, requested filter).
     listeners: std::sync::Mutex<Vec<(Value, Value)>>,
+    /// `get_view_pdf` results by PDF size (`prepare: true` fills it ahead of a timed call).
+    view_pdfs: std::sync::Mutex<std::collections::HashMap<usize, Arc<String>>>,
 }
 
 impl Fixture {
@@ -55,6 +57,19 @@ impl Fixture {
 }
 
 impl Fixture {
+    /// The `get_view_pdf` result for a PDF of `size` bytes, as JSON text, made once per size.
+    fn view_pdf(&self, size: usize) -> Arc<String> {
+        let mut cache = self.view_pdfs.lock().unwrap();
+        cache
+            .entry(size)
+            .or_insert_with(|| {
+                let pdf = samples::pdf(size, "Sales Dashboard");
+                let body = json!({"view": "Sales Dashboard", "format": "pdf", "filename": "sales.pdf", "data": STANDARD.encode(&pdf)});
+                Arc::new(text_result(body.to_string()).to_string())
+            })
+            .clone()
+    }
+
     fn log(&self, line: &str) {
         if let Some(f) = &self.log {
             let _ = writeln!(f.lock().unwrap(), "{line}");
@@ -123,9 +138,18 @@ impl Handler for Fixture {
                 "echo" => text_result(args.get("message").and_then(Value::as_str).unwrap_or("").to_owned()),
                 "get_view_pdf" => {
                     let size = args.get("bytes").and_then(Value::as_u64).unwrap_or(375_000) as usize;
-                    let pdf = samples::pdf(size, "Sales Dashboard");
-                    let body = json!({"view": "Sales Dashboard", "format": "pdf", "filename": "sales.pdf", "data": STANDARD.encode(&pdf)});
-                    text_result(body.to_string())
+                    let result = self.view_pdf(size);
+                    if args.get("prepare").and_then(Value::as_bool) == Some(true) {
+                        return Ok(Some(text_result(format!("prepared {} bytes", result.len()))));
+                    }
+                    // Written as prepared text: a benchmark measures the path from the moment
+                    // the upstream has its result, not the fixture making and encoding a PDF.
+                    let mut line = Vec::with_capacity(result.len() + 64);
+                    line.extend_from_slice(format!(r#"{{"jsonrpc":"2.0","id":{id},"result":"#).as_bytes());
+                    line.extend_from_slice(result.as_bytes());
+                    line.push(b'}');
+                    peer.send_raw(line);
+                    return Ok(None);
                 }
                 "get_image" => json!({"content": [{"type": "image", "mimeType": "image/png", "data": STANDARD.encode(samples::png(64, 48))}]}),
                 "get_report_structured" => {
@@ -206,7 +230,7 @@ async fn main() {
         .and_then(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).ok())
         .map(std::sync::Mutex::new);
     let stateless = std::env::var("STOWAGE_FIXTURE_STATELESS").is_ok_and(|v| v == "1");
-    let fixture = Arc::new(Fixture { log, stateless, listeners: Default::default() });
+    let fixture = Arc::new(Fixture { log, stateless, listeners: Default::default(), view_pdfs: Default::default() });
     fixture.log(&format!("started pid {}", std::process::id()));
     eprintln!("stowage-fixture: serving on stdio");
     serve(tokio::io::stdin(), tokio::io::stdout(), fixture).await;
