@@ -145,13 +145,11 @@ fn is_stub_string(s: &str) -> bool {
 
 fn cut_strings(v: &mut Value, max: usize, config: &ClampConfig) {
     match v {
-        Value::String(s) => {
-            if s.len() > max && !is_stub_string(s) {
-                let total = s.chars().count();
-                if total > max {
-                    let kept: String = s.chars().take(max).collect();
-                    *s = format!("{kept}{}", config.suffix(total - max));
-                }
+        Value::String(s) if s.len() > max && !is_stub_string(s) => {
+            let total = s.chars().count();
+            if total > max {
+                let kept: String = s.chars().take(max).collect();
+                *s = format!("{kept}{}", config.suffix(total - max));
             }
         }
         Value::Array(items) => items.iter_mut().for_each(|i| cut_strings(i, max, config)),

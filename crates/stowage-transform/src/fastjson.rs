@@ -202,9 +202,12 @@ fn lift(src: &[u8]) -> Option<(Vec<u8>, Vec<Range<usize>>)> {
     lift_marked(src).map(|(s, r)| (s, r.into_iter().map(|(r, _)| r).collect()))
 }
 
+/// The long strings' raw ranges in the source, each with whether it holds escapes.
+type MarkedRanges = Vec<(Range<usize>, bool)>;
+
 /// [`lift`], also telling for each long string whether it holds escapes. Every escape met is
 /// validated here, so the in-place unescape needs no separate checking pass.
-fn lift_marked(src: &[u8]) -> Option<(Vec<u8>, Vec<(Range<usize>, bool)>)> {
+fn lift_marked(src: &[u8]) -> Option<(Vec<u8>, MarkedRanges)> {
     if memmem::find(src, MARK_ESCAPED).is_some() {
         return None;
     }

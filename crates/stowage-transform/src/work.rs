@@ -118,20 +118,18 @@ impl Docs {
 
 fn find_embedded(value: &mut Value, ptr: &mut String, min_len: usize, found: &mut Vec<(String, Value, Option<String>)>) {
     match value {
-        Value::String(s) => {
-            if s.len() >= min_len.max(2) && looks_like_json_container(s) {
-                if s.len() <= KEEP_ORIGINAL_MAX {
-                    if let Ok(parsed @ (Value::Object(_) | Value::Array(_))) = crate::fastjson::parse(s.as_bytes()) {
-                        found.push((ptr.clone(), parsed, Some(std::mem::take(s))));
-                    }
-                } else {
-                    // Large: parse in place (the string's memory becomes its longest string);
-                    // the original is not kept, a changed or not document is re-serialised.
-                    match crate::fastjson::parse_string(std::mem::take(s)) {
-                        Ok(parsed @ (Value::Object(_) | Value::Array(_))) => found.push((ptr.clone(), parsed, None)),
-                        Ok(other) => *s = serde_json::to_string(&other).expect("serialises"),
-                        Err(original) => *s = original,
-                    }
+        Value::String(s) if s.len() >= min_len.max(2) && looks_like_json_container(s) => {
+            if s.len() <= KEEP_ORIGINAL_MAX {
+                if let Ok(parsed @ (Value::Object(_) | Value::Array(_))) = crate::fastjson::parse(s.as_bytes()) {
+                    found.push((ptr.clone(), parsed, Some(std::mem::take(s))));
+                }
+            } else {
+                // Large: parse in place (the string's memory becomes its longest string);
+                // the original is not kept, a changed or not document is re-serialised.
+                match crate::fastjson::parse_string(std::mem::take(s)) {
+                    Ok(parsed @ (Value::Object(_) | Value::Array(_))) => found.push((ptr.clone(), parsed, None)),
+                    Ok(other) => *s = serde_json::to_string(&other).expect("serialises"),
+                    Err(original) => *s = original,
                 }
             }
         }

@@ -96,7 +96,7 @@ fn add_hint(map: &mut Map<String, Value>, hint: &str) -> bool {
         return false;
     }
     meta.insert(HINT_META_KEY.into(), hint.into());
-    if !map.get("description").is_some_and(|d| d.as_str().is_some_and(|s| !s.is_empty())) {
+    if map.get("description").is_none_or(|d| d.as_str().is_none_or(str::is_empty)) {
         map.insert("description".into(), hint.into());
     }
     true

@@ -58,12 +58,10 @@ pub(crate) fn collect_strings(docs: &mut Docs, config: &TransformConfig) -> Vec<
 fn strings(value: &mut Value, ptr: &mut String, doc: usize, config: &TransformConfig, out: &mut Vec<Offload>) {
     let len = ptr.len();
     match value {
-        Value::String(s) => {
-            // Byte length bounds the char count from above: most strings skip the count.
-            if s.len() > config.max_inline_chars && s.chars().count() > config.max_inline_chars {
-                let text = std::mem::take(s);
-                out.push(text_offload(text, doc, ptr.clone(), config));
-            }
+        // Byte length bounds the char count from above: most strings skip the count.
+        Value::String(s) if s.len() > config.max_inline_chars && s.chars().count() > config.max_inline_chars => {
+            let text = std::mem::take(s);
+            out.push(text_offload(text, doc, ptr.clone(), config));
         }
         Value::Array(items) => {
             for (i, item) in items.iter_mut().enumerate() {
