@@ -121,6 +121,29 @@ impl Pipeline {
         self.run(input, value, bytes_in, tokens_in).await
     }
 
+    /// [`Self::transform_json`] for text already known to be UTF-8 (the gateway's results):
+    /// the longest string keeps the text's memory and is not checked for UTF-8 again.
+    pub async fn transform_json_text(&self, input: &TransformInput<'_>, json: String) -> Result<TransformOutput, TransformError> {
+        let bytes_in = json.len() as u64;
+        let tokens_in = if self.config.tokens.enabled && json.len() <= self.config.tokens.exact_max_bytes {
+            Some(tokens::count(&json, &self.config.tokens))
+        } else {
+            None
+        };
+        let started = std::time::Instant::now();
+        // `parse_string` gives up (returning the text) on what it cannot do in place, such as
+        // a very long object key: serde_json then decides, with its own error if any.
+        let value: Value = match crate::fastjson::parse_string(json) {
+            Ok(v) => v,
+            Err(json) => serde_json::from_str(&json).map_err(TransformError::InvalidJson)?,
+        };
+        tracing::debug!(step = "parse", ms = started.elapsed().as_secs_f64() * 1e3, "transform step");
+        let tokens_in = tokens_in.unwrap_or_else(|| {
+            if self.config.tokens.enabled { (bytes_in.div_ceil(tokens::ESTIMATE_BYTES_PER_TOKEN), true) } else { (0, false) }
+        });
+        self.run(input, value, bytes_in, tokens_in).await
+    }
+
     /// Transforms a result given as a JSON value.
     pub async fn transform(&self, input: &TransformInput<'_>, value: Value) -> Result<TransformOutput, TransformError> {
         let bytes_in = json_len(&value);

@@ -579,4 +579,14 @@ fn transform_json_entry_matches_value_entry() {
     assert_eq!(a.report.bytes_in, b.report.bytes_in);
     let bad = block_on(p.transform_json(&TransformInput::new("t", &scope), b"{nope".to_vec())).unwrap_err();
     assert_eq!(bad.code(), "bad_request");
+    // The same from a String (the gateway's entry), and for a result with a long key, which
+    // the in-place parser leaves to serde_json.
+    let c = block_on(p.transform_json_text(&TransformInput::new("t", &scope), String::from_utf8(text.clone()).unwrap())).unwrap();
+    assert_eq!((c.value, c.report.bytes_in), (a.value, a.report.bytes_in));
+    let long_key = format!(r#"{{"content": [{{"type": "text", "text": "hi"}}], "{}": 1}}"#, "k".repeat(100_000));
+    let d = block_on(p.transform_json_text(&TransformInput::new("t", &scope), long_key.clone())).unwrap();
+    let e = block_on(p.transform_json(&TransformInput::new("t", &scope), long_key.into_bytes())).unwrap();
+    assert_eq!(d.value, e.value);
+    let bad = block_on(p.transform_json_text(&TransformInput::new("t", &scope), "{nope".repeat(20_000))).unwrap_err();
+    assert_eq!(bad.code(), "bad_request");
 }
