@@ -1,12 +1,17 @@
 //! Newline-delimited JSON framing for stdio, with no small cap on a line's length.
 //!
 //! MCP's stdio transport puts one message per line. Tool results of hundreds of megabytes must
-//! pass (issue 4: >= 256 MB without loss or stall), so a line is read with `read_until` into a
-//! buffer that grows as needed, through a 1 MiB `BufReader` so that a 50 MB line costs a few
-//! dozen large copies rather than millions of small ones. The only cap is a configured safety
-//! limit (default 1 GiB) that stops a runaway peer from exhausting memory.
+//! pass (issue 4: >= 256 MB without loss or stall), so a line may be any length up to a
+//! configured safety limit (default 1 GiB) that stops a runaway peer from exhausting memory.
+//!
+//! Small lines are read through a 1 MiB buffer and copied out once. A line that outgrows the
+//! buffer is read straight into its own growing allocation, so a 50 MB result is copied only
+//! by the kernel (pipe to line), never again through an intermediate buffer; the few bytes
+//! read past its newline are kept for the next line. Newlines are found with `memchr` (SIMD),
+//! so the reader keeps up with the pipe rather than scanning byte by byte.
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use bytes::BufMut;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Default upper bound on one message, in bytes.
 pub const DEFAULT_MAX_LINE_BYTES: usize = 1 << 30;
@@ -24,23 +29,23 @@ pub enum FrameError {
 
 /// Reads one message per line.
 pub struct LineReader<R> {
-    inner: BufReader<R>,
+    inner: R,
+    /// Read-ahead: bytes `start..end` are read but not yet returned.
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
     max: usize,
 }
 
 impl<R: AsyncRead + Unpin> LineReader<R> {
     pub fn new(reader: R, max: usize) -> Self {
-        LineReader { inner: BufReader::with_capacity(READ_BUFFER_BYTES, reader), max }
+        LineReader { inner: reader, buf: vec![0; READ_BUFFER_BYTES].into_boxed_slice(), start: 0, end: 0, max }
     }
 
     /// The next non-empty line without its terminator, or `None` at end of input.
     pub async fn next_line(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
         loop {
-            let mut line = Vec::new();
-            let n = self.read_limited(&mut line).await?;
-            if n == 0 {
-                return Ok(None);
-            }
+            let Some(mut line) = self.read_line().await? else { return Ok(None) };
             while matches!(line.last(), Some(b'\n' | b'\r')) {
                 line.pop();
             }
@@ -50,57 +55,99 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
         }
     }
 
-    /// `read_until(b'\n')` that stops (and drains the rest of the line) past the limit.
-    async fn read_limited(&mut self, line: &mut Vec<u8>) -> Result<usize, FrameError> {
-        let mut total = 0;
+    /// One line without its `\n`; the last line may lack one. `None` at end of input.
+    async fn read_line(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
+        let mut scanned = self.start;
         loop {
-            let buf = self.inner.fill_buf().await?;
-            if buf.is_empty() {
-                return Ok(total);
-            }
-            let (chunk, done) = match memchr(buf) {
-                Some(i) => (&buf[..=i], true),
-                None => (buf, false),
-            };
-            let len = chunk.len();
-            if line.len() + len > self.max {
-                self.inner.consume(len);
-                if !done {
-                    self.skip_line().await?;
+            if let Some(i) = memchr::memchr(b'\n', &self.buf[scanned..self.end]) {
+                let nl = scanned + i;
+                let line = self.buf[self.start..nl].to_vec();
+                self.start = nl + 1;
+                if line.len() > self.max {
+                    return Err(FrameError::TooLong { limit: self.max });
                 }
+                return Ok(Some(line));
+            }
+            if self.end - self.start > self.max {
+                self.start = self.end;
+                self.skip_line().await?;
                 return Err(FrameError::TooLong { limit: self.max });
             }
-            line.extend_from_slice(chunk);
-            self.inner.consume(len);
-            total += len;
-            if done {
-                return Ok(total);
+            if self.start > 0 {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            }
+            if self.end == self.buf.len() {
+                break;
+            }
+            scanned = self.end;
+            let n = self.inner.read(&mut self.buf[self.end..]).await?;
+            if n == 0 {
+                if self.end == 0 {
+                    return Ok(None);
+                }
+                let line = self.buf[..self.end].to_vec();
+                self.end = 0;
+                return Ok(Some(line));
+            }
+            self.end += n;
+        }
+        self.read_long_line().await.map(Some)
+    }
+
+    /// The buffer is full and holds no newline: the line continues in an allocation of its
+    /// own, read into directly.
+    async fn read_long_line(&mut self) -> Result<Vec<u8>, FrameError> {
+        let mut line = Vec::with_capacity(4 * READ_BUFFER_BYTES);
+        line.extend_from_slice(&self.buf[..self.end]);
+        (self.start, self.end) = (0, 0);
+        loop {
+            if line.capacity() - line.len() < READ_BUFFER_BYTES {
+                // Doubling: a 300 MB line costs a handful of reallocations.
+                line.reserve(line.len());
+            }
+            let before = line.len();
+            // At most one buffer's worth per read, so whatever follows the newline fits back
+            // into the read-ahead buffer.
+            let n = self.inner.read_buf(&mut (&mut line).limit(READ_BUFFER_BYTES)).await?;
+            if n == 0 {
+                return self.checked(line);
+            }
+            if let Some(i) = memchr::memchr(b'\n', &line[before..]) {
+                let nl = before + i;
+                let rest = line.len() - (nl + 1);
+                self.buf[..rest].copy_from_slice(&line[nl + 1..]);
+                self.end = rest;
+                line.truncate(nl);
+                return self.checked(line);
+            }
+            if line.len() > self.max {
+                drop(line);
+                self.skip_line().await?;
+                return Err(FrameError::TooLong { limit: self.max });
             }
         }
     }
 
+    fn checked(&self, line: Vec<u8>) -> Result<Vec<u8>, FrameError> {
+        if line.len() > self.max { Err(FrameError::TooLong { limit: self.max }) } else { Ok(line) }
+    }
+
+    /// Discards input up to and including the next newline (the read-ahead is empty).
     async fn skip_line(&mut self) -> Result<(), FrameError> {
         loop {
-            let buf = self.inner.fill_buf().await?;
-            if buf.is_empty() {
+            let n = self.inner.read(&mut self.buf).await?;
+            if n == 0 {
+                (self.start, self.end) = (0, 0);
                 return Ok(());
             }
-            match memchr(buf) {
-                Some(i) => {
-                    self.inner.consume(i + 1);
-                    return Ok(());
-                }
-                None => {
-                    let n = buf.len();
-                    self.inner.consume(n);
-                }
+            if let Some(i) = memchr::memchr(b'\n', &self.buf[..n]) {
+                (self.start, self.end) = (i + 1, n);
+                return Ok(());
             }
         }
     }
-}
-
-fn memchr(buf: &[u8]) -> Option<usize> {
-    buf.iter().position(|&b| b == b'\n')
 }
 
 /// Writes `line` and a newline, then flushes: a message is visible to the peer at once.
@@ -123,6 +170,53 @@ mod tests {
         assert_eq!(r.next_line().await.unwrap().unwrap().len(), big.len());
         assert_eq!(r.next_line().await.unwrap().unwrap(), b"last");
         assert!(r.next_line().await.unwrap().is_none());
+    }
+
+    /// Hands out its bytes in reads of varying sizes, as a pipe does.
+    struct Trickle {
+        data: Vec<u8>,
+        at: usize,
+        sizes: std::iter::Cycle<std::vec::IntoIter<usize>>,
+    }
+
+    impl AsyncRead for Trickle {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            let size = self.sizes.next().unwrap();
+            let n = size.min(buf.remaining()).min(self.data.len() - self.at);
+            let at = self.at;
+            buf.put_slice(&self.data[at..at + n]);
+            self.at += n;
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn long_lines_across_reads_of_any_size_keep_what_follows() {
+        let long = |c: char, n: usize| c.to_string().repeat(n);
+        let lines = [long('a', 10), long('b', READ_BUFFER_BYTES - 1), long('c', READ_BUFFER_BYTES), long('d', 5 * READ_BUFFER_BYTES + 3), "e".into(), long('f', 2 * READ_BUFFER_BYTES)];
+        let mut input = lines.join("\n");
+        input.push('\n');
+        input.push_str("tail without newline");
+        for sizes in [vec![1 << 30], vec![65536], vec![7, 100_000, 3, READ_BUFFER_BYTES + 5, 1]] {
+            let reader = Trickle { data: input.clone().into_bytes(), at: 0, sizes: sizes.into_iter().cycle() };
+            let mut r = LineReader::new(reader, DEFAULT_MAX_LINE_BYTES);
+            for want in &lines {
+                assert_eq!(r.next_line().await.unwrap().unwrap(), want.as_bytes());
+            }
+            assert_eq!(r.next_line().await.unwrap().unwrap(), b"tail without newline");
+            assert!(r.next_line().await.unwrap().is_none());
+        }
+        // Over the limit, long or short: refused, and the reader carries on after it.
+        let input = format!("{}\nok\n{}\nfine\n", long('x', 3 * READ_BUFFER_BYTES), long('y', 2000));
+        let mut r = LineReader::new(input.as_bytes(), 1000);
+        assert!(matches!(r.next_line().await, Err(FrameError::TooLong { limit: 1000 })));
+        assert_eq!(r.next_line().await.unwrap().unwrap(), b"ok");
+        assert!(matches!(r.next_line().await, Err(FrameError::TooLong { limit: 1000 })));
+        assert_eq!(r.next_line().await.unwrap().unwrap(), b"fine");
     }
 
     #[tokio::test]

@@ -4,6 +4,8 @@
 //! field the peer sent (typed MCP models drop unknown ones) and a large result is copied, not
 //! re-parsed, on its way through. Only the few payloads the gateway must read or change
 //! (initialize, tools/call results, progress tokens) are parsed into `serde_json::Value`.
+//! [`Message::parse_owned`] goes further for big messages: the largest payload keeps the
+//! line's own memory, so a 50 MB result is never copied into a second 50 MB allocation.
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -48,6 +50,25 @@ fn two() -> &'static str {
     "2.0"
 }
 
+/// Lines at least this long are parsed by [`Message::parse_owned`] without a copy of their
+/// largest payload.
+const IN_PLACE_FROM: usize = 1 << 20;
+
+/// [`Message`] with its payloads borrowed from the line: same fields, same rules.
+#[derive(Deserialize)]
+struct Borrowed<'a> {
+    #[serde(default)]
+    id: Option<Id>,
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(default, borrow)]
+    params: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    result: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    error: Option<&'a RawValue>,
+}
+
 /// What a message is, by the fields it carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -63,6 +84,46 @@ impl Message {
         let mut m: Message = serde_json::from_slice(bytes)?;
         m.jsonrpc = "2.0";
         Ok(m)
+    }
+
+    /// [`Message::parse`] for a line the caller gives up. For a big line the largest payload
+    /// (a 50 MB result) is moved to the front of the line's own buffer and becomes that raw
+    /// value, instead of being copied into a fresh allocation: that copy, with first touches
+    /// of 50 MB of new memory, cost more than parsing, and doubled the memory held. On error
+    /// the line comes back unchanged.
+    pub fn parse_owned(line: Vec<u8>) -> Result<Message, (Vec<u8>, serde_json::Error)> {
+        if line.len() < IN_PLACE_FROM {
+            return Message::parse(&line).map_err(|e| (line, e));
+        }
+        let b: Borrowed<'_> = match serde_json::from_slice(&line) {
+            Ok(b) => b,
+            Err(e) => return Err((line, e)),
+        };
+        let at = |r: &RawValue| {
+            let start = r.get().as_ptr() as usize - line.as_ptr() as usize;
+            start..start + r.get().len()
+        };
+        let payloads = [b.params, b.result, b.error];
+        let largest = (0..3).max_by_key(|&i| payloads[i].map_or(0, |r| r.get().len())).expect("three slots");
+        let range = payloads[largest].map(at);
+        let mut owned: [Option<Box<RawValue>>; 3] = Default::default();
+        for (i, p) in payloads.iter().enumerate() {
+            if i != largest {
+                owned[i] = p.map(ToOwned::to_owned);
+            }
+        }
+        let (id, method) = (b.id, b.method);
+        if let Some(range) = range {
+            let mut buf = line;
+            buf.copy_within(range.clone(), 0);
+            buf.truncate(range.len());
+            // Valid JSON and UTF-8 (serde just checked this very slice): no error is possible,
+            // and `from_string` keeps the allocation.
+            let text = String::from_utf8(buf).expect("a raw value is UTF-8");
+            owned[largest] = Some(RawValue::from_string(text).expect("a raw value is JSON"));
+        }
+        let [params, result, error] = owned;
+        Ok(Message { jsonrpc: "2.0", id, method, params, result, error })
     }
 
     pub fn kind(&self) -> Kind {
@@ -158,6 +219,32 @@ mod tests {
         m.id = Some(json!(99));
         let out = String::from_utf8(m.to_line()).unwrap();
         assert_eq!(out, r#"{"jsonrpc":"2.0","id":99,"result":{"content":[],"x-vendor":{"deep":[1,2]}}}"#);
+    }
+
+    #[test]
+    fn big_lines_parse_the_same_in_place() {
+        let big = "A".repeat(IN_PLACE_FROM);
+        let cases = [
+            json!({"jsonrpc": "2.0", "id": 3, "result": {"content": [{"type": "text", "text": big}], "x": [1, {"y": null}]}}),
+            json!({"jsonrpc": "2.0", "id": "r", "method": "tools/call", "params": {"arguments": {"data": big}}, "extra": big}),
+            json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -1, "message": big, "data": {"z": "\"q\" \u{e9}"}}}),
+            json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"data": big}}),
+        ];
+        for v in cases {
+            // Spacing around the payloads must not end up inside them.
+            for text in [serde_json::to_string(&v).unwrap(), serde_json::to_string_pretty(&v).unwrap()] {
+                let want = Message::parse(text.as_bytes()).unwrap();
+                let got = Message::parse_owned(text.clone().into_bytes()).unwrap();
+                assert_eq!(got.to_line(), want.to_line());
+                assert_eq!(got.kind(), want.kind());
+            }
+        }
+        // Broken or not a message: the same error, and the line comes back as it was.
+        for text in [format!(r#"{{"jsonrpc":"2.0","id":1,"result":"{big}"#), format!(r#"{{"jsonrpc":"2.0","id":1,"result":"{big}\q"}}"#), format!(r#"{{"id":1,"result":1,"result":"{big}"}}"#)] {
+            let want = Message::parse(text.as_bytes()).unwrap_err().to_string();
+            let (line, e) = Message::parse_owned(text.clone().into_bytes()).unwrap_err();
+            assert_eq!((line, e.to_string()), (text.into_bytes(), want));
+        }
     }
 
     #[test]

@@ -34,7 +34,7 @@ impl Offloader for PipelineOffloader {
         input.output_schema = ctx.output_schema.as_ref();
         let out = self
             .pipeline
-            .transform_json(&input, raw.into_bytes())
+            .transform_json_text(&input, raw)
             .await
             .map_err(|e| OffloadError { code: e.code(), message: e.to_string() })?;
         let items = out

@@ -4,7 +4,7 @@
 //! | tool | why |
 //! |---|---|
 //! | `echo` | the small-call fast path (latency benchmark) |
-//! | `get_view_pdf` | Tableau's shape: a ~500 KB base64 PDF inside JSON text (`bytes` to resize; `prepare: true` only builds and caches it, so a timed call starts from a ready result) |
+//! | `get_view_pdf` | Tableau's shape: a ~500 KB base64 PDF inside JSON text (`bytes` to resize; `prepare: true` only builds the next answer's whole line, so a timed call starts from a ready result) |
 //! | `get_image` | a native image block over the inline threshold |
 //! | `get_report_structured` | a base64 PDF in `structuredContent` under a closed output schema |
 //! | `slow` | sleeps `ms`, sending progress if asked: cancellation and progress mapping |
@@ -38,9 +38,16 @@ struct Fixture {
     stateless: bool,
     /// Open listen streams: (request id, requested filter).
     listeners: std::sync::Mutex<Vec<(Value, Value)>>,
-    /// `get_view_pdf` results by PDF size (`prepare: true` fills it ahead of a timed call).
+    /// `get_view_pdf` results by PDF size.
     view_pdfs: std::sync::Mutex<std::collections::HashMap<usize, Arc<String>>>,
+    /// Whole response lines for the next `get_view_pdf` call of a size, made by `prepare: true`
+    /// ahead of a timed call; the id goes into a blank slot (JSON whitespace) when sent.
+    ready_lines: std::sync::Mutex<std::collections::HashMap<usize, Vec<u8>>>,
 }
+
+/// The blank the id of a prepared response line is written into.
+const ID_SLOT: usize = 24;
+const LINE_HEAD: &str = r#"{"jsonrpc":"2.0","id":"#;
 
 impl Fixture {
     /// Sends `method` on every listen stream whose filter `wants` it.
@@ -138,16 +145,38 @@ impl Handler for Fixture {
                 "echo" => text_result(args.get("message").and_then(Value::as_str).unwrap_or("").to_owned()),
                 "get_view_pdf" => {
                     let size = args.get("bytes").and_then(Value::as_u64).unwrap_or(375_000) as usize;
-                    let result = self.view_pdf(size);
                     if args.get("prepare").and_then(Value::as_bool) == Some(true) {
-                        return Ok(Some(text_result(format!("prepared {} bytes", result.len()))));
+                        // The whole answer, ready to write: a benchmark then measures from the
+                        // moment the upstream has its result, not the fixture making, encoding
+                        // and copying a PDF.
+                        let result = self.view_pdf(size);
+                        let mut line = Vec::with_capacity(result.len() + 64);
+                        line.extend_from_slice(LINE_HEAD.as_bytes());
+                        line.extend_from_slice(&[b' '; ID_SLOT]);
+                        line.extend_from_slice(br#","result":"#);
+                        line.extend_from_slice(result.as_bytes());
+                        line.push(b'}');
+                        let len = line.len();
+                        self.ready_lines.lock().unwrap().insert(size, line);
+                        return Ok(Some(text_result(format!("prepared {len} bytes"))));
                     }
-                    // Written as prepared text: a benchmark measures the path from the moment
-                    // the upstream has its result, not the fixture making and encoding a PDF.
-                    let mut line = Vec::with_capacity(result.len() + 64);
-                    line.extend_from_slice(format!(r#"{{"jsonrpc":"2.0","id":{id},"result":"#).as_bytes());
-                    line.extend_from_slice(result.as_bytes());
-                    line.push(b'}');
+                    let id_text = id.to_string();
+                    let ready = self.ready_lines.lock().unwrap().remove(&size).filter(|_| id_text.len() <= ID_SLOT);
+                    let line = match ready {
+                        Some(mut line) => {
+                            let at = LINE_HEAD.len();
+                            line[at..at + id_text.len()].copy_from_slice(id_text.as_bytes());
+                            line
+                        }
+                        None => {
+                            let result = self.view_pdf(size);
+                            let mut line = Vec::with_capacity(result.len() + 64);
+                            line.extend_from_slice(format!(r#"{LINE_HEAD}{id_text},"result":"#).as_bytes());
+                            line.extend_from_slice(result.as_bytes());
+                            line.push(b'}');
+                            line
+                        }
+                    };
                     peer.send_raw(line);
                     return Ok(None);
                 }
@@ -230,7 +259,7 @@ async fn main() {
         .and_then(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).ok())
         .map(std::sync::Mutex::new);
     let stateless = std::env::var("STOWAGE_FIXTURE_STATELESS").is_ok_and(|v| v == "1");
-    let fixture = Arc::new(Fixture { log, stateless, listeners: Default::default(), view_pdfs: Default::default() });
+    let fixture = Arc::new(Fixture { log, stateless, listeners: Default::default(), view_pdfs: Default::default(), ready_lines: Default::default() });
     fixture.log(&format!("started pid {}", std::process::id()));
     eprintln!("stowage-fixture: serving on stdio");
     serve(tokio::io::stdin(), tokio::io::stdout(), fixture).await;

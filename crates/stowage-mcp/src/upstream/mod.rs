@@ -524,9 +524,10 @@ async fn read_loop(
             Some(Inbound::Closed(reason)) => break reason,
             None => break "closed".to_owned(),
         };
-        let msg = match Message::parse(&line) {
+        // The line is given up: a big result keeps its memory (no second 50 MB copy).
+        let msg = match Message::parse_owned(line) {
             Ok(m) => m,
-            Err(e) => {
+            Err((line, e)) => {
                 handle_malformed(&conn, &line, &e.to_string());
                 continue;
             }
@@ -546,7 +547,8 @@ async fn read_loop(
             Kind::Request | Kind::Notification => {
                 let _ = events.send(UpstreamEvent::Message { index, conn: conn.clone(), msg });
             }
-            Kind::Invalid => handle_malformed(&conn, &line, "neither a request, a notification nor a response"),
+            // Rare: the message as re-serialised is enough to find its id and show its start.
+            Kind::Invalid => handle_malformed(&conn, &msg.to_line(), "neither a request, a notification nor a response"),
         }
     };
     *last_error.lock().unwrap() = reason.clone();

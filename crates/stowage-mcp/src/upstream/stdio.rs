@@ -4,6 +4,10 @@
 //! shell wrapper → the real server) is killed with it; the [`ChildGuard`] sends SIGKILL to the
 //! whole group when the connection is dropped, and a task waits on the child so it is always
 //! reaped. Its stderr is forwarded to our log, line by line, tagged with the server name.
+//!
+//! Its stdin and stdout pipes are enlarged to 1 MiB (Linux; best effort): through the
+//! default 64 KiB pipe a 50 MB result takes ~800 writer/reader wake-ups, and on the loaded
+//! 2-core development machine reading it took 140-310 ms; with 1 MiB, 52-64 ms.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -58,6 +62,8 @@ pub fn spawn(
     let stdin = child.stdin.take().expect("stdin is piped");
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
+    enlarge_pipe(&stdout, name);
+    enlarge_pipe(&stdin, name);
 
     let server = name.to_owned();
     tokio::spawn(async move {
@@ -86,6 +92,20 @@ pub fn spawn(
     });
     let link = pipe_link(stdout, stdin, in_tx, in_rx, max_message_bytes, Some(eof_tx));
     Ok(Link { guard: Some(Box::new(ChildGuard { pgid })), ..link })
+}
+
+/// Pipe capacity asked for the child's stdin and stdout (the unprivileged maximum by default,
+/// `/proc/sys/fs/pipe-max-size`).
+const PIPE_BYTES: i32 = 1 << 20;
+
+/// Asks for a [`PIPE_BYTES`] pipe; the default size still works, only slower for big messages.
+fn enlarge_pipe(pipe: &impl std::os::fd::AsFd, name: &str) {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    if let Err(e) = nix::fcntl::fcntl(pipe, nix::fcntl::FcntlArg::F_SETPIPE_SZ(PIPE_BYTES)) {
+        tracing::debug!(target: "stowage::upstream", upstream = %name, "pipe kept its default size: {e}");
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let _ = (pipe, name);
 }
 
 /// A link over any byte pipe pair (a child's stdio, or an in-process duplex for the demo).
