@@ -40,7 +40,12 @@ pub enum StoreError {
 
     /// The backend failed. `op` names what was being done, `target` what it was done to.
     #[error("{op} {target}: {source}")]
-    Backend { op: &'static str, target: String, #[source] source: BoxError },
+    Backend {
+        op: &'static str,
+        target: String,
+        #[source]
+        source: BoxError,
+    },
 }
 
 impl StoreError {

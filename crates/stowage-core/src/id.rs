@@ -50,12 +50,8 @@ impl ArtifactId {
     /// The namespace is sanitised (characters outside the id alphabet become `-`, and it is cut
     /// to 48 characters); an empty namespace becomes `art`.
     pub fn from_content(namespace: Option<&str>, sha256_hex: &str) -> Self {
-        let ns: String = namespace
-            .unwrap_or(DEFAULT_NAMESPACE)
-            .chars()
-            .take(MAX_NAMESPACE_LEN)
-            .map(|c| if is_id_char(c) { c } else { '-' })
-            .collect();
+        let ns: String =
+            namespace.unwrap_or(DEFAULT_NAMESPACE).chars().take(MAX_NAMESPACE_LEN).map(|c| if is_id_char(c) { c } else { '-' }).collect();
         let ns = if ns.is_empty() { DEFAULT_NAMESPACE } else { &ns };
         let prefix = &sha256_hex[..ID_HASH_HEX_LEN.min(sha256_hex.len())];
         ArtifactId(format!("{ns}_{prefix}"))
@@ -71,9 +67,7 @@ impl ArtifactId {
 
     /// Parses only the `artifact://<id>` form.
     pub fn from_uri(uri: &str) -> Result<Self, IdError> {
-        uri.strip_prefix(ARTIFACT_URI_SCHEME)
-            .ok_or_else(|| IdError::NotAUri(uri.to_owned()))?
-            .parse()
+        uri.strip_prefix(ARTIFACT_URI_SCHEME).ok_or_else(|| IdError::NotAUri(uri.to_owned()))?.parse()
     }
 
     /// The permanent URI of this artifact.
@@ -147,10 +141,7 @@ mod tests {
         assert_eq!(ArtifactId::from_content(None, SHA).as_str(), "art_3f2a9c0d1e4b5a69");
         assert_eq!(ArtifactId::from_content(Some(""), SHA).as_str(), "art_3f2a9c0d1e4b5a69");
         // Namespaces come from tool names, which may hold '/', spaces or unicode.
-        assert_eq!(
-            ArtifactId::from_content(Some("srv/get view"), SHA).as_str(),
-            "srv-get-view_3f2a9c0d1e4b5a69"
-        );
+        assert_eq!(ArtifactId::from_content(Some("srv/get view"), SHA).as_str(), "srv-get-view_3f2a9c0d1e4b5a69");
     }
 
     #[test]

@@ -18,7 +18,7 @@ mod scope;
 mod sink;
 
 pub use error::{BoxError, StoreError};
-pub use id::{ArtifactId, IdError, ARTIFACT_URI_SCHEME, ID_HASH_HEX_LEN};
+pub use id::{ARTIFACT_URI_SCHEME, ArtifactId, ID_HASH_HEX_LEN, IdError};
 pub use reference::{ArtifactRef, Timestamp};
 pub use scope::{ArtifactScope, Owner};
 pub use sink::{ArtifactSink, PutOptions};

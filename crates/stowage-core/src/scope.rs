@@ -47,11 +47,7 @@ impl ArtifactScope {
 
     /// The isolation unit this scope belongs to.
     pub fn owner(&self) -> Owner {
-        Owner {
-            tenant_id: self.tenant_id.clone(),
-            user_id: self.user_id.clone(),
-            session_id: self.session_id.clone(),
-        }
+        Owner { tenant_id: self.tenant_id.clone(), user_id: self.user_id.clone(), session_id: self.session_id.clone() }
     }
 }
 

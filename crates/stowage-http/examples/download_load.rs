@@ -28,12 +28,7 @@ const SMALL: u64 = 10 << 20;
 const CONCURRENT: usize = 64;
 
 fn retention() -> RetentionConfig {
-    RetentionConfig {
-        max_artifact_bytes: 2 * GIB,
-        max_session_bytes: 4 * GIB,
-        max_trace_bytes: 4 * GIB,
-        ..Default::default()
-    }
+    RetentionConfig { max_artifact_bytes: 2 * GIB, max_session_bytes: 4 * GIB, max_trace_bytes: 4 * GIB, ..Default::default() }
 }
 
 fn ring() -> KeyRing {
@@ -47,7 +42,11 @@ struct Gen {
 }
 
 impl tokio::io::AsyncRead for Gen {
-    fn poll_read(mut self: std::pin::Pin<&mut Self>, _: &mut std::task::Context<'_>, buf: &mut tokio::io::ReadBuf<'_>) -> std::task::Poll<std::io::Result<()>> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
         let n = (buf.remaining() as u64).min(self.left) as usize;
         let mut chunk = vec![0u8; n];
         for b in chunk.chunks_mut(8) {
@@ -118,7 +117,8 @@ async fn main() {
     let big = store.put_stream(Box::pin(Gen { left: GIB, state: 1 }), PutOptions::scoped(scope.clone())).await.unwrap();
     let mut small = Vec::new();
     for i in 0..CONCURRENT {
-        small.push(store.put_stream(Box::pin(Gen { left: SMALL, state: 100 + i as u64 }), PutOptions::scoped(scope.clone())).await.unwrap());
+        small
+            .push(store.put_stream(Box::pin(Gen { left: SMALL, state: 100 + i as u64 }), PutOptions::scoped(scope.clone())).await.unwrap());
     }
     drop(store);
 
@@ -152,7 +152,12 @@ async fn main() {
     assert_eq!(n, GIB);
     let rss_peak = rss_kib(pid, "VmHWM:");
     println!("1 GiB download: {:.3} s, {:.2} GB/s ({:.0} MiB/s)", secs, GIB as f64 / secs / 1e9, GIB as f64 / secs / (1 << 20) as f64);
-    println!("server RSS before {} MiB, peak {} MiB, growth {} MiB", rss_before / 1024, rss_peak / 1024, rss_peak.saturating_sub(rss_before) / 1024);
+    println!(
+        "server RSS before {} MiB, peak {} MiB, growth {} MiB",
+        rss_before / 1024,
+        rss_peak / 1024,
+        rss_peak.saturating_sub(rss_before) / 1024
+    );
     let (_, sha) = download(port, &path(&big), true).await;
     assert_eq!(sha, big.sha256, "the 1 GiB download was corrupted");
     println!("1 GiB download sha256 verified");

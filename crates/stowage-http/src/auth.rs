@@ -131,10 +131,10 @@ impl Authenticator {
             .map(str::trim)
             .filter(|t| !t.is_empty())
             .ok_or("missing bearer token: send Authorization: Bearer <api key or jwt>")?;
-        if token.split('.').count() == 3 {
-            if let Some(jwt) = &self.jwt {
-                return jwt.verify(token);
-            }
+        if token.split('.').count() == 3
+            && let Some(jwt) = &self.jwt
+        {
+            return jwt.verify(token);
         }
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         for (k, hash) in &self.api_keys {
@@ -182,7 +182,8 @@ impl JwtVerifier {
         }
         if let Some(path) = &c.jwks_file {
             let text = std::fs::read_to_string(path).map_err(|e| AuthSetupError::Key(format!("cannot read {}: {e}", path.display())))?;
-            let set: JwkSet = serde_json::from_str(&text).map_err(|e| AuthSetupError::Key(format!("{} is not a JWKS: {e}", path.display())))?;
+            let set: JwkSet =
+                serde_json::from_str(&text).map_err(|e| AuthSetupError::Key(format!("{} is not a JWKS: {e}", path.display())))?;
             for jwk in &set.keys {
                 let alg = match &jwk.algorithm {
                     jsonwebtoken::jwk::AlgorithmParameters::RSA(_) => Algorithm::RS256,

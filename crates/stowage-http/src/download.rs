@@ -77,10 +77,10 @@ pub(crate) async fn artifact(
     let mut common = representation_headers(&meta);
 
     let etag = common.get(header::ETAG).cloned();
-    if let (Some(inm), Some(etag)) = (headers.get(header::IF_NONE_MATCH), etag) {
-        if if_none_match_hits(inm, &etag) {
-            return Ok((StatusCode::NOT_MODIFIED, common).into_response());
-        }
+    if let (Some(inm), Some(etag)) = (headers.get(header::IF_NONE_MATCH), etag)
+        && if_none_match_hits(inm, &etag)
+    {
+        return Ok((StatusCode::NOT_MODIFIED, common).into_response());
     }
 
     let len = meta.size_bytes;
@@ -90,8 +90,12 @@ pub(crate) async fn artifact(
         RangeRequest::Partial(r) => (StatusCode::PARTIAL_CONTENT, Some(r)),
         RangeRequest::Unsatisfiable => {
             common.insert(header::CONTENT_RANGE, hv(&format!("bytes */{len}")));
-            let mut resp = ApiError::new(StatusCode::RANGE_NOT_SATISFIABLE, "bad_request", format!("range not satisfiable; the artifact has {len} bytes"))
-                .into_response();
+            let mut resp = ApiError::new(
+                StatusCode::RANGE_NOT_SATISFIABLE,
+                "bad_request",
+                format!("range not satisfiable; the artifact has {len} bytes"),
+            )
+            .into_response();
             resp.headers_mut().extend(common);
             return Ok(resp);
         }
@@ -112,11 +116,7 @@ pub(crate) async fn artifact(
     Ok(resp)
 }
 
-pub(crate) async fn meta(
-    State(state): State<HttpState>,
-    Path(id): Path<String>,
-    uri: Uri,
-) -> Result<Response, ApiError> {
+pub(crate) async fn meta(State(state): State<HttpState>, Path(id): Path<String>, uri: Uri) -> Result<Response, ApiError> {
     let (access, id) = authorize(&state, &uri, &id)?;
     let meta = state.store.meta(&access, &id).await?;
     let mut resp = axum::Json(meta).into_response();
@@ -136,7 +136,10 @@ fn representation_headers(meta: &ArtifactRef) -> HeaderMap {
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("private, no-cache"));
     h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
     // Nothing served from here may run script on the gateway's origin.
-    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static("sandbox; default-src 'none'; img-src 'self'; media-src 'self'; style-src 'unsafe-inline'"));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("sandbox; default-src 'none'; img-src 'self'; media-src 'self'; style-src 'unsafe-inline'"),
+    );
     let disposition = if is_active(mime) { "attachment" } else { "inline" };
     h.insert(header::CONTENT_DISPOSITION, hv(&content_disposition(disposition, meta)));
     h
@@ -147,17 +150,10 @@ fn representation_headers(meta: &ArtifactRef) -> HeaderMap {
 pub(crate) fn content_disposition(kind: &str, meta: &ArtifactRef) -> String {
     let name = meta.filename.as_deref().unwrap_or(meta.id.as_str());
     // Path separators and control characters never survive, even encoded.
-    let cleaned: String = name
-        .chars()
-        .map(|c| if c.is_control() || c == '/' || c == '\\' { '_' } else { c })
-        .take(200)
-        .collect();
+    let cleaned: String = name.chars().map(|c| if c.is_control() || c == '/' || c == '\\' { '_' } else { c }).take(200).collect();
     let cleaned = cleaned.trim_start_matches('.').trim();
     let cleaned = if cleaned.is_empty() { meta.id.as_str() } else { cleaned };
-    let ascii: String = cleaned
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || " ._-()".contains(c) { c } else { '_' })
-        .collect();
+    let ascii: String = cleaned.chars().map(|c| if c.is_ascii_alphanumeric() || " ._-()".contains(c) { c } else { '_' }).collect();
     const ATTR: &AsciiSet = &NON_ALPHANUMERIC.remove(b'.').remove(b'-').remove(b'_');
     format!("{kind}; filename=\"{ascii}\"; filename*=UTF-8''{}", utf8_percent_encode(cleaned, ATTR))
 }
@@ -210,7 +206,9 @@ mod tests {
 
     #[test]
     fn active_types() {
-        for m in ["text/html", "TEXT/HTML; charset=utf-8", "image/svg+xml", "application/xml", "application/atom+xml", "text/javascript", ""] {
+        for m in
+            ["text/html", "TEXT/HTML; charset=utf-8", "image/svg+xml", "application/xml", "application/atom+xml", "text/javascript", ""]
+        {
             assert!(is_active(m), "{m}");
         }
         for m in ["image/png", "text/plain", "application/json", "audio/wav", "application/zip"] {

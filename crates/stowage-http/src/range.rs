@@ -89,20 +89,20 @@ mod tests {
     fn ranges_against_ten_bytes() {
         use RangeRequest::*;
         for (header, want) in [
-            ("bytes=0-0", Partial(0..1)),        // first byte
-            ("bytes=9-9", Partial(9..10)),       // last byte
+            ("bytes=0-0", Partial(0..1)),  // first byte
+            ("bytes=9-9", Partial(9..10)), // last byte
             ("bytes=9-", Partial(9..10)),
             ("bytes=0-", Partial(0..10)),
             ("bytes=2-5", Partial(2..6)),
-            ("bytes=5-100", Partial(5..10)),     // last past the end is clamped
-            ("bytes=-1", Partial(9..10)),        // suffix: last byte
+            ("bytes=5-100", Partial(5..10)), // last past the end is clamped
+            ("bytes=-1", Partial(9..10)),    // suffix: last byte
             ("bytes=-3", Partial(7..10)),
-            ("bytes=-100", Partial(0..10)),      // suffix longer than the file: all of it
-            ("bytes=10-", Unsatisfiable),        // starts past the end
+            ("bytes=-100", Partial(0..10)), // suffix longer than the file: all of it
+            ("bytes=10-", Unsatisfiable),   // starts past the end
             ("bytes=10-20", Unsatisfiable),
             ("bytes=-0", Unsatisfiable),
-            ("bytes=5-2", Full),                 // invalid: ignored
-            ("bytes=0-1,3-4", Full),             // multi-range: whole body
+            ("bytes=5-2", Full),     // invalid: ignored
+            ("bytes=0-1,3-4", Full), // multi-range: whole body
             ("bytes=a-b", Full),
             ("items=0-1", Full),
             ("bytes=", Full),
@@ -112,8 +112,8 @@ mod tests {
         ] {
             assert_eq!(resolve(Some(header), 10), want, "{header}");
         }
-        assert_eq!(resolve(None, 10), RangeRequest::Full);
-        assert_eq!(resolve(Some("bytes=0-"), 0), RangeRequest::Unsatisfiable);
-        assert_eq!(resolve(Some("bytes=-5"), 0), RangeRequest::Unsatisfiable);
+        assert_eq!(resolve(None, 10), Full);
+        assert_eq!(resolve(Some("bytes=0-"), 0), Unsatisfiable);
+        assert_eq!(resolve(Some("bytes=-5"), 0), Unsatisfiable);
     }
 }

@@ -72,7 +72,9 @@ impl SlotRegistry {
                     *state = SlotState::Uploading;
                     Ok(spec.clone())
                 }
-                SlotState::Uploading => Err(ApiError::new(StatusCode::CONFLICT, "bad_request", "an upload to this slot is already in progress")),
+                SlotState::Uploading => {
+                    Err(ApiError::new(StatusCode::CONFLICT, "bad_request", "an upload to this slot is already in progress"))
+                }
                 SlotState::Done(_) => Err(ApiError::new(StatusCode::CONFLICT, "bad_request", "this upload slot has already been used")),
             },
             // Someone else's slot or none at all: indistinguishable.
@@ -176,10 +178,10 @@ async fn store_upload(state: &HttpState, spec: &SlotSpec, headers: &HeaderMap, b
 fn is_too_large(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut cur = Some(e);
     while let Some(err) = cur {
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            if io.kind() == std::io::ErrorKind::FileTooLarge {
-                return true;
-            }
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::FileTooLarge
+        {
+            return true;
         }
         cur = err.source();
     }

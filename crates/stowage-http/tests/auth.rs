@@ -143,7 +143,12 @@ fn jwks_file_selects_keys_by_kid() {
 #[test]
 fn api_keys_are_checked_by_hash() {
     let auth = Authenticator::new(&AuthConfig {
-        api_keys: vec![ApiKeyConfig { id: "ci-bot".into(), sha256: hash_api_key("sk-live-123456"), user: None, tenant: Some("acme".into()) }],
+        api_keys: vec![ApiKeyConfig {
+            id: "ci-bot".into(),
+            sha256: hash_api_key("sk-live-123456"),
+            user: None,
+            tenant: Some("acme".into()),
+        }],
         jwt: None,
     })
     .unwrap()
@@ -155,7 +160,10 @@ fn api_keys_are_checked_by_hash() {
     assert!(auth.authenticate(Some("Bearer sk-live-1234567")).is_err());
     assert!(auth.authenticate(Some("Bearer ")).is_err());
     // A config that pasted the key instead of its hash is refused at start-up.
-    let bad = AuthConfig { api_keys: vec![ApiKeyConfig { id: "x".into(), sha256: "sk-live-123456".into(), user: None, tenant: None }], jwt: None };
+    let bad = AuthConfig {
+        api_keys: vec![ApiKeyConfig { id: "x".into(), sha256: "sk-live-123456".into(), user: None, tenant: None }],
+        jwt: None,
+    };
     assert!(Authenticator::new(&bad).err().unwrap().to_string().contains("64 hex digits"));
     assert!(Authenticator::new(&AuthConfig::default()).unwrap().is_none(), "no auth configured");
 }

@@ -191,10 +191,30 @@ async fn bad_tokens_get_the_right_codes() {
         ("not a token", format!("{base}?token=hello"), StatusCode::BAD_REQUEST, "bad_request"),
         ("tampered", format!("{base}?token={tampered}"), StatusCode::FORBIDDEN, "artifact_forbidden"),
         ("truncated", format!("{base}?token={}", &good[..good.len() - 4]), StatusCode::FORBIDDEN, "artifact_forbidden"),
-        ("expired", format!("{base}?token={}", w.token(Operation::Read, r.id.as_str(), &owner, NOW)), StatusCode::GONE, "artifact_url_expired"),
-        ("wrong key", format!("{base}?token={}", other_ring.mint(Operation::Read, r.id.as_str(), &owner, NOW + 60)), StatusCode::FORBIDDEN, "artifact_forbidden"),
-        ("write token", format!("{base}?token={}", w.token(Operation::Write, r.id.as_str(), &owner, NOW + 60)), StatusCode::FORBIDDEN, "artifact_forbidden"),
-        ("other artifact's token", format!("{base}?token={}", w.token(Operation::Read, "art_0000000000000000", &owner, NOW + 60)), StatusCode::FORBIDDEN, "artifact_forbidden"),
+        (
+            "expired",
+            format!("{base}?token={}", w.token(Operation::Read, r.id.as_str(), &owner, NOW)),
+            StatusCode::GONE,
+            "artifact_url_expired",
+        ),
+        (
+            "wrong key",
+            format!("{base}?token={}", other_ring.mint(Operation::Read, r.id.as_str(), &owner, NOW + 60)),
+            StatusCode::FORBIDDEN,
+            "artifact_forbidden",
+        ),
+        (
+            "write token",
+            format!("{base}?token={}", w.token(Operation::Write, r.id.as_str(), &owner, NOW + 60)),
+            StatusCode::FORBIDDEN,
+            "artifact_forbidden",
+        ),
+        (
+            "other artifact's token",
+            format!("{base}?token={}", w.token(Operation::Read, "art_0000000000000000", &owner, NOW + 60)),
+            StatusCode::FORBIDDEN,
+            "artifact_forbidden",
+        ),
     ];
     for (what, uri, status, code) in cases {
         let (got, h, body) = w.get(&uri, &[]).await;

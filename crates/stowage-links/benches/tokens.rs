@@ -14,9 +14,7 @@ fn tokens(c: &mut Criterion) {
     let exp = 4_000_000_000;
     c.bench_function("mint", |b| b.iter(|| ring.mint(Operation::Read, std::hint::black_box(id), &owner, exp)));
     let token = ring.mint(Operation::Read, id, &owner, exp);
-    c.bench_function("verify", |b| {
-        b.iter(|| ring.verify_for(std::hint::black_box(&token), Operation::Read, id, 1_800_000_000).unwrap())
-    });
+    c.bench_function("verify", |b| b.iter(|| ring.verify_for(std::hint::black_box(&token), Operation::Read, id, 1_800_000_000).unwrap()));
 }
 
 criterion_group!(benches, tokens);

@@ -70,10 +70,7 @@ impl LinksConfig {
     /// Checks what serde cannot: the TTL range and the URL's shape.
     pub fn validate(&self) -> Result<(), String> {
         if self.ttl < MIN_TTL || self.ttl > MAX_TTL {
-            return Err(format!(
-                "links.ttl is {}; it must be between 1m and 60m",
-                humantime::format_duration(self.ttl)
-            ));
+            return Err(format!("links.ttl is {}; it must be between 1m and 60m", humantime::format_duration(self.ttl)));
         }
         if !(self.public_url.starts_with("http://") || self.public_url.starts_with("https://")) {
             return Err(format!("links.public_url {:?} must start with http:// or https://", self.public_url));

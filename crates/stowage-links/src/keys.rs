@@ -90,12 +90,9 @@ impl KeyRing {
             Ok(text) => {
                 let mut keys = Vec::new();
                 for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
-                    let (id, secret) = line
-                        .split_once(' ')
-                        .ok_or_else(|| file_err("expected lines of `<key id> <base64url secret>`".into()))?;
-                    let secret = B64
-                        .decode(secret.trim())
-                        .map_err(|e| file_err(format!("key {id:?} is not base64url: {e}")))?;
+                    let (id, secret) =
+                        line.split_once(' ').ok_or_else(|| file_err("expected lines of `<key id> <base64url secret>`".into()))?;
+                    let secret = B64.decode(secret.trim()).map_err(|e| file_err(format!("key {id:?} is not base64url: {e}")))?;
                     keys.push((id.to_owned(), secret));
                 }
                 KeyRing::new(keys).map_err(|e| file_err(e.to_string()))
@@ -107,10 +104,7 @@ impl KeyRing {
                 let mut id_bytes = [0u8; 4];
                 getrandom::fill(&mut id_bytes).map_err(|e| KeyError::Random(e.to_string()))?;
                 let id = format!("k{}", id_bytes.iter().map(|b| format!("{b:02x}")).collect::<String>());
-                let line = format!(
-                    "# Stowage link-signing key, generated on first use. Keep it secret.\n{id} {}\n",
-                    B64.encode(secret)
-                );
+                let line = format!("# Stowage link-signing key, generated on first use. Keep it secret.\n{id} {}\n", B64.encode(secret));
                 write_new_private_file(&path, line.as_bytes()).map_err(|e| file_err(e.to_string()))?;
                 // Another process may have won the race to create it; read back what is there.
                 KeyRing::load_or_create(dir)
@@ -127,13 +121,7 @@ impl KeyRing {
     /// valid until `expires_at` (Unix seconds). Signed with the newest key.
     pub fn mint(&self, operation: Operation, target: &str, owner: &Owner, expires_at: u64) -> String {
         let key = &self.keys[0];
-        let claims = Claims {
-            key_id: key.id.clone(),
-            operation,
-            target: target.to_owned(),
-            owner: owner.clone(),
-            expires_at,
-        };
+        let claims = Claims { key_id: key.id.clone(), operation, target: target.to_owned(), owner: owner.clone(), expires_at };
         token::encode(&claims, |payload| {
             let mut mac = key.mac.clone();
             mac.update(payload);

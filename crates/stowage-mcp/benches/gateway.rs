@@ -63,12 +63,7 @@ impl Peer {
 
     fn peak_rss_kb(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
-        status
-            .lines()
-            .find(|l| l.starts_with("VmHWM:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
+        status.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap_or(0)
     }
 }
 
@@ -146,9 +141,9 @@ fn main() {
         return;
     }
     let fixture = env!("CARGO_BIN_EXE_stowage-fixture");
-    let stowage = std::env::var_os("STOWAGE_BIN").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/release/stowage")
-    });
+    let stowage = std::env::var_os("STOWAGE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/release/stowage"));
     assert!(stowage.exists(), "{} is missing: run `cargo build --release -p stowage` first (or set STOWAGE_BIN)", stowage.display());
     let only_big = std::env::var_os("BENCH_ONLY_BIG").is_some();
     let n: usize = std::env::var("BENCH_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
@@ -161,20 +156,20 @@ fn main() {
     };
 
     if !only_big {
-    println!("gateway benchmark: {n} sequential small calls, {} pipelined, stdio on both sides", n * 2);
-    let mut direct = Peer::spawn(&mut Command::new(fixture));
-    let mut via = Peer::spawn(&mut gateway_cmd());
-    let d = latency(&mut direct, n);
-    let g = latency(&mut via, n);
-    let (d50, d99, g50, g99) = (percentile(&d, 0.5), percentile(&d, 0.99), percentile(&g, 0.5), percentile(&g, 0.99));
-    println!("latency direct:   p50 {:8.1} us  p99 {:8.1} us", us(d50), us(d99));
-    println!("latency gateway:  p50 {:8.1} us  p99 {:8.1} us", us(g50), us(g99));
-    println!("added by gateway: p50 {:8.1} us  p99 {:8.1} us", us(g50) - us(d50), us(g99) - us(d99));
-    let td = throughput(&mut direct, n * 2);
-    let tg = throughput(&mut via, n * 2);
-    println!("throughput direct: {td:8.0} calls/s   gateway: {tg:8.0} calls/s");
-    drop(direct);
-    drop(via);
+        println!("gateway benchmark: {n} sequential small calls, {} pipelined, stdio on both sides", n * 2);
+        let mut direct = Peer::spawn(&mut Command::new(fixture));
+        let mut via = Peer::spawn(&mut gateway_cmd());
+        let d = latency(&mut direct, n);
+        let g = latency(&mut via, n);
+        let (d50, d99, g50, g99) = (percentile(&d, 0.5), percentile(&d, 0.99), percentile(&g, 0.5), percentile(&g, 0.99));
+        println!("latency direct:   p50 {:8.1} us  p99 {:8.1} us", us(d50), us(d99));
+        println!("latency gateway:  p50 {:8.1} us  p99 {:8.1} us", us(g50), us(g99));
+        println!("added by gateway: p50 {:8.1} us  p99 {:8.1} us", us(g50) - us(d50), us(g99) - us(d99));
+        let td = throughput(&mut direct, n * 2);
+        let tg = throughput(&mut via, n * 2);
+        println!("throughput direct: {td:8.0} calls/s   gateway: {tg:8.0} calls/s");
+        drop(direct);
+        drop(via);
     }
 
     // 50 MB of base64 (37.5 MB PDF) in JSON text, upstream -> client, `BENCH_BIG_RUNS` times

@@ -135,8 +135,17 @@ pub enum ConfigError {
 /// How an upstream is reached, validated.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TransportSpec {
-    Stdio { command: String, args: Vec<String>, env: BTreeMap<String, String>, cwd: Option<PathBuf> },
-    Http { url: String, headers: BTreeMap<String, String>, ca_file: Option<PathBuf> },
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        env: BTreeMap<String, String>,
+        cwd: Option<PathBuf>,
+    },
+    Http {
+        url: String,
+        headers: BTreeMap<String, String>,
+        ca_file: Option<PathBuf>,
+    },
     /// The bundled demo server, run in-process.
     Demo,
 }
@@ -192,12 +201,7 @@ impl ServerConfig {
                 if command.trim().is_empty() {
                     return Err(err("command is empty".into()));
                 }
-                TransportSpec::Stdio {
-                    command: command.clone(),
-                    args: self.args.clone(),
-                    env: self.env.clone(),
-                    cwd: self.cwd.clone(),
-                }
+                TransportSpec::Stdio { command: command.clone(), args: self.args.clone(), env: self.env.clone(), cwd: self.cwd.clone() }
             }
             (None, Some(url)) => {
                 if !(url.starts_with("http://") || url.starts_with("https://")) {
@@ -205,8 +209,7 @@ impl ServerConfig {
                 }
                 let mut headers = self.headers.clone();
                 if let Some(var) = &self.bearer_token_env {
-                    let token = std::env::var(var)
-                        .map_err(|_| err(format!("bearer_token_env {var} is not set in the environment")))?;
+                    let token = std::env::var(var).map_err(|_| err(format!("bearer_token_env {var} is not set in the environment")))?;
                     headers.insert("Authorization".into(), format!("Bearer {token}"));
                 }
                 if self.tls_ca_file.is_some() && !url.starts_with("https://") {
@@ -238,8 +241,7 @@ pub fn parse_mcp_servers(text: &str, path: &Path) -> Result<Vec<(String, ServerC
         .ok_or_else(|| parse_err("no \"mcpServers\" object".into()))?;
     let mut out = Vec::new();
     for (name, entry) in servers {
-        let entry: McpServerEntry = serde_json::from_value(entry.clone())
-            .map_err(|e| parse_err(format!("server {name:?}: {e}")))?;
+        let entry: McpServerEntry = serde_json::from_value(entry.clone()).map_err(|e| parse_err(format!("server {name:?}: {e}")))?;
         let mut headers = entry.headers;
         // Some hosts put a bearer token under "auth"/"token"; only the explicit form is read.
         if let Some(t) = entry.bearer_token {
@@ -306,8 +308,7 @@ pub fn collect_upstreams(
     trailing: &[String],
 ) -> Result<Vec<UpstreamSpec>, ConfigError> {
     let timeout = gateway.request_timeout();
-    let mut entries: Vec<(String, ServerConfig)> =
-        gateway.servers.iter().map(|(n, s)| (n.clone(), s.clone())).collect();
+    let mut entries: Vec<(String, ServerConfig)> = gateway.servers.iter().map(|(n, s)| (n.clone(), s.clone())).collect();
     if let Some(path) = mcp_config {
         for (name, server) in read_mcp_servers(path)? {
             if entries.iter().any(|(n, _)| *n == name) {
@@ -357,10 +358,7 @@ mod tests {
         let e = parse_mcp_servers(r#"{"mcpServers":{"a":{"type":"sse","url":"http://x"}}}"#, Path::new("c.json"));
         assert!(e.unwrap_err().to_string().contains("\"a\""));
         let both = ServerConfig { command: Some("x".into()), url: Some("http://y".into()), ..Default::default() };
-        assert_eq!(
-            both.resolve("s", Duration::from_secs(1)).unwrap_err().to_string(),
-            "server \"s\": set either command or url, not both"
-        );
+        assert_eq!(both.resolve("s", Duration::from_secs(1)).unwrap_err().to_string(), "server \"s\": set either command or url, not both");
         assert!(parse_mcp_servers("{}", Path::new("c.json")).is_err());
     }
 
@@ -377,10 +375,8 @@ mod tests {
 
     #[test]
     fn a_server_can_carry_its_own_transform_section() {
-        let g: GatewayConfig = serde_json::from_str(
-            r#"{"servers":{"tableau":{"command":"x","transform":{"inline_binary_max_bytes":4096}}}}"#,
-        )
-        .unwrap();
+        let g: GatewayConfig =
+            serde_json::from_str(r#"{"servers":{"tableau":{"command":"x","transform":{"inline_binary_max_bytes":4096}}}}"#).unwrap();
         let t = g.servers["tableau"].transform.as_ref().unwrap();
         assert_eq!(t.inline_binary_max_bytes, 4096);
         assert_eq!(t.max_inline_chars, stowage_transform::TransformConfig::default().max_inline_chars);

@@ -197,7 +197,14 @@ mod tests {
     #[tokio::test]
     async fn long_lines_across_reads_of_any_size_keep_what_follows() {
         let long = |c: char, n: usize| c.to_string().repeat(n);
-        let lines = [long('a', 10), long('b', READ_BUFFER_BYTES - 1), long('c', READ_BUFFER_BYTES), long('d', 5 * READ_BUFFER_BYTES + 3), "e".into(), long('f', 2 * READ_BUFFER_BYTES)];
+        let lines = [
+            long('a', 10),
+            long('b', READ_BUFFER_BYTES - 1),
+            long('c', READ_BUFFER_BYTES),
+            long('d', 5 * READ_BUFFER_BYTES + 3),
+            "e".into(),
+            long('f', 2 * READ_BUFFER_BYTES),
+        ];
         let mut input = lines.join("\n");
         input.push('\n');
         input.push_str("tail without newline");

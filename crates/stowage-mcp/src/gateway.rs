@@ -407,7 +407,13 @@ impl Gateway {
         }
     }
 
-    async fn call_tool(self: &Arc<Self>, session: &Arc<Session>, _id: &Id, params: Value, outbox: &Outbox) -> Result<Message, (i64, String)> {
+    async fn call_tool(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        _id: &Id,
+        params: Value,
+        outbox: &Outbox,
+    ) -> Result<Message, (i64, String)> {
         let name = params.get("name").and_then(Value::as_str).unwrap_or("").to_owned();
         if name == crate::local_tools::ARTIFACT_URL_TOOL
             && let Some(links) = self.links.get()
@@ -476,7 +482,14 @@ impl Gateway {
             prompts: flag("promptsListChanged") && caps.get("prompts").is_some(),
             resources: flag("resourcesListChanged") && caps.get("resources").is_some(),
             uris: if subscribable {
-                asked.get("resourceSubscriptions").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).map(str::to_owned).collect()
+                asked
+                    .get("resourceSubscriptions")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
             } else {
                 HashSet::new()
             },
@@ -484,7 +497,9 @@ impl Gateway {
         });
         // Only what will be honoured is acknowledged; unrequested kinds are left out.
         let mut honored = serde_json::Map::new();
-        for (key, on) in [("toolsListChanged", listener.tools), ("promptsListChanged", listener.prompts), ("resourcesListChanged", listener.resources)] {
+        for (key, on) in
+            [("toolsListChanged", listener.tools), ("promptsListChanged", listener.prompts), ("resourcesListChanged", listener.resources)]
+        {
             if on {
                 honored.insert(key.into(), json!(true));
             }
@@ -586,7 +601,8 @@ impl Gateway {
         let key = (index, out.id);
         self.routes.begin_call(key, session, outbox, crate::inputs::current());
         let mut cleanup = Cleanup { gw: self.clone(), key, token: token_key };
-        let mut reply = out.wait(deadline.saturating_duration_since(Instant::now())).await.map_err(|e: CallError| (e.code(), e.to_string()))?;
+        let mut reply =
+            out.wait(deadline.saturating_duration_since(Instant::now())).await.map_err(|e: CallError| (e.code(), e.to_string()))?;
         // A stateless upstream asks for input by answering `input_required`: put each request
         // to the client (as a request, or as our own input_required for a 2026-07-28 client)
         // and retry with the answers, as its revision prescribes.
@@ -595,7 +611,8 @@ impl Gateway {
             let mut responses = serde_json::Map::new();
             for (key, req) in asked.get("inputRequests").and_then(Value::as_object).into_iter().flatten() {
                 let what = req.get("method").and_then(Value::as_str).unwrap_or_default();
-                let target = crate::routes::CallTarget { session: session.clone(), outbox: outbox.clone(), inputs: crate::inputs::current() };
+                let target =
+                    crate::routes::CallTarget { session: session.clone(), outbox: outbox.clone(), inputs: crate::inputs::current() };
                 let answer = self.ask_client(Some(target), what, req.get("params").map(to_raw), Value::Null, timeout).await;
                 match result_value(&answer) {
                     Ok(v) => responses.insert(key.clone(), v),
@@ -620,7 +637,14 @@ impl Gateway {
 
     /// Puts an upstream's request for input (sampling, elicitation, roots) to the client
     /// behind `target` and returns the answer as a reply with id `reply_id`.
-    async fn ask_client(&self, target: Option<crate::routes::CallTarget>, method: &str, params: Option<Box<serde_json::value::RawValue>>, reply_id: Value, timeout: Duration) -> Message {
+    async fn ask_client(
+        &self,
+        target: Option<crate::routes::CallTarget>,
+        method: &str,
+        params: Option<Box<serde_json::value::RawValue>>,
+        reply_id: Value,
+        timeout: Duration,
+    ) -> Message {
         match target {
             // A 2026-07-28 client's call: the request becomes an input_required result.
             Some(crate::routes::CallTarget { inputs: Some(inputs), .. }) => {
@@ -635,7 +659,8 @@ impl Gateway {
                 code::METHOD_NOT_FOUND,
                 format!("the client speaks 2026-07-28, which takes {method} only within tools/call, prompts/get or resources/read"),
             ),
-            Some(crate::routes::CallTarget { session, outbox, .. }) => match session.request_client(method, params, &outbox, timeout).await {
+            Some(crate::routes::CallTarget { session, outbox, .. }) => match session.request_client(method, params, &outbox, timeout).await
+            {
                 Some(mut answer) => {
                     answer.id = Some(reply_id);
                     answer.method = None;
@@ -655,9 +680,10 @@ impl Gateway {
             caps["prompts"] = json!({"listChanged": true});
         }
         if any("resources") {
-            let subscribe = self.upstreams.iter().any(|u| {
-                u.info().and_then(|i| i.pointer("/capabilities/resources/subscribe").and_then(Value::as_bool)).unwrap_or(false)
-            });
+            let subscribe = self
+                .upstreams
+                .iter()
+                .any(|u| u.info().and_then(|i| i.pointer("/capabilities/resources/subscribe").and_then(Value::as_bool)).unwrap_or(false));
             caps["resources"] = json!({"listChanged": true, "subscribe": subscribe});
         }
         if any("logging") {
@@ -877,7 +903,7 @@ fn server_info() -> Value {
 }
 
 async fn event_loop(gw: Weak<Gateway>, mut rx: mpsc::UnboundedReceiver<UpstreamEvent>) {
-    let mut seen = std::collections::HashSet::new();
+    let mut seen = HashSet::new();
     while let Some(ev) = rx.recv().await {
         let Some(gw) = gw.upgrade() else { return };
         match ev {

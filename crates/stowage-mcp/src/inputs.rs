@@ -88,7 +88,7 @@ impl Exchange {
     /// Starts `call` on its own task with an input channel and a relay for its messages.
     pub fn start<F>(owner: Owner, outbox: &Outbox, call: impl FnOnce(Outbox) -> F) -> Exchange
     where
-        F: std::future::Future<Output = Outcome> + Send + 'static,
+        F: Future<Output = Outcome> + Send + 'static,
     {
         let (inputs, asks) = mpsc::unbounded_channel();
         let current = Arc::new(Mutex::new(Some(outbox.clone())));

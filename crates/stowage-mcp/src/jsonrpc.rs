@@ -136,13 +136,7 @@ impl Message {
     }
 
     pub fn request(id: Id, method: &str, params: Option<&Value>) -> Message {
-        Message {
-            jsonrpc: "2.0",
-            id: Some(id),
-            method: Some(method.to_owned()),
-            params: params.map(to_raw),
-            ..Default::default()
-        }
+        Message { jsonrpc: "2.0", id: Some(id), method: Some(method.to_owned()), params: params.map(to_raw), ..Default::default() }
     }
 
     pub fn notification(method: &str, params: Option<&Value>) -> Message {
@@ -164,10 +158,7 @@ impl Message {
 
     /// The params parsed as a JSON value (`{}` when absent).
     pub fn params_value(&self) -> Value {
-        self.params
-            .as_ref()
-            .and_then(|p| serde_json::from_str(p.get()).ok())
-            .unwrap_or_else(|| Value::Object(Default::default()))
+        self.params.as_ref().and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or_else(|| Value::Object(Default::default()))
     }
 
     /// The error's code, when this is an error response.
@@ -240,7 +231,11 @@ mod tests {
             }
         }
         // Broken or not a message: the same error, and the line comes back as it was.
-        for text in [format!(r#"{{"jsonrpc":"2.0","id":1,"result":"{big}"#), format!(r#"{{"jsonrpc":"2.0","id":1,"result":"{big}\q"}}"#), format!(r#"{{"id":1,"result":1,"result":"{big}"}}"#)] {
+        for text in [
+            format!(r#"{{"jsonrpc":"2.0","id":1,"result":"{big}"#),
+            format!(r#"{{"jsonrpc":"2.0","id":1,"result":"{big}\q"}}"#),
+            format!(r#"{{"id":1,"result":1,"result":"{big}"}}"#),
+        ] {
             let want = Message::parse(text.as_bytes()).unwrap_err().to_string();
             let (line, e) = Message::parse_owned(text.clone().into_bytes()).unwrap_err();
             assert_eq!((line, e.to_string()), (text.into_bytes(), want));

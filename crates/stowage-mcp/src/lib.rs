@@ -39,6 +39,6 @@ pub mod session;
 pub mod upstream;
 
 pub use config::{GatewayConfig, ServerConfig, UpstreamSpec};
+pub use gateway::Gateway;
 /// Sample files (PDF, PNG, WAV) made in code, shared with the demo server.
 pub use stowage_demo::samples;
-pub use gateway::Gateway;

@@ -32,11 +32,8 @@ impl Offloader for PipelineOffloader {
         let raw_len = raw.len();
         let mut input = TransformInput::new(&ctx.tool, &ctx.scope);
         input.output_schema = ctx.output_schema.as_ref();
-        let out = self
-            .pipeline
-            .transform_json_text(&input, raw)
-            .await
-            .map_err(|e| OffloadError { code: e.code(), message: e.to_string() })?;
+        let out =
+            self.pipeline.transform_json_text(&input, raw).await.map_err(|e| OffloadError { code: e.code(), message: e.to_string() })?;
         let items = out
             .report
             .artifacts

@@ -233,10 +233,10 @@ pub fn apply_contract(off: Offloaded, output_schema: Option<&Value>, links: Opti
             // The offloader already wrote this artifact's link; fixed up after the inserts.
             fixups.push((r.uri.clone(), uri.clone(), item.summary.clone(), text));
         } else {
-        match content_position(&item.pointer) {
-            Some((k, whole)) if k < content_len => inserts.push((k, whole, blocks)),
-            _ => inserts.push((usize::MAX, false, blocks)),
-        }
+            match content_position(&item.pointer) {
+                Some((k, whole)) if k < content_len => inserts.push((k, whole, blocks)),
+                _ => inserts.push((usize::MAX, false, blocks)),
+            }
         }
         let mut asset = Map::new();
         asset.insert("id".into(), json!(r.id));
@@ -419,7 +419,10 @@ mod tests {
         let content = v["content"].as_array().unwrap();
         assert_eq!(content.len(), 3, "{v}");
         let text = content[1]["text"].as_str().unwrap();
-        assert!(text.contains("artifact://t_") && text.contains("[application/pdf]") && text.contains("expires 2026-11-22T09:00:00Z"), "{text}");
+        assert!(
+            text.contains("artifact://t_") && text.contains("[application/pdf]") && text.contains("expires 2026-11-22T09:00:00Z"),
+            "{text}"
+        );
         assert_eq!(content[2]["uri"], "http://gw/artifacts/t_abababababababab?token=t");
         let a = &v["structuredContent"]["assets"];
         assert_eq!(a.as_array().unwrap().len(), 1);

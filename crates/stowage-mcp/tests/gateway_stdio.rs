@@ -161,7 +161,8 @@ async fn cancellation_reaches_the_upstream_and_progress_tokens_are_mapped_back()
     // Progress: the client's own token comes back, whatever the gateway used upstream.
     let r = c.request("tools/call", json!({"name": "slow", "arguments": {"ms": 100}, "_meta": {"progressToken": "my-token"}})).await;
     assert_eq!(r["result"]["content"][0]["text"], "slept 100 ms");
-    let progress: Vec<Value> = c.notifications.lock().unwrap().iter().filter(|n| n["method"] == "notifications/progress").cloned().collect();
+    let progress: Vec<Value> =
+        c.notifications.lock().unwrap().iter().filter(|n| n["method"] == "notifications/progress").cloned().collect();
     assert_eq!(progress.len(), 5, "{progress:?}");
     assert!(progress.iter().all(|p| p["params"]["progressToken"] == "my-token"));
 
@@ -231,7 +232,7 @@ async fn a_stateless_upstreams_changes_reach_an_older_client() {
             break;
         }
         c.call("update", json!({"uri": "fx://report"})).await;
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(updated() >= 1, "no resources/updated reached the client");
     let note = c.notifications.lock().unwrap().iter().find(|n| n["method"] == "notifications/resources/updated").cloned().unwrap();

@@ -52,9 +52,13 @@ async fn mcp(body: String) -> axum::response::Response {
     let msg: Value = serde_json::from_str(&body).unwrap();
     let id = msg["id"].clone();
     let result = match msg["method"].as_str() {
-        Some("initialize") => json!({"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}, "serverInfo": {"name": "tls", "version": "1"}}),
+        Some("initialize") => {
+            json!({"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}, "serverInfo": {"name": "tls", "version": "1"}})
+        }
         Some("tools/list") => json!({"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}),
-        Some("tools/call") => json!({"content": [{"type": "text", "text": format!("over tls: {}", msg["params"]["arguments"]["message"].as_str().unwrap_or(""))}]}),
+        Some("tools/call") => {
+            json!({"content": [{"type": "text", "text": format!("over tls: {}", msg["params"]["arguments"]["message"].as_str().unwrap_or(""))}]})
+        }
         _ => return axum::http::StatusCode::ACCEPTED.into_response(),
     };
     axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response()
@@ -91,10 +95,15 @@ async fn an_https_upstream_with_its_ca_works_and_without_it_fails_clearly() {
     let spec = ServerConfig { url: Some("https://localhost:1/mcp".into()), tls_ca_file: Some(bad), ..Default::default() }
         .resolve("tls", Duration::from_secs(10))
         .unwrap();
-    let link = stowage_mcp::upstream::http::connect("tls", "https://localhost:1/mcp", &Default::default(), match &spec.transport {
-        stowage_mcp::config::TransportSpec::Http { ca_file, .. } => ca_file.as_deref(),
-        _ => unreachable!(),
-    });
+    let link = stowage_mcp::upstream::http::connect(
+        "tls",
+        "https://localhost:1/mcp",
+        &Default::default(),
+        match &spec.transport {
+            stowage_mcp::config::TransportSpec::Http { ca_file, .. } => ca_file.as_deref(),
+            _ => unreachable!(),
+        },
+    );
     let e = link.err().expect("a bad CA file is refused");
     assert!(e.contains("bad.pem") && e.contains("no certificate"), "{e}");
 }

@@ -39,16 +39,19 @@ async fn gateway(upstream: TransportSpec) -> (Arc<Gateway>, String) {
 }
 
 fn stdio_everything(script: &std::path::Path) -> TransportSpec {
-    TransportSpec::Stdio { command: "node".into(), args: vec![script.display().to_string(), "stdio".into()], env: Default::default(), cwd: None }
+    TransportSpec::Stdio {
+        command: "node".into(),
+        args: vec![script.display().to_string(), "stdio".into()],
+        env: Default::default(),
+        cwd: None,
+    }
 }
 
 /// Runs the Python driver and checks what it saw.
 async fn drive_with_python(python: &std::path::Path, url: &str, mode: &str) -> Value {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/drive_everything.py");
     let (python, url, mode) = (python.to_owned(), url.to_owned(), mode.to_owned());
-    let out = tokio::task::spawn_blocking(move || Command::new(python).arg(script).arg(url).arg(mode).output().unwrap())
-        .await
-        .unwrap();
+    let out = tokio::task::spawn_blocking(move || Command::new(python).arg(script).arg(url).arg(mode).output().unwrap()).await.unwrap();
     assert!(out.status.success(), "python client failed:\n{}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap()
 }
@@ -126,9 +129,7 @@ async fn inspector_cli_lists_and_calls_through_gateway() {
         let inspector = inspector.clone();
         let url = url.clone();
         async move {
-            tokio::task::spawn_blocking(move || Command::new(inspector).arg("--cli").arg(url).args(args).output().unwrap())
-                .await
-                .unwrap()
+            tokio::task::spawn_blocking(move || Command::new(inspector).arg("--cli").arg(url).args(args).output().unwrap()).await.unwrap()
         }
     };
     let out = run(vec!["--method".into(), "tools/list".into()]).await;
@@ -138,7 +139,9 @@ async fn inspector_cli_lists_and_calls_through_gateway() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("resource_link") && !stdout.contains("iVBORw0KGgo"), "{stdout}");
-    let out = run(vec!["--method".into(), "tools/call".into(), "--tool-name".into(), "echo".into(), "--tool-arg".into(), "message=hi".into()]).await;
+    let out =
+        run(vec!["--method".into(), "tools/call".into(), "--tool-name".into(), "echo".into(), "--tool-arg".into(), "message=hi".into()])
+            .await;
     assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("Echo: hi"));
     gw.shutdown();
 }

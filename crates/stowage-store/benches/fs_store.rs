@@ -38,8 +38,7 @@ fn unique(base: &mut [u8], n: u64) -> Bytes {
 /// Run first, right before the store's own 100 MB figures, because this disk's write speed
 /// drifts over minutes (it throttles sustained writes): ratios need neighbouring measurements.
 fn floors(c: &mut Criterion) {
-    let tmp =
-        tempfile::tempdir_in(std::env::var_os("BENCH_DIR").unwrap_or_else(|| std::env::temp_dir().into())).unwrap();
+    let tmp = tempfile::tempdir_in(std::env::var_os("BENCH_DIR").unwrap_or_else(|| std::env::temp_dir().into())).unwrap();
     let size = 100 << 20;
     // Everything is built on first use: `cargo test`/nextest run each benchmark once in its own
     // process, which should not pay for the others' 100 MB setups.
@@ -62,9 +61,7 @@ fn floors(c: &mut Criterion) {
         (start.elapsed(), path)
     };
     let write_one = std::cell::RefCell::new(write_one);
-    floor.bench_function("write_fsync/100MB", |b| {
-        b.iter_custom(|iters| (0..iters).map(|_| write_one.borrow_mut()().0).sum())
-    });
+    floor.bench_function("write_fsync/100MB", |b| b.iter_custom(|iters| (0..iters).map(|_| write_one.borrow_mut()().0).sum()));
     let cached = OnceCell::new();
     floor.bench_function("read_cached/100MB", |b| {
         let path = cached.get_or_init(|| write_one.borrow_mut()().1);
@@ -79,8 +76,7 @@ fn floors(c: &mut Criterion) {
 
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let tmp =
-        tempfile::tempdir_in(std::env::var_os("BENCH_DIR").unwrap_or_else(|| std::env::temp_dir().into())).unwrap();
+    let tmp = tempfile::tempdir_in(std::env::var_os("BENCH_DIR").unwrap_or_else(|| std::env::temp_dir().into())).unwrap();
     let store = FsStore::open(tmp.path().join("store"), retention()).unwrap();
     let scope = ArtifactScope::session("bench");
     let access = Access::owner_of(&scope);
@@ -100,8 +96,7 @@ fn bench(c: &mut Criterion) {
         let base = OnceCell::new();
         let counter = std::sync::atomic::AtomicU64::new(0);
         let next = || {
-            let base =
-                base.get_or_init(|| std::sync::Mutex::new((0..size).map(|i| (i % 251) as u8).collect::<Vec<u8>>()));
+            let base = base.get_or_init(|| std::sync::Mutex::new((0..size).map(|i| (i % 251) as u8).collect::<Vec<u8>>()));
             unique(&mut base.lock().unwrap(), counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
         };
 
@@ -123,8 +118,7 @@ fn bench(c: &mut Criterion) {
 
         let stored = OnceCell::new();
         group.bench_function(BenchmarkId::new("open_read", name), |b| {
-            let id = stored
-                .get_or_init(|| rt.block_on(store.put_bytes(next(), PutOptions::scoped(scope.clone()))).unwrap().id);
+            let id = stored.get_or_init(|| rt.block_on(store.put_bytes(next(), PutOptions::scoped(scope.clone()))).unwrap().id);
             b.to_async(&rt).iter(|| async {
                 let mut reader = store.open(&access, id, None).await.unwrap();
                 let mut buf = vec![0u8; 1 << 20];

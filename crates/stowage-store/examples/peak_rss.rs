@@ -53,20 +53,15 @@ async fn main() -> anyhow_free::Result {
     let size_mib: u64 = args.next().map(|s| s.parse().expect("SIZE_MIB")).unwrap_or(1024);
     let tmp = tempfile::tempdir_in(args.next().unwrap_or_else(|| std::env::temp_dir().display().to_string()))?;
     let size = size_mib << 20;
-    let retention = RetentionConfig {
-        max_artifact_bytes: size,
-        max_session_bytes: size,
-        max_trace_bytes: size,
-        ..RetentionConfig::default()
-    };
+    let retention =
+        RetentionConfig { max_artifact_bytes: size, max_session_bytes: size, max_trace_bytes: size, ..RetentionConfig::default() };
     let store = FsStore::open(tmp.path(), retention)?;
     let scope = ArtifactScope::session("peak-rss");
 
     reset_peak();
     let base = status_kib("VmRSS:");
     let start = Instant::now();
-    let r =
-        store.put_stream(Box::pin(Generated { remaining: size, offset: 0 }), PutOptions::scoped(scope.clone())).await?;
+    let r = store.put_stream(Box::pin(Generated { remaining: size, offset: 0 }), PutOptions::scoped(scope.clone())).await?;
     let put_secs = start.elapsed().as_secs_f64();
     let put_peak = status_kib("VmHWM:");
     assert_eq!(r.size_bytes, size);

@@ -29,12 +29,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let rounds: usize = args.next().map(|s| s.parse()).transpose()?.unwrap_or(10);
     let tmp = tempfile::tempdir_in(args.next().unwrap_or_else(|| std::env::temp_dir().display().to_string()))?;
-    let limits = RetentionConfig {
-        max_artifact_bytes: 1 << 30,
-        max_session_bytes: 1 << 40,
-        max_trace_bytes: 1 << 40,
-        ..RetentionConfig::default()
-    };
+    let limits =
+        RetentionConfig { max_artifact_bytes: 1 << 30, max_session_bytes: 1 << 40, max_trace_bytes: 1 << 40, ..RetentionConfig::default() };
     let store = FsStore::open(tmp.path().join("store"), limits)?;
     let mut base: Vec<u8> = (0..SIZE).map(|i| (i % 251) as u8).collect();
     let (mut put, mut write, mut hash, mut ratio) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());

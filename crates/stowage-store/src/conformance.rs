@@ -17,8 +17,8 @@ use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 
 use crate::{
-    Access, ArtifactId, ArtifactRef, ArtifactScope, ArtifactStore, CleanupStrategy, Clock, DynStore, ListQuery,
-    ManualClock, PutOptions, RetentionConfig, StoreError,
+    Access, ArtifactId, ArtifactRef, ArtifactScope, ArtifactStore, CleanupStrategy, Clock, DynStore, ListQuery, ManualClock, PutOptions,
+    RetentionConfig, StoreError,
 };
 
 /// Makes a fresh, empty store with these limits that reads the time from this clock.
@@ -64,12 +64,7 @@ async fn put(store: &dyn ArtifactStore, data: &[u8], scope: &ArtifactScope) -> A
     store.put_bytes(Bytes::copy_from_slice(data), PutOptions::scoped(scope.clone())).await.expect("put")
 }
 
-async fn read_body(
-    store: &dyn ArtifactStore,
-    access: &Access,
-    id: &ArtifactId,
-    range: Option<std::ops::Range<u64>>,
-) -> Vec<u8> {
+async fn read_body(store: &dyn ArtifactStore, access: &Access, id: &ArtifactId, range: Option<std::ops::Range<u64>>) -> Vec<u8> {
     let mut reader = store.open(access, id, range).await.expect("open");
     let mut out = Vec::new();
     reader.body.read_to_end(&mut out).await.expect("read body");
@@ -156,8 +151,7 @@ pub async fn ranges_and_streaming_reads(store: &dyn ArtifactStore) {
     let data = pattern(5 * 1024 * 1024 + 123, 2);
     let r = put(store, &data, &scope).await;
     let len = data.len() as u64;
-    let cases: &[(u64, u64)] =
-        &[(0, 0), (0, 1), (10, 20), (len - 1, len), (0, len), (1 << 20, (3 << 20) + 7), (len, len)];
+    let cases: &[(u64, u64)] = &[(0, 0), (0, 1), (10, 20), (len - 1, len), (0, len), (1 << 20, (3 << 20) + 7), (len, len)];
     for &(a, b) in cases {
         let want = &data[a as usize..b as usize];
         assert_eq!(&store.get_range(&me, &r.id, a..b).await.expect("get_range")[..], want, "get_range {a}..{b}");
@@ -307,9 +301,7 @@ pub async fn scope_isolation_with_identical_bytes(store: &dyn ArtifactStore) {
     assert_not_found(store.meta(&them, &id).await, &id, "stranger meta");
     assert!(!store.exists(&them, &id).await.unwrap());
     assert!(!store.delete(&them, &id).await.unwrap());
-    assert!(
-        store.list(ListQuery { owner: Some(stranger.owner()), ..Default::default() }).await.unwrap().items.is_empty()
-    );
+    assert!(store.list(ListQuery { owner: Some(stranger.owner()), ..Default::default() }).await.unwrap().items.is_empty());
 
     // Deleting one owner's record leaves every other owner's readable.
     assert!(store.delete(&access(&scopes[0]), &id).await.unwrap());
@@ -382,11 +374,7 @@ pub async fn list_pagination_and_filters(store: &dyn ArtifactStore) {
     assert_eq!(pages, 3);
     let all = ids_listed(store, ListQuery { owner: owner.clone(), ..Default::default() }).await;
     assert_eq!(all, ids, "default limit fits all");
-    let even = ids_listed(
-        store,
-        ListQuery { owner: owner.clone(), trace_id: Some("even".into()), limit: 2, ..Default::default() },
-    )
-    .await;
+    let even = ids_listed(store, ListQuery { owner: owner.clone(), trace_id: Some("even".into()), limit: 2, ..Default::default() }).await;
     assert_eq!(even, ids.iter().step_by(2).cloned().collect::<Vec<_>>());
     assert_eq!(ids_listed(store, ListQuery::default()).await.len(), 8, "operator listing spans owners");
 
@@ -423,22 +411,15 @@ pub async fn concurrent_puts_and_deletes_of_shared_bytes(store: &dyn ArtifactSto
 /// Storing the same bytes twice in one owner is one record, counted once.
 pub async fn dedup_within_an_owner(factory: Factory<'_>) {
     let clock = ManualClock::fixed();
-    let limits = RetentionConfig {
-        max_session_bytes: 50,
-        max_artifacts_per_session: 2,
-        cleanup_strategy: CleanupStrategy::None,
-        ..roomy()
-    };
+    let limits =
+        RetentionConfig { max_session_bytes: 50, max_artifacts_per_session: 2, cleanup_strategy: CleanupStrategy::None, ..roomy() };
     let store = factory(limits, Arc::new(clock.clone()));
     let scope = ArtifactScope::session("dedup");
     let first = put(&*store, &[9; 30], &scope).await;
     clock.advance(Duration::from_secs(600));
     // A second put of the same bytes would not fit the 50-byte budget if it counted twice.
     let again = store
-        .put_bytes(
-            Bytes::from(vec![9; 30]),
-            PutOptions::scoped(scope.clone().with_trace("later")).filename("other-name"),
-        )
+        .put_bytes(Bytes::from(vec![9; 30]), PutOptions::scoped(scope.clone().with_trace("later")).filename("other-name"))
         .await
         .expect("re-put of the same bytes is not a new artifact");
     assert_eq!(again.id, first.id);
@@ -448,10 +429,7 @@ pub async fn dedup_within_an_owner(factory: Factory<'_>) {
     assert_eq!(ids_listed(&*store, ListQuery { owner: Some(scope.owner()), ..Default::default() }).await.len(), 1);
     // The same bytes under another namespace are another artifact (another id), counted on
     // their own: 60 bytes do not fit.
-    let e = store
-        .put_bytes(Bytes::from(vec![9; 30]), PutOptions::scoped(scope.clone()).namespace("tool2"))
-        .await
-        .unwrap_err();
+    let e = store.put_bytes(Bytes::from(vec![9; 30]), PutOptions::scoped(scope.clone()).namespace("tool2")).await.unwrap_err();
     assert!(matches!(e, StoreError::QuotaExceeded { .. }), "{e}");
     assert_eq!(&store.get(&access(&scope), &first.id).await.unwrap()[..], &[9; 30]);
 }
@@ -465,10 +443,7 @@ pub async fn ttl_expiry(factory: Factory<'_>) {
     let me = access(&scope);
     let long = put(&*store, b"default ttl", &scope).await;
     let short = store
-        .put_bytes(
-            Bytes::from_static(b"short ttl"),
-            PutOptions { ttl: Some(Duration::from_secs(10)), ..PutOptions::scoped(scope.clone()) },
-        )
+        .put_bytes(Bytes::from_static(b"short ttl"), PutOptions { ttl: Some(Duration::from_secs(10)), ..PutOptions::scoped(scope.clone()) })
         .await
         .unwrap();
     assert_eq!(long.expires_at.unwrap() - long.created_at, time::Duration::seconds(60));
@@ -533,8 +508,7 @@ pub async fn size_limits(factory: Factory<'_>) {
     // An endless stream is refused after little more than the limit has been read.
     let sent = Arc::new(AtomicU64::new(0));
     let endless = CountingReader { total: u64::MAX, sent: sent.clone() };
-    let e =
-        store.put_stream(Box::pin(endless), PutOptions::scoped(ArtifactScope::session("stream"))).await.unwrap_err();
+    let e = store.put_stream(Box::pin(endless), PutOptions::scoped(ArtifactScope::session("stream"))).await.unwrap_err();
     assert!(matches!(e, StoreError::TooLarge { limit_name: "max_session_bytes" | "max_artifact_bytes", .. }), "{e}");
     assert!(sent.load(Ordering::SeqCst) <= 4 << 20, "read {} bytes of an endless stream", sent.load(Ordering::SeqCst));
     let listed = ids_listed(&*store, ListQuery::default()).await;
@@ -575,15 +549,9 @@ pub async fn eviction_strategies(factory: Factory<'_>) {
             // recently used. Then `b` is read, so `c` is least recently used and `a` the oldest.
             assert_eq!(put(&*store, &[b'a'; 10], &scope).await.id, a.id);
             store.get(&me, &b.id).await.unwrap();
-            let name = |id: &ArtifactId| {
-                [(&x, "x"), (&a, "a"), (&b, "b"), (&c, "c")].iter().find(|(r, _)| &r.id == id).map(|(_, n)| *n)
-            };
+            let name = |id: &ArtifactId| [(&x, "x"), (&a, "a"), (&b, "b"), (&c, "c")].iter().find(|(r, _)| &r.id == id).map(|(_, n)| *n);
             let held = |store: DynStore| async move {
-                ids_listed(&*store, ListQuery::default())
-                    .await
-                    .into_iter()
-                    .map(|s| s.parse::<ArtifactId>().unwrap())
-                    .collect::<Vec<_>>()
+                ids_listed(&*store, ListQuery::default()).await.into_iter().map(|s| s.parse::<ArtifactId>().unwrap()).collect::<Vec<_>>()
             };
             let before: BTreeSet<_> = held(store.clone()).await.iter().filter_map(name).collect();
             assert_eq!(before, BTreeSet::from(["x", "a", "b", "c"]), "{budget:?} {strategy:?}: full but not over");

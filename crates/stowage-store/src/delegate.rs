@@ -7,11 +7,7 @@ macro_rules! delegate_store {
     ($ty:ty) => {
         #[async_trait::async_trait]
         impl $crate::ArtifactStore for $ty {
-            async fn put_bytes(
-                &self,
-                data: bytes::Bytes,
-                opts: stowage_core::PutOptions,
-            ) -> $crate::Result<stowage_core::ArtifactRef> {
+            async fn put_bytes(&self, data: bytes::Bytes, opts: stowage_core::PutOptions) -> $crate::Result<stowage_core::ArtifactRef> {
                 self.engine.put_bytes(data, opts).await
             }
             async fn put_stream(
@@ -21,11 +17,7 @@ macro_rules! delegate_store {
             ) -> $crate::Result<stowage_core::ArtifactRef> {
                 self.engine.put_stream(reader, opts).await
             }
-            async fn get(
-                &self,
-                access: &$crate::Access,
-                id: &stowage_core::ArtifactId,
-            ) -> $crate::Result<bytes::Bytes> {
+            async fn get(&self, access: &$crate::Access, id: &stowage_core::ArtifactId) -> $crate::Result<bytes::Bytes> {
                 self.engine.get(access, id).await
             }
             async fn get_range(
@@ -44,11 +36,7 @@ macro_rules! delegate_store {
             ) -> $crate::Result<$crate::ArtifactReader> {
                 self.engine.open(access, id, range).await
             }
-            async fn meta(
-                &self,
-                access: &$crate::Access,
-                id: &stowage_core::ArtifactId,
-            ) -> $crate::Result<stowage_core::ArtifactRef> {
+            async fn meta(&self, access: &$crate::Access, id: &stowage_core::ArtifactId) -> $crate::Result<stowage_core::ArtifactRef> {
                 self.engine.meta(access, id).await
             }
             async fn exists(&self, access: &$crate::Access, id: &stowage_core::ArtifactId) -> $crate::Result<bool> {

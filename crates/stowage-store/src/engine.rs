@@ -22,9 +22,7 @@ use crate::clock::Clock;
 use crate::failpoint::{Failpoints, PutStep};
 use crate::index::{EvictOrder, Index, ListFilter, Usage};
 use crate::record::{Record, floor_secs, to_nanos};
-use crate::{
-    Access, ArtifactReader, ArtifactStore, CleanupStrategy, GcReport, ListPage, ListQuery, Result, RetentionConfig,
-};
+use crate::{Access, ArtifactReader, ArtifactStore, CleanupStrategy, GcReport, ListPage, ListQuery, Result, RetentionConfig};
 
 /// Page size when [`ListQuery::limit`] is 0, and the largest page served.
 pub(crate) const DEFAULT_LIST_LIMIT: usize = 100;
@@ -44,23 +42,8 @@ pub(crate) struct Engine<I, B> {
 }
 
 impl<I: Index, B: Blobs> Engine<I, B> {
-    pub fn new(
-        index: I,
-        blobs: B,
-        config: RetentionConfig,
-        clock: Arc<dyn Clock>,
-        failpoints: Failpoints,
-        last_tick: i64,
-    ) -> Self {
-        Engine {
-            index,
-            blobs,
-            config,
-            clock,
-            failpoints,
-            lock: tokio::sync::Mutex::new(()),
-            last_tick: AtomicI64::new(last_tick),
-        }
+    pub fn new(index: I, blobs: B, config: RetentionConfig, clock: Arc<dyn Clock>, failpoints: Failpoints, last_tick: i64) -> Self {
+        Engine { index, blobs, config, clock, failpoints, lock: tokio::sync::Mutex::new(()), last_tick: AtomicI64::new(last_tick) }
     }
 
     pub fn config(&self) -> &RetentionConfig {
@@ -82,8 +65,7 @@ impl<I: Index, B: Blobs> Engine<I, B> {
     /// Limits that can be judged from the size alone, before any byte is written.
     fn check_size(&self, size: u64, scope: &ArtifactScope) -> Result<()> {
         let c = &self.config;
-        let mut limits: Vec<Limit> =
-            vec![("max_artifact_bytes", c.max_artifact_bytes), ("max_session_bytes", c.max_session_bytes)];
+        let mut limits: Vec<Limit> = vec![("max_artifact_bytes", c.max_artifact_bytes), ("max_session_bytes", c.max_session_bytes)];
         if scope.trace_id.is_some() {
             limits.push(("max_trace_bytes", c.max_trace_bytes));
         }
@@ -414,11 +396,8 @@ impl<I: Index, B: Blobs> ArtifactStore for Engine<I, B> {
             n => n.min(MAX_LIST_LIMIT),
         };
         let after = query.cursor.as_deref().map(decode_cursor).transpose()?.unwrap_or(0);
-        let filter = ListFilter {
-            owner_key: query.owner.as_ref().map(|o| o.key()),
-            session_id: query.session_id,
-            trace_id: query.trace_id,
-        };
+        let filter =
+            ListFilter { owner_key: query.owner.as_ref().map(|o| o.key()), session_id: query.session_id, trace_id: query.trace_id };
         let mut records = self.index.list(&filter, after, self.now(), limit + 1).await?;
         let next = if records.len() > limit {
             records.truncate(limit);
@@ -468,14 +447,7 @@ mod tests {
     use crate::index::MemoryIndex;
 
     fn engine(config: RetentionConfig) -> Engine<MemoryIndex, MemoryBlobs> {
-        Engine::new(
-            MemoryIndex::default(),
-            MemoryBlobs::default(),
-            config,
-            Arc::new(ManualClock::fixed()),
-            Failpoints::default(),
-            0,
-        )
+        Engine::new(MemoryIndex::default(), MemoryBlobs::default(), config, Arc::new(ManualClock::fixed()), Failpoints::default(), 0)
     }
 
     #[tokio::test]
@@ -524,11 +496,7 @@ mod tests {
 
     #[tokio::test]
     async fn without_a_session_id_the_budget_covers_the_whole_owner() {
-        let config = RetentionConfig {
-            max_artifacts_per_session: 1,
-            cleanup_strategy: CleanupStrategy::None,
-            ..Default::default()
-        };
+        let config = RetentionConfig { max_artifacts_per_session: 1, cleanup_strategy: CleanupStrategy::None, ..Default::default() };
         let e = engine(config);
         let tenant_only = ArtifactScope::default().with_tenant("t");
         e.put_bytes(Bytes::from_static(b"one"), PutOptions::scoped(tenant_only.clone())).await.unwrap();

@@ -21,8 +21,7 @@ pub enum PutStep {
 }
 
 impl PutStep {
-    pub const ALL: [PutStep; 4] =
-        [PutStep::AfterTempWrite, PutStep::AfterFsync, PutStep::AfterRename, PutStep::BeforeIndexInsert];
+    pub const ALL: [PutStep; 4] = [PutStep::AfterTempWrite, PutStep::AfterFsync, PutStep::AfterRename, PutStep::BeforeIndexInsert];
 }
 
 /// Called at every step; returning `true` "crashes" the put there: it fails at once and

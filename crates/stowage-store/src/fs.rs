@@ -110,8 +110,7 @@ impl FsStoreBuilder {
         if dir.exists() && !dir.is_dir() {
             return Err(StoreError::backend("open store", dir.display().to_string(), "not a directory"));
         }
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| StoreError::backend("create store directory", dir.display().to_string(), e))?;
+        std::fs::create_dir_all(&dir).map_err(|e| StoreError::backend("create store directory", dir.display().to_string(), e))?;
         let failpoints = Failpoints::new(self.failpoints);
         let blobs = FsBlobs::open(&dir, failpoints.clone(), self.gc_grace)?;
         let index = SqliteIndex::open(&dir.join("index.sqlite"))?;

@@ -36,8 +36,7 @@ impl MemoryStore {
 
     /// A store that reads the time from `clock` (tests pass a [`crate::ManualClock`]).
     pub fn with_clock(retention: RetentionConfig, clock: Arc<dyn Clock>) -> Self {
-        let engine =
-            Engine::new(MemoryIndex::default(), MemoryBlobs::default(), retention, clock, Failpoints::default(), 0);
+        let engine = Engine::new(MemoryIndex::default(), MemoryBlobs::default(), retention, clock, Failpoints::default(), 0);
         MemoryStore { engine }
     }
 

@@ -15,11 +15,7 @@ pub(crate) fn sniff(head: &[u8], complete: bool) -> String {
         // A cut inside the last character is fine; invalid bytes anywhere else are not.
         Err(e) => !complete && e.error_len().is_none(),
     };
-    if is_text && !head.is_empty() {
-        "text/plain; charset=utf-8".to_owned()
-    } else {
-        "application/octet-stream".to_owned()
-    }
+    if is_text && !head.is_empty() { "text/plain; charset=utf-8".to_owned() } else { "application/octet-stream".to_owned() }
 }
 
 #[cfg(test)]

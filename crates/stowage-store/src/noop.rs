@@ -41,8 +41,7 @@ impl NoOpStore {
 
     fn marker(&self, sha256: String, size: u64, head: &[u8], complete: bool, opts: PutOptions) -> ArtifactRef {
         self.warn_once();
-        let id: ArtifactId =
-            format!("truncated_{}", &sha256[..ID_HASH_HEX_LEN]).parse().expect("hex digits are valid id characters");
+        let id: ArtifactId = format!("truncated_{}", &sha256[..ID_HASH_HEX_LEN]).parse().expect("hex digits are valid id characters");
         let mut source = opts.source;
         source.insert("warning".into(), Value::from(NOOP_WARNING));
         source.insert("truncated".into(), Value::from(true));

@@ -48,10 +48,7 @@ impl Record {
     }
 
     pub fn expired_at_string(&self) -> String {
-        self.expires_at
-            .map(from_nanos)
-            .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
-            .unwrap_or_default()
+        self.expires_at.map(from_nanos).and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok()).unwrap_or_default()
     }
 }
 

@@ -8,9 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use stowage_store::{
-    Access, ArtifactScope, ArtifactStore, FsStore, ListQuery, PutOptions, PutStep, RetentionConfig, StoreError,
-};
+use stowage_store::{Access, ArtifactScope, ArtifactStore, FsStore, ListQuery, PutOptions, PutStep, RetentionConfig, StoreError};
 
 fn files_in(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -53,10 +51,7 @@ async fn a_put_interrupted_at_any_step_is_invisible_and_gc_repairs_the_leftovers
             Arc::new(move |at: PutStep| at == step && armed.load(Ordering::SeqCst))
         };
         let store = FsStore::builder(dir).gc_grace(Duration::ZERO).failpoints(hook).open().unwrap();
-        let prior = store
-            .put_bytes(Bytes::from_static(b"committed before the crash"), PutOptions::scoped(scope.clone()))
-            .await
-            .unwrap();
+        let prior = store.put_bytes(Bytes::from_static(b"committed before the crash"), PutOptions::scoped(scope.clone())).await.unwrap();
 
         let new_bytes = Bytes::from(vec![7u8; if big { 3 << 20 } else { 1000 }]);
         armed.store(true, Ordering::SeqCst);
@@ -193,10 +188,7 @@ async fn data_survives_reopening_and_paths_hold_no_user_strings() {
     assert_eq!(store.meta(&Access::Operator, &r.id).await.unwrap(), r);
     for path in files_in(dir) {
         let rel = path.strip_prefix(dir).unwrap().to_string_lossy().into_owned();
-        assert!(
-            rel.starts_with("index.sqlite") || rel == format!("blobs/{}/{}", &r.sha256[..2], r.sha256),
-            "unexpected file {rel}"
-        );
+        assert!(rel.starts_with("index.sqlite") || rel == format!("blobs/{}/{}", &r.sha256[..2], r.sha256), "unexpected file {rel}");
     }
 }
 
@@ -284,10 +276,7 @@ impl tokio::io::AsyncRead for FailsAfter {
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
         if self.ok_bytes == 0 {
-            return std::task::Poll::Ready(Err(std::io::Error::new(
-                std::io::ErrorKind::ConnectionReset,
-                "peer went away",
-            )));
+            return std::task::Poll::Ready(Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "peer went away")));
         }
         let n = (buf.remaining() as u64).min(self.ok_bytes) as usize;
         buf.put_slice(&vec![1; n]);

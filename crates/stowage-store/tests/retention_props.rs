@@ -8,8 +8,7 @@ use bytes::Bytes;
 use proptest::prelude::*;
 use sha2::Digest;
 use stowage_store::{
-    Access, ArtifactScope, ArtifactStore, CleanupStrategy, ListQuery, ManualClock, MemoryStore, PutOptions,
-    RetentionConfig,
+    Access, ArtifactScope, ArtifactStore, CleanupStrategy, ListQuery, ManualClock, MemoryStore, PutOptions, RetentionConfig,
 };
 
 #[derive(Debug, Clone)]

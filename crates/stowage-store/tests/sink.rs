@@ -4,9 +4,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use stowage_store::{
-    Access, ArtifactScope, ArtifactSink, DynStore, MemoryStore, NoOpStore, PutOptions, RetentionConfig, into_sink,
-};
+use stowage_store::{Access, ArtifactScope, ArtifactSink, DynStore, MemoryStore, NoOpStore, PutOptions, RetentionConfig, into_sink};
 
 /// Generic, because `&dyn ArtifactStore` does not coerce to `&dyn ArtifactSink` (not a
 /// supertrait); `dyn ArtifactStore: ArtifactSink` still holds.

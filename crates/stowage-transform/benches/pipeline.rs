@@ -58,7 +58,11 @@ fn bench(c: &mut Criterion) {
     // The gateway's entry: the same text as a String.
     let fifty_text = String::from_utf8(fifty).unwrap();
     group.bench_function("tableau_50mb_json_text", |b| {
-        b.iter_batched(|| fifty_text.clone(), |json| rt.block_on(pipeline.transform_json_text(&input, json)).unwrap(), BatchSize::LargeInput)
+        b.iter_batched(
+            || fifty_text.clone(),
+            |json| rt.block_on(pipeline.transform_json_text(&input, json)).unwrap(),
+            BatchSize::LargeInput,
+        )
     });
     group.finish();
 }

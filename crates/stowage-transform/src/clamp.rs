@@ -101,7 +101,14 @@ pub(crate) fn json_chars(v: &Value) -> usize {
 
 /// The replacement for an observation stored whole: for a `CallToolResult` a text block and a
 /// `resource_link` (and `isError` kept); otherwise the JSON preview object.
-pub(crate) fn stored_replacement(original_is_ctr: bool, is_error: Option<Value>, r: &stowage_core::ArtifactRef, summary: &str, preview: Value, schema: Value) -> Value {
+pub(crate) fn stored_replacement(
+    original_is_ctr: bool,
+    is_error: Option<Value>,
+    r: &stowage_core::ArtifactRef,
+    summary: &str,
+    preview: Value,
+    schema: Value,
+) -> Value {
     if original_is_ctr {
         let mut m = Map::new();
         let text = format!("{} Preview: {}", stub::string_stub(r, summary), stub::one_line(&preview.to_string(), 2000));

@@ -452,17 +452,17 @@ mod tests {
     fn falls_back_to_serde() {
         let big = "B".repeat(BIG);
         for text in [
-            format!("{{\"{big}\": 1}}"),                                   // long key
-            format!("[\"{big}\", \"\\u0000stowage-lifted:0\"]"),           // placeholder in input
-            format!("[\"{big}\\ud800\"]"),                                 // lone surrogate
-            format!("[\"{big}\" 1]"),                                      // invalid json
-            format!("[\"{big}\u{1}\"]"),                                    // raw control char
-            format!("[\"{big}"),                                           // unterminated
-            format!("[\"{big}\", \"\\u0000\\u0073towage-lifted:0\"]"),    // placeholder, escaped differently
-            format!("[\"{big}\", \"a\\u0000\"]"),                           // any NUL escape
-            format!("[\"{big}\\u+041\"]"),                                // a sign is not a hex digit
-            format!("[\"{big}\", \"a\u{1f}b\"]"),                           // control char in a short string
-            format!("[\"{big}\", \"\\x\"]"),                               // bad escape in a short string
+            format!("{{\"{big}\": 1}}"),                               // long key
+            format!("[\"{big}\", \"\\u0000stowage-lifted:0\"]"),       // placeholder in input
+            format!("[\"{big}\\ud800\"]"),                             // lone surrogate
+            format!("[\"{big}\" 1]"),                                  // invalid json
+            format!("[\"{big}\u{1}\"]"),                               // raw control char
+            format!("[\"{big}"),                                       // unterminated
+            format!("[\"{big}\", \"\\u0000\\u0073towage-lifted:0\"]"), // placeholder, escaped differently
+            format!("[\"{big}\", \"a\\u0000\"]"),                      // any NUL escape
+            format!("[\"{big}\\u+041\"]"),                             // a sign is not a hex digit
+            format!("[\"{big}\", \"a\u{1f}b\"]"),                      // control char in a short string
+            format!("[\"{big}\", \"\\x\"]"),                           // bad escape in a short string
         ] {
             let serde = serde_json::from_slice::<Value>(text.as_bytes());
             let ours = parse(text.as_bytes());

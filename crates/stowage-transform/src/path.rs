@@ -72,10 +72,7 @@ impl FieldPath {
         if raw.is_empty() || raw.iter().any(String::is_empty) {
             return Err(format!("field path {path:?} has an empty segment"));
         }
-        let segments = raw
-            .into_iter()
-            .map(|s| if s == "*" { Segment::Any } else { Segment::Key(s) })
-            .collect();
+        let segments = raw.into_iter().map(|s| if s == "*" { Segment::Any } else { Segment::Key(s) }).collect();
         Ok(FieldPath { segments })
     }
 

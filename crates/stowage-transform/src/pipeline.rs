@@ -157,7 +157,13 @@ impl Pipeline {
         self.run(input, value, bytes_in, tokens_in).await
     }
 
-    async fn run(&self, input: &TransformInput<'_>, value: Value, bytes_in: u64, tokens_in: (u64, bool)) -> Result<TransformOutput, TransformError> {
+    async fn run(
+        &self,
+        input: &TransformInput<'_>,
+        value: Value,
+        bytes_in: u64,
+        tokens_in: (u64, bool),
+    ) -> Result<TransformOutput, TransformError> {
         let mut report = TransformReport { bytes_in, tokens_in: tokens_in.0, tokens_estimated: tokens_in.1, ..Default::default() };
         let cfg = &self.config;
         let mut opts = PutOptions::scoped(input.scope.clone());
@@ -245,7 +251,8 @@ impl Pipeline {
             let size = text.len() as u64;
             match store.put(text.into_bytes().into(), Some("application/json".into()), None, Layer::Clamp, "", Default::default()).await {
                 Ok(r) => {
-                    let summary = format!("Tool result of {original_chars} characters ({}) stored as {}", stowage_core::human_size(size), r.uri);
+                    let summary =
+                        format!("Tool result of {original_chars} characters ({}) stored as {}", stowage_core::human_size(size), r.uri);
                     let replacement = clamp::stored_replacement(is_ctr, value.get("isError").cloned(), &r, &summary, preview, schema);
                     report.artifacts.push(crate::report::ArtifactRecord {
                         id: r.id.to_string(),
@@ -262,7 +269,9 @@ impl Pipeline {
                     *value = replacement;
                     stored = true;
                 }
-                Err(e) => report.warn(Layer::Clamp, None, format!("cannot store the over-limit observation ({}), truncating it: {e}", e.code())),
+                Err(e) => {
+                    report.warn(Layer::Clamp, None, format!("cannot store the over-limit observation ({}), truncating it: {e}", e.code()))
+                }
             }
         }
         if !stored {

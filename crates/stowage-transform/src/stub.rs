@@ -110,9 +110,7 @@ impl TemplateVars {
         self.set("sha256", r.sha256.clone());
         self.set("mime", mime.clone().map(Value::String).unwrap_or(Value::Null));
         self.set("kind", describe_mime(mime.as_deref()));
-        let ct = content_type
-            .map(str::to_owned)
-            .or_else(|| mime.as_deref().and_then(content_type_of));
+        let ct = content_type.map(str::to_owned).or_else(|| mime.as_deref().and_then(content_type_of));
         self.set("content_type", ct.map(Value::String).unwrap_or(Value::Null));
         if let Some(f) = &r.filename {
             self.vars.entry("filename").or_insert_with(|| Value::String(f.clone()));
@@ -159,8 +157,9 @@ pub fn content_type_of(mime: &str) -> Option<String> {
     let sub = essence.split('/').nth(1)?;
     let sub = sub.trim_start_matches("x-").trim_start_matches("vnd.");
     Some(match sub {
-        "vnd.openxmlformats-officedocument.wordprocessingml.document"
-        | "openxmlformats-officedocument.wordprocessingml.document" => "docx".to_owned(),
+        "vnd.openxmlformats-officedocument.wordprocessingml.document" | "openxmlformats-officedocument.wordprocessingml.document" => {
+            "docx".to_owned()
+        }
         "openxmlformats-officedocument.spreadsheetml.sheet" => "xlsx".to_owned(),
         "openxmlformats-officedocument.presentationml.presentation" => "pptx".to_owned(),
         "jpeg" => "jpeg".to_owned(),
@@ -328,10 +327,7 @@ mod tests {
     #[test]
     fn stubs() {
         let r = sample_ref(Some("application/pdf"), Some("Sales Dashboard.pdf"));
-        let vars = TemplateVars::from_siblings(
-            Some(&serde_json::from_value(json!({"name": "Sales Dashboard"})).unwrap()),
-            None,
-        );
+        let vars = TemplateVars::from_siblings(Some(&serde_json::from_value(json!({"name": "Sales Dashboard"})).unwrap()), None);
         let summary = default_summary(&r, &vars);
         assert_eq!(summary, "PDF document 'Sales Dashboard' (499.6 KB) stored as artifact://tableau_3f2a9c0d1e4b5a69");
         assert_eq!(

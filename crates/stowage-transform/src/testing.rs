@@ -64,10 +64,7 @@ impl ArtifactSink for MemorySink {
     async fn put_bytes(&self, data: Bytes, opts: PutOptions) -> Result<ArtifactRef, StoreError> {
         let mut items = self.items.lock().expect("not poisoned");
         if self.limit.is_some_and(|l| items.len() >= l) {
-            return Err(StoreError::QuotaExceeded {
-                budget: "test trace".into(),
-                detail: format!("{} artifacts", items.len()),
-            });
+            return Err(StoreError::QuotaExceeded { budget: "test trace".into(), detail: format!("{} artifacts", items.len()) });
         }
         let r = reference(&data, opts);
         items.insert(r.id.to_string(), (r.clone(), data));

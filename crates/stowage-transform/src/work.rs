@@ -18,10 +18,10 @@ use bytes::Bytes;
 use serde_json::{Map, Value};
 use stowage_core::{ArtifactRef, ArtifactSink, PutOptions};
 
+use crate::TransformError;
 use crate::path::{push_index, push_key, split_last};
 use crate::report::{ArtifactRecord, Layer, TransformReport};
 use crate::stub::{self, TemplateVars};
-use crate::TransformError;
 
 /// Embedded JSON up to this size keeps its original text, so an unchanged document is restored
 /// byte for byte; larger ones are re-serialised (equal in meaning) to keep peak memory low.

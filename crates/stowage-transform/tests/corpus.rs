@@ -46,7 +46,15 @@ fn negatives() -> Vec<(&'static str, Value)> {
     vec![
         ("jwt", json!(format!("eyJhbGciOiJSUzI1NiJ9.{}.{}", b64_url(&noise(1200, 11)), b64_url(&noise(256, 12))))),
         ("hex", json!(hex::encode(noise(800, 13)))),
-        ("uuids", json!((0..50).map(|i| format!("{}-1111-4222-8333-{}", hex::encode(noise(4, i)), hex::encode(noise(6, i + 1)))).collect::<Vec<_>>().join(" "))),
+        (
+            "uuids",
+            json!(
+                (0..50)
+                    .map(|i| format!("{}-1111-4222-8333-{}", hex::encode(noise(4, i)), hex::encode(noise(6, i + 1))))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ),
+        ),
         ("prose", json!("It was the best of times, it was the worst of times; ".repeat(40))),
         ("b64 text", json!(b64("plain words, nothing binary here. ".repeat(60).as_bytes()))),
         ("digits", json!("9".repeat(1500))),

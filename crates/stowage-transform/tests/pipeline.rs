@@ -90,7 +90,14 @@ fn configured_rules() {
             filename: None,
             summary: None,
         },
-        FieldRule { tool: "get_report".into(), path: "result.meta".into(), content_type: None, mime_type: None, filename: None, summary: None },
+        FieldRule {
+            tool: "get_report".into(),
+            path: "result.meta".into(),
+            content_type: None,
+            mime_type: None,
+            filename: None,
+            summary: None,
+        },
     ];
     let v = json!({"result": {
         "pages": [{"page": 1, "title": "Q4", "png": b64(&png)}, {"page": 2, "title": "Q4", "png": b64(&png)}],
@@ -111,7 +118,8 @@ fn configured_rules() {
 #[test]
 fn rule_on_non_base64_warns_and_l0_still_applies() {
     let mut config = TransformConfig::default();
-    config.tool_fields.rules = vec![FieldRule { tool: "t".into(), path: "blob".into(), content_type: None, mime_type: None, filename: None, summary: None }];
+    config.tool_fields.rules =
+        vec![FieldRule { tool: "t".into(), path: "blob".into(), content_type: None, mime_type: None, filename: None, summary: None }];
     let r = run_with(config, "t", json!({"blob": "this is not base64 at all! ".repeat(500)}));
     assert_eq!(r.out.report.warnings.len(), 1);
     assert_eq!(r.out.report.warnings[0].layer, Layer::FieldRule);
@@ -282,7 +290,8 @@ fn hard_negatives_never_become_binaries() {
     let jwt = format!("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.{}.{}", b64_url(&noise(900, 1)), b64_url(&noise(32, 2)));
     let hex_digest = hex::encode(noise(1500, 3));
     let b64_digests: String = (0..60).map(|i| format!("sha256-{} ", b64(&noise(32, i)))).collect();
-    let uuids: String = (0..60).map(|i| format!("{}-4a1b-8c2d-{}", hex::encode(noise(4, i)), hex::encode(noise(6, i + 100)))).collect::<Vec<_>>().join(",");
+    let uuids: String =
+        (0..60).map(|i| format!("{}-4a1b-8c2d-{}", hex::encode(noise(4, i)), hex::encode(noise(6, i + 100)))).collect::<Vec<_>>().join(",");
     let api_keys: String = (0..40).map(|i| format!("sk-proj-{}", b64_url(&noise(30, i)))).collect::<Vec<_>>().join("\n");
     let prose = "The quarterly results show that revenue grew in every region, with the strongest gains in the west. ".repeat(20);
     let minified = "function a(b){return b.map(function(c){return c*2}).filter(Boolean)};var x={a:1,b:[2,3]};".repeat(20);
@@ -311,11 +320,7 @@ fn hard_negatives_never_become_binaries() {
     for (name, s) in cases {
         assert!(s.len() >= 1000, "{name} must be long enough to be examined ({})", s.len());
         let r = run("t", json!({"field": s}));
-        assert!(
-            r.out.report.artifacts.iter().all(|a| a.layer != Layer::Base64),
-            "{name} became a binary: {:?}",
-            r.out.report.artifacts
-        );
+        assert!(r.out.report.artifacts.iter().all(|a| a.layer != Layer::Base64), "{name} became a binary: {:?}", r.out.report.artifacts);
         assert!(r.out.report.warnings.is_empty(), "{name}: {:?}", r.out.report.warnings);
         if s.chars().count() <= 10_000 {
             assert_eq!(r.out.value, json!({"field": s}), "{name} changed");
@@ -419,7 +424,8 @@ fn store_failures() {
 
 #[test]
 fn noop_sink_marks_not_stored() {
-    let out = try_run(TransformConfig::default(), Arc::new(NoopSink), "download_workbook", None, tableau_result(&fake_pdf(20_000))).unwrap();
+    let out =
+        try_run(TransformConfig::default(), Arc::new(NoopSink), "download_workbook", None, tableau_result(&fake_pdf(20_000))).unwrap();
     let text = out.value.to_string();
     assert!(text.contains("not stored: no artifact store is configured"), "{text}");
     assert!(!text.contains("JVBERi"));
@@ -500,7 +506,10 @@ fn custom_transformers() {
     let failing = |_: &str, _: &Value| -> Result<CustomOutcome, stowage_transform::BoxError> { Err("boom".into()) };
     let sink = MemorySink::new();
     let scope = stowage_core::ArtifactScope::default();
-    let p = Pipeline::new(TransformConfig::default(), sink).with_custom(Box::new(failing)).with_custom(Box::new(redact)).with_custom(Box::new(()));
+    let p = Pipeline::new(TransformConfig::default(), sink)
+        .with_custom(Box::new(failing))
+        .with_custom(Box::new(redact))
+        .with_custom(Box::new(()));
     let out = block_on(p.transform(&TransformInput::new("t", &scope), v.clone())).unwrap();
     assert_eq!(out.value["secret"], "<redacted>");
     // The failure is a warning; the other layers still ran.
@@ -527,10 +536,10 @@ fn external_hook() {
     // (script, expected "a" afterwards, warnings)
     let cases = [
         (r#"sed 's/"a":1/"a":2/'"#, json!(2), 0),
-        ("cat >/dev/null", json!(1), 0),            // empty stdout: unchanged
-        ("cat >/dev/null; exit 3", json!(1), 1),    // failure
+        ("cat >/dev/null", json!(1), 0),         // empty stdout: unchanged
+        ("cat >/dev/null; exit 3", json!(1), 1), // failure
         ("cat >/dev/null; echo not json", json!(1), 1),
-        ("sleep 5", json!(1), 1),                   // timeout, killed
+        ("sleep 5", json!(1), 1), // timeout, killed
         ("test \"$STOWAGE_TOOL\" = my_tool && cat", json!(1), 0),
     ];
     for (script, a, warnings) in cases {

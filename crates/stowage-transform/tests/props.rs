@@ -16,8 +16,13 @@ fn light_json() -> impl Strategy<Value = Value> {
         (-1e12f64..1e12).prop_map(|f| json!(f)),
         ".{0,40}".prop_map(Value::String),
         // Strings that look like JSON or base64 but are short or not binary.
-        prop_oneof![Just("[1, 2]".to_owned()), Just("{\"a\": \"b\"}".to_owned()), Just("JVBERi0xLjQK".to_owned()), Just("iVBORw0KGgo=".to_owned())]
-            .prop_map(Value::String),
+        prop_oneof![
+            Just("[1, 2]".to_owned()),
+            Just("{\"a\": \"b\"}".to_owned()),
+            Just("JVBERi0xLjQK".to_owned()),
+            Just("iVBORw0KGgo=".to_owned())
+        ]
+        .prop_map(Value::String),
     ];
     leaf.prop_recursive(4, 64, 6, |inner| {
         prop_oneof![

@@ -76,8 +76,7 @@ impl Config {
                 default
             }
         };
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("cannot read config file {}", path.display()))?;
+        let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read config file {}", path.display()))?;
         let config = Config::parse(&text, &path)?;
         Ok((config, Some(path)))
     }

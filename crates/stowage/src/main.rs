@@ -134,7 +134,6 @@ fn fail(e: anyhow::Error) -> ExitCode {
 /// `serve` logs one line per tool call and upstream (re)connections by default.
 fn init_tracing(serving: bool) {
     let default = if serving { "warn,stowage::call=info,stowage::upstream=info" } else { "warn" };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("STOWAGE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let filter = tracing_subscriber::EnvFilter::try_from_env("STOWAGE_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
 }

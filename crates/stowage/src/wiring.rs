@@ -11,8 +11,7 @@ pub fn open_store(config: &Config) -> anyhow::Result<Arc<dyn ArtifactStore>> {
     Ok(match config.store.backend {
         Backend::Fs => {
             let dir = &config.store.dir;
-            let store = FsStore::open(dir, config.retention.clone())
-                .with_context(|| format!("cannot open store {}", dir.display()))?;
+            let store = FsStore::open(dir, config.retention.clone()).with_context(|| format!("cannot open store {}", dir.display()))?;
             Arc::new(store)
         }
         Backend::Memory => Arc::new(MemoryStore::new(config.retention.clone())),

@@ -101,11 +101,22 @@ fn explicit_options_are_recorded() {
     let file = env.file("x.bin", b"just some text bytes");
     let r = env.put(&[
         file.to_str().unwrap(),
-        "--mime", "application/x-custom",
-        "--filename", "custom.dat",
-        "--namespace", "tool",
-        "--tenant", "t", "--user", "u", "--session", "s", "--trace", "r",
-        "--ttl", "2h",
+        "--mime",
+        "application/x-custom",
+        "--filename",
+        "custom.dat",
+        "--namespace",
+        "tool",
+        "--tenant",
+        "t",
+        "--user",
+        "u",
+        "--session",
+        "s",
+        "--trace",
+        "r",
+        "--ttl",
+        "2h",
     ]);
     assert_eq!(r["mime_type"], "application/x-custom");
     assert_eq!(r["filename"], "custom.dat");
@@ -217,4 +228,3 @@ fn every_subcommand_has_help() {
         assert!(String::from_utf8_lossy(&out.stdout).contains("Usage:"), "{args:?}");
     }
 }
-

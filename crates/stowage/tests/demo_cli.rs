@@ -7,7 +7,13 @@ use std::process::Command;
 fn demo_offloads_and_round_trips() {
     let dir = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_stowage")).current_dir(dir.path()).env_remove("STOWAGE_CONFIG").env_remove("STOWAGE_STORE").args(args).output().unwrap()
+        Command::new(env!("CARGO_BIN_EXE_stowage"))
+            .current_dir(dir.path())
+            .env_remove("STOWAGE_CONFIG")
+            .env_remove("STOWAGE_STORE")
+            .args(args)
+            .output()
+            .unwrap()
     };
     let out = run(&["demo"]);
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -97,9 +97,8 @@ fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: Opt
     let mut body = raw[split + 4..].to_vec();
     let mut lines = head.lines();
     let status: u16 = lines.next().unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned())))
-        .collect();
+    let headers: Vec<(String, String)> =
+        lines.filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))).collect();
     if headers.iter().any(|(k, v)| k == "transfer-encoding" && v.contains("chunked")) {
         body = dechunk(&body);
     }
@@ -145,7 +144,8 @@ impl Client {
     }
 
     fn init(&mut self) {
-        let (status, v) = self.rpc("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}));
+        let (status, v) = self
+            .rpc("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}));
         assert_eq!(status, 200, "{v}");
         assert!(self.session.is_some());
     }
@@ -253,7 +253,8 @@ fn sign_url_and_serve_share_the_store_key() {
     // The default public_url is 127.0.0.1:8787; the server runs elsewhere, so fetch its path.
     let (status, _, body) = http(server.port, "GET", &path_of(&url), &[], None);
     assert_eq!((status, body), (200, b"hello from the operator".to_vec()));
-    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(server.dir.path().join("store/links.key")).unwrap().permissions());
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(server.dir.path().join("store/links.key")).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o600);
     let bad = stowage(server.dir.path(), &["sign-url", &id, "--ttl", "2h"]);
     assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("1m to 60m"));

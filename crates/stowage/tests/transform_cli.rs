@@ -156,7 +156,10 @@ fn store_refusal_is_artifact_storage_failed() {
     assert_eq!(out.status.code(), Some(1));
     assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.starts_with("error: artifact_storage_failed: cannot store application/pdf binary found at /content/0/text#/content"), "{err}");
+    assert!(
+        err.starts_with("error: artifact_storage_failed: cannot store application/pdf binary found at /content/0/text#/content"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -178,10 +181,23 @@ summary = "Page {n} of '{title}' ({size_human}) at {uri}"
     let pdf = fake_pdf(5_000);
     let v = json!({"token": "SECRET", "pages": [{"n": 1, "title": "Q4", "data": b64(&pdf)}], "chart": {"series": [1, 2]}});
     let input = env.file("in.json", v.to_string().as_bytes());
-    let schema = env.file("schema.json", json!({"type": "object", "properties": {"chart": {"type": "object", "artifact": true}}}).to_string().as_bytes());
+    let schema = env.file(
+        "schema.json",
+        json!({"type": "object", "properties": {"chart": {"type": "object", "artifact": true}}}).to_string().as_bytes(),
+    );
     let out = env.run(&[
-        "--config", config.to_str().unwrap(), "transform", "--tool", "srv.get_report", "--output-schema", schema.to_str().unwrap(),
-        "--session", "s1", "--report", "report.json", input.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+        "transform",
+        "--tool",
+        "srv.get_report",
+        "--output-schema",
+        schema.to_str().unwrap(),
+        "--session",
+        "s1",
+        "--report",
+        "report.json",
+        input.to_str().unwrap(),
     ]);
     let result = ok(&out);
     assert_eq!(result["token"], "[redacted]");

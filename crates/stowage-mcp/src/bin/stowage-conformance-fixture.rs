@@ -135,14 +135,19 @@ impl Handler for Conformance {
                     // Over stdio there is no stream to close; the pause leaves the gateway's
                     // own SSE stream open mid-call, long enough to be resumed.
                     "test_reconnection" => {
-                        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                        tokio::time::sleep(Duration::from_millis(200)).await;
                         text_result("Reconnection test completed")
                     }
-                    "test_error_handling" => json!({"isError": true, "content": [{"type": "text", "text": "This tool intentionally returns an error for testing"}]}),
+                    "test_error_handling" => {
+                        json!({"isError": true, "content": [{"type": "text", "text": "This tool intentionally returns an error for testing"}]})
+                    }
                     "test_sampling" => {
-                        let req = json!({"messages": [{"role": "user", "content": {"type": "text", "text": arg("prompt")}}], "maxTokens": 100});
+                        let req =
+                            json!({"messages": [{"role": "user", "content": {"type": "text", "text": arg("prompt")}}], "maxTokens": 100});
                         match peer.request("sampling/createMessage", req).await {
-                            Ok(v) => text_result(format!("LLM response: {}", v.pointer("/content/text").and_then(Value::as_str).unwrap_or(""))),
+                            Ok(v) => {
+                                text_result(format!("LLM response: {}", v.pointer("/content/text").and_then(Value::as_str).unwrap_or("")))
+                            }
                             Err(e) => json!({"content": [{"type": "text", "text": format!("sampling failed: {e}")}], "isError": true}),
                         }
                     }
@@ -187,7 +192,9 @@ impl Handler for Conformance {
             "resources/read" => {
                 let uri = params.get("uri").and_then(Value::as_str).unwrap_or("").to_owned();
                 let content = match uri.as_str() {
-                    "test://static-text" => json!({"uri": uri, "mimeType": "text/plain", "text": "This is the content of the static text resource."}),
+                    "test://static-text" => {
+                        json!({"uri": uri, "mimeType": "text/plain", "text": "This is the content of the static text resource."})
+                    }
                     "test://static-binary" => json!({"uri": uri, "mimeType": "image/png", "blob": PNG_1X1}),
                     "test://watched-resource" => json!({"uri": uri, "mimeType": "text/plain", "text": "Watched resource content."}),
                     u if u.starts_with("test://template/") && u.ends_with("/data") => {
@@ -216,7 +223,9 @@ impl Handler for Conformance {
                 let text = |t: String| json!({"role": "user", "content": {"type": "text", "text": t}});
                 match name {
                     "test_simple_prompt" => json!({"messages": [text("This is a simple prompt for testing.".into())]}),
-                    "test_prompt_with_arguments" => json!({"messages": [text(format!("Prompt with arguments: arg1='{}', arg2='{}'", parg("arg1"), parg("arg2")))]}),
+                    "test_prompt_with_arguments" => {
+                        json!({"messages": [text(format!("Prompt with arguments: arg1='{}', arg2='{}'", parg("arg1"), parg("arg2")))]})
+                    }
                     "test_prompt_with_embedded_resource" => json!({"messages": [
                         {"role": "user", "content": {"type": "resource", "resource": {"uri": parg("resourceUri"), "mimeType": "text/plain", "text": "Embedded resource content for testing."}}},
                         text("Please process the embedded resource above.".into()),

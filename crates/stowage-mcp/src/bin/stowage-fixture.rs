@@ -180,7 +180,9 @@ impl Handler for Fixture {
                     peer.send_raw(line);
                     return Ok(None);
                 }
-                "get_image" => json!({"content": [{"type": "image", "mimeType": "image/png", "data": STANDARD.encode(samples::png(64, 48))}]}),
+                "get_image" => {
+                    json!({"content": [{"type": "image", "mimeType": "image/png", "data": STANDARD.encode(samples::png(64, 48))}]})
+                }
                 "get_report_structured" => {
                     let sc = json!({"title": "Q3", "pdf": STANDARD.encode(samples::pdf(50_000, "Q3"))});
                     json!({"content": [{"type": "text", "text": sc.to_string()}], "structuredContent": sc})
@@ -219,7 +221,9 @@ impl Handler for Fixture {
                 "sample" if self.stateless => {
                     let req = json!({"messages": [{"role": "user", "content": {"type": "text", "text": "say hi"}}], "maxTokens": 10});
                     match params.pointer("/inputResponses/ask-1/content/text").and_then(Value::as_str) {
-                        Some(said) if params.get("requestState") == Some(&json!("fixture-state")) => text_result(format!("client said: {said}")),
+                        Some(said) if params.get("requestState") == Some(&json!("fixture-state")) => {
+                            text_result(format!("client said: {said}"))
+                        }
                         Some(_) => return Err((code::INVALID_PARAMS, "requestState was not echoed".into())),
                         None => json!({
                             "resultType": "input_required",
@@ -259,7 +263,8 @@ async fn main() {
         .and_then(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).ok())
         .map(std::sync::Mutex::new);
     let stateless = std::env::var("STOWAGE_FIXTURE_STATELESS").is_ok_and(|v| v == "1");
-    let fixture = Arc::new(Fixture { log, stateless, listeners: Default::default(), view_pdfs: Default::default(), ready_lines: Default::default() });
+    let fixture =
+        Arc::new(Fixture { log, stateless, listeners: Default::default(), view_pdfs: Default::default(), ready_lines: Default::default() });
     fixture.log(&format!("started pid {}", std::process::id()));
     eprintln!("stowage-fixture: serving on stdio");
     serve(tokio::io::stdin(), tokio::io::stdout(), fixture).await;

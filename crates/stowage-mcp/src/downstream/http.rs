@@ -100,10 +100,8 @@ pub fn router_with_auth(gw: Arc<Gateway>, listen: &str, auth: Option<Arc<Authent
     let origins = gw.config.allowed_origins.iter().map(|o| o.trim_end_matches('/').to_ascii_lowercase()).collect();
     let metrics_on = gw.config.metrics;
     let max_body = gw.config.max_message_bytes;
-    let resume = ResumeSettings {
-        window: Duration::from_millis(gw.config.resume_window_ms),
-        max_buffer_bytes: gw.config.replay_buffer_bytes,
-    };
+    let resume =
+        ResumeSettings { window: Duration::from_millis(gw.config.resume_window_ms), max_buffer_bytes: gw.config.replay_buffer_bytes };
     let retry = Duration::from_millis(gw.config.sse_retry_ms);
     let sessions: Sessions = Arc::default();
     if gw.config.session_idle_timeout_secs > 0
@@ -119,9 +117,7 @@ pub fn router_with_auth(gw: Arc<Gateway>, listen: &str, auth: Option<Arc<Authent
     if let Some(auth) = auth {
         r = r.layer(middleware::from_fn_with_state(auth, require_auth));
     }
-    r.layer(DefaultBodyLimit::max(max_body))
-        .layer(middleware::from_fn_with_state(state.clone(), guard_origin))
-        .with_state(state)
+    r.layer(DefaultBodyLimit::max(max_body)).layer(middleware::from_fn_with_state(state.clone(), guard_origin)).with_state(state)
 }
 
 /// Host/Origin allow-list (DNS-rebinding protection).
@@ -161,10 +157,7 @@ fn origin_is_loopback(origin: &str) -> bool {
 }
 
 fn accepts_sse(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::ACCEPT)
-        .and_then(|a| a.to_str().ok())
-        .is_some_and(|a| a.contains("text/event-stream"))
+    headers.get(header::ACCEPT).and_then(|a| a.to_str().ok()).is_some_and(|a| a.contains("text/event-stream"))
 }
 
 fn json_rpc_error(status: StatusCode, c: i64, message: &str) -> Response {
@@ -183,12 +176,7 @@ fn owns(session: &Session, identity: Option<&Identity>) -> bool {
     session.scope.tenant_id.as_ref() == tenant && session.scope.user_id.as_ref() == user
 }
 
-async fn post_mcp(
-    State(st): State<AppState>,
-    identity: Option<Extension<Identity>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+async fn post_mcp(State(st): State<AppState>, identity: Option<Extension<Identity>>, headers: HeaderMap, body: Bytes) -> Response {
     let identity = identity.map(|Extension(i)| i);
     let msg = match Message::parse(&body) {
         Ok(m) => m,
@@ -292,10 +280,7 @@ fn sse_response(number: Option<u64>, attached: Attached, retry: Duration) -> Res
         };
         Some((Ok::<_, Infallible>(chunk), rx))
     });
-    (
-        [(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")],
-        axum::body::Body::from_stream(frames),
-    )
+    ([(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")], axum::body::Body::from_stream(frames))
         .into_response()
 }
 

@@ -84,14 +84,7 @@ pub fn connect(name: &str, url: &str, headers: &BTreeMap<String, String>, ca_fil
     let (in_tx, in_rx) = mpsc::unbounded_channel();
     let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Vec<u8>>();
     let meta = Arc::new(HttpMeta::default());
-    let client = Arc::new(Client {
-        http,
-        url: url.to_owned(),
-        headers: map,
-        meta: meta.clone(),
-        inbound: in_tx,
-        name: name.to_owned(),
-    });
+    let client = Arc::new(Client { http, url: url.to_owned(), headers: map, meta: meta.clone(), inbound: in_tx, name: name.to_owned() });
     let c = client.clone();
     tokio::spawn(async move {
         let mut get_opened = false;
@@ -120,11 +113,8 @@ pub fn connect(name: &str, url: &str, headers: &BTreeMap<String, String>, ca_fil
 
 impl Client {
     fn request(&self, method: reqwest::Method) -> reqwest::RequestBuilder {
-        let mut req = self
-            .http
-            .request(method, &self.url)
-            .headers(self.headers.clone())
-            .header(ACCEPT, "application/json, text/event-stream");
+        let mut req =
+            self.http.request(method, &self.url).headers(self.headers.clone()).header(ACCEPT, "application/json, text/event-stream");
         if let Some(sid) = self.meta.session_id.lock().unwrap().clone() {
             req = req.header("mcp-session-id", sid);
         }
@@ -183,12 +173,7 @@ impl Client {
         if status == reqwest::StatusCode::ACCEPTED || request_id.is_none() && resp.content_length() == Some(0) {
             return;
         }
-        let content_type = resp
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_ascii_lowercase();
+        let content_type = resp.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
         if content_type.starts_with("text/event-stream") {
             let answer_of = request_id.as_ref().and_then(Value::as_u64);
             let end = self.follow(resp, answer_of, StreamEnd::default()).await;
@@ -363,10 +348,10 @@ impl SseParser {
                 if !id.contains('\0') {
                     self.last_id = Some(id);
                 }
-            } else if let Some(rest) = self.line.strip_prefix(b"retry:") {
-                if let Ok(ms) = std::str::from_utf8(rest).unwrap_or("").trim().parse::<u64>() {
-                    self.retry = Some(Duration::from_millis(ms));
-                }
+            } else if let Some(rest) = self.line.strip_prefix(b"retry:")
+                && let Ok(ms) = std::str::from_utf8(rest).unwrap_or("").trim().parse::<u64>()
+            {
+                self.retry = Some(Duration::from_millis(ms));
             }
             self.line.clear();
         }

@@ -126,13 +126,7 @@ impl Conn {
             (p, Some(meta)) => Some(stamp_meta(p, meta)),
             (p, None) => p,
         };
-        let msg = Message {
-            jsonrpc: "2.0",
-            id: Some(json!(id)),
-            method: Some(method.to_owned()),
-            params,
-            ..Default::default()
-        };
+        let msg = Message { jsonrpc: "2.0", id: Some(json!(id)), method: Some(method.to_owned()), params, ..Default::default() };
         let _ = self.tx.send(msg.to_line());
         Outstanding { id, method: method.to_owned(), rx: Some(rx), conn: self.clone() }
     }
@@ -147,9 +141,7 @@ impl Conn {
 
 /// Adds the stateless `_meta` envelope keys to a request's params.
 fn stamp_meta(params: Option<Box<RawValue>>, meta: &Value) -> Box<RawValue> {
-    let mut p: Value = params
-        .and_then(|p| serde_json::from_str(p.get()).ok())
-        .unwrap_or_else(|| json!({}));
+    let mut p: Value = params.and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or_else(|| json!({}));
     if let (Some(obj), Some(meta)) = (p.as_object_mut(), meta.as_object()) {
         let m = obj.entry("_meta").or_insert_with(|| json!({}));
         if let Some(m) = m.as_object_mut() {
@@ -182,11 +174,7 @@ impl Outstanding {
         let out = match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(r)) => r,
             Ok(Err(_)) => Err(CallError::Closed { name: self.conn.name.clone(), reason: "closed".into() }),
-            Err(_) => Err(CallError::Timeout {
-                name: self.conn.name.clone(),
-                method: self.method.clone(),
-                secs: timeout.as_secs_f64(),
-            }),
+            Err(_) => Err(CallError::Timeout { name: self.conn.name.clone(), method: self.method.clone(), secs: timeout.as_secs_f64() }),
         };
         if !matches!(out, Err(CallError::Timeout { .. })) {
             self.rx = None;
@@ -201,10 +189,7 @@ impl Outstanding {
 
     fn cancel_inner(&mut self, reason: &str) {
         if self.rx.take().is_some() && self.conn.pending.lock().unwrap().remove(&self.id).is_some() {
-            let note = Message::notification(
-                "notifications/cancelled",
-                Some(&json!({"requestId": self.id, "reason": reason})),
-            );
+            let note = Message::notification("notifications/cancelled", Some(&json!({"requestId": self.id, "reason": reason})));
             self.conn.send(&note);
         }
     }
@@ -250,10 +235,7 @@ pub struct UpstreamEnv {
 }
 
 /// The pipe ends of an in-process server: (what it writes, what it reads).
-pub type DemoPipes = (
-    Box<dyn tokio::io::AsyncRead + Send + Unpin>,
-    Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
-);
+pub type DemoPipes = (Box<dyn tokio::io::AsyncRead + Send + Unpin>, Box<dyn tokio::io::AsyncWrite + Send + Unpin>);
 
 /// How the demo server is started in-process, once per connection.
 pub type DemoFactory = Arc<dyn Fn() -> DemoPipes + Send + Sync>;
@@ -297,7 +279,11 @@ impl Upstream {
         let flag = |p: &str| caps.pointer(p).and_then(Value::as_bool) == Some(true);
         let mut l = self.listen.lock().unwrap();
         let mut filter = serde_json::Map::new();
-        for (key, ptr) in [("toolsListChanged", "/tools/listChanged"), ("promptsListChanged", "/prompts/listChanged"), ("resourcesListChanged", "/resources/listChanged")] {
+        for (key, ptr) in [
+            ("toolsListChanged", "/tools/listChanged"),
+            ("promptsListChanged", "/prompts/listChanged"),
+            ("resourcesListChanged", "/resources/listChanged"),
+        ] {
             if flag(ptr) {
                 filter.insert(key.into(), json!(true));
             }
@@ -345,10 +331,7 @@ impl Upstream {
         let wait = rx.wait_for(|c| c.as_ref().is_some_and(|c| !c.is_closed()));
         match tokio::time::timeout(timeout, wait).await {
             Ok(Ok(c)) => Ok(c.clone().expect("checked above")),
-            _ => Err(CallError::Unavailable {
-                name: self.spec.name.clone(),
-                reason: self.last_error.lock().unwrap().clone(),
-            }),
+            _ => Err(CallError::Unavailable { name: self.spec.name.clone(), reason: self.last_error.lock().unwrap().clone() }),
         }
     }
 
@@ -445,11 +428,7 @@ impl Upstream {
             "capabilities": client_capabilities(),
             "clientInfo": {"name": "stowage", "title": "Stowage gateway", "version": env!("CARGO_PKG_VERSION")},
         });
-        let reply = conn
-            .start("initialize", Some(crate::jsonrpc::to_raw(&init)))
-            .wait(timeout)
-            .await
-            .map_err(|e| e.to_string())?;
+        let reply = conn.start("initialize", Some(crate::jsonrpc::to_raw(&init))).wait(timeout).await.map_err(|e| e.to_string())?;
         let info = if reply.error_code() == Some(code::METHOD_NOT_FOUND) {
             // A stateless-only server: discover it and stamp every request from now on.
             let meta = json!({
@@ -484,7 +463,6 @@ impl Upstream {
             c.closed.cancel();
         }
     }
-
 }
 
 /// Capabilities the gateway declares to upstreams: everything a client may offer, since the
@@ -498,11 +476,7 @@ pub fn result_value(reply: &Message) -> Result<Value, String> {
     if let Some(e) = &reply.error {
         return Err(e.get().to_owned());
     }
-    reply
-        .result
-        .as_ref()
-        .map(|r| serde_json::from_str(r.get()).map_err(|e| e.to_string()))
-        .unwrap_or_else(|| Ok(json!({})))
+    reply.result.as_ref().map(|r| serde_json::from_str(r.get()).map_err(|e| e.to_string())).unwrap_or_else(|| Ok(json!({})))
 }
 
 async fn read_loop(
@@ -540,7 +514,9 @@ async fn read_loop(
                     Some(reply) => {
                         let _ = reply.send(Ok(msg));
                     }
-                    None => tracing::debug!(target: "stowage::upstream", upstream = %name, "reply to an unknown or cancelled request {:?}", msg.id),
+                    None => {
+                        tracing::debug!(target: "stowage::upstream", upstream = %name, "reply to an unknown or cancelled request {:?}", msg.id)
+                    }
                 }
             }
             Kind::Notification if routes.deliver(index, &msg) => {}

@@ -47,13 +47,7 @@ pub fn spawn(
     max_message_bytes: usize,
 ) -> std::io::Result<Link> {
     let mut cmd = Command::new(command);
-    cmd.args(args)
-        .envs(env)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .process_group(0);
+    cmd.args(args).envs(env).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true).process_group(0);
     if let Some(dir) = cwd {
         cmd.current_dir(dir);
     }

@@ -69,14 +69,16 @@ pub fn fixture_spec(name: &str, log: Option<&std::path::Path>, timeout: Duration
 
 /// The production rewrite step: the transform pipeline with default settings.
 pub fn rewriter(sink: Arc<dyn ArtifactSink>, _config: &GatewayConfig) -> Rewriter {
-    let pipeline = stowage_transform::Pipeline::new(stowage_transform::TransformConfig::default(), stowage_mcp::pipeline::with_dimensions(sink));
+    let pipeline =
+        stowage_transform::Pipeline::new(stowage_transform::TransformConfig::default(), stowage_mcp::pipeline::with_dimensions(sink));
     Rewriter::new(Arc::new(PipelineOffloader::new(Arc::new(pipeline))))
 }
 
 /// Logs to stderr when `STOWAGE_TEST_LOG` is set (e.g. `STOWAGE_TEST_LOG=debug`).
 pub fn init_log() {
     if let Ok(filter) = std::env::var("STOWAGE_TEST_LOG") {
-        let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::new(filter)).with_writer(std::io::stderr).try_init();
+        let _ =
+            tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::new(filter)).with_writer(std::io::stderr).try_init();
     }
 }
 
@@ -160,7 +162,10 @@ impl Client {
         });
         let c = Client { tx, pending, next: AtomicU64::new(1), notifications, gateway };
         let init = c
-            .request("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {"sampling": {}}, "clientInfo": {"name": "t", "version": "0"}}))
+            .request(
+                "initialize",
+                json!({"protocolVersion": "2025-06-18", "capabilities": {"sampling": {}}, "clientInfo": {"name": "t", "version": "0"}}),
+            )
             .await;
         assert_eq!(init["result"]["protocolVersion"], "2025-06-18", "{init}");
         c.notify("notifications/initialized", json!({}));

@@ -22,8 +22,7 @@ use stowage_core::StoreError;
 use tokio::task::spawn_blocking;
 
 use super::{
-    BlobInfo, Blobs, BoxReader, Limit, Staged, check_range, extend_head, read_chunk, read_stream_error, sha256_hex,
-    stream_too_large,
+    BlobInfo, Blobs, BoxReader, Limit, Staged, check_range, extend_head, read_chunk, read_stream_error, sha256_hex, stream_too_large,
 };
 use crate::Result;
 use crate::failpoint::{Crash, Failpoints, PutStep};
@@ -127,14 +126,7 @@ impl FsBlobs {
         for d in [&blobs_dir, &tmp_dir] {
             std::fs::create_dir_all(d).map_err(io_err("create store directory", d))?;
         }
-        Ok(FsBlobs {
-            blobs_dir,
-            tmp_dir,
-            in_flight: InFlight::default(),
-            counter: AtomicU64::new(0),
-            failpoints,
-            temp_grace,
-        })
+        Ok(FsBlobs { blobs_dir, tmp_dir, in_flight: InFlight::default(), counter: AtomicU64::new(0), failpoints, temp_grace })
     }
 
     fn blob_path(&self, sha256: &str) -> Result<PathBuf> {
@@ -151,11 +143,7 @@ impl FsBlobs {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
         let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         let path = self.tmp_dir.join(format!("put-{}-{nanos}-{n}.tmp", std::process::id()));
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(io_err("create temp file", &path))?;
+        let file = std::fs::OpenOptions::new().write(true).create_new(true).open(&path).map_err(io_err("create temp file", &path))?;
         self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).insert(path.clone());
         Ok((TempFile { path, in_flight: self.in_flight.clone(), remove_on_drop: true }, file))
     }
@@ -219,9 +207,7 @@ impl Blobs for FsBlobs {
             let (sha, written) = tokio::join!(hashing, writing);
             (sha.map_err(join_err("hash blob"))?, written.map_err(join_err("write blob"))?)
         } else {
-            spawn_blocking(move || (sha256_hex(&data), write_durably(file, &data, &fp)))
-                .await
-                .map_err(join_err("write blob"))?
+            spawn_blocking(move || (sha256_hex(&data), write_durably(file, &data, &fp))).await.map_err(join_err("write blob"))?
         };
         written.map_err(|f| Self::write_failed(&mut temp, f))?;
         Ok(Staged { sha256, size, head, pending: temp })

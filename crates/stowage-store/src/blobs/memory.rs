@@ -10,8 +10,7 @@ use sha2::{Digest, Sha256};
 use stowage_core::StoreError;
 
 use super::{
-    BlobInfo, Blobs, BoxReader, Limit, Staged, extend_head, read_chunk, read_stream_error, sha256_hex_off_thread,
-    stream_too_large,
+    BlobInfo, Blobs, BoxReader, Limit, Staged, extend_head, read_chunk, read_stream_error, sha256_hex_off_thread, stream_too_large,
 };
 use crate::Result;
 use crate::mime::SNIFF_LEN;
@@ -62,12 +61,7 @@ impl Blobs for MemoryBlobs {
         let data = all.freeze();
         let mut head = Vec::new();
         extend_head(&mut head, &data);
-        Ok(Staged {
-            sha256: hex::encode(hasher.finalize()),
-            size: data.len() as u64,
-            head: Bytes::from(head),
-            pending: data,
-        })
+        Ok(Staged { sha256: hex::encode(hasher.finalize()), size: data.len() as u64, head: Bytes::from(head), pending: data })
     }
 
     async fn commit(&self, staged: Staged<Bytes>) -> Result<()> {
@@ -96,11 +90,7 @@ impl Blobs for MemoryBlobs {
 
     async fn list(&self) -> Result<Vec<BlobInfo>> {
         // Only this process can write these blobs, and it does so under the engine's lock.
-        Ok(self
-            .lock()
-            .iter()
-            .map(|(k, v)| BlobInfo { sha256: k.clone(), size: v.len() as u64, recent: false })
-            .collect())
+        Ok(self.lock().iter().map(|(k, v)| BlobInfo { sha256: k.clone(), size: v.len() as u64, recent: false }).collect())
     }
 
     async fn clean_temp(&self) -> Result<u64> {

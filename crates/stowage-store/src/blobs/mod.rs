@@ -96,9 +96,7 @@ pub(crate) async fn sha256_hex_off_thread(data: Bytes) -> Result<String> {
     if data.len() < CHUNK {
         return Ok(sha256_hex(&data));
     }
-    tokio::task::spawn_blocking(move || sha256_hex(&data))
-        .await
-        .map_err(|e| StoreError::backend("hash content", "blocking task", e))
+    tokio::task::spawn_blocking(move || sha256_hex(&data)).await.map_err(|e| StoreError::backend("hash content", "blocking task", e))
 }
 
 /// Reads up to [`CHUNK`] bytes, looping over short reads so that chunks are full except the
@@ -130,10 +128,7 @@ pub(crate) fn read_stream_error(e: std::io::Error) -> StoreError {
 /// Checks that `range` lies within a blob of `size` bytes.
 pub(crate) fn check_range(range: &Range<u64>, size: u64) -> Result<()> {
     if range.start > range.end || range.end > size {
-        return Err(StoreError::InvalidInput(format!(
-            "range {}..{} is outside the artifact's {size} bytes",
-            range.start, range.end
-        )));
+        return Err(StoreError::InvalidInput(format!("range {}..{} is outside the artifact's {size} bytes", range.start, range.end)));
     }
     Ok(())
 }

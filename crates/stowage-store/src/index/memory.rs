@@ -114,13 +114,7 @@ impl Index for MemoryIndex {
     }
 
     async fn expired(&self, now: i64, owner_key: Option<&str>) -> Result<Vec<Record>> {
-        Ok(self
-            .lock()
-            .by_seq
-            .values()
-            .filter(|r| r.is_expired(now) && owner_key.is_none_or(|k| r.owner_key == k))
-            .cloned()
-            .collect())
+        Ok(self.lock().by_seq.values().filter(|r| r.is_expired(now) && owner_key.is_none_or(|k| r.owner_key == k)).cloned().collect())
     }
 
     async fn sha_in_use(&self, sha256: &str) -> Result<bool> {
@@ -132,12 +126,7 @@ impl Index for MemoryIndex {
             .lock()
             .by_seq
             .values()
-            .map(|r| BlobUse {
-                owner_key: r.owner_key.clone(),
-                id: r.id.clone(),
-                sha256: r.sha256.clone(),
-                size: r.size,
-            })
+            .map(|r| BlobUse { owner_key: r.owner_key.clone(), id: r.id.clone(), sha256: r.sha256.clone(), size: r.size })
             .collect())
     }
 }

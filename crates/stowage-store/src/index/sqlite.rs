@@ -123,9 +123,7 @@ fn to_sql_u64(n: u64) -> i64 {
 
 fn record_from_row(row: &Row<'_>) -> rusqlite::Result<Record> {
     let id: String = row.get(2)?;
-    let id: ArtifactId = id
-        .parse()
-        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(2, rusqlite::types::Type::Text, Box::new(e)))?;
+    let id: ArtifactId = id.parse().map_err(|e| rusqlite::Error::FromSqlConversionFailure(2, rusqlite::types::Type::Text, Box::new(e)))?;
     let source: String = row.get(11)?;
     let source: Map<String, Value> = serde_json::from_str(&source)
         .map_err(|e| rusqlite::Error::FromSqlConversionFailure(11, rusqlite::types::Type::Text, Box::new(e)))?;
@@ -136,12 +134,7 @@ fn record_from_row(row: &Row<'_>) -> rusqlite::Result<Record> {
         id,
         sha256: row.get(3)?,
         size: u64::try_from(size).unwrap_or(0),
-        scope: ArtifactScope {
-            tenant_id: row.get(5)?,
-            user_id: row.get(6)?,
-            session_id: row.get(7)?,
-            trace_id: row.get(8)?,
-        },
+        scope: ArtifactScope { tenant_id: row.get(5)?, user_id: row.get(6)?, session_id: row.get(7)?, trace_id: row.get(8)? },
         mime_type: row.get(9)?,
         filename: row.get(10)?,
         source,
@@ -178,8 +171,7 @@ impl Index for SqliteIndex {
     }
 
     async fn insert(&self, mut record: Record) -> Result<Record> {
-        let source = serde_json::to_string(&record.source)
-            .map_err(|e| StoreError::backend("encode source", record.id.to_string(), e))?;
+        let source = serde_json::to_string(&record.source).map_err(|e| StoreError::backend("encode source", record.id.to_string(), e))?;
         self.run("insert into index", move |c| {
             c.prepare_cached(
                 "INSERT INTO artifacts (owner_key, id, sha256, size, tenant_id, user_id, session_id, trace_id, \
@@ -307,8 +299,7 @@ impl Index for SqliteIndex {
     async fn sha_in_use(&self, sha256: &str) -> Result<bool> {
         let sha = sha256.to_owned();
         self.run("read index", move |c| {
-            c.prepare_cached("SELECT EXISTS (SELECT 1 FROM artifacts WHERE sha256 = ?1)")?
-                .query_row(params![sha], |r| r.get(0))
+            c.prepare_cached("SELECT EXISTS (SELECT 1 FROM artifacts WHERE sha256 = ?1)")?.query_row(params![sha], |r| r.get(0))
         })
         .await
     }
@@ -321,9 +312,7 @@ impl Index for SqliteIndex {
                 let size: i64 = row.get(3)?;
                 Ok(BlobUse {
                     owner_key: row.get(0)?,
-                    id: id.parse().map_err(|e| {
-                        rusqlite::Error::FromSqlConversionFailure(1, rusqlite::types::Type::Text, Box::new(e))
-                    })?,
+                    id: id.parse().map_err(|e| rusqlite::Error::FromSqlConversionFailure(1, rusqlite::types::Type::Text, Box::new(e)))?,
                     sha256: row.get(2)?,
                     size: u64::try_from(size).unwrap_or(0),
                 })

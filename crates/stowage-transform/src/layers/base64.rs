@@ -26,10 +26,10 @@ use base64::engine::general_purpose::GeneralPurposeConfig;
 use base64::engine::{DecodePaddingMode, Simd};
 
 use crate::TransformConfig;
+use crate::layers::WalkCx as Cx;
 use crate::path::{push_index, push_key};
 use crate::report::{Layer, TransformReport};
 use crate::stub::TemplateVars;
-use crate::layers::WalkCx as Cx;
 use crate::work::{Docs, Offload, Payload, Render};
 
 /// `[transform.binary_detection]`: L3.
@@ -79,11 +79,8 @@ fn engine(alphabet: Alphabet) -> &'static Simd {
     static URL_SAFE: OnceLock<Simd> = OnceLock::new();
     // Padding optional (many producers strip it); trailing bits tolerated because some
     // encoders do not zero them and the bytes are still the file.
-    let config = || {
-        GeneralPurposeConfig::new()
-            .with_decode_padding_mode(DecodePaddingMode::Indifferent)
-            .with_decode_allow_trailing_bits(true)
-    };
+    let config =
+        || GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent).with_decode_allow_trailing_bits(true);
     match alphabet {
         Alphabet::Standard => STANDARD.get_or_init(|| Simd::standard(config())),
         Alphabet::UrlSafe => URL_SAFE.get_or_init(|| Simd::url_safe(config())),
@@ -140,7 +137,7 @@ pub(crate) fn shape(s: &str) -> Option<Shape<'_>> {
             b'\n' => {
                 // MIME (76) and PEM (64) wrap every line at the same width, a multiple of 4.
                 match first_line {
-                    None if line_len >= 16 && line_len % 4 == 0 => first_line = Some(line_len),
+                    None if line_len >= 16 && line_len.is_multiple_of(4) => first_line = Some(line_len),
                     Some(w) if w == line_len => {}
                     _ => return None,
                 }
@@ -213,11 +210,7 @@ pub(crate) fn decode_all(shape: &Shape<'_>) -> Result<Vec<u8>, base64::DecodeErr
 
 /// The decoded size, without decoding.
 pub(crate) fn decoded_len(shape: &Shape<'_>) -> u64 {
-    let chars = if shape.wrapped {
-        shape.body.bytes().filter(|b| !matches!(b, b'\r' | b'\n')).count()
-    } else {
-        shape.body.len()
-    };
+    let chars = if shape.wrapped { shape.body.bytes().filter(|b| !matches!(b, b'\r' | b'\n')).count() } else { shape.body.len() };
     let pad = shape.body.bytes().rev().take(2).filter(|&b| b == b'=').count();
     ((chars - pad) as u64) * 3 / 4
 }
@@ -298,7 +291,11 @@ pub(crate) fn shape_probe(s: &str) -> Option<Probe> {
         _ => ("", ""),
     };
     let start = sh.body.as_ptr() as usize - s.as_ptr() as usize;
-    let decoded_len = if sh.wrapped { decoded_len(&sh) } else { ((sh.body.len() - sh.body.bytes().rev().take(2).filter(|&b| b == b'=').count()) as u64) * 3 / 4 };
+    let decoded_len = if sh.wrapped {
+        decoded_len(&sh)
+    } else {
+        ((sh.body.len() - sh.body.bytes().rev().take(2).filter(|&b| b == b'=').count()) as u64) * 3 / 4
+    };
     Some(Probe {
         mime,
         ext,
@@ -347,7 +344,13 @@ pub(crate) fn decode_owned(s: String, p: &Probe) -> Result<Vec<u8>, (String, bas
 /// Input characters per in-place step (a multiple of 4).
 const IN_PLACE_CHUNK: usize = 64 * 1024;
 
-fn in_place(buf: &mut [u8], tmp: &mut [u8], body: std::ops::Range<usize>, alphabet: Alphabet, header: &[u8]) -> Result<usize, base64::DecodeError> {
+fn in_place(
+    buf: &mut [u8],
+    tmp: &mut [u8],
+    body: std::ops::Range<usize>,
+    alphabet: Alphabet,
+    header: &[u8],
+) -> Result<usize, base64::DecodeError> {
     let eng = engine(alphabet);
     let (mut r, mut w) = (body.start, 0);
     while r < body.end {
@@ -390,16 +393,15 @@ pub(crate) fn collect(docs: &mut Docs, config: &TransformConfig, report: &mut Tr
     out
 }
 
-
 fn walk(value: &mut Value, ptr: &mut String, cx: &mut Cx<'_>) {
     let min = cx.config.binary_detection.min_size_for_detection.max(8);
     let len = ptr.len();
     match value {
         Value::String(s) if s.len() >= min => {
-            if let Some(p) = probe_above_limit(s, cx) {
-                if let Some(off) = take_and_decode(value, p, TemplateVars::default(), ptr, ptr.to_owned(), Render::StringStub, cx) {
-                    cx.out.push(off);
-                }
+            if let Some(p) = probe_above_limit(s, cx)
+                && let Some(off) = take_and_decode(value, p, TemplateVars::default(), ptr, ptr.to_owned(), Render::StringStub, cx)
+            {
+                cx.out.push(off);
             }
         }
         Value::Array(items) => {
@@ -430,11 +432,8 @@ fn walk(value: &mut Value, ptr: &mut String, cx: &mut Cx<'_>) {
             }
         }
         Value::Object(map) => {
-            let keys: Vec<String> = map
-                .iter()
-                .filter(|(_, v)| v.as_str().is_some_and(|s| s.len() >= min))
-                .map(|(k, _)| k.clone())
-                .collect();
+            let keys: Vec<String> =
+                map.iter().filter(|(_, v)| v.as_str().is_some_and(|s| s.len() >= min)).map(|(k, _)| k.clone()).collect();
             for k in keys {
                 let Some(p) = probe_above_limit(map.get(&k).and_then(Value::as_str).expect("selected above"), cx) else { continue };
                 push_key(ptr, &k);
@@ -465,14 +464,26 @@ fn probe_above_limit(s: &str, cx: &Cx<'_>) -> Option<Probe> {
 /// Takes the string out of `slot` and decodes it whole (in place). On success the slot is
 /// left empty for the stub; on failure the string goes back and a warning says why. For
 /// `Render::Blocks`, `ptr` is the block's pointer, `value_ptr` its text's.
-fn take_and_decode(slot: &mut Value, p: Probe, vars: TemplateVars, ptr: &str, value_ptr: String, render: Render, cx: &mut Cx<'_>) -> Option<Offload> {
+fn take_and_decode(
+    slot: &mut Value,
+    p: Probe,
+    vars: TemplateVars,
+    ptr: &str,
+    value_ptr: String,
+    render: Render,
+    cx: &mut Cx<'_>,
+) -> Option<Offload> {
     let Value::String(s) = slot else { return None };
     let s = std::mem::take(s);
     let bytes = match decode_owned(s, &p) {
         Ok(bytes) => bytes,
         Err((original, e)) => {
             *slot = Value::String(original);
-            cx.report.warn(Layer::Base64, Some(format!("{}{value_ptr}", cx.prefix)), format!("looks like base64 {} but does not decode: {e}", p.mime));
+            cx.report.warn(
+                Layer::Base64,
+                Some(format!("{}{value_ptr}", cx.prefix)),
+                format!("looks like base64 {} but does not decode: {e}", p.mime),
+            );
             return None;
         }
     };
@@ -503,6 +514,8 @@ fn take_and_decode(slot: &mut Value, p: Probe, vars: TemplateVars, ptr: &str, va
 /// `Sales Dashboard` + `pdf` → `Sales Dashboard.pdf`; a name that already has an extension is
 /// kept as it is.
 pub(crate) fn with_extension(name: &str, ext: &str) -> String {
-    let has_ext = name.rsplit_once('.').is_some_and(|(stem, e)| !stem.is_empty() && (1..=5).contains(&e.len()) && e.chars().all(|c| c.is_ascii_alphanumeric()));
+    let has_ext = name
+        .rsplit_once('.')
+        .is_some_and(|(stem, e)| !stem.is_empty() && (1..=5).contains(&e.len()) && e.chars().all(|c| c.is_ascii_alphanumeric()));
     if has_ext || ext.is_empty() { name.to_owned() } else { format!("{name}.{ext}") }
 }

@@ -148,19 +148,32 @@ fn offload(docs: &mut Docs, doc: usize, ptr: &str, rule: &FieldRule, report: &mu
                         Sniff::Binary { mime, ext } => (Some(mime), ext),
                         _ => (None, ""),
                     };
-                    let mime = rule.mime_type.clone().or(p.declared_mime.clone()).or(sniffed.map(str::to_owned)).unwrap_or_else(|| "application/octet-stream".to_owned());
+                    let mime = rule
+                        .mime_type
+                        .clone()
+                        .or(p.declared_mime.clone())
+                        .or(sniffed.map(str::to_owned))
+                        .unwrap_or_else(|| "application/octet-stream".to_owned());
                     let ext = if ext.is_empty() { rule.content_type.clone().unwrap_or_default() } else { ext.to_owned() };
                     (Payload::Bytes(bytes.into()), mime, ext, Render::StringStub)
                 }
                 Err((original, _)) => {
                     *slot = Value::String(original);
-                    report.warn(Layer::FieldRule, Some(pointer), format!("field rule {}.{}: value is not base64; left as it is", rule.tool, rule.path));
+                    report.warn(
+                        Layer::FieldRule,
+                        Some(pointer),
+                        format!("field rule {}.{}: value is not base64; left as it is", rule.tool, rule.path),
+                    );
                     return None;
                 }
             }
         }
         Some(None) => {
-            report.warn(Layer::FieldRule, Some(pointer), format!("field rule {}.{}: value is not base64; left as it is", rule.tool, rule.path));
+            report.warn(
+                Layer::FieldRule,
+                Some(pointer),
+                format!("field rule {}.{}: value is not base64; left as it is", rule.tool, rule.path),
+            );
             return None;
         }
         None => match value {

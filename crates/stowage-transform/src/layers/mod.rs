@@ -62,10 +62,12 @@ pub(crate) fn payload_roots(docs: &Docs) -> Vec<(usize, String)> {
         out.push((0, "/structuredContent".to_owned()));
     }
     for (i, d) in docs.docs.iter().enumerate().skip(1) {
-        if let Some((0, ptr)) = &d.parent {
-            if ptr.starts_with("/content/") && ptr.ends_with("/text") && ptr.matches('/').count() == 3 {
-                out.push((i, String::new()));
-            }
+        if let Some((0, ptr)) = &d.parent
+            && ptr.starts_with("/content/")
+            && ptr.ends_with("/text")
+            && ptr.matches('/').count() == 3
+        {
+            out.push((i, String::new()));
         }
     }
     out

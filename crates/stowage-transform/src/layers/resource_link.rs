@@ -32,10 +32,7 @@ pub struct ResourcesConfig {
 
 impl Default for ResourcesConfig {
     fn default() -> Self {
-        ResourcesConfig {
-            enabled: true,
-            read_hint: "Not fetched; read {uri} with resources/read if you need its content.".to_owned(),
-        }
+        ResourcesConfig { enabled: true, read_hint: "Not fetched; read {uri} with resources/read if you need its content.".to_owned() }
     }
 }
 
@@ -58,16 +55,16 @@ fn walk(value: &mut Value, ptr: &mut String, prefix: &str, config: &ResourcesCon
     match value {
         Value::Object(map) => {
             if map.get("type").and_then(Value::as_str) == Some("resource_link") {
-                if let Some(uri) = map.get("uri").and_then(Value::as_str).map(str::to_owned) {
-                    if !uri.starts_with(ARTIFACT_URI_SCHEME) {
-                        report.links.push(LinkRecord {
-                            pointer: format!("{prefix}{ptr}"),
-                            uri: uri.clone(),
-                            mime_type: map.get("mimeType").and_then(Value::as_str).map(str::to_owned),
-                            size_bytes: map.get("size").and_then(Value::as_u64),
-                        });
-                        *changed |= add_hint(map, &config.read_hint.replace("{uri}", &uri));
-                    }
+                if let Some(uri) = map.get("uri").and_then(Value::as_str).map(str::to_owned)
+                    && !uri.starts_with(ARTIFACT_URI_SCHEME)
+                {
+                    report.links.push(LinkRecord {
+                        pointer: format!("{prefix}{ptr}"),
+                        uri: uri.clone(),
+                        mime_type: map.get("mimeType").and_then(Value::as_str).map(str::to_owned),
+                        size_bytes: map.get("size").and_then(Value::as_u64),
+                    });
+                    *changed |= add_hint(map, &config.read_hint.replace("{uri}", &uri));
                 }
                 return;
             }

@@ -153,14 +153,15 @@ fn containers(value: &mut Value, ptr: &mut String, doc: usize, config: &Transfor
         let taken = std::mem::take(value);
         let offload = json_offload(&taken, doc, ptr.clone(), config, Layer::SizeNet);
         // The stub that replaces it is small; report that size upwards.
-        return offload.map(|o| {
-            out.push(o);
-            300
-        })
-        .unwrap_or_else(|| {
-            *value = taken;
-            size
-        });
+        return offload
+            .map(|o| {
+                out.push(o);
+                300
+            })
+            .unwrap_or_else(|| {
+                *value = taken;
+                size
+            });
     }
     size
 }
@@ -239,10 +240,10 @@ pub(crate) fn infer_schema(value: &Value, depth: usize) -> Value {
             let mut m = Map::new();
             m.insert("type".into(), "array".into());
             m.insert("length".into(), items.len().into());
-            if depth < PREVIEW_DEPTH {
-                if let Some(first) = items.first() {
-                    m.insert("items".into(), infer_schema(first, depth + 1));
-                }
+            if depth < PREVIEW_DEPTH
+                && let Some(first) = items.first()
+            {
+                m.insert("items".into(), infer_schema(first, depth + 1));
             }
             Value::Object(m)
         }
@@ -250,7 +251,8 @@ pub(crate) fn infer_schema(value: &Value, depth: usize) -> Value {
             let mut m = Map::new();
             m.insert("type".into(), "object".into());
             if depth < PREVIEW_DEPTH {
-                let props: Map<String, Value> = obj.iter().take(PREVIEW_MAX_KEYS * 2).map(|(k, v)| (k.clone(), infer_schema(v, depth + 1))).collect();
+                let props: Map<String, Value> =
+                    obj.iter().take(PREVIEW_MAX_KEYS * 2).map(|(k, v)| (k.clone(), infer_schema(v, depth + 1))).collect();
                 m.insert("properties".into(), Value::Object(props));
             }
             if obj.len() > PREVIEW_MAX_KEYS * 2 {

@@ -13,11 +13,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::TransformConfig;
+use crate::layers::WalkCx as Cx;
 use crate::layers::base64::{Sniff, decode_all, decoded_len, shape, sniff, with_extension};
 use crate::path::{push_index, push_key};
 use crate::report::{Layer, TransformReport};
 use crate::stub::TemplateVars;
-use crate::layers::WalkCx as Cx;
 use crate::work::{Docs, Offload, Payload, Render};
 
 /// `[transform.typed_content]`: L2.
@@ -48,7 +48,6 @@ pub(crate) fn collect(docs: &mut Docs, config: &TransformConfig, report: &mut Tr
     }
     out
 }
-
 
 /// Where the base64 of a block is, relative to the block.
 enum Kind {
@@ -123,7 +122,11 @@ fn consider(map: &Map<String, Value>, kind: &Kind, ptr: &str, in_array: bool, cx
     };
     let Some(sh) = shape(data) else {
         if !data.is_empty() {
-            cx.report.warn(Layer::TypedContent, Some(format!("{}{value_ptr}", cx.prefix)), "content block data is not base64; left as it is");
+            cx.report.warn(
+                Layer::TypedContent,
+                Some(format!("{}{value_ptr}", cx.prefix)),
+                "content block data is not base64; left as it is",
+            );
         }
         return None;
     };
@@ -133,7 +136,11 @@ fn consider(map: &Map<String, Value>, kind: &Kind, ptr: &str, in_array: bool, cx
     let bytes = match decode_all(&sh) {
         Ok(b) => b,
         Err(e) => {
-            cx.report.warn(Layer::TypedContent, Some(format!("{}{value_ptr}", cx.prefix)), format!("content block data does not decode as base64 ({e}); left as it is"));
+            cx.report.warn(
+                Layer::TypedContent,
+                Some(format!("{}{value_ptr}", cx.prefix)),
+                format!("content block data does not decode as base64 ({e}); left as it is"),
+            );
             return None;
         }
     };
@@ -159,10 +166,10 @@ fn consider(map: &Map<String, Value>, kind: &Kind, ptr: &str, in_array: bool, cx
     if let Some(u) = uri {
         source.insert("original_uri".into(), u.into());
     }
-    if let Sniff::Binary { mime: sniffed, .. } = sniffed {
-        if Some(sniffed) != declared {
-            source.insert("sniffed_mime".into(), sniffed.into());
-        }
+    if let Sniff::Binary { mime: sniffed, .. } = sniffed
+        && Some(sniffed) != declared
+    {
+        source.insert("sniffed_mime".into(), sniffed.into());
     }
     let render = match (kind, in_array) {
         // A contents entry keeps its uri and mimeType; its blob becomes a text stub.

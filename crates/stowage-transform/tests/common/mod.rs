@@ -64,7 +64,7 @@ pub fn tableau_result(pdf: &[u8]) -> Value {
     json!({"content": [{"type": "text", "text": inner.to_string()}], "isError": false})
 }
 
-pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+pub fn block_on<F: Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
 }
 

@@ -103,21 +103,10 @@ fn parse_id(s: &str) -> anyhow::Result<ArtifactId> {
 }
 
 async fn put(store: &dyn ArtifactStore, args: PutArgs) -> anyhow::Result<()> {
-    let file = tokio::fs::File::open(&args.file)
-        .await
-        .with_context(|| format!("cannot open {}", args.file.display()))?;
+    let file = tokio::fs::File::open(&args.file).await.with_context(|| format!("cannot open {}", args.file.display()))?;
     let scope = args.owner.scope(args.trace);
-    let filename = args.filename.or_else(|| {
-        args.file.file_name().map(|n| n.to_string_lossy().into_owned())
-    });
-    let opts = PutOptions {
-        mime_type: args.mime,
-        filename,
-        namespace: args.namespace,
-        scope,
-        ttl: args.ttl,
-        ..Default::default()
-    };
+    let filename = args.filename.or_else(|| args.file.file_name().map(|n| n.to_string_lossy().into_owned()));
+    let opts = PutOptions { mime_type: args.mime, filename, namespace: args.namespace, scope, ttl: args.ttl, ..Default::default() };
     // Streamed, so a file larger than memory (or than the limit) is handled without loading it.
     let r = store.put_stream(Box::pin(file), opts).await?;
     print_json(&r)
@@ -140,9 +129,7 @@ async fn get(store: &dyn ArtifactStore, id: &ArtifactId, output: Option<&Path>) 
                 .tempfile_in(dir)
                 .with_context(|| format!("cannot create a file in {}", dir.display()))?;
             let mut file = tokio::fs::File::from_std(tmp.reopen()?);
-            tokio::io::copy(&mut reader.body, &mut file)
-                .await
-                .with_context(|| format!("cannot write {}", path.display()))?;
+            tokio::io::copy(&mut reader.body, &mut file).await.with_context(|| format!("cannot write {}", path.display()))?;
             file.sync_all().await?;
             tmp.persist(path).with_context(|| format!("cannot write {}", path.display()))?;
             eprintln!("wrote {} ({}) to {}", id, human_size(reader.meta.size_bytes), path.display());
@@ -151,12 +138,7 @@ async fn get(store: &dyn ArtifactStore, id: &ArtifactId, output: Option<&Path>) 
     Ok(())
 }
 
-async fn ls(
-    store: &dyn ArtifactStore,
-    session: Option<String>,
-    trace: Option<String>,
-    json: bool,
-) -> anyhow::Result<()> {
+async fn ls(store: &dyn ArtifactStore, session: Option<String>, trace: Option<String>, json: bool) -> anyhow::Result<()> {
     let mut query = ListQuery { owner: None, session_id: session, trace_id: trace, ..Default::default() };
     let mut all = Vec::new();
     loop {

@@ -42,14 +42,15 @@ pub async fn run(store: Arc<dyn ArtifactStore>, config: TransformConfig, args: D
     let out = pipeline.transform(&input, result).await.context("transform failed")?;
     let shown = serde_json::to_string_pretty(&out.value)?;
 
-    println!("A tool returned {} of JSON: a {} PDF as base64 inside a text block.", human_size(raw.len() as u64), human_size(pdf.len() as u64));
+    println!(
+        "A tool returned {} of JSON: a {} PDF as base64 inside a text block.",
+        human_size(raw.len() as u64),
+        human_size(pdf.len() as u64)
+    );
     println!("Without Stowage, all of it goes into the model's context.\n");
     println!("What the model sees instead ({} bytes):\n{shown}\n", out.value.to_string().len());
     let report = &out.report;
-    println!(
-        "bytes {} -> {}, tokens {} -> {}",
-        report.bytes_in, report.bytes_out, report.tokens_in, report.tokens_out
-    );
+    println!("bytes {} -> {}, tokens {} -> {}", report.bytes_in, report.bytes_out, report.tokens_in, report.tokens_out);
     ensure!(!report.artifacts.is_empty(), "the demo PDF was not offloaded; check [transform] in your config");
     for a in &report.artifacts {
         let back = store.get(&Access::owner_of(&scope), &a.artifact.id).await?;
@@ -60,7 +61,13 @@ pub async fn run(store: Arc<dyn ArtifactStore>, config: TransformConfig, args: D
             a.pointer,
             a.mime_type.as_deref().unwrap_or("?"),
             human_size(a.size_bytes),
-            if back.as_ref() == pdf.as_slice() { "byte-identical to the original PDF" } else if same { "sha256 matches" } else { "MISMATCH" }
+            if back.as_ref() == pdf.as_slice() {
+                "byte-identical to the original PDF"
+            } else if same {
+                "sha256 matches"
+            } else {
+                "MISMATCH"
+            }
         );
         ensure!(same, "artifact {} does not match what was stored", a.id);
     }
@@ -69,4 +76,3 @@ pub async fn run(store: Arc<dyn ArtifactStore>, config: TransformConfig, args: D
     println!("List everything:    stowage artifacts ls");
     Ok(())
 }
-

@@ -95,16 +95,7 @@ pub async fn run(ctx: ServeContext<'_>, args: ServeArgs) -> anyhow::Result<()> {
         link_service = Some(stowage_http::LinkService::new(ctx.store.clone(), signer.clone()));
         extra_routes = Some(stowage_http::routes(stowage_http::HttpState::new(ctx.store.clone(), signer)));
     }
-    let opts = RunOptions {
-        gateway,
-        upstreams,
-        rewriter,
-        mode,
-        extra_routes,
-        store_label: ctx.store_label,
-        auth,
-        links: link_service,
-    };
+    let opts = RunOptions { gateway, upstreams, rewriter, mode, extra_routes, store_label: ctx.store_label, auth, links: link_service };
     stowage_mcp::run::run(opts).await?;
     Ok(())
 }
@@ -135,7 +126,9 @@ fn check_exposure(listen: &str, has_auth: bool, allowed: bool) -> anyhow::Result
         allowed,
         "refusing to listen on {listen} without authentication: configure [auth] in stowage.toml, listen on 127.0.0.1, or pass --allow-unauthenticated"
     );
-    eprintln!("WARNING: stowage is listening on {listen} WITHOUT AUTHENTICATION: anyone who can reach it can call your tools and read your artifacts");
+    eprintln!(
+        "WARNING: stowage is listening on {listen} WITHOUT AUTHENTICATION: anyone who can reach it can call your tools and read your artifacts"
+    );
     tracing::warn!(%listen, "serving without authentication on a non-loopback address");
     Ok(())
 }

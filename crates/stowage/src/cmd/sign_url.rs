@@ -26,24 +26,15 @@ pub struct SignUrlArgs {
     pub json: bool,
 }
 
-pub async fn run(
-    store: &dyn ArtifactStore,
-    links: &LinksConfig,
-    store_dir: &std::path::Path,
-    args: SignUrlArgs,
-) -> anyhow::Result<()> {
-    if let Some(ttl) = args.ttl {
-        if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
-            bail!("--ttl {} is out of range; use 1m to 60m", humantime::format_duration(ttl));
-        }
+pub async fn run(store: &dyn ArtifactStore, links: &LinksConfig, store_dir: &std::path::Path, args: SignUrlArgs) -> anyhow::Result<()> {
+    if let Some(ttl) = args.ttl
+        && !(MIN_TTL..=MAX_TTL).contains(&ttl)
+    {
+        bail!("--ttl {} is out of range; use 1m to 60m", humantime::format_duration(ttl));
     }
     links.validate().map_err(anyhow::Error::msg)?;
     let id = ArtifactId::parse_loose(&args.id).with_context(|| format!("{:?} is not an artifact id", args.id))?;
-    let access = if args.owner.is_set() {
-        Access::owner_of(&args.owner.scope(None))
-    } else {
-        Access::Operator
-    };
+    let access = if args.owner.is_set() { Access::owner_of(&args.owner.scope(None)) } else { Access::Operator };
     let meta = store.meta(&access, &id).await?;
     let ring = links.key_ring(store_dir).context("cannot load the link-signing key")?;
     let signer = LinkSigner::new(ring, links);

@@ -62,7 +62,10 @@ pub async fn run(args: TransformArgs, mut config: TransformConfig, sink: Arc<dyn
     let schema = match &args.output_schema {
         Some(path) => {
             let text = std::fs::read(path).with_context(|| format!("cannot read output schema {}", path.display()))?;
-            Some(serde_json::from_slice::<serde_json::Value>(&text).with_context(|| format!("output schema {} is not json", path.display()))?)
+            Some(
+                serde_json::from_slice::<serde_json::Value>(&text)
+                    .with_context(|| format!("output schema {} is not json", path.display()))?,
+            )
         }
         None => None,
     };
@@ -70,22 +73,15 @@ pub async fn run(args: TransformArgs, mut config: TransformConfig, sink: Arc<dyn
     let mut input = TransformInput::new(&args.tool, &scope);
     input.output_schema = schema.as_ref();
 
-    let out = pipeline
-        .transform_json(&input, json)
-        .await
-        .map_err(|e| anyhow::anyhow!("{}: {e}", e.code()))?;
+    let out = pipeline.transform_json(&input, json).await.map_err(|e| anyhow::anyhow!("{}: {e}", e.code()))?;
 
     if let Some(path) = &args.report {
         let text = serde_json::to_vec_pretty(&out.report).context("serialising the report")?;
         std::fs::write(path, text).with_context(|| format!("cannot write report {}", path.display()))?;
     }
     let mut stdout = std::io::stdout().lock();
-    if args.pretty {
-        serde_json::to_writer_pretty(&mut stdout, &out.value)
-    } else {
-        serde_json::to_writer(&mut stdout, &out.value)
-    }
-    .context("writing the result")?;
+    if args.pretty { serde_json::to_writer_pretty(&mut stdout, &out.value) } else { serde_json::to_writer(&mut stdout, &out.value) }
+        .context("writing the result")?;
     stdout.write_all(b"\n").and_then(|()| stdout.flush()).context("writing the result")?;
     Ok(())
 }
