@@ -140,7 +140,8 @@ fn main() {
         eprintln!("gateway benchmark: run it with `cargo bench -p stowage-mcp --bench gateway`");
         return;
     }
-    let fixture = env!("CARGO_BIN_EXE_stowage-fixture");
+    let fixture = stowage_testkit::fixture_bin();
+    let fixture = &fixture;
     let stowage = std::env::var_os("STOWAGE_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/release/stowage"));
@@ -150,7 +151,7 @@ fn main() {
     let store = tempfile::tempdir().unwrap();
     let gateway_cmd = || {
         let mut c = Command::new(&stowage);
-        c.arg("serve").arg("--stdio").arg("--store").arg(store.path()).arg("--").arg(fixture);
+        c.arg("serve").arg("--stdio").arg("--no-links").arg("--store").arg(store.path()).arg("--").arg(fixture);
         c.env("STOWAGE_LOG", "error");
         c
     };
@@ -190,7 +191,7 @@ fn main() {
         drop(direct);
         let run_store = tempfile::tempdir().unwrap();
         let mut cmd = Command::new(&stowage);
-        cmd.arg("serve").arg("--stdio").arg("--store").arg(run_store.path()).arg("--").arg(fixture);
+        cmd.arg("serve").arg("--stdio").arg("--no-links").arg("--store").arg(run_store.path()).arg("--").arg(fixture);
         cmd.env("STOWAGE_LOG", "error");
         let mut via = Peer::spawn(&mut cmd);
         via.call("tools/call", prepare);

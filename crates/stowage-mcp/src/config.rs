@@ -3,7 +3,9 @@
 //!
 //! `[gateway]` refuses unknown keys (a misspelt limit must not silently fall back to its
 //! default). The `mcpServers` file is someone else's format, shared with other hosts that add
-//! their own keys (`autoApprove`, `disabled`, …), so there unknown keys are ignored.
+//! their own keys (`autoApprove`, `alwaysAllow`, …), so there an unknown key is ignored,
+//! unless it is a near miss of one we read (`arg`, `envv`, `header`): that is an error with
+//! the suggestion, since the server would otherwise start without its arguments.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -47,6 +49,13 @@ pub struct GatewayConfig {
     /// HTTP: a session with no request, no open stream and no call in flight for this long
     /// is ended (its client gets 404 and initializes again). 0 keeps sessions forever.
     pub session_idle_timeout_secs: u64,
+    /// `per_client` upstreams: a client's own upstream session with nothing in flight for
+    /// this long is closed (a stdio child is stopped); the next call opens a new one.
+    pub upstream_session_idle_secs: u64,
+    /// `per_client` upstreams: client sessions open at once per upstream. At the cap, the
+    /// least recently used idle one is closed for a new client; if none is idle, the new
+    /// client's call fails with a clear error.
+    pub max_upstream_sessions: usize,
     /// Upstream servers (in addition to those from `--mcp-config`).
     pub servers: BTreeMap<String, ServerConfig>,
 }
@@ -71,6 +80,8 @@ impl Default for GatewayConfig {
             sse_retry_ms: 1_000,
             replay_buffer_bytes: 8 << 20,
             session_idle_timeout_secs: 1_800,
+            upstream_session_idle_secs: 600,
+            max_upstream_sessions: 64,
             servers: BTreeMap::new(),
         }
     }
@@ -93,6 +104,24 @@ pub enum PrefixMode {
     Never,
 }
 
+/// Whether clients share one upstream session or each gets its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionMode {
+    /// One upstream session (one child, one `Mcp-Session-Id`) for every client: cheapest, and
+    /// right for stateless servers. What the server keeps per session is shared by all clients.
+    Shared,
+    /// Each client gets its own upstream session: a child process per client for stdio
+    /// servers, a session per client for HTTP ones. The default when `[auth]` is configured.
+    PerClient,
+}
+
+impl SessionMode {
+    pub fn is_shared(self) -> bool {
+        self == SessionMode::Shared
+    }
+}
+
 /// One upstream server: either `command` (a stdio child) or `url` (Streamable HTTP).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -111,6 +140,9 @@ pub struct ServerConfig {
     pub tls_ca_file: Option<PathBuf>,
     /// Overrides `request_timeout_secs` for this server.
     pub request_timeout_secs: Option<u64>,
+    /// `shared` or `per_client`; default: `per_client` when `[auth]` is configured, else
+    /// `shared`.
+    pub session_mode: Option<SessionMode>,
     pub disabled: bool,
     /// This server's own transform settings, replacing `[transform]` for its results (keys
     /// not given take their built-in defaults, not the global section's values).
@@ -156,6 +188,15 @@ pub struct UpstreamSpec {
     pub name: String,
     pub transport: TransportSpec,
     pub request_timeout: Duration,
+    /// `None`: the gateway's default (see [`SessionMode`]).
+    pub session_mode: Option<SessionMode>,
+}
+
+impl UpstreamSpec {
+    /// A spec with the defaults for everything but the transport.
+    pub fn new(name: impl Into<String>, transport: TransportSpec, request_timeout: Duration) -> Self {
+        UpstreamSpec { name: name.into(), transport, request_timeout, session_mode: None }
+    }
 }
 
 impl UpstreamSpec {
@@ -219,7 +260,7 @@ impl ServerConfig {
             }
         };
         let request_timeout = self.request_timeout_secs.map(Duration::from_secs).unwrap_or(default_timeout);
-        Ok(UpstreamSpec { name: name.to_owned(), transport, request_timeout })
+        Ok(UpstreamSpec { name: name.to_owned(), transport, request_timeout, session_mode: self.session_mode })
     }
 }
 
@@ -241,6 +282,16 @@ pub fn parse_mcp_servers(text: &str, path: &Path) -> Result<Vec<(String, ServerC
         .ok_or_else(|| parse_err("no \"mcpServers\" object".into()))?;
     let mut out = Vec::new();
     for (name, entry) in servers {
+        if let Some(obj) = entry.as_object() {
+            for key in obj.keys() {
+                if let Some(meant) = near_miss(key) {
+                    return Err(ConfigError::Server {
+                        name: name.clone(),
+                        message: format!("unknown key {key:?} (did you mean {meant:?}?)"),
+                    });
+                }
+            }
+        }
         let entry: McpServerEntry = serde_json::from_value(entry.clone()).map_err(|e| parse_err(format!("server {name:?}: {e}")))?;
         let mut headers = entry.headers;
         // Some hosts put a bearer token under "auth"/"token"; only the explicit form is read.
@@ -268,6 +319,7 @@ pub fn parse_mcp_servers(text: &str, path: &Path) -> Result<Vec<(String, ServerC
                 bearer_token_env: None,
                 tls_ca_file: None,
                 request_timeout_secs: None,
+                session_mode: entry.session_mode,
                 disabled: entry.disabled,
                 transform: None,
             },
@@ -298,6 +350,27 @@ struct McpServerEntry {
     bearer_token: Option<String>,
     #[serde(default)]
     disabled: bool,
+    #[serde(default, rename = "sessionMode")]
+    session_mode: Option<SessionMode>,
+}
+
+/// The keys of an `mcpServers` entry that Stowage reads.
+const MCP_SERVER_KEYS: &[&str] =
+    &["command", "args", "env", "cwd", "url", "serverUrl", "type", "headers", "bearerToken", "disabled", "sessionMode"];
+
+/// The key `key` was probably meant to be, when it is not one we read but is one or two edits
+/// away from one (other hosts' own keys are further from ours, and stay ignored).
+fn near_miss(key: &str) -> Option<&'static str> {
+    if MCP_SERVER_KEYS.contains(&key) {
+        return None;
+    }
+    let lower = key.to_ascii_lowercase();
+    MCP_SERVER_KEYS
+        .iter()
+        .map(|k| (strsim::damerau_levenshtein(&lower, &k.to_ascii_lowercase()), *k))
+        .filter(|(d, k)| *d <= 2.min(k.len() / 2))
+        .min()
+        .map(|(_, k)| k)
 }
 
 /// Everything the gateway will run, merged from `[gateway.servers]`, `--mcp-config` and a
@@ -331,7 +404,7 @@ pub fn collect_upstreams(
         specs.push(server.resolve(name, timeout)?);
     }
     if specs.is_empty() {
-        specs.push(UpstreamSpec { name: "demo".into(), transport: TransportSpec::Demo, request_timeout: timeout });
+        specs.push(UpstreamSpec::new("demo", TransportSpec::Demo, timeout));
     }
     Ok(specs)
 }
@@ -381,6 +454,20 @@ mod tests {
         assert_eq!(t.inline_binary_max_bytes, 4096);
         assert_eq!(t.max_inline_chars, stowage_transform::TransformConfig::default().max_inline_chars);
         assert!(serde_json::from_str::<GatewayConfig>(r#"{"servers":{"a":{"command":"x","transform":{"nope":1}}}}"#).is_err());
+    }
+
+    #[test]
+    fn near_misses_of_our_keys_are_errors_with_a_suggestion_and_other_hosts_keys_pass() {
+        for (typo, meant) in
+            [("arg", "args"), ("envv", "env"), ("header", "headers"), ("comand", "command"), ("Args", "args"), ("urll", "url")]
+        {
+            let text = format!(r#"{{"mcpServers":{{"fs":{{"command":"x","{typo}":["a"]}}}}}}"#);
+            let e = parse_mcp_servers(&text, Path::new("c.json")).unwrap_err().to_string();
+            assert_eq!(e, format!("server \"fs\": unknown key \"{typo}\" (did you mean \"{meant}\"?)"));
+        }
+        let fine = r#"{"mcpServers":{"fs":{"command":"x","autoApprove":[],"alwaysAllow":[],"timeout":60,"description":"d","sessionMode":"per_client"}}}"#;
+        let s = parse_mcp_servers(fine, Path::new("c.json")).unwrap();
+        assert_eq!(s[0].1.session_mode, Some(SessionMode::PerClient));
     }
 
     #[test]

@@ -18,11 +18,23 @@ pub const DEFAULT_MAX_LINE_BYTES: usize = 1 << 30;
 
 const READ_BUFFER_BYTES: usize = 1 << 20;
 
+/// How much of a refused line is kept in [`FrameError::TooLong`].
+pub const HEAD_BYTES: usize = 4096;
+
+fn too_long(limit: usize, line: &[u8]) -> FrameError {
+    FrameError::TooLong { limit, head: line[..line.len().min(HEAD_BYTES)].to_vec() }
+}
+
 /// Why a line could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
     #[error("message is over the {limit} byte limit (max_message_bytes)")]
-    TooLong { limit: usize },
+    TooLong {
+        limit: usize,
+        /// The line's first bytes (at most [`HEAD_BYTES`]), so a caller can find the id of the
+        /// request it answered and fail that request at once instead of letting it time out.
+        head: Vec<u8>,
+    },
     #[error("read failed: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -64,14 +76,15 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                 let line = self.buf[self.start..nl].to_vec();
                 self.start = nl + 1;
                 if line.len() > self.max {
-                    return Err(FrameError::TooLong { limit: self.max });
+                    return Err(too_long(self.max, &line));
                 }
                 return Ok(Some(line));
             }
             if self.end - self.start > self.max {
+                let e = too_long(self.max, &self.buf[self.start..self.end]);
                 self.start = self.end;
                 self.skip_line().await?;
-                return Err(FrameError::TooLong { limit: self.max });
+                return Err(e);
             }
             if self.start > 0 {
                 self.buf.copy_within(self.start..self.end, 0);
@@ -123,15 +136,16 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                 return self.checked(line);
             }
             if line.len() > self.max {
+                let e = too_long(self.max, &line);
                 drop(line);
                 self.skip_line().await?;
-                return Err(FrameError::TooLong { limit: self.max });
+                return Err(e);
             }
         }
     }
 
     fn checked(&self, line: Vec<u8>) -> Result<Vec<u8>, FrameError> {
-        if line.len() > self.max { Err(FrameError::TooLong { limit: self.max }) } else { Ok(line) }
+        if line.len() > self.max { Err(too_long(self.max, &line)) } else { Ok(line) }
     }
 
     /// Discards input up to and including the next newline (the read-ahead is empty).
@@ -220,9 +234,9 @@ mod tests {
         // Over the limit, long or short: refused, and the reader carries on after it.
         let input = format!("{}\nok\n{}\nfine\n", long('x', 3 * READ_BUFFER_BYTES), long('y', 2000));
         let mut r = LineReader::new(input.as_bytes(), 1000);
-        assert!(matches!(r.next_line().await, Err(FrameError::TooLong { limit: 1000 })));
+        assert!(matches!(r.next_line().await, Err(FrameError::TooLong { limit: 1000, .. })));
         assert_eq!(r.next_line().await.unwrap().unwrap(), b"ok");
-        assert!(matches!(r.next_line().await, Err(FrameError::TooLong { limit: 1000 })));
+        assert!(matches!(r.next_line().await, Err(FrameError::TooLong { limit: 1000, .. })));
         assert_eq!(r.next_line().await.unwrap().unwrap(), b"fine");
     }
 
@@ -230,7 +244,7 @@ mod tests {
     async fn an_oversize_line_is_refused_and_the_next_one_still_reads() {
         let input = format!("{}\nok\n", "y".repeat(100));
         let mut r = LineReader::new(input.as_bytes(), 10);
-        assert!(matches!(r.next_line().await, Err(FrameError::TooLong { limit: 10 })));
+        assert!(matches!(r.next_line().await, Err(FrameError::TooLong { limit: 10, .. })));
         assert_eq!(r.next_line().await.unwrap().unwrap(), b"ok");
     }
 }

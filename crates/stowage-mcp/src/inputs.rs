@@ -15,15 +15,17 @@
 //! the client abandons expires after the request timeout, cancelling the upstream call.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::jsonrpc::{Message, code};
-use crate::session::Outbox;
+use crate::error::GatewayError;
+use crate::jsonrpc::Message;
+use crate::outbox::{Outbox, RelayHandle};
 
 /// The client's answer to one input request: its result, or why there is none.
 pub type InputAnswer = Result<Value, String>;
@@ -37,7 +39,10 @@ pub struct InputAsk {
 }
 
 /// Where a call running inside an exchange sends its input requests.
-pub type InputTx = mpsc::UnboundedSender<InputAsk>;
+pub type InputTx = mpsc::Sender<InputAsk>;
+
+/// Input requests one call may have waiting for the client at once.
+const MAX_WAITING_ASKS: usize = 16;
 
 tokio::task_local! {
     /// Set while a call runs inside an [`Exchange`]: the gateway's forwarding code reads it to
@@ -50,17 +55,18 @@ pub fn current() -> Option<InputTx> {
     INPUTS.try_with(Clone::clone).ok()
 }
 
-type Outcome = Result<Message, (i64, String)>;
+type Outcome = Result<Message, GatewayError>;
 
 /// One interactive request in progress across the client's retries.
 pub struct Exchange {
     task: JoinHandle<Outcome>,
-    asks: mpsc::UnboundedReceiver<InputAsk>,
+    asks: mpsc::Receiver<InputAsk>,
     pending: HashMap<String, oneshot::Sender<InputAnswer>>,
-    /// Where the running call's progress and log messages go: the stream of the client's
-    /// current attempt. None between attempts, so a parked exchange does not hold the last
-    /// attempt's response stream open.
-    outbox: Arc<Mutex<Option<Outbox>>>,
+    /// Points the running call's progress and log messages at the stream of the client's
+    /// current attempt; at nothing between attempts, so a parked exchange does not hold the
+    /// last attempt's response stream open. Forwarding is synchronous: a call's progress is on
+    /// the stream before its result.
+    relay: RelayHandle,
     owner: Owner,
     next_key: u64,
 }
@@ -90,19 +96,10 @@ impl Exchange {
     where
         F: Future<Output = Outcome> + Send + 'static,
     {
-        let (inputs, asks) = mpsc::unbounded_channel();
-        let current = Arc::new(Mutex::new(Some(outbox.clone())));
-        let (call_out, mut call_rx) = mpsc::unbounded_channel::<Vec<u8>>();
-        let relay = current.clone();
-        tokio::spawn(async move {
-            while let Some(line) = call_rx.recv().await {
-                if let Some(out) = relay.lock().unwrap().as_ref() {
-                    let _ = out.send(line);
-                }
-            }
-        });
+        let (inputs, asks) = mpsc::channel(MAX_WAITING_ASKS);
+        let (call_out, relay) = Outbox::relay(Some(outbox.clone()));
         let task = tokio::spawn(INPUTS.scope(inputs, call(call_out)));
-        Exchange { task, asks, pending: HashMap::new(), outbox: current, owner, next_key: 1 }
+        Exchange { task, asks, pending: HashMap::new(), relay, owner, next_key: 1 }
     }
 
     pub fn owner(&self) -> &Owner {
@@ -112,7 +109,7 @@ impl Exchange {
     /// Delivers the client's `inputResponses` to the upstream requests waiting for them, and
     /// points the call's messages at the retry's stream.
     pub fn answer(&mut self, responses: Option<&serde_json::Map<String, Value>>, outbox: &Outbox) {
-        *self.outbox.lock().unwrap() = Some(outbox.clone());
+        self.relay.point_to(Some(outbox.clone()));
         for (key, reply) in self.pending.drain() {
             let answer = match responses.and_then(|r| r.get(&key)) {
                 Some(v) => Ok(v.clone()),
@@ -127,7 +124,7 @@ impl Exchange {
     pub async fn step(mut self) -> Step {
         let first = tokio::select! {
             r = &mut self.task => {
-                let out = r.unwrap_or_else(|e| Err((code::INTERNAL_ERROR, format!("the call failed: {e}"))));
+                let out = r.unwrap_or_else(|e| Err(GatewayError::Internal(format!("the call failed: {e}"))));
                 return Step::Done(out);
             }
             Some(ask) = self.asks.recv() => ask,
@@ -140,7 +137,7 @@ impl Exchange {
             requests.insert(key.clone(), json!({"method": ask.method, "params": ask.params}));
             self.pending.insert(key, ask.reply);
         }
-        *self.outbox.lock().unwrap() = None;
+        self.relay.point_to(None);
         let state = uuid::Uuid::new_v4().to_string();
         let result = json!({"resultType": "input_required", "inputRequests": requests, "requestState": state});
         Step::NeedsInput(result, state, self)
@@ -156,12 +153,12 @@ pub struct Exchanges {
 impl Exchanges {
     /// Parks `exchange` under `state` until the client retries, or `ttl` passes.
     pub fn park(self: &Arc<Self>, state: String, exchange: Exchange, ttl: Duration) {
-        self.waiting.lock().unwrap().insert(state.clone(), exchange);
+        self.waiting.lock().insert(state.clone(), exchange);
         let me: Weak<Exchanges> = Arc::downgrade(self);
         tokio::spawn(async move {
             tokio::time::sleep(ttl).await;
             if let Some(me) = me.upgrade() {
-                me.waiting.lock().unwrap().remove(&state);
+                me.waiting.lock().remove(&state);
             }
         });
     }
@@ -169,7 +166,7 @@ impl Exchanges {
     /// Takes the exchange parked under `state`, if `owner` started it. Another identity's
     /// state is answered exactly like an unknown one, and stays parked.
     pub fn take(&self, state: &str, owner: &Owner) -> Option<Exchange> {
-        let mut waiting = self.waiting.lock().unwrap();
+        let mut waiting = self.waiting.lock();
         if waiting.get(state)?.owner() != owner {
             return None;
         }
@@ -182,6 +179,7 @@ pub async fn ask(inputs: &InputTx, method: &str, params: Value, timeout: Duratio
     let (reply, answer) = oneshot::channel();
     inputs
         .send(InputAsk { method: method.to_owned(), params, reply })
+        .await
         .map_err(|_| format!("the call that made this {method} request has ended"))?;
     match tokio::time::timeout(timeout, answer).await {
         Ok(Ok(a)) => a,
@@ -196,12 +194,12 @@ mod tests {
 
     #[tokio::test]
     async fn input_requests_round_trip_through_retries() {
-        let (out, _rx) = mpsc::unbounded_channel();
+        let (out, _rx) = Outbox::channel();
         let ex = Exchange::start((None, Some("u".into())), &out, |_call_out| async {
             let inputs = current().expect("runs inside the exchange");
             let a = ask(&inputs, "sampling/createMessage", json!({"maxTokens": 5}), Duration::from_secs(5))
                 .await
-                .map_err(|e| (code::INTERNAL_ERROR, e))?;
+                .map_err(GatewayError::Internal)?;
             let text = a["content"]["text"].as_str().unwrap_or_default().to_owned();
             Ok(Message::response(Value::Null, &json!({"content": [{"type": "text", "text": text}]})))
         });
@@ -218,7 +216,7 @@ mod tests {
     #[tokio::test]
     async fn only_the_owner_can_continue_and_unknown_states_are_refused() {
         let exchanges = Arc::new(Exchanges::default());
-        let (out, _rx) = mpsc::unbounded_channel();
+        let (out, _rx) = Outbox::channel();
         let ex = Exchange::start((None, Some("alice".into())), &out, |_| std::future::pending());
         exchanges.park("s1".into(), ex, Duration::from_secs(60));
         assert!(exchanges.take("s1", &(None, Some("mallory".into()))).is_none());
@@ -229,7 +227,7 @@ mod tests {
     #[tokio::test]
     async fn an_abandoned_exchange_expires_and_cancels_its_call() {
         let exchanges = Arc::new(Exchanges::default());
-        let (out, _rx) = mpsc::unbounded_channel();
+        let (out, _rx) = Outbox::channel();
         let (dropped_tx, dropped) = oneshot::channel::<()>();
         let ex = Exchange::start((None, None), &out, move |_| async move {
             let _guard = dropped_tx; // dropped when the call is cancelled

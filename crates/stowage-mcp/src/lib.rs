@@ -1,44 +1,50 @@
 //! Stowage's MCP gateway: it sits between MCP clients and the user's MCP servers and keeps
 //! heavy tool output (base64 files, images, audio, huge text) out of the model's context.
 //!
-//! How the parts fit (client → [`downstream`] → [`gateway`] → [`upstream`] → server, and the
-//! result back through [`rewrite`]):
-//! - [`downstream`]: stdio and Streamable HTTP transports towards clients; each connection is
-//!   a [`session::Session`] with its own artifact scope;
-//! - [`gateway::Gateway`]: answers initialize/discover and the aggregated lists itself,
-//!   routes everything else through the [`router::Catalog`] to the right upstream with ids
-//!   and progress tokens mapped, and relays what upstreams initiate back to the right client
-//!   ([`inputs`] turns an upstream's sampling/elicitation requests into `input_required`
-//!   results for 2026-07-28 clients);
-//! - [`upstream`]: supervised connections to servers (stdio children, HTTP URLs, the in-process
-//!   [`demo`]), restarted with backoff;
+//! How the parts fit (client → downstream → [`Gateway`] → upstream → server, and the result
+//! back through [`rewrite`]):
+//! - downstream: stdio ([`serve_stdio`]) and Streamable HTTP ([`http_router`]) transports
+//!   towards clients; each connection is a [`Session`] of a [`Caller`];
+//! - [`Gateway`]: answers initialize/discover and the aggregated lists itself, routes
+//!   everything else to the right upstream with ids and progress tokens mapped, relays what
+//!   upstreams initiate to the one client it belongs to, and offers the same calls in process
+//!   ([`Gateway::list_tools`], [`Gateway::call_tool`]); what happens is published on its
+//!   [`events`] bus;
+//! - upstream: supervised connections to servers (stdio children, HTTP URLs, in-process
+//!   servers), restarted with backoff, shared by all clients or one per client
+//!   ([`SessionMode`]);
 //! - [`rewrite`] + [`pipeline`]: tools/call results go through the transform pipeline and
 //!   become the output contract (text line, `resource_link`, `structuredContent.assets[]`)
 //!   with the bytes in the artifact store.
 //!
-//! Messages are relayed as raw JSON ([`jsonrpc`], [`framing`]): typed MCP models would drop
-//! fields they do not know, and a 256 MB result must pass without a line-length cap.
+//! Messages are relayed as raw JSON: typed MCP models would drop fields they do not know, and
+//! a 256 MB result must pass without a line-length cap.
 #![forbid(unsafe_code)]
 
 pub mod config;
-pub mod demo;
-pub mod downstream;
-pub mod framing;
-pub mod gateway;
-pub mod inputs;
-pub mod jsonrpc;
-pub mod local_tools;
+mod downstream;
+pub mod error;
+pub mod events;
+mod framing;
+mod gateway;
+mod inputs;
+mod jsonrpc;
+mod local_tools;
 pub mod metrics;
+pub mod outbox;
 pub mod pipeline;
 pub mod rewrite;
-pub mod router;
-pub mod routes;
+mod router;
+mod routes;
 pub mod run;
-pub mod server_kit;
-pub mod session;
-pub mod upstream;
+mod session;
+mod upstream;
 
-pub use config::{GatewayConfig, ServerConfig, UpstreamSpec};
-pub use gateway::Gateway;
-/// Sample files (PDF, PNG, WAV) made in code, shared with the demo server.
-pub use stowage_demo::samples;
+pub use config::{GatewayConfig, ServerConfig, SessionMode, TransportSpec, UpstreamSpec};
+pub use downstream::http::{router as http_router, router_with_auth as http_router_with_auth};
+pub use downstream::stdio::serve as serve_stdio;
+pub use error::GatewayError;
+pub use gateway::{CallOptions, CallReport, Gateway, GatewayOptions, HANDSHAKE_VERSIONS, MODERN_VERSIONS, ToolOutcome};
+pub use outbox::Outbox;
+pub use session::{Caller, LOCAL_USER, Session, SessionKind};
+pub use upstream::{CallError, Health, InProcessFactory, InProcessPipes};

@@ -1,15 +1,26 @@
-//! Prometheus metrics: the recorder is installed once per process and rendered at `/metrics`.
+//! Prometheus metrics: the recorder is installed once per process and rendered at `/metrics`;
+//! the gateway's numbers come from its event bus ([`spawn_recorder`]), so what is counted is
+//! exactly what is published.
 //!
-//! Names: `stowage_tool_calls_total{upstream,outcome}`, `stowage_tool_call_seconds{upstream}`,
-//! `stowage_tool_bytes_in_total`, `stowage_tool_bytes_out_total`, `stowage_artifacts_total`
-//! (all by upstream), `stowage_upstream_restarts_total{upstream}`, `stowage_sessions`,
-//! `stowage_stream_resumes_total` (SSE streams resumed with `Last-Event-ID`),
-//! `stowage_sessions_expired_total` (HTTP sessions ended for idleness) and
-//! `stowage_input_required_total` (input requests turned into `input_required` results).
+//! From events: `stowage_tool_calls_total{upstream,outcome}`,
+//! `stowage_tool_call_seconds{upstream}`, `stowage_tool_bytes_in_total`,
+//! `stowage_tool_bytes_out_total`, `stowage_tokens_saved_total{upstream,tool}` (o200k tokens
+//! in minus out), `stowage_artifacts_total` (all by upstream), `stowage_offloads_total{layer}`,
+//! `stowage_observations_clamped_total`, `stowage_store_failures_total{fatal}`,
+//! `stowage_upstream_up{upstream}` (1 or 0), `stowage_upstream_down_total{upstream}`,
+//! `stowage_events_lagged_total`.
+//! Counted where they happen: `stowage_sessions`, `stowage_stream_resumes_total`,
+//! `stowage_sessions_expired_total`, `stowage_input_required_total`,
+//! `stowage_messages_dropped_total{reason}` (`slow_client`, `stalled_client`,
+//! `stalled_upstream`, `unattributed`), `stowage_panics_total`, `stowage_gc_runs_total`.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use crate::events::GatewayEvent;
 
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
@@ -23,5 +34,52 @@ pub fn render() -> String {
     match HANDLE.get().and_then(Option::as_ref) {
         Some(h) => h.render(),
         None => "# metrics recorder not installed\n".to_owned(),
+    }
+}
+
+/// Turns the gateway's events into metrics until `shutdown`.
+pub(crate) fn spawn_recorder(mut rx: broadcast::Receiver<Arc<GatewayEvent>>, shutdown: CancellationToken) {
+    tokio::spawn(async move {
+        loop {
+            let event = tokio::select! {
+                e = rx.recv() => e,
+                _ = shutdown.cancelled() => return,
+            };
+            match event {
+                Ok(e) => record(&e),
+                Err(broadcast::error::RecvError::Lagged(n)) => metrics::counter!("stowage_events_lagged_total").increment(n),
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    });
+}
+
+fn record(e: &GatewayEvent) {
+    match e {
+        GatewayEvent::ToolCallFinished {
+            upstream, tool, latency, outcome, bytes_in, bytes_out, tokens_in, tokens_out, artifacts, ..
+        } => {
+            let up = upstream.clone();
+            metrics::counter!("stowage_tool_calls_total", "upstream" => up.clone(), "outcome" => outcome.as_str()).increment(1);
+            metrics::histogram!("stowage_tool_call_seconds", "upstream" => up.clone()).record(latency.as_secs_f64());
+            metrics::counter!("stowage_tool_bytes_in_total", "upstream" => up.clone()).increment(*bytes_in);
+            metrics::counter!("stowage_tool_bytes_out_total", "upstream" => up.clone()).increment(*bytes_out);
+            metrics::counter!("stowage_artifacts_total", "upstream" => up.clone()).increment(*artifacts as u64);
+            metrics::counter!("stowage_tokens_saved_total", "upstream" => up, "tool" => tool.clone())
+                .increment(tokens_in.saturating_sub(*tokens_out));
+        }
+        GatewayEvent::Offloaded { layer, .. } => {
+            metrics::counter!("stowage_offloads_total", "layer" => crate::rewrite::layer_name(*layer)).increment(1);
+        }
+        GatewayEvent::Clamped { .. } => metrics::counter!("stowage_observations_clamped_total").increment(1),
+        GatewayEvent::StoreFailed { fatal, .. } => {
+            metrics::counter!("stowage_store_failures_total", "fatal" => if *fatal { "true" } else { "false" }).increment(1);
+        }
+        GatewayEvent::UpstreamUp { upstream } => metrics::gauge!("stowage_upstream_up", "upstream" => upstream.clone()).set(1.0),
+        GatewayEvent::UpstreamDown { upstream, .. } => {
+            metrics::gauge!("stowage_upstream_up", "upstream" => upstream.clone()).set(0.0);
+            metrics::counter!("stowage_upstream_down_total", "upstream" => upstream.clone()).increment(1);
+        }
+        GatewayEvent::ToolCallStarted { .. } => {}
     }
 }

@@ -1,10 +1,12 @@
-//! The transform pipeline ([`stowage_transform::Pipeline`]) as the gateway's [`Offloader`].
+//! The transform pipeline as the gateway's [`Offloader`]: a tools/call result goes through
+//! the layers into the artifact store, and the report lists every artifact with its pointer.
+//! [`crate::rewrite::apply_contract`] then adds what the output contract asks for
+//! (`structuredContent.assets[]`, signed URIs), leaving alone the blocks the pipeline already
+//! wrote.
 //!
-//! The pipeline runs every layer (field rules, schema marks, typed content, base64 with magic
-//! bytes, the size net, the observation clamp) and reports each artifact with its pointer;
-//! [`crate::rewrite::apply_contract`] then completes what the client must see (a
-//! `resource_link` for every artifact, `structuredContent.assets[]`, signed URIs), leaving
-//! alone the blocks the pipeline already wrote.
+//! A result of [`OFF_RUNTIME_BYTES`] or more is transformed on the blocking pool, not on a
+//! runtime worker: a 50 MB result takes tens of milliseconds of CPU, and on a 2-core machine
+//! two of them at once would otherwise stall every small call behind them.
 
 use std::sync::Arc;
 
@@ -12,9 +14,12 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use serde_json::Value;
 use stowage_core::{ArtifactRef, ArtifactSink, PutOptions, StoreError};
-use stowage_transform::{Pipeline, TransformInput};
+use stowage_transform::{Pipeline, TransformError, TransformInput, TransformOutput};
 
 use crate::rewrite::{CallContext, OffloadError, Offloaded, OffloadedItem, Offloader};
+
+/// Results at least this large are transformed off the async runtime.
+pub const OFF_RUNTIME_BYTES: usize = 64 * 1024;
 
 pub struct PipelineOffloader {
     pipeline: Arc<Pipeline>,
@@ -24,16 +29,38 @@ impl PipelineOffloader {
     pub fn new(pipeline: Arc<Pipeline>) -> Self {
         PipelineOffloader { pipeline }
     }
+
+    async fn transform(&self, ctx: &CallContext, raw: String) -> Result<TransformOutput, OffloadError> {
+        let failed = |e: TransformError| OffloadError { code: e.code(), message: e.to_string() };
+        if raw.len() < OFF_RUNTIME_BYTES {
+            let mut input = TransformInput::new(&ctx.tool, &ctx.scope);
+            input.output_schema = ctx.output_schema.as_ref();
+            return self.pipeline.transform_json_text(&input, raw).await.map_err(failed);
+        }
+        // The blocking thread drives the pipeline's own awaits (store writes) with the
+        // runtime's handle; the store's file IO goes to the blocking pool as usual.
+        let (tool, scope, schema) = (ctx.tool.clone(), ctx.scope.clone(), ctx.output_schema.clone());
+        let pipeline = self.pipeline.clone();
+        let handle = tokio::runtime::Handle::current();
+        let job = tokio::task::spawn_blocking(move || {
+            let mut input = TransformInput::new(&tool, &scope);
+            input.output_schema = schema.as_ref();
+            handle.block_on(pipeline.transform_json_text(&input, raw))
+        });
+        match job.await {
+            Ok(r) => r.map_err(failed),
+            // A panic in the pipeline is a bug: passed on, it fails this call only (the
+            // gateway answers it with an internal error).
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => Err(OffloadError { code: "artifact_storage_failed", message: format!("the transform was stopped: {e}") }),
+        }
+    }
 }
 
 #[async_trait]
 impl Offloader for PipelineOffloader {
     async fn offload(&self, ctx: &CallContext, raw: String) -> Result<Offloaded, OffloadError> {
-        let raw_len = raw.len();
-        let mut input = TransformInput::new(&ctx.tool, &ctx.scope);
-        input.output_schema = ctx.output_schema.as_ref();
-        let out =
-            self.pipeline.transform_json_text(&input, raw).await.map_err(|e| OffloadError { code: e.code(), message: e.to_string() })?;
+        let out = self.transform(ctx, raw).await?;
         let items = out
             .report
             .artifacts
@@ -45,7 +72,7 @@ impl Offloader for PipelineOffloader {
                 dimensions: dimensions(&a.artifact.source),
             })
             .collect();
-        Ok(Offloaded { value: out.value, items, bytes_in: raw_len as u64, tokens_in: out.report.tokens_in })
+        Ok(Offloaded { value: out.value, items, report: out.report })
     }
 }
 

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 use stowage_core::{ArtifactRef, ArtifactScope, human_size};
+use stowage_transform::{Layer, TransformReport};
 
 /// `_meta` key of the transform stats on every rewritten result.
 pub const TRANSFORM_META_KEY: &str = "io.stowage/transform";
@@ -53,8 +54,9 @@ pub struct OffloadedItem {
 pub struct Offloaded {
     pub value: Value,
     pub items: Vec<OffloadedItem>,
-    pub bytes_in: u64,
-    pub tokens_in: u64,
+    /// What the transform did: sizes and tokens, every artifact with its pointer, layers,
+    /// warnings, whether the clamp ran.
+    pub report: TransformReport,
 }
 
 /// Why offloading failed; the client gets an `isError` result with `code`.
@@ -88,13 +90,19 @@ pub struct Rewriter {
     pub per_upstream: HashMap<String, Arc<dyn Offloader>>,
 }
 
-/// The rewritten result and its stats.
+/// The rewritten result and what happened to it.
 #[derive(Debug)]
 pub struct Rewritten {
     pub value: Value,
-    pub artifacts: usize,
+    /// The transform's report; `None` when the offload failed (see `error`).
+    pub report: Option<TransformReport>,
+    /// Why the offload failed; the value is then the `isError` result saying so.
+    pub error: Option<OffloadError>,
     pub bytes_in: u64,
     pub bytes_out: u64,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub artifacts: usize,
 }
 
 impl Rewriter {
@@ -109,33 +117,93 @@ impl Rewriter {
 
     pub async fn rewrite(&self, ctx: &CallContext, raw: String) -> Rewritten {
         let started = std::time::Instant::now();
-        let raw_len = raw.len();
+        let raw_len = raw.len() as u64;
         match self.offloader_for(&ctx.upstream).offload(ctx, raw).await {
             Ok(off) => {
-                let artifacts = off.items.len();
-                let bytes_in = off.bytes_in;
-                let tokens_in = off.tokens_in;
+                let report = off.report.clone();
+                let artifacts = unique_assets(&off.items);
                 let mut value = apply_contract(off, ctx.output_schema.as_ref(), self.links.as_deref());
                 let bytes_out = serde_json::to_vec(&value).map(|v| v.len() as u64).unwrap_or(0);
-                // Kept compact: it rides on every result the model may read.
+                // Exact for what the pipeline returned; what the contract added (a line and a
+                // link per artifact) is estimated, to keep counting off the small-call path.
+                let tokens_out = report.tokens_out + bytes_out.saturating_sub(report.bytes_out).div_ceil(4);
                 let ms = (started.elapsed().as_secs_f64() * 10_000.0).round() / 10.0;
-                let stats = json!({
-                    "bytesIn": bytes_in,
-                    "bytesOut": bytes_out,
-                    "tokensIn": tokens_in,
-                    "tokensOut": bytes_out.div_ceil(4),
-                    "artifacts": artifacts,
-                    "ms": ms,
-                });
-                set_meta(&mut value, TRANSFORM_META_KEY, stats);
-                Rewritten { value, artifacts, bytes_in, bytes_out }
+                set_meta(&mut value, TRANSFORM_META_KEY, summary(&report, bytes_out, tokens_out, artifacts, ms));
+                let tokens_in = report.tokens_in;
+                Rewritten { value, report: Some(report), error: None, bytes_in: raw_len, bytes_out, tokens_in, tokens_out, artifacts }
             }
             Err(e) => {
                 let value = error_result(&e, ctx.output_schema.is_some());
                 let bytes_out = serde_json::to_vec(&value).map(|v| v.len() as u64).unwrap_or(0);
-                Rewritten { value, artifacts: 0, bytes_in: raw_len as u64, bytes_out }
+                Rewritten {
+                    value,
+                    report: None,
+                    error: Some(e),
+                    bytes_in: raw_len,
+                    bytes_out,
+                    tokens_in: 0,
+                    tokens_out: bytes_out.div_ceil(4),
+                    artifacts: 0,
+                }
             }
         }
+    }
+}
+
+/// How many distinct assets a result has (the same bytes found twice are one asset).
+fn unique_assets(items: &[OffloadedItem]) -> usize {
+    items.iter().map(|i| &i.reference.id).collect::<std::collections::HashSet<_>>().len()
+}
+
+/// The compact summary of a transform that rides in every rewritten result's `_meta`: sizes
+/// and tokens before and after, artifacts, time, and which layers acted (kept short: the
+/// model may read it on every call).
+fn summary(report: &TransformReport, bytes_out: u64, tokens_out: u64, artifacts: usize, ms: f64) -> Value {
+    let mut layers: Vec<&'static str> = Vec::new();
+    for a in &report.artifacts {
+        let l = layer_name(a.layer);
+        if !layers.contains(&l) {
+            layers.push(l);
+        }
+    }
+    if !report.links.is_empty() && !layers.contains(&"resource_link") {
+        layers.push("resource_link");
+    }
+    let mut s = json!({
+        "bytesIn": report.bytes_in,
+        "bytesOut": bytes_out,
+        "tokensIn": report.tokens_in,
+        "tokensOut": tokens_out,
+        "artifacts": artifacts,
+        "ms": ms,
+    });
+    if !layers.is_empty() {
+        s["layers"] = json!(layers);
+    }
+    if report.tokens_estimated {
+        s["tokensEstimated"] = json!(true);
+    }
+    if report.clamped {
+        s["clamped"] = json!(true);
+    }
+    if !report.warnings.is_empty() {
+        s["warnings"] = json!(report.warnings.len());
+    }
+    s
+}
+
+/// The report's name of a layer (`base64`, `typed_content`, …).
+pub fn layer_name(layer: Layer) -> &'static str {
+    match layer {
+        Layer::Custom => "custom",
+        Layer::FieldRule => "field_rule",
+        Layer::SchemaField => "schema_field",
+        Layer::ResourceLink => "resource_link",
+        Layer::TypedContent => "typed_content",
+        Layer::Base64 => "base64",
+        Layer::SizeNet => "size_net",
+        Layer::Clamp => "clamp",
+        Layer::Pipeline => "pipeline",
     }
 }
 
@@ -365,8 +433,7 @@ mod tests {
         let off = Offloaded {
             value: json!({"content": [{"type":"text","text":"before"}, null, {"type":"text","text":"after"}]}),
             items: vec![item("/content/1", "image/png")],
-            bytes_in: 0,
-            tokens_in: 0,
+            report: TransformReport::default(),
         };
         let v = apply_contract(off, None, None);
         let types: Vec<_> = v["content"].as_array().unwrap().iter().map(|b| b["type"].as_str().unwrap()).collect();
@@ -387,8 +454,7 @@ mod tests {
         let off = Offloaded {
             value: json!({"content": [{"type":"text","text":"{}"}], "structuredContent": {"n": 1}}),
             items: vec![item("/structuredContent/blob", "application/pdf")],
-            bytes_in: 0,
-            tokens_in: 0,
+            report: TransformReport::default(),
         };
         let v = apply_contract(off, Some(&schema), None);
         assert_eq!(v["structuredContent"], json!({"n": 1}));
@@ -412,8 +478,7 @@ mod tests {
         let off = Offloaded {
             value: json!({"content": [{"type":"text","text":"{\"data\":\"stub\"}"}, link]}),
             items: vec![it.clone(), it],
-            bytes_in: 0,
-            tokens_in: 0,
+            report: TransformReport::default(),
         };
         let v = apply_contract(off, None, Some(&FixedLinks));
         let content = v["content"].as_array().unwrap();

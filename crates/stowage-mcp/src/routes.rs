@@ -1,18 +1,37 @@
-//! Which client gets what an upstream says during a call: the calls in flight per upstream
-//! request id, and the progress tokens the gateway substituted for the clients' own.
+//! Who hears what an upstream says: the calls in flight per connection, the progress tokens
+//! the gateway substituted for the clients' own, and the rules that attribute every message
+//! an upstream initiates to exactly one client, or to nobody.
+//!
+//! A message goes to a client only when it can be attributed to it; one that cannot is
+//! dropped and counted (`stowage_messages_dropped_total{reason="unattributed"}`), or, for a
+//! request, answered with an error. It is never delivered to someone else. The rules, first
+//! match wins:
+//! 1. progress: by the gateway's own progress token, to the call that owns it;
+//! 2. a message on a request's SSE stream (HTTP upstreams): that request's call;
+//! 3. sampling and elicitation requests and log messages on a stream-less transport (stdio,
+//!    in-process): the call, when exactly one call is in flight on that connection;
+//! 4. anything else is session-level: a client's own upstream session belongs to that client;
+//!    a shared connection belongs to a client only while it is the gateway's only client.
+//!
+//! `roots/list` is never attributed to a call by guesswork (rule 3): upstreams ask for roots
+//! when they start, not as part of a call, and attaching that request to whatever call was in
+//! flight made the call fail for a client without roots.
 //!
 //! Upstream readers consult this table directly (not through the gateway's event queue), so a
 //! call's progress and log notifications reach the client before that call's response, in
 //! the order the upstream sent them.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
+use parking_lot::Mutex;
 use serde_json::Value;
 
 use crate::inputs::InputTx;
 use crate::jsonrpc::Message;
-use crate::session::{Outbox, Session};
+use crate::outbox::Outbox;
+use crate::session::{Session, Sessions};
+use crate::upstream::{Conn, ConnRole, Origin};
 
 struct ActiveCall {
     session: Weak<Session>,
@@ -21,67 +40,147 @@ struct ActiveCall {
     inputs: Option<InputTx>,
 }
 
-/// Who answers what an upstream asks during a call.
+/// The call a message belongs to.
+#[derive(Clone)]
 pub struct CallTarget {
     pub session: Arc<Session>,
     pub outbox: Outbox,
     pub inputs: Option<InputTx>,
 }
 
-#[derive(Default)]
+/// Where an upstream-initiated message goes.
+pub enum Attribution {
+    Call(CallTarget),
+    Session(Arc<Session>),
+    Nobody,
+}
+
 pub struct CallRoutes {
-    active: Mutex<HashMap<(usize, u64), ActiveCall>>,
+    sessions: Arc<Sessions>,
+    calls: Mutex<HashMap<(u64, u64), ActiveCall>>,
     progress: Mutex<HashMap<String, (Value, Outbox)>>,
+    /// URL-mode elicitations relayed to a client, by `elicitationId`, for the completion
+    /// notification that follows.
+    elicitations: Mutex<HashMap<String, Weak<Session>>>,
 }
 
 impl CallRoutes {
-    pub fn begin_call(&self, key: (usize, u64), session: &Arc<Session>, outbox: &Outbox, inputs: Option<InputTx>) {
-        self.active.lock().unwrap().insert(key, ActiveCall { session: Arc::downgrade(session), outbox: outbox.clone(), inputs });
+    pub fn new(sessions: Arc<Sessions>) -> CallRoutes {
+        CallRoutes { sessions, calls: Mutex::default(), progress: Mutex::default(), elicitations: Mutex::default() }
     }
 
-    pub fn end_call(&self, key: (usize, u64)) {
-        self.active.lock().unwrap().remove(&key);
+    /// Registers the gateway's request `request` on connection `conn` as `session`'s call.
+    pub fn begin_call(&self, conn: u64, request: u64, session: &Arc<Session>, outbox: &Outbox, inputs: Option<InputTx>) {
+        self.calls.lock().insert((conn, request), ActiveCall { session: Arc::downgrade(session), outbox: outbox.clone(), inputs });
+    }
+
+    pub fn end_call(&self, conn: u64, request: u64) {
+        self.calls.lock().remove(&(conn, request));
     }
 
     /// Registers the gateway's token `mine` for the client's `original` token.
     pub fn map_progress(&self, mine: String, original: Value, outbox: &Outbox) {
-        self.progress.lock().unwrap().insert(mine, (original, outbox.clone()));
+        self.progress.lock().insert(mine, (original, outbox.clone()));
     }
 
     pub fn unmap_progress(&self, mine: &str) {
-        self.progress.lock().unwrap().remove(mine);
+        self.progress.lock().remove(mine);
     }
 
-    /// The session and stream of the most recent call in flight to upstream `index`.
-    pub fn latest(&self, index: usize) -> Option<CallTarget> {
-        let active = self.active.lock().unwrap();
-        active
-            .iter()
-            .filter(|((u, _), _)| *u == index)
-            .max_by_key(|((_, id), _)| *id)
-            .and_then(|(_, c)| Some(CallTarget { session: c.session.upgrade()?, outbox: c.outbox.clone(), inputs: c.inputs.clone() }))
+    /// Remembers that `session` was asked the URL-mode elicitation `id`.
+    pub fn elicitation_sent(&self, id: &str, session: &Arc<Session>) {
+        let mut e = self.elicitations.lock();
+        e.retain(|_, s| s.strong_count() > 0);
+        e.insert(id.to_owned(), Arc::downgrade(session));
     }
 
-    /// Delivers a notification that belongs to a call in flight. Returns false when it is not
-    /// one (the gateway then routes it as a session-wide notification).
-    pub fn deliver(&self, index: usize, msg: &Message) -> bool {
+    /// The session that was asked elicitation `id`; forgets it.
+    pub fn elicitation_owner(&self, id: &str) -> Option<Arc<Session>> {
+        self.elicitations.lock().remove(id)?.upgrade()
+    }
+
+    fn call(&self, conn: u64, request: u64) -> Option<CallTarget> {
+        let calls = self.calls.lock();
+        let c = calls.get(&(conn, request))?;
+        Some(CallTarget { session: c.session.upgrade()?, outbox: c.outbox.clone(), inputs: c.inputs.clone() })
+    }
+
+    /// The only call in flight on `conn`, if there is exactly one.
+    fn only_call(&self, conn: u64) -> Option<CallTarget> {
+        let calls = self.calls.lock();
+        let mut on_conn = calls.iter().filter(|((c, _), _)| *c == conn);
+        let (_, c) = on_conn.next()?;
+        if on_conn.next().is_some() {
+            return None;
+        }
+        Some(CallTarget { session: c.session.upgrade()?, outbox: c.outbox.clone(), inputs: c.inputs.clone() })
+    }
+
+    /// Applies the module's rules 2–4 to a message with `method` that arrived on `conn`.
+    pub fn attribute(&self, conn: &Conn, origin: Origin, method: &str) -> Attribution {
+        match origin {
+            Origin::Request(id) => {
+                if let Some(call) = self.call(conn.id, id) {
+                    return Attribution::Call(call);
+                }
+            }
+            Origin::Pipe if matches!(method, "sampling/createMessage" | "elicitation/create" | "notifications/message") => {
+                if let Some(call) = self.only_call(conn.id) {
+                    return Attribution::Call(call);
+                }
+            }
+            Origin::Pipe | Origin::Standalone => {}
+        }
+        let owner = match &conn.role {
+            ConnRole::Client { session: Some(s), .. } => s.upgrade(),
+            // A stateless user's connection has no stream outside its calls.
+            ConnRole::Client { session: None, .. } => None,
+            ConnRole::Control => self.sessions.only_one(),
+        };
+        match owner {
+            Some(s) if !s.is_closed() => Attribution::Session(s),
+            _ => Attribution::Nobody,
+        }
+    }
+
+    /// Delivers a notification that belongs to a client's call or session: progress and log
+    /// messages. Returns false for what the gateway routes itself (list changes, resource
+    /// updates, elicitation completions); what cannot be attributed is dropped and counted.
+    pub fn deliver(&self, conn: &Conn, origin: Origin, msg: &Message) -> bool {
         match msg.method.as_deref() {
             Some("notifications/progress") => {
                 let mut p = msg.params_value();
                 let token = p.get("progressToken").and_then(Value::as_str).unwrap_or("").to_owned();
-                let target = self.progress.lock().unwrap().get(&token).cloned();
-                if let Some((original, outbox)) = target {
-                    p["progressToken"] = original;
-                    let _ = outbox.send(Message::notification("notifications/progress", Some(&p)).to_line());
+                let target = self.progress.lock().get(&token).cloned();
+                match target {
+                    Some((original, outbox)) => {
+                        p["progressToken"] = original;
+                        outbox.notify(Message::notification("notifications/progress", Some(&p)).to_line());
+                    }
+                    // Progress for a finished or unknown call has nowhere to go.
+                    None => dropped(&conn.name, "progress for no call in flight"),
                 }
-                // Progress for a finished or unknown call has nowhere to go.
                 true
             }
-            Some("notifications/message") => match self.latest(index) {
-                Some(t) => t.outbox.send(msg.to_line()).is_ok(),
-                None => false,
-            },
+            Some("notifications/message") => {
+                match self.attribute(conn, origin, "notifications/message") {
+                    Attribution::Call(t) => {
+                        t.outbox.notify(msg.to_line());
+                    }
+                    Attribution::Session(s) => {
+                        s.notify(msg);
+                    }
+                    Attribution::Nobody => dropped(&conn.name, "a log message no client can be found for"),
+                }
+                true
+            }
             _ => false,
         }
     }
+}
+
+/// Counts (and logs at debug level) a message that went to nobody.
+pub fn dropped(upstream: &str, what: &str) {
+    metrics::counter!("stowage_messages_dropped_total", "reason" => "unattributed").increment(1);
+    tracing::debug!(target: "stowage::gateway", upstream = %upstream, "dropped {what}");
 }

@@ -1,6 +1,10 @@
 //! Running the gateway as a program: start the upstreams, print the banner, serve stdio or
 //! HTTP until the client leaves or a signal arrives, then kill every upstream.
 //!
+//! Over stdio, the download routes (signed links, uploads) get a loopback listener of their
+//! own when the caller binds one ([`RunOptions::links_listener`]), so hosts that run
+//! `stowage serve --stdio` still give their users links they can open.
+//!
 //! `stowage serve` is a thin wrapper around [`run`]; it lives here so that the binary needs no
 //! HTTP or process plumbing of its own.
 
@@ -8,9 +12,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{GatewayConfig, TransportSpec, UpstreamSpec};
-use crate::gateway::Gateway;
+use crate::config::{GatewayConfig, SessionMode, UpstreamSpec};
+use crate::gateway::{Gateway, GatewayOptions};
 use crate::rewrite::Rewriter;
+use crate::upstream::InProcessFactory;
 
 /// How clients reach the gateway.
 #[derive(Debug, Clone)]
@@ -25,8 +30,13 @@ pub struct RunOptions {
     pub upstreams: Vec<UpstreamSpec>,
     pub rewriter: Rewriter,
     pub mode: Mode,
-    /// More routes on the HTTP listener (artifact downloads, health).
+    /// How in-process servers (the bundled demo) are started.
+    pub in_process: Option<InProcessFactory>,
+    /// More routes on the HTTP listener (artifact downloads, health); over stdio, served on
+    /// `links_listener` when there is one.
     pub extra_routes: Option<axum::Router>,
+    /// Stdio mode: a bound loopback listener for `extra_routes`, so links work over stdio.
+    pub links_listener: Option<tokio::net::TcpListener>,
     /// Middleware-free description of the store for the banner (`fs .stowage`).
     pub store_label: String,
     /// Bearer authentication on `/mcp` (HTTP only); `None` leaves it open.
@@ -56,15 +66,30 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
         }
         Mode::Stdio => None,
     };
-    let demo = opts.upstreams.iter().any(|u| u.transport == TransportSpec::Demo);
-    let gw = Gateway::start(opts.gateway.clone(), opts.upstreams, opts.rewriter, demo.then(crate::demo::factory));
+    // A shared deployment (clients authenticate) keeps clients' upstream sessions apart.
+    let default_session_mode = if opts.auth.is_some() { SessionMode::PerClient } else { SessionMode::Shared };
+    let gw = Gateway::start(GatewayOptions {
+        config: opts.gateway.clone(),
+        upstreams: opts.upstreams,
+        rewriter: opts.rewriter,
+        in_process: opts.in_process,
+        default_session_mode,
+    });
     if let Some(links) = opts.links {
         gw.set_link_service(links);
     }
     let result = match &opts.mode {
         Mode::Stdio => {
+            let links_addr = match (opts.links_listener, opts.extra_routes) {
+                (Some(listener), Some(routes)) => {
+                    let addr = listener.local_addr().ok();
+                    tokio::spawn(async move { axum::serve(listener, routes).await });
+                    addr
+                }
+                _ => None,
+            };
             gw.wait_ready(Duration::from_secs(10)).await;
-            eprint!("{}", banner(&gw, &opts.mode, None, &opts.store_label));
+            eprint!("{}", banner(&gw, &opts.mode, links_addr, &opts.store_label));
             let stdio = crate::downstream::stdio::serve(gw.clone(), tokio::io::stdin(), tokio::io::stdout());
             tokio::select! {
                 r = stdio => r.map_err(RunError::Stdio),
@@ -91,9 +116,22 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
 
 /// Binds `listen` and serves the gateway's HTTP routes in the background (tests, benches).
 pub async fn spawn_http(gw: Arc<Gateway>, listen: &str) -> std::io::Result<SocketAddr> {
+    spawn_http_with(gw, listen, None, None).await
+}
+
+/// [`spawn_http`] with authentication on `/mcp` and more routes beside it.
+pub async fn spawn_http_with(
+    gw: Arc<Gateway>,
+    listen: &str,
+    auth: Option<Arc<stowage_http::Authenticator>>,
+    extra: Option<axum::Router>,
+) -> std::io::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
-    let app = crate::downstream::http::router(gw, &addr.to_string());
+    let mut app = crate::downstream::http::router_with_auth(gw, &addr.to_string(), auth);
+    if let Some(extra) = extra {
+        app = app.merge(extra);
+    }
     tokio::spawn(async move { axum::serve(listener, app).await });
     Ok(addr)
 }
@@ -121,7 +159,10 @@ pub fn banner(gw: &Gateway, mode: &Mode, addr: Option<SocketAddr>, store: &str) 
     let mut s = String::from("stowage: MCP gateway ready\n");
     for u in &gw.upstreams {
         let tools = catalog.tools.iter().filter(|t| t.upstream == u.index).count();
-        let state = if u.current().is_some() { format!("{tools} tools") } else { "NOT CONNECTED (retrying)".into() };
+        let mut state = if u.current().is_some() { format!("{tools} tools") } else { "NOT CONNECTED (retrying)".into() };
+        if !u.mode.is_shared() {
+            state.push_str(", one upstream session per client");
+        }
         s.push_str(&format!("  upstream {} — {state}\n", u.spec.describe()));
     }
     for c in &catalog.collisions {
@@ -147,6 +188,12 @@ pub fn banner(gw: &Gateway, mode: &Mode, addr: Option<SocketAddr>, store: &str) 
             ));
         }
         _ => {
+            match addr {
+                Some(addr) => {
+                    s.push_str(&format!("  download links: http://{addr}/artifacts/…  (loopback only; --no-links turns them off)\n"))
+                }
+                None => s.push_str("  download links: off (fetch artifacts with: stowage artifacts get ID)\n"),
+            }
             s.push_str("  serving one client on stdin/stdout; configure your host to run:\n");
             s.push_str("    stowage serve --stdio [--mcp-config FILE | -- CMD ARGS…]\n");
         }

@@ -1,29 +1,66 @@
-//! A downstream session: one connected client, its artifact scope, and the requests the
-//! gateway has open towards it.
+//! A downstream session: one connected client, whose artifacts it stores under its owner,
+//! and the requests open in each direction.
 //!
-//! Every session gets a random id; its [`ArtifactScope`] (the session id, plus the user once
-//! authentication provides one) is what artifacts from its tool calls are stored under, so one
-//! client can never see another's artifacts.
+//! Ownership: artifacts belong to the caller's tenant and user; the session id (and, per
+//! call, a trace id) is recorded with each artifact for grouping and for its budgets. An
+//! authenticated caller brings its tenant and user; without authentication every client is
+//! the one local user, [`LOCAL_USER`]. Whether another session of the same user can reach an
+//! artifact is the store's decision (`[store] isolate_sessions`), never the gateway's.
+//!
+//! A session ends ([`Session::close`]) when its transport ends: requests the gateway sent the
+//! client fail at once, and its own upstream sessions are closed.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use serde_json::{Value, json};
 use stowage_core::ArtifactScope;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::jsonrpc::{Id, Message};
+use crate::outbox::{Outbox, OutboxError};
 
-/// Where messages for a client go: the session's general stream, or one HTTP response stream.
-pub type Outbox = mpsc::UnboundedSender<Vec<u8>>;
+/// The user an unauthenticated client acts as: one local user owns everything a gateway
+/// without `[auth]` stores.
+pub const LOCAL_USER: &str = "local";
+
+/// How a client is connected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionKind {
+    /// One client on stdin/stdout.
+    Stdio,
+    /// A Streamable HTTP session (`Mcp-Session-Id`).
+    Http,
+    /// One stateless (2026-07-28) HTTP request: no stream outlives it.
+    Stateless,
+    /// A caller inside this process (the agent planner, the playground).
+    InProcess,
+}
+
+/// Who is calling: the identity's tenant and user (`None`: an unauthenticated client).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Caller {
+    pub tenant: Option<String>,
+    pub user: Option<String>,
+}
+
+impl Caller {
+    /// The one local user of a gateway without authentication.
+    pub fn local() -> Caller {
+        Caller { tenant: None, user: Some(LOCAL_USER.to_owned()) }
+    }
+}
 
 pub struct Session {
     pub id: String,
+    pub kind: SessionKind,
     pub scope: ArtifactScope,
-    /// Messages not tied to a request (list_changed, resource updates).
+    /// Messages not tied to a request (list_changed, resource updates, session-level
+    /// requests from an upstream).
     notify: Mutex<Option<Outbox>>,
     pub protocol: Mutex<Option<String>>,
     pub client_capabilities: Mutex<Value>,
@@ -31,11 +68,12 @@ pub struct Session {
     next_id: AtomicU64,
     inflight: Mutex<HashMap<String, CancellationToken>>,
     pub subscriptions: Mutex<HashSet<String>>,
+    closed: CancellationToken,
 }
 
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Session").field("id", &self.id).finish_non_exhaustive()
+        f.debug_struct("Session").field("id", &self.id).field("kind", &self.kind).finish_non_exhaustive()
     }
 }
 
@@ -45,13 +83,14 @@ pub fn id_key(id: &Id) -> String {
 }
 
 impl Session {
-    pub fn new(scope: Option<ArtifactScope>, notify: Option<Outbox>) -> Session {
+    /// A session for `caller` (its tenant and user; an unauthenticated caller is the local user).
+    pub fn new(kind: SessionKind, caller: Caller, notify: Option<Outbox>) -> Session {
         let id = uuid::Uuid::new_v4().to_string();
-        // An authenticated caller brings its tenant and user; the session id is always ours.
-        let mut scope = scope.unwrap_or_default();
-        scope.session_id.get_or_insert_with(|| id.clone());
+        let caller = if caller.user.is_none() && caller.tenant.is_none() { Caller::local() } else { caller };
+        let scope = ArtifactScope { tenant_id: caller.tenant, user_id: caller.user, session_id: Some(id.clone()), trace_id: None };
         Session {
             id,
+            kind,
             scope,
             notify: Mutex::new(notify),
             protocol: Mutex::new(None),
@@ -60,85 +99,214 @@ impl Session {
             next_id: AtomicU64::new(1),
             inflight: Mutex::new(HashMap::new()),
             subscriptions: Mutex::new(HashSet::new()),
+            closed: CancellationToken::new(),
         }
+    }
+
+    pub fn is_stateless(&self) -> bool {
+        self.kind == SessionKind::Stateless
+    }
+
+    /// Which upstream session this client's requests use in `per_client` mode: its own, or,
+    /// for a stateless client, one per identity (a stateless request has no session to keep).
+    pub fn upstream_key(&self) -> String {
+        match self.kind {
+            SessionKind::Stateless => {
+                let part = |p: &Option<String>| p.as_deref().map_or("-".to_owned(), |s| format!("{}:{s}", s.len()));
+                format!("user|{}|{}", part(&self.scope.tenant_id), part(&self.scope.user_id))
+            }
+            _ => self.id.clone(),
+        }
+    }
+
+    /// The capabilities a client-session upstream connection declares: exactly those of the
+    /// client behind it, so an upstream never asks it for what it cannot give.
+    pub fn upstream_capabilities(&self) -> Value {
+        let caps = self.client_capabilities.lock().clone();
+        let mut out = serde_json::Map::new();
+        for key in ["sampling", "elicitation", "roots"] {
+            if let Some(v) = caps.get(key) {
+                out.insert(key.into(), v.clone());
+            }
+        }
+        Value::Object(out)
     }
 
     /// Replaces the general stream (an HTTP client opened its GET stream).
     pub fn set_notify(&self, outbox: Option<Outbox>) {
-        *self.notify.lock().unwrap() = outbox;
+        *self.notify.lock() = outbox;
     }
 
-    /// Sends a message on the general stream, if the client has one open.
+    /// Sends a notification on the general stream, if the client has one open (dropped when
+    /// the client is not keeping up).
     pub fn notify(&self, msg: &Message) -> bool {
-        match self.notify.lock().unwrap().as_ref() {
-            Some(tx) => tx.send(msg.to_line()).is_ok(),
-            None => false,
-        }
+        let outbox = self.notify.lock().clone();
+        outbox.is_some_and(|o| o.notify(msg.to_line()))
     }
 
-    /// The general stream, for server-initiated requests when no call is running.
-    pub fn outbox_for_requests(&self) -> Option<Outbox> {
-        self.notify.lock().unwrap().clone()
+    /// The general stream, for server-initiated requests outside a call.
+    pub fn general_stream(&self) -> Option<Outbox> {
+        self.notify.lock().clone()
     }
 
+    /// Whether the client declared `key` (`sampling`, `elicitation`, `roots`) in its
+    /// capabilities.
     pub fn has_capability(&self, key: &str) -> bool {
-        self.client_capabilities.lock().unwrap().get(key).is_some()
+        self.client_capabilities.lock().get(key).is_some()
     }
 
-    /// Sends a request to the client and waits for its answer.
+    /// Sends a request to the client on `outbox` and waits for its answer.
     pub async fn request_client(
         &self,
         method: &str,
-        params: Option<Box<serde_json::value::RawValue>>,
+        params: Option<crate::jsonrpc::Raw>,
         outbox: &Outbox,
         timeout: Duration,
-    ) -> Option<Message> {
+    ) -> Result<Message, String> {
         let id = json!(format!("stowage-{}", self.next_id.fetch_add(1, Ordering::Relaxed)));
         let (tx, rx) = oneshot::channel();
-        self.client_pending.lock().unwrap().insert(id_key(&id), tx);
-        let msg = Message { jsonrpc: "2.0", id: Some(id.clone()), method: Some(method.into()), params, ..Default::default() };
-        if outbox.send(msg.to_line()).is_err() {
-            self.client_pending.lock().unwrap().remove(&id_key(&id));
-            return None;
+        if self.closed.is_cancelled() {
+            return Err("the client has disconnected".into());
         }
-        let answer = tokio::time::timeout(timeout, rx).await.ok().and_then(Result::ok);
-        self.client_pending.lock().unwrap().remove(&id_key(&id));
+        self.client_pending.lock().insert(id_key(&id), tx);
+        let msg = Message { jsonrpc: "2.0", id: Some(id.clone()), method: Some(method.into()), params, ..Default::default() };
+        if let Err(e) = outbox.deliver(msg.to_line()).await {
+            self.client_pending.lock().remove(&id_key(&id));
+            return Err(e.to_string());
+        }
+        let answer = tokio::select! {
+            r = tokio::time::timeout(timeout, rx) => match r {
+                Ok(Ok(m)) => Ok(m),
+                Ok(Err(_)) => Err("the client has disconnected".to_owned()),
+                Err(_) => Err(format!("no answer within {}s", timeout.as_secs())),
+            },
+            _ = self.closed.cancelled() => Err("the client has disconnected".to_owned()),
+        };
+        self.client_pending.lock().remove(&id_key(&id));
         answer
     }
 
     /// Delivers the client's answer to a request the gateway sent it. False if unknown.
     pub fn resolve(&self, msg: Message) -> bool {
         let Some(id) = msg.id.as_ref() else { return false };
-        match self.client_pending.lock().unwrap().remove(&id_key(id)) {
-            Some(tx) => tx.send(msg).is_ok(),
-            None => false,
-        }
+        let pending = self.client_pending.lock().remove(&id_key(id));
+        pending.is_some_and(|tx| tx.send(msg).is_ok())
     }
 
     /// Registers a client request as in flight; the token fires on `notifications/cancelled`.
     /// Idempotent: transports register a request as soon as it is read, before handing it to
     /// a task, so a cancellation that follows right behind it is never missed.
     pub fn begin(&self, id: &Id) -> CancellationToken {
-        self.inflight.lock().unwrap().entry(id_key(id)).or_default().clone()
+        self.inflight.lock().entry(id_key(id)).or_insert_with(|| self.closed.child_token()).clone()
     }
 
     pub fn end(&self, id: &Id) {
-        self.inflight.lock().unwrap().remove(&id_key(id));
+        self.inflight.lock().remove(&id_key(id));
     }
 
     /// Whether a request from the client, or one to it, is still open.
     pub fn busy(&self) -> bool {
-        !self.inflight.lock().unwrap().is_empty() || !self.client_pending.lock().unwrap().is_empty()
+        !self.inflight.lock().is_empty() || !self.client_pending.lock().is_empty()
     }
 
     /// Cancels the client's request `id`, if it is still running.
     pub fn cancel(&self, id: &Id) -> bool {
-        match self.inflight.lock().unwrap().remove(&id_key(id)) {
-            Some(t) => {
-                t.cancel();
-                true
-            }
-            None => false,
-        }
+        let token = self.inflight.lock().remove(&id_key(id));
+        token.inspect(CancellationToken::cancel).is_some()
+    }
+
+    /// Ends the session: requests waiting for the client fail at once, and the session's own
+    /// upstream connections are closed by their upstream's sweeper.
+    pub fn close(&self) {
+        self.closed.cancel();
+        self.client_pending.lock().clear();
+        self.set_notify(None);
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.is_cancelled()
+    }
+
+    /// Resolves when the session has ended.
+    pub async fn closed(&self) {
+        self.closed.cancelled().await;
+    }
+}
+
+/// Sends `line` to `outbox`, logging (rather than failing) when the client cannot take it.
+pub async fn deliver_or_log(outbox: &Outbox, line: Vec<u8>, what: &str) {
+    match outbox.deliver(line).await {
+        Ok(()) | Err(OutboxError::Closed) => {}
+        Err(e) => tracing::warn!(target: "stowage::gateway", "could not deliver {what}: {e}"),
+    }
+}
+
+/// Every live session of a gateway, for what goes to all of them (list changes) and to find
+/// the single client of a shared upstream connection.
+#[derive(Default)]
+pub struct Sessions {
+    all: Mutex<Vec<Weak<Session>>>,
+}
+
+impl Sessions {
+    pub fn add(&self, s: &Arc<Session>) {
+        let mut all = self.all.lock();
+        all.retain(|w| w.upgrade().is_some_and(|s| !s.is_closed()));
+        all.push(Arc::downgrade(s));
+        metrics::gauge!("stowage_sessions").set(all.len() as f64);
+    }
+
+    pub fn live(&self) -> Vec<Arc<Session>> {
+        self.all.lock().iter().filter_map(Weak::upgrade).filter(|s| !s.is_closed()).collect()
+    }
+
+    /// The one session with a stream of its own, if exactly one is live (stateless requests do
+    /// not count: nothing can reach them outside their call).
+    pub fn only_one(&self) -> Option<Arc<Session>> {
+        let mut live = self.live().into_iter().filter(|s| !s.is_stateless());
+        let first = live.next()?;
+        live.next().is_none().then_some(first)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unauthenticated_clients_are_the_local_user_and_sessions_stay_on_the_scope() {
+        let a = Session::new(SessionKind::Stdio, Caller::default(), None);
+        let b = Session::new(SessionKind::Http, Caller::default(), None);
+        assert_eq!(a.scope.user_id.as_deref(), Some(LOCAL_USER));
+        assert_eq!((a.scope.tenant_id.clone(), a.scope.user_id.clone()), (b.scope.tenant_id.clone(), b.scope.user_id.clone()));
+        assert_ne!(a.scope.session_id, b.scope.session_id);
+        let alice = Session::new(SessionKind::Http, Caller { tenant: Some("t".into()), user: Some("alice".into()) }, None);
+        assert_eq!(alice.scope.user_id.as_deref(), Some("alice"));
+    }
+
+    #[test]
+    fn stateless_requests_of_one_identity_share_an_upstream_key() {
+        let who = Caller { tenant: Some("t".into()), user: Some("u".into()) };
+        let a = Session::new(SessionKind::Stateless, who.clone(), None);
+        let b = Session::new(SessionKind::Stateless, who, None);
+        let c = Session::new(SessionKind::Stateless, Caller { tenant: Some("t".into()), user: Some("v".into()) }, None);
+        assert_eq!(a.upstream_key(), b.upstream_key());
+        assert_ne!(a.upstream_key(), c.upstream_key());
+        let s = Session::new(SessionKind::Http, Caller::default(), None);
+        assert_eq!(s.upstream_key(), s.id);
+    }
+
+    #[tokio::test]
+    async fn closing_fails_what_waits_for_the_client_at_once() {
+        let s = Arc::new(Session::new(SessionKind::Stdio, Caller::default(), None));
+        let (out, _rx) = Outbox::channel();
+        let waiting = tokio::spawn({
+            let s = s.clone();
+            async move { s.request_client("roots/list", None, &out, Duration::from_secs(300)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        s.close();
+        let r = tokio::time::timeout(Duration::from_secs(2), waiting).await.expect("answers at once").unwrap();
+        assert_eq!(r.unwrap_err(), "the client has disconnected");
     }
 }

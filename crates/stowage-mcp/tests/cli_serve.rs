@@ -35,10 +35,10 @@ fn tableau_pdf_under_1kb_and_artifacts_get_is_byte_identical() {
     let store = dir.path().join("store");
     let log = dir.path().join("fixture.log");
     let mut gw = Command::new(&stowage)
-        .args(["serve", "--stdio", "--store"])
+        .args(["serve", "--stdio", "--no-links", "--store"])
         .arg(&store)
         .arg("--")
-        .arg(env!("CARGO_BIN_EXE_stowage-fixture"))
+        .arg(stowage_testkit::fixture_bin())
         .env("STOWAGE_FIXTURE_LOG", &log)
         .env("STOWAGE_LOG", "warn")
         .stdin(Stdio::piped())
@@ -66,7 +66,7 @@ fn tableau_pdf_under_1kb_and_artifacts_get_is_byte_identical() {
     let v: Value = serde_json::from_str(&line).unwrap();
     let asset = &v["result"]["structuredContent"]["assets"][0];
     let id = asset["id"].as_str().expect("an asset id").to_owned();
-    assert_eq!(asset["uri"], asset["artifactUri"], "over stdio the link is the artifact:// URI");
+    assert_eq!(asset["uri"], asset["artifactUri"], "with --no-links the link is the artifact:// URI");
     drop(stdin);
 
     // The gateway exits when its client leaves, and takes its upstream with it.
@@ -94,6 +94,71 @@ fn tableau_pdf_under_1kb_and_artifacts_get_is_byte_identical() {
     let out = dir.path().join("out.pdf");
     let status = Command::new(&stowage).args(["--store"]).arg(&store).args(["artifacts", "get", &id, "-o"]).arg(&out).status().unwrap();
     assert!(status.success());
-    let want = stowage_mcp::samples::pdf(375_000, "Sales Dashboard");
+    let want = stowage_testkit::samples::pdf(375_000, "Sales Dashboard");
     assert!(std::fs::read(&out).unwrap() == want, "artifacts get returned different bytes");
+}
+
+/// Over stdio, links work too: a loopback listener serves the signed download links that the
+/// results carry, for as long as the gateway runs; the bytes are the upstream's.
+#[test]
+fn links_work_over_stdio_on_a_loopback_listener() {
+    let Some(stowage) = stowage_bin() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    // Another gateway may hold the default port: taking a free one instead is the point.
+    let _taken = std::net::TcpListener::bind("127.0.0.1:8787");
+    let mut gw = Command::new(&stowage)
+        .args(["serve", "--stdio", "--store"])
+        .arg(dir.path().join("store"))
+        .arg("--")
+        .arg(stowage_testkit::fixture_bin())
+        .env("STOWAGE_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = gw.stdin.take().unwrap();
+    let mut stdout = BufReader::new(gw.stdout.take().unwrap());
+    let mut stderr = BufReader::new(gw.stderr.take().unwrap());
+    let mut banner = String::new();
+    while !banner.contains("download links: ") {
+        assert!(stderr.read_line(&mut banner).unwrap() > 0, "no banner: {banner}");
+    }
+    assert!(banner.contains("is taken") && banner.contains("download links: http://127.0.0.1:"), "{banner}");
+    for (id, method, params) in [
+        (1, "initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}})),
+        (2, "tools/call", json!({"name": "get_view_pdf", "arguments": {}})),
+    ] {
+        writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).unwrap();
+    }
+    let mut line = String::new();
+    while !line.contains("\"id\":2") {
+        line.clear();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "gateway closed");
+    }
+    let v: Value = serde_json::from_str(&line).unwrap();
+    let link = v["result"]["content"].as_array().unwrap().iter().find(|b| b["type"] == "resource_link").expect("a resource_link").clone();
+    let url = link["uri"].as_str().unwrap().to_owned();
+    assert!(url.starts_with("http://127.0.0.1:") && url.contains("/artifacts/get_view_pdf_") && url.contains("?token=v1."), "{url}");
+    assert!(!url.contains(":8787/"), "the taken default port was not used: {url}");
+    let want = stowage_testkit::samples::pdf(375_000, "Sales Dashboard");
+    let got = reqwest::blocking_get(&url);
+    assert_eq!(got.0, 200);
+    assert!(got.1 == want, "the link served different bytes");
+    // A tampered token is refused.
+    let tampered = format!("{}x", url);
+    assert_eq!(reqwest::blocking_get(&tampered).0, 403);
+    drop(stdin);
+    let _ = gw.wait();
+}
+
+mod reqwest {
+    /// A GET on a fresh runtime (the test itself is synchronous): status and body.
+    pub fn blocking_get(url: &str) -> (u16, Vec<u8>) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let r = ::reqwest::get(url).await.unwrap();
+            (r.status().as_u16(), r.bytes().await.unwrap().to_vec())
+        })
+    }
 }

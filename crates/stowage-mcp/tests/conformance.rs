@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{MemSink, fast_config, rewriter};
-use stowage_mcp::Gateway;
 use stowage_mcp::config::{TransportSpec, UpstreamSpec};
 
 use common::require_peer as peer;
@@ -22,16 +21,14 @@ async fn conformance_suite_passes_through_the_gateway() {
     else {
         return;
     };
-    let config = fast_config();
-    let rw = rewriter(Arc::new(MemSink::default()), &config);
-    let fixture = env!("CARGO_BIN_EXE_stowage-conformance-fixture").to_owned();
-    let spec = UpstreamSpec {
-        name: "conformance".into(),
-        transport: TransportSpec::Stdio { command: fixture, args: vec![], env: Default::default(), cwd: None },
-        request_timeout: Duration::from_secs(30),
-    };
-    let gw = Gateway::start(config, vec![spec], rw, None);
-    assert_eq!(gw.wait_ready(Duration::from_secs(20)).await, 1);
+    let fixture = stowage_testkit::conformance_fixture_bin().display().to_string();
+    let spec = UpstreamSpec::new(
+        "conformance",
+        TransportSpec::Stdio { command: fixture, args: vec![], env: Default::default(), cwd: None },
+        Duration::from_secs(30),
+    );
+    let gw =
+        common::start_gateway(vec![spec], rewriter(Arc::new(MemSink::default())), fast_config(), stowage_mcp::SessionMode::Shared).await;
     let addr = stowage_mcp::run::spawn_http(gw.clone(), "127.0.0.1:0").await.unwrap();
     let expected = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/conformance-expected-failures.yml");
     let url = format!("http://{addr}/mcp");

@@ -21,10 +21,7 @@ async fn start_with(log: Option<&std::path::Path>, config: stowage_mcp::config::
 
 /// A gateway over HTTP in front of one upstream, ready; returns it and its `/mcp` URL.
 async fn start_in_front_of(spec: stowage_mcp::config::UpstreamSpec, config: stowage_mcp::config::GatewayConfig) -> (Arc<Gateway>, String) {
-    stowage_mcp::metrics::install();
-    let rw = rewriter(Arc::new(MemSink::default()), &config);
-    let gw = Gateway::start(config, vec![spec], rw, None);
-    assert_eq!(gw.wait_ready(Duration::from_secs(20)).await, 1);
+    let gw = common::start_gateway(vec![spec], rewriter(Arc::new(MemSink::default())), config, stowage_mcp::SessionMode::Shared).await;
     let addr = stowage_mcp::run::spawn_http(gw.clone(), "127.0.0.1:0").await.unwrap();
     (gw, format!("http://{addr}/mcp"))
 }
@@ -333,11 +330,8 @@ async fn polling_upstream(ids: bool) -> String {
 }
 
 async fn gateway_in_front_of(url: String) -> (Arc<Gateway>, String) {
-    let spec = stowage_mcp::config::UpstreamSpec {
-        name: "poller".into(),
-        transport: stowage_mcp::config::TransportSpec::Http { url, headers: Default::default(), ca_file: None },
-        request_timeout: Duration::from_secs(60),
-    };
+    let transport = stowage_mcp::config::TransportSpec::Http { url, headers: Default::default(), ca_file: None };
+    let spec = stowage_mcp::config::UpstreamSpec::new("poller", transport, Duration::from_secs(60));
     start_in_front_of(spec, fast_config()).await
 }
 

@@ -57,7 +57,7 @@ async fn tableau_pdf_becomes_a_link_under_1kb_and_the_bytes_are_identical() {
     let id = asset["id"].as_str().unwrap();
     let items = sink.items.lock().unwrap();
     let (bytes, opts) = &items[id];
-    let want = stowage_mcp::samples::pdf(375_000, "Sales Dashboard");
+    let want = stowage_testkit::samples::pdf(375_000, "Sales Dashboard");
     assert_eq!(bytes.as_ref(), want.as_slice(), "stored bytes differ from the upstream's PDF");
     assert_eq!(asset["size"], want.len());
     assert_eq!(opts.filename.as_deref(), Some("sales.pdf"));
@@ -167,7 +167,7 @@ async fn cancellation_reaches_the_upstream_and_progress_tokens_are_mapped_back()
     assert!(progress.iter().all(|p| p["params"]["progressToken"] == "my-token"));
 
     // Cancellation: the upstream hears about it, and the client gets no response.
-    let mut rx = c.send_with_id(77, "tools/call", json!({"name": "slow", "arguments": {"ms": 3000}}));
+    let mut rx = c.send_with_id(json!(77), "tools/call", json!({"name": "slow", "arguments": {"ms": 3000}}));
     assert!(eventually(5, || read_log(&log).matches("tools/call slow").count() == 2).await);
     c.notify("notifications/cancelled", json!({"requestId": 77, "reason": "user"}));
     assert!(eventually(5, || read_log(&log).contains("notifications/cancelled")).await, "{}", read_log(&log));
@@ -179,7 +179,7 @@ async fn cancellation_reaches_the_upstream_and_progress_tokens_are_mapped_back()
 async fn sampling_requests_from_upstream_reach_the_client() {
     let handler: common::ServerRequestHandler = Arc::new(|method, _params| {
         assert_eq!(method, "sampling/createMessage");
-        json!({"role": "assistant", "content": {"type": "text", "text": "hi"}, "model": "test"})
+        Some(json!({"role": "assistant", "content": {"type": "text", "text": "hi"}, "model": "test"}))
     });
     let c = Client::start(vec![fixture_spec("fx", None, T)], Arc::new(MemSink::default()), fast_config(), Some(handler)).await;
     let r = c.call("sample", json!({})).await;
@@ -192,7 +192,7 @@ async fn sampling_requests_from_upstream_reach_the_client() {
 async fn a_stateless_upstreams_input_required_becomes_a_request_to_an_older_client() {
     let handler: common::ServerRequestHandler = Arc::new(|method, _params| {
         assert_eq!(method, "sampling/createMessage");
-        json!({"role": "assistant", "content": {"type": "text", "text": "hi"}, "model": "test"})
+        Some(json!({"role": "assistant", "content": {"type": "text", "text": "hi"}, "model": "test"}))
     });
     let mut spec = fixture_spec("fx", None, T);
     if let TransportSpec::Stdio { env, .. } = &mut spec.transport {
@@ -242,7 +242,7 @@ async fn a_stateless_upstreams_changes_reach_an_older_client() {
 
 #[tokio::test]
 async fn several_upstreams_are_namespaced_and_routed() {
-    let demo = UpstreamSpec { name: "demo".into(), transport: TransportSpec::Demo, request_timeout: T };
+    let demo = UpstreamSpec::new("demo", TransportSpec::Demo, T);
     let specs = vec![fixture_spec("fx", None, T), demo];
     let sink = Arc::new(MemSink::default());
     let c = Client::start(specs, sink.clone(), fast_config(), None).await;
@@ -273,7 +273,7 @@ async fn several_upstreams_are_namespaced_and_routed() {
 async fn a_server_with_its_own_transform_config_keeps_its_images_inline() {
     let sink = Arc::new(MemSink::default());
     let config = fast_config();
-    let mut rw = common::rewriter(sink.clone(), &config);
+    let mut rw = common::rewriter(sink.clone());
     let raw = stowage_transform::TransformConfig { inline_binary_max_bytes: 1 << 20, ..Default::default() };
     let p = stowage_transform::Pipeline::new(raw, sink.clone());
     rw.per_upstream.insert("raw".into(), Arc::new(stowage_mcp::pipeline::PipelineOffloader::new(Arc::new(p))));
@@ -298,6 +298,6 @@ async fn a_300_mb_result_passes_through() {
     assert!(text.len() < 4_000, "the client got {} bytes: {}", text.len(), &text[..text.len().min(600)]);
     let id = r["result"]["structuredContent"]["assets"][0]["id"].as_str().unwrap_or_else(|| panic!("{text}")).to_owned();
     let stored = sink.items.lock().unwrap()[&id].0.clone();
-    let want = stowage_mcp::samples::pdf(225_000_000, "Sales Dashboard");
+    let want = stowage_testkit::samples::pdf(225_000_000, "Sales Dashboard");
     assert!(stored == want, "the stored artifact differs from the PDF ({} vs {} bytes)", stored.len(), want.len());
 }

@@ -29,11 +29,9 @@ fn free_port() -> u16 {
 }
 
 async fn gateway(upstream: TransportSpec) -> (Arc<Gateway>, String) {
-    let config = fast_config();
-    let rw = rewriter(Arc::new(MemSink::default()), &config);
-    let spec = UpstreamSpec { name: "everything".into(), transport: upstream, request_timeout: Duration::from_secs(30) };
-    let gw = Gateway::start(config, vec![spec], rw, None);
-    assert_eq!(gw.wait_ready(Duration::from_secs(30)).await, 1, "server-everything did not start");
+    let spec = UpstreamSpec::new("everything", upstream, Duration::from_secs(30));
+    let gw =
+        common::start_gateway(vec![spec], rewriter(Arc::new(MemSink::default())), fast_config(), stowage_mcp::SessionMode::Shared).await;
     let addr = stowage_mcp::run::spawn_http(gw.clone(), "127.0.0.1:0").await.unwrap();
     (gw, format!("http://{addr}/mcp"))
 }

@@ -132,3 +132,17 @@ where
     running.waiting().await.map_err(|e| e.to_string())?;
     Ok(())
 }
+
+/// Starts the demo on a task of the current runtime and returns the client's ends of its pipe:
+/// (what the server writes, what it reads). This is how `stowage serve` runs it in-process,
+/// with no binary to find on a fresh machine.
+pub fn spawn_in_process() -> (tokio::io::ReadHalf<tokio::io::DuplexStream>, tokio::io::WriteHalf<tokio::io::DuplexStream>) {
+    let (ours, theirs) = tokio::io::duplex(1 << 20);
+    let (their_read, their_write) = tokio::io::split(theirs);
+    tokio::spawn(async move {
+        if let Err(e) = serve(their_read, their_write).await {
+            eprintln!("stowage-demo: the in-process demo server ended: {e}");
+        }
+    });
+    tokio::io::split(ours)
+}

@@ -5,7 +5,9 @@
 //!   (progress, logging and sampling requests first, then the response) when the client
 //!   accepts `text/event-stream`, else with a JSON body. Notifications and responses get 202.
 //!   A request without a session that is not `initialize` is served statelessly (the
-//!   2026-07-28 revision), under a fresh one-request scope.
+//!   2026-07-28 revision), as a one-request session of the caller. A body over
+//!   `max_message_bytes` is refused with a JSON-RPC error naming the limit, and at most
+//!   [`MAX_IN_FLIGHT`] requests of one session run at once.
 //! - `GET /mcp` opens the session's standalone stream for messages not tied to a request, or,
 //!   with `Last-Event-ID`, resumes any of the session's streams ([`super::streams`]).
 //! - `DELETE /mcp` ends the session.
@@ -20,7 +22,7 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -31,15 +33,19 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures::stream;
+use parking_lot::Mutex;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use tokio::sync::Semaphore;
 
-use stowage_core::ArtifactScope;
 use stowage_http::{Authenticator, Identity, require_auth};
 
 use crate::gateway::Gateway;
-use crate::jsonrpc::{Kind, Message, code};
-use crate::session::Session;
+use crate::jsonrpc::{Incoming, Kind, Message, code, refuse_batch};
+use crate::outbox::Outbox;
+use crate::session::{Caller, Session, SessionKind};
+
+/// Requests of one session handled at once; more get an error at once.
+pub const MAX_IN_FLIGHT: usize = 64;
 
 use super::streams::{Attached, ResumeSettings, StreamHub, event_id};
 
@@ -55,15 +61,16 @@ struct HttpSession {
     /// The standalone stream's number in `hub`.
     standalone: u64,
     last_seen: Mutex<Instant>,
+    permits: Arc<Semaphore>,
 }
 
 impl HttpSession {
     fn touch(&self) {
-        *self.last_seen.lock().unwrap() = Instant::now();
+        *self.last_seen.lock() = Instant::now();
     }
 
-    fn end(&self) {
-        self.session.set_notify(None);
+    fn end(&self, gw: &Gateway) {
+        gw.close_session(&self.session);
         self.hub.close();
     }
 }
@@ -107,7 +114,7 @@ pub fn router_with_auth(gw: Arc<Gateway>, listen: &str, auth: Option<Arc<Authent
     if gw.config.session_idle_timeout_secs > 0
         && let Ok(rt) = tokio::runtime::Handle::try_current()
     {
-        rt.spawn(sweep(Arc::downgrade(&sessions), Duration::from_secs(gw.config.session_idle_timeout_secs)));
+        rt.spawn(sweep(Arc::downgrade(&gw), Arc::downgrade(&sessions), Duration::from_secs(gw.config.session_idle_timeout_secs)));
     }
     let state = AppState { gw, sessions, hosts: Arc::new(hosts), origins: Arc::new(origins), resume, retry };
     let mut r = Router::new().route("/mcp", post(post_mcp).get(get_mcp).delete(delete_mcp));
@@ -165,28 +172,51 @@ fn json_rpc_error(status: StatusCode, c: i64, message: &str) -> Response {
     (status, axum::Json(body)).into_response()
 }
 
-/// The artifact scope an authenticated caller's sessions start from (no session id yet).
-fn identity_scope(identity: Option<&Identity>) -> Option<ArtifactScope> {
-    identity.map(|i| ArtifactScope { tenant_id: i.tenant_id.clone(), user_id: i.user_id.clone(), ..Default::default() })
+/// Who an authenticated caller is; without authentication, the one local user.
+fn caller(identity: Option<&Identity>) -> Caller {
+    identity.map_or_else(Caller::local, |i| Caller { tenant: i.tenant_id.clone(), user: i.user_id.clone() })
 }
 
 /// Whether `session` belongs to the caller: same tenant and user as the identity that opened it.
 fn owns(session: &Session, identity: Option<&Identity>) -> bool {
-    let (tenant, user) = identity.map_or((None, None), |i| (i.tenant_id.as_ref(), i.user_id.as_ref()));
-    session.scope.tenant_id.as_ref() == tenant && session.scope.user_id.as_ref() == user
+    let c = caller(identity);
+    session.scope.tenant_id == c.tenant && session.scope.user_id == c.user
 }
 
-async fn post_mcp(State(st): State<AppState>, identity: Option<Extension<Identity>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn post_mcp(
+    State(st): State<AppState>,
+    identity: Option<Extension<Identity>>,
+    headers: HeaderMap,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Response {
     let identity = identity.map(|Extension(i)| i);
-    let msg = match Message::parse(&body) {
-        Ok(m) => m,
+    let body = match body {
+        Ok(b) => b,
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            let limit = st.gw.config.max_message_bytes;
+            return json_rpc_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                code::INVALID_REQUEST,
+                &format!("request body over the {limit} byte limit (gateway.max_message_bytes)"),
+            );
+        }
+        Err(e) => return json_rpc_error(e.status(), code::INVALID_REQUEST, &e.body_text()),
+    };
+    let msg = match Incoming::parse(&body) {
+        Ok(Incoming::One(m)) => m,
+        Ok(Incoming::Batch(items)) => {
+            return match refuse_batch(&items) {
+                Some(answers) => ([(header::CONTENT_TYPE, "application/json")], answers).into_response(),
+                None => StatusCode::ACCEPTED.into_response(),
+            };
+        }
         Err(e) => return json_rpc_error(StatusCode::BAD_REQUEST, code::PARSE_ERROR, &format!("parse error: {e}")),
     };
     let sid = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let is_initialize = msg.method.as_deref() == Some("initialize");
     let (session, http, new_sid) = match (&sid, is_initialize) {
         // Another identity's session id gets the same answer as an unknown one.
-        (Some(id), false) => match st.sessions.lock().unwrap().get(id) {
+        (Some(id), false) => match st.sessions.lock().get(id) {
             Some(s) if owns(&s.session, identity.as_ref()) => {
                 s.touch();
                 (s.session.clone(), Some(s.clone()), None)
@@ -194,34 +224,57 @@ async fn post_mcp(State(st): State<AppState>, identity: Option<Extension<Identit
             _ => return json_rpc_error(StatusCode::NOT_FOUND, code::INVALID_REQUEST, "unknown or expired session"),
         },
         (_, true) => {
-            let (tx, rx) = mpsc::unbounded_channel();
-            let session = st.gw.open_session(identity_scope(identity.as_ref()), Some(tx));
+            let (outbox, rx) = Outbox::channel();
+            let session = st.gw.open_session(SessionKind::Http, caller(identity.as_ref()), Some(outbox));
             let hub = Arc::new(StreamHub::new(st.resume));
             // Nobody listens yet: what arrives waits in the buffer for the first GET.
             let (standalone, _) = hub.open(rx, false, None);
-            let hs = Arc::new(HttpSession { session: session.clone(), hub, standalone, last_seen: Mutex::new(Instant::now()) });
-            st.sessions.lock().unwrap().insert(session.id.clone(), hs.clone());
+            let permits = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+            let hs = Arc::new(HttpSession { session: session.clone(), hub, standalone, last_seen: Mutex::new(Instant::now()), permits });
+            st.sessions.lock().insert(session.id.clone(), hs.clone());
             let id = session.id.clone();
             (session, Some(hs), Some(id))
         }
-        // Stateless (2026-07-28): a fresh scope for this request alone.
-        (None, false) => (st.gw.open_session(identity_scope(identity.as_ref()), None), None, None),
+        // Stateless (2026-07-28): a session for this request alone.
+        (None, false) => (st.gw.open_session(SessionKind::Stateless, caller(identity.as_ref()), None), None, None),
     };
     if msg.kind() != Kind::Request {
-        let (tx, _rx) = mpsc::unbounded_channel();
-        if let Some(resp) = st.gw.handle(&session, msg, &tx).await {
-            return axum::Json(serde_json::from_slice::<Value>(&resp.to_line()).unwrap_or(Value::Null)).into_response();
+        let (outbox, _rx) = Outbox::channel();
+        let resp = st.gw.handle(&session, msg, &outbox).await;
+        if http.is_none() {
+            st.gw.close_session(&session);
         }
-        return StatusCode::ACCEPTED.into_response();
+        return match resp {
+            Some(resp) => ([(header::CONTENT_TYPE, "application/json")], resp.to_line()).into_response(),
+            None => StatusCode::ACCEPTED.into_response(),
+        };
     }
-    let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let permit = match http.as_ref().map(|hs| hs.permits.clone().try_acquire_owned()) {
+        Some(Err(_)) => {
+            let id = msg.id.clone().unwrap_or(Value::Null);
+            let e = Message::error(
+                id,
+                code::INTERNAL_ERROR,
+                format!("this session already has {MAX_IN_FLIGHT} requests in flight; wait for one to finish"),
+            );
+            return (StatusCode::TOO_MANY_REQUESTS, [(header::CONTENT_TYPE, "application/json")], e.to_line()).into_response();
+        }
+        Some(Ok(p)) => Some(p),
+        None => None,
+    };
+    let (tx, rx) = Outbox::channel();
     let gw = st.gw.clone();
     let priming = speaks_at_least(&session, PRIMING_SINCE);
+    let stateless = http.is_none();
     let task = tokio::spawn(async move {
         let resp = gw.handle(&session, msg, &tx).await;
         if let Some(r) = resp {
-            let _ = tx.send(r.to_line());
+            crate::session::deliver_or_log(&tx, r.to_line(), "a response").await;
         }
+        if stateless {
+            gw.close_session(&session);
+        }
+        drop(permit);
     });
     let mut response = if accepts_sse(&headers) {
         match &http {
@@ -263,7 +316,7 @@ async fn post_mcp(State(st): State<AppState>, identity: Option<Extension<Identit
 
 /// Whether the session negotiated `version` or a later revision (dates compare as strings).
 fn speaks_at_least(session: &Session, version: &str) -> bool {
-    session.protocol.lock().unwrap().as_deref().is_some_and(|p| p >= version)
+    session.protocol.lock().as_deref().is_some_and(|p| p >= version)
 }
 
 /// An SSE response over `attached`. Frames get ids `{stream}-{seq}` when the stream is
@@ -305,16 +358,16 @@ fn sse_frame(id: Option<&str>, data: &[u8], retry: Duration) -> Bytes {
 }
 
 /// Ends sessions idle longer than `idle`, until the router is gone.
-async fn sweep(sessions: Weak<Mutex<HashMap<String, Arc<HttpSession>>>>, idle: Duration) {
+async fn sweep(gw: Weak<Gateway>, sessions: Weak<Mutex<HashMap<String, Arc<HttpSession>>>>, idle: Duration) {
     let every = (idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(60));
     loop {
         tokio::time::sleep(every).await;
-        let Some(sessions) = sessions.upgrade() else { return };
+        let (Some(sessions), Some(gw)) = (sessions.upgrade(), gw.upgrade()) else { return };
         let expired: Vec<Arc<HttpSession>> = {
-            let mut map = sessions.lock().unwrap();
+            let mut map = sessions.lock();
             let ids: Vec<String> = map
                 .iter()
-                .filter(|(_, hs)| hs.last_seen.lock().unwrap().elapsed() > idle && !hs.hub.busy() && !hs.session.busy())
+                .filter(|(_, hs)| hs.last_seen.lock().elapsed() > idle && !hs.hub.busy() && !hs.session.busy())
                 .map(|(id, _)| id.clone())
                 .collect();
             ids.iter().filter_map(|id| map.remove(id)).collect()
@@ -322,7 +375,7 @@ async fn sweep(sessions: Weak<Mutex<HashMap<String, Arc<HttpSession>>>>, idle: D
         metrics::counter!("stowage_sessions_expired_total").increment(expired.len() as u64);
         for hs in expired {
             tracing::debug!(target: "stowage::http", session = %hs.session.id, "session expired after {idle:?} idle");
-            hs.end();
+            hs.end(&gw);
         }
     }
 }
@@ -340,7 +393,7 @@ async fn get_mcp(State(st): State<AppState>, identity: Option<Extension<Identity
     let Some(sid) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
         return StatusCode::METHOD_NOT_ALLOWED.into_response();
     };
-    let hs = st.sessions.lock().unwrap().get(sid).cloned().filter(|hs| owns(&hs.session, identity.as_ref()));
+    let hs = st.sessions.lock().get(sid).cloned().filter(|hs| owns(&hs.session, identity.as_ref()));
     let Some(hs) = hs else {
         return json_rpc_error(StatusCode::NOT_FOUND, code::INVALID_REQUEST, "unknown or expired session");
     };
@@ -368,13 +421,13 @@ async fn delete_mcp(State(st): State<AppState>, identity: Option<Extension<Ident
         return StatusCode::BAD_REQUEST.into_response();
     };
     let removed = {
-        let mut sessions = st.sessions.lock().unwrap();
+        let mut sessions = st.sessions.lock();
         let mine = sessions.get(sid).is_some_and(|hs| owns(&hs.session, identity.as_ref()));
         mine.then(|| sessions.remove(sid)).flatten()
     };
     match removed {
         Some(hs) => {
-            hs.end();
+            hs.end(&st.gw);
             StatusCode::OK.into_response()
         }
         None => StatusCode::NOT_FOUND.into_response(),

@@ -2,10 +2,16 @@
 //! answer is a JSON body, an SSE stream of messages, or 202 for notifications and responses.
 //!
 //! Incoming messages from every POST (and from the optional GET stream, opened after the
-//! handshake for server-initiated notifications) are funnelled into one inbound channel, so
-//! the rest of the gateway sees an HTTP upstream exactly like a stdio one. A transport failure
-//! on a request becomes a JSON-RPC error response for that request id, so callers get a clear
-//! error at once rather than a timeout.
+//! handshake for server-initiated notifications) are funnelled into one bounded inbound
+//! channel, each tagged with the stream it came on ([`Origin`]): a message on a request's
+//! stream belongs to that request, which is how the gateway knows whose call a sampling
+//! request or a log line is part of. A transport failure on a request becomes a JSON-RPC
+//! error response for that request id, so callers get a clear error at once rather than a
+//! timeout. Bodies and SSE events obey `max_message_bytes` as stdio lines do: an oversized
+//! one is dropped while it streams in (never held whole) and fails its request.
+//!
+//! When the connection is dropped, its session is ended with `DELETE` (best effort), so a
+//! client's own upstream session does not linger on the server.
 //!
 //! Streams are resumed (SEP-1699): a server may close a request's SSE stream before the
 //! answer (polling) after giving its events ids; the client then waits the server's `retry`
@@ -15,15 +21,16 @@
 //! is reopened the same way.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use parking_lot::Mutex;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::{Inbound, Link};
+use super::{Inbound, LINK_CAPACITY, Link, Origin};
 use crate::jsonrpc::{Message, code};
 
 /// Reconnections in a row that brought no new event before a stream is given up.
@@ -41,6 +48,8 @@ struct StreamEnd {
     retry: Option<Duration>,
     /// Whether this stretch of the stream carried any event.
     progressed: bool,
+    /// An event over the size limit was dropped.
+    too_long: bool,
 }
 
 /// Per-connection HTTP state the handshake fills in.
@@ -55,13 +64,20 @@ struct Client {
     url: String,
     headers: HeaderMap,
     meta: Arc<HttpMeta>,
-    inbound: mpsc::UnboundedSender<Inbound>,
+    inbound: mpsc::Sender<Inbound>,
     name: String,
+    max_bytes: usize,
 }
 
 /// Builds a link to `url`, trusting the certificates in `ca_file` besides the built-in roots.
 /// Nothing is sent until the first message.
-pub fn connect(name: &str, url: &str, headers: &BTreeMap<String, String>, ca_file: Option<&std::path::Path>) -> Result<Link, String> {
+pub fn connect(
+    name: &str,
+    url: &str,
+    headers: &BTreeMap<String, String>,
+    ca_file: Option<&std::path::Path>,
+    max_bytes: usize,
+) -> Result<Link, String> {
     let mut map = HeaderMap::new();
     for (k, v) in headers {
         let k = HeaderName::from_bytes(k.as_bytes()).map_err(|e| format!("header {k:?}: {e}"))?;
@@ -81,21 +97,23 @@ pub fn connect(name: &str, url: &str, headers: &BTreeMap<String, String>, ca_fil
         }
     }
     let http = builder.build().map_err(|e| e.to_string())?;
-    let (in_tx, in_rx) = mpsc::unbounded_channel();
-    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let (in_tx, in_rx) = mpsc::channel(LINK_CAPACITY);
+    let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(LINK_CAPACITY);
     let meta = Arc::new(HttpMeta::default());
-    let client = Arc::new(Client { http, url: url.to_owned(), headers: map, meta: meta.clone(), inbound: in_tx, name: name.to_owned() });
+    let client =
+        Arc::new(Client { http, url: url.to_owned(), headers: map, meta: meta.clone(), inbound: in_tx, name: name.to_owned(), max_bytes });
     let c = client.clone();
     tokio::spawn(async move {
         let mut get_opened = false;
         while let Some(line) = out_rx.recv().await {
-            let msg: Value = serde_json::from_slice(&line).unwrap_or(Value::Null);
-            let is_request = msg.get("method").is_some() && msg.get("id").is_some();
-            let is_initialized = msg.get("method").and_then(Value::as_str) == Some("notifications/initialized");
-            if is_request {
+            // Only the envelope is read; the params are skipped, not built.
+            let head: Head<'_> = serde_json::from_slice(&line).unwrap_or_default();
+            let request_id = head.method.is_some().then(|| head.id.and_then(|id| id.get().parse::<u64>().ok())).flatten();
+            let is_initialized = head.method.as_deref() == Some("notifications/initialized");
+            if let Some(id) = request_id {
                 // Requests run concurrently: a long tool call must not hold up the next one.
                 let c = c.clone();
-                tokio::spawn(async move { c.post(line, msg.get("id").cloned()).await });
+                tokio::spawn(async move { c.post(line, Some(id)).await });
             } else {
                 // Notifications and responses keep their order (initialized before the first
                 // request that depends on it).
@@ -108,29 +126,60 @@ pub fn connect(name: &str, url: &str, headers: &BTreeMap<String, String>, ca_fil
             }
         }
     });
-    Ok(Link { tx: out_tx, rx: in_rx, guard: None, http: Some(meta) })
+    let guard = EndSession(client);
+    Ok(Link { tx: out_tx, rx: in_rx, guard: Some(Box::new(guard)), http: Some(meta) })
+}
+
+/// The envelope of an outgoing message: enough to tell a request (whose id the gateway chose,
+/// always a number) from a notification or a response.
+#[derive(Default, serde::Deserialize)]
+struct Head<'a> {
+    #[serde(borrow)]
+    id: Option<&'a serde_json::value::RawValue>,
+    method: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// Ends the upstream session (`DELETE` with its id) when the connection is dropped.
+struct EndSession(Arc<Client>);
+
+impl Drop for EndSession {
+    fn drop(&mut self) {
+        let Some(sid) = self.0.meta.session_id.lock().clone() else { return };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        let req = self.0.http.delete(&self.0.url).headers(self.0.headers.clone()).header("mcp-session-id", sid);
+        rt.spawn(async move {
+            let _ = tokio::time::timeout(Duration::from_secs(5), req.send()).await;
+        });
+    }
 }
 
 impl Client {
     fn request(&self, method: reqwest::Method) -> reqwest::RequestBuilder {
         let mut req =
             self.http.request(method, &self.url).headers(self.headers.clone()).header(ACCEPT, "application/json, text/event-stream");
-        if let Some(sid) = self.meta.session_id.lock().unwrap().clone() {
+        if let Some(sid) = self.meta.session_id.lock().clone() {
             req = req.header("mcp-session-id", sid);
         }
-        if let Some(v) = self.meta.protocol_version.lock().unwrap().clone() {
+        if let Some(v) = self.meta.protocol_version.lock().clone() {
             req = req.header("mcp-protocol-version", v);
         }
         req
     }
 
-    /// Sends one message; for a request, whatever goes wrong becomes its error response.
-    async fn post(&self, body: Vec<u8>, request_id: Option<Value>) {
+    /// Hands a message to the gateway; false once the connection is gone.
+    async fn deliver(&self, item: Inbound) -> bool {
+        self.inbound.send(item).await.is_ok()
+    }
+
+    /// Sends one message; for a request (`request_id`), whatever goes wrong becomes its error
+    /// response.
+    async fn post(&self, body: Vec<u8>, request_id: Option<u64>) {
         let result = self.request(reqwest::Method::POST).header(CONTENT_TYPE, "application/json").body(body).send().await;
-        let fail = |message: String| {
-            if let Some(id) = request_id.clone() {
-                let m = Message::error(id, code::UPSTREAM_UNAVAILABLE, message);
-                let _ = self.inbound.send(Inbound::Line(m.to_line()));
+        let origin = request_id.map_or(Origin::Standalone, Origin::Request);
+        let fail = |message: String| async move {
+            if let Some(id) = request_id {
+                let m = Message::error(id.into(), code::UPSTREAM_UNAVAILABLE, message);
+                self.deliver(Inbound::Line(m.to_line(), origin)).await;
             } else {
                 tracing::warn!(target: "stowage::upstream", upstream = %self.name, "{message}");
             }
@@ -142,31 +191,34 @@ impl Client {
                 if e.contains("certificate") {
                     e.push_str(" (for a private CA or a self-signed server, set tls_ca_file)");
                 }
-                fail(format!("upstream {} unreachable: {e}", self.name));
+                fail(format!("upstream {} unreachable: {e}", self.name)).await;
                 if request_id.is_some() {
-                    let _ = self.inbound.send(Inbound::Closed(format!("unreachable: {e}")));
+                    self.deliver(Inbound::Closed(format!("unreachable: {e}"))).await;
                 }
                 return;
             }
         };
         if let Some(sid) = resp.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()) {
-            *self.meta.session_id.lock().unwrap() = Some(sid.to_owned());
+            *self.meta.session_id.lock() = Some(sid.to_owned());
         }
         let status = resp.status();
-        if status == reqwest::StatusCode::NOT_FOUND && self.meta.session_id.lock().unwrap().is_some() {
+        if status == reqwest::StatusCode::NOT_FOUND && self.meta.session_id.lock().is_some() {
             // The server forgot our session (it restarted): reconnecting re-initializes.
-            fail(format!("upstream {} lost the session (HTTP 404)", self.name));
-            let _ = self.inbound.send(Inbound::Closed("lost the session".into()));
+            fail(format!("upstream {} lost the session (HTTP 404)", self.name)).await;
+            self.deliver(Inbound::Closed("lost the session".into())).await;
             return;
         }
         if !status.is_success() {
-            let text = resp.text().await.unwrap_or_default();
+            let text = match self.body(resp).await {
+                Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+                Err(e) => e,
+            };
             // Some servers answer a JSON-RPC error with a 4xx status: pass the error through.
             if request_id.is_some() && serde_json::from_str::<Value>(&text).is_ok_and(|v| v.get("error").is_some()) {
-                let _ = self.inbound.send(Inbound::Line(text.into_bytes()));
+                self.deliver(Inbound::Line(text.into_bytes(), origin)).await;
             } else {
                 let snippet: String = text.chars().take(200).collect();
-                fail(format!("upstream {} answered HTTP {status}: {snippet}", self.name));
+                fail(format!("upstream {} answered HTTP {status}: {snippet}", self.name)).await;
             }
             return;
         }
@@ -175,20 +227,38 @@ impl Client {
         }
         let content_type = resp.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
         if content_type.starts_with("text/event-stream") {
-            let answer_of = request_id.as_ref().and_then(Value::as_u64);
-            let end = self.follow(resp, answer_of, StreamEnd::default()).await;
+            let end = self.follow(resp, request_id, StreamEnd::default()).await;
             if request_id.is_some() && !end.answered {
-                fail(format!("upstream {} closed its stream before answering", self.name));
+                let why = if end.too_long { "sent an event over the size limit" } else { "closed its stream before answering" };
+                fail(format!("upstream {} {why}", self.name)).await;
             }
         } else {
-            match resp.bytes().await {
+            match self.body(resp).await {
                 Ok(body) if body.iter().all(u8::is_ascii_whitespace) => {}
                 Ok(body) => {
-                    let _ = self.inbound.send(Inbound::Line(body.to_vec()));
+                    self.deliver(Inbound::Line(body, origin)).await;
                 }
-                Err(e) => fail(format!("upstream {} body: {}", self.name, error_chain(&e))),
+                Err(e) => fail(format!("upstream {} body: {e}", self.name)).await,
             }
         }
+    }
+
+    /// A whole (non-SSE) body, refused as soon as it passes `max_message_bytes` rather than
+    /// after it has all been buffered.
+    async fn body(&self, resp: reqwest::Response) -> Result<Vec<u8>, String> {
+        if resp.content_length().is_some_and(|n| n > self.max_bytes as u64) {
+            return Err(format!("the body is over the {} byte limit (gateway.max_message_bytes)", self.max_bytes));
+        }
+        let mut body = Vec::with_capacity(resp.content_length().unwrap_or(0) as usize);
+        let mut stream = resp.bytes_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| error_chain(&e))?;
+            if body.len() + chunk.len() > self.max_bytes {
+                return Err(format!("the body is over the {} byte limit (gateway.max_message_bytes)", self.max_bytes));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
     }
 
     /// The optional GET stream for messages not tied to a request; 405 means "not offered".
@@ -216,7 +286,7 @@ impl Client {
     async fn follow(&self, resp: reqwest::Response, answer_of: Option<u64>, start: StreamEnd) -> StreamEnd {
         let mut end = self.read_sse(resp, answer_of, start).await;
         let mut stalled = 0;
-        while answer_of.is_some() && !end.answered && end.last_id.is_some() && stalled < MAX_RESUMES {
+        while answer_of.is_some() && !end.answered && !end.too_long && end.last_id.is_some() && stalled < MAX_RESUMES {
             tokio::time::sleep(end.retry.unwrap_or(DEFAULT_RETRY).min(Duration::from_secs(30))).await;
             let last = end.last_id.clone().unwrap_or_default();
             let resp = match self.request(reqwest::Method::GET).header("last-event-id", &last).send().await {
@@ -236,18 +306,30 @@ impl Client {
         end
     }
 
+    /// Reads one stretch of an SSE stream. Messages on a request's stream carry that request
+    /// as their origin; on the standalone stream, none.
     async fn read_sse(&self, resp: reqwest::Response, answer_of: Option<u64>, before: StreamEnd) -> StreamEnd {
-        let mut parser = SseParser::default();
-        let mut end = StreamEnd { answered: before.answered, last_id: before.last_id, retry: before.retry, progressed: false };
+        let origin = answer_of.map_or(Origin::Standalone, Origin::Request);
+        let mut parser = SseParser::new(self.max_bytes);
+        let mut end = StreamEnd { progressed: false, ..before };
         let mut stream = resp.bytes_stream();
         while let Some(chunk) = stream.next().await {
             let Ok(chunk) = chunk else { break };
-            for data in parser.feed(&chunk) {
+            for event in parser.feed(&chunk) {
                 end.progressed = true;
-                if answer_of.is_some_and(|id| answers(&data, id)) {
-                    end.answered = true;
-                }
-                if self.inbound.send(Inbound::Line(data)).is_err() {
+                let item = match event {
+                    SseEvent::Data(data) => {
+                        if answer_of.is_some_and(|id| answers(&data, id)) {
+                            end.answered = true;
+                        }
+                        Inbound::Line(data, origin)
+                    }
+                    SseEvent::TooLong { head } => {
+                        end.too_long = true;
+                        Inbound::TooLong { head, limit: self.max_bytes }
+                    }
+                };
+                if !self.deliver(item).await {
                     return end;
                 }
             }
@@ -304,64 +386,134 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-/// Incremental Server-Sent Events parser yielding each event's joined `data:` lines. Events
-/// without data (keep-alives, the priming event) carry no message and yield nothing; their
-/// `id` and `retry` still count.
-#[derive(Debug, Default)]
+/// One parsed SSE event.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SseEvent {
+    /// The event's joined `data:` lines.
+    Data(Vec<u8>),
+    /// An event whose data passed the size limit; `head` is its start (to find its id).
+    TooLong { head: Vec<u8> },
+}
+
+/// Incremental Server-Sent Events parser. Lines are found with `memchr` and handled as
+/// slices, so a 50 MB event costs a few large copies, not a step per byte. Events without
+/// data (keep-alives, the priming event) carry no message and yield nothing; their `id` and
+/// `retry` still count. An event whose data passes `max_bytes` is dropped as it streams in
+/// (only its head is kept), so a hostile server cannot make the gateway hold it.
+#[derive(Debug)]
 pub struct SseParser {
-    line: Vec<u8>,
+    /// An incomplete line carried over from the previous chunk.
+    partial: Vec<u8>,
+    /// The incomplete line passed the size limit: the rest of it is skipped.
+    skipping: bool,
     data: Vec<u8>,
     has_data: bool,
+    /// The current event's data passed `max_bytes`: its head, and the rest is skipped.
+    overflow: Option<Vec<u8>>,
+    max_bytes: usize,
     /// The last `id:` seen (the id to resume after).
     pub last_id: Option<String>,
     /// The last `retry:` hint.
     pub retry: Option<Duration>,
 }
 
+impl Default for SseParser {
+    fn default() -> Self {
+        SseParser::new(usize::MAX)
+    }
+}
+
 impl SseParser {
-    pub fn feed(&mut self, chunk: &[u8]) -> Vec<Vec<u8>> {
+    pub fn new(max_bytes: usize) -> Self {
+        SseParser {
+            partial: Vec::new(),
+            skipping: false,
+            data: Vec::new(),
+            has_data: false,
+            overflow: None,
+            max_bytes,
+            last_id: None,
+            retry: None,
+        }
+    }
+
+    pub fn feed(&mut self, chunk: &[u8]) -> Vec<SseEvent> {
         let mut out = Vec::new();
-        for &b in chunk {
-            if b != b'\n' {
-                self.line.push(b);
-                continue;
+        let mut rest = chunk;
+        while let Some(nl) = memchr::memchr(b'\n', rest) {
+            let (line, after) = rest.split_at(nl);
+            rest = &after[1..];
+            if std::mem::take(&mut self.skipping) {
+                self.partial.clear();
+            } else if self.partial.is_empty() {
+                self.line(line, &mut out);
+            } else {
+                let mut whole = std::mem::take(&mut self.partial);
+                whole.extend_from_slice(line);
+                self.line(&whole, &mut out);
             }
-            if self.line.last() == Some(&b'\r') {
-                self.line.pop();
+        }
+        // An incomplete line is never held past the limit: a data line over it drops its
+        // event (keeping the head), any other line is garbage and is skipped.
+        if !self.skipping {
+            self.partial.extend_from_slice(rest);
+            if self.partial.len() > self.max_bytes.saturating_add(16) {
+                if let Some(data) = self.partial.strip_prefix(b"data:") {
+                    let data = data.strip_prefix(b" ").unwrap_or(data);
+                    let head = data[..data.len().min(crate::framing::HEAD_BYTES)].to_vec();
+                    self.overflow.get_or_insert(head);
+                }
+                self.partial.clear();
+                self.skipping = true;
             }
-            if self.line.is_empty() {
-                if self.has_data && !self.data.iter().all(u8::is_ascii_whitespace) {
-                    out.push(std::mem::take(&mut self.data));
-                }
-                self.data.clear();
-                self.has_data = false;
-            } else if let Some(rest) = self.line.strip_prefix(b"data:") {
-                let rest = rest.strip_prefix(b" ").unwrap_or(rest);
-                if self.has_data {
-                    self.data.push(b'\n');
-                }
-                self.data.extend_from_slice(rest);
-                self.has_data = true;
-            } else if let Some(rest) = self.line.strip_prefix(b"id:") {
-                let id = String::from_utf8_lossy(rest.strip_prefix(b" ").unwrap_or(rest)).into_owned();
-                // An id containing NUL is ignored, as the SSE standard says.
-                if !id.contains('\0') {
-                    self.last_id = Some(id);
-                }
-            } else if let Some(rest) = self.line.strip_prefix(b"retry:")
-                && let Ok(ms) = std::str::from_utf8(rest).unwrap_or("").trim().parse::<u64>()
-            {
-                self.retry = Some(Duration::from_millis(ms));
-            }
-            self.line.clear();
         }
         out
+    }
+
+    fn line(&mut self, line: &[u8], out: &mut Vec<SseEvent>) {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            if let Some(head) = self.overflow.take() {
+                out.push(SseEvent::TooLong { head });
+            } else if self.has_data && !self.data.iter().all(u8::is_ascii_whitespace) {
+                out.push(SseEvent::Data(std::mem::take(&mut self.data)));
+            }
+            self.data.clear();
+            self.has_data = false;
+        } else if let Some(rest) = line.strip_prefix(b"data:") {
+            if self.overflow.is_some() {
+                return;
+            }
+            let rest = rest.strip_prefix(b" ").unwrap_or(rest);
+            if self.data.len() + rest.len() + 1 > self.max_bytes {
+                let mut head = std::mem::take(&mut self.data);
+                head.extend_from_slice(&rest[..rest.len().min(crate::framing::HEAD_BYTES)]);
+                head.truncate(crate::framing::HEAD_BYTES);
+                self.overflow = Some(head);
+                return;
+            }
+            if self.has_data {
+                self.data.push(b'\n');
+            }
+            self.data.extend_from_slice(rest);
+            self.has_data = true;
+        } else if let Some(rest) = line.strip_prefix(b"id:") {
+            let id = String::from_utf8_lossy(rest.strip_prefix(b" ").unwrap_or(rest)).into_owned();
+            // An id containing NUL is ignored, as the SSE standard says.
+            if !id.contains('\0') {
+                self.last_id = Some(id);
+            }
+        } else if let Some(rest) = line.strip_prefix(b"retry:")
+            && let Ok(ms) = std::str::from_utf8(rest).unwrap_or("").trim().parse::<u64>()
+        {
+            self.retry = Some(Duration::from_millis(ms));
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{SseParser, answers};
+    use super::{SseEvent, SseParser, answers};
     use std::time::Duration;
 
     #[test]
@@ -369,8 +521,26 @@ mod tests {
         let mut p = SseParser::default();
         let mut got = p.feed(b"event: message\r\nid: 1\r\ndata: {\"a\":");
         got.extend(p.feed(b"1}\r\n\r\n: keepalive\n\ndata: x\ndata: y\n\n"));
-        assert_eq!(got, vec![b"{\"a\":1}".to_vec(), b"x\ny".to_vec()]);
+        assert_eq!(got, vec![SseEvent::Data(b"{\"a\":1}".to_vec()), SseEvent::Data(b"x\ny".to_vec())]);
         assert_eq!(p.last_id.as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn an_event_over_the_limit_is_dropped_as_it_streams_and_the_next_one_reads() {
+        let big = "x".repeat(5000);
+        for chunk in [7usize, 100, 100_000] {
+            let mut p = SseParser::new(1000);
+            let wire = format!("id: 1\ndata: {{\"jsonrpc\":\"2.0\",\"id\":4,\"result\":\"{big}\"}}\n\ndata: ok\n\n");
+            let mut got = Vec::new();
+            for part in wire.as_bytes().chunks(chunk) {
+                got.extend(p.feed(part));
+                assert!(p.partial.len() <= 1016 && p.data.len() <= 1000, "never holds more than the limit");
+            }
+            assert_eq!(got.len(), 2, "chunks of {chunk}");
+            let SseEvent::TooLong { head } = &got[0] else { panic!("{:?}", got[0]) };
+            assert!(head.starts_with(b"{\"jsonrpc\":\"2.0\",\"id\":4"), "the head names the request");
+            assert_eq!(got[1], SseEvent::Data(b"ok".to_vec()));
+        }
     }
 
     #[test]
@@ -417,7 +587,7 @@ mod tests {
             proptest::prop_assert_eq!(split.last_id, whole.last_id);
             proptest::prop_assert_eq!(split.retry, whole.retry);
             // Data that is only whitespace is a priming/keep-alive event, never a message.
-            proptest::prop_assert!(expected.iter().all(|d| !d.iter().all(u8::is_ascii_whitespace)));
+            proptest::prop_assert!(expected.iter().all(|e| matches!(e, SseEvent::Data(d) if !d.iter().all(u8::is_ascii_whitespace))));
         }
     }
 

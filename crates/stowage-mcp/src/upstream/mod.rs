@@ -1,203 +1,110 @@
-//! Upstream MCP servers: one supervised connection each, shared by every downstream session.
+//! Upstream MCP servers: a supervised control connection each, and, in `per_client` session
+//! mode, one more connection per client.
 //!
-//! An [`Upstream`] owns a supervisor task that connects ([`stdio`], [`http`] or the in-process
-//! demo), performs the MCP handshake as a client, publishes the live [`Conn`], and when the
-//! connection dies reconnects with exponential backoff. Calls made while it is down wait for
-//! the next connection until their timeout.
+//! An [`Upstream`] owns a supervisor task that connects ([`stdio`], [`http`] or an in-process
+//! server), performs the MCP handshake as a client, publishes the live control [`Conn`], and
+//! when the connection dies reconnects with exponential backoff. The control connection
+//! serves the catalog (tools, prompts, resources), subscriptions for listen streams, and, in
+//! `shared` mode, every client's calls.
 //!
-//! Request ids towards an upstream are the gateway's own (a counter per connection), so
-//! requests from many downstream sessions never clash; the gateway keeps the mapping back to
-//! each client's id. Messages the upstream initiates (notifications, sampling/elicitation/roots
-//! requests) are handed to the gateway as [`UpstreamEvent`]s.
+//! `per_client` mode gives each client its own upstream session, so a server that keeps
+//! per-session state (resources, logs, roots) keeps clients apart exactly as it would if they
+//! connected directly: a new child process per client for stdio servers, a new
+//! `Mcp-Session-Id` for HTTP ones. A client session's connection is opened on its first call,
+//! declares the client's own capabilities, closes when the client's session ends, and is
+//! closed when idle past `gateway.upstream_session_idle_secs`; at most
+//! `gateway.max_upstream_sessions` are open per upstream. Stateless (2026-07-28) clients have
+//! no session: their connection is keyed by their identity instead.
+//!
+//! A call to an upstream that is down fails at once with the last reason (no waiting for the
+//! request timeout); only an upstream that has not finished starting yet is waited for.
 
+mod conn;
 pub mod http;
 pub mod stdio;
 
+pub use conn::{CallError, Conn, ConnRole, Inbound, Initiated, LINK_CAPACITY, Link, Origin, result_value};
+
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::value::RawValue;
+use parking_lot::Mutex;
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{OnceCell, mpsc, watch};
+
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{TransportSpec, UpstreamSpec};
-use crate::jsonrpc::{Kind, Message, code};
+use crate::config::{SessionMode, TransportSpec, UpstreamSpec};
+use crate::events::{EventBus, GatewayEvent};
+use crate::jsonrpc::{Message, code};
 use crate::routes::CallRoutes;
+use crate::session::Session;
 
 /// Protocol version the gateway asks upstreams for first.
 pub const UPSTREAM_PROTOCOL: &str = "2025-11-25";
 /// The stateless revision, used when an upstream has no `initialize`.
 pub const STATELESS_PROTOCOL: &str = "2026-07-28";
 
-/// What a transport delivers.
-#[derive(Debug)]
-pub enum Inbound {
-    Line(Vec<u8>),
-    Closed(String),
+/// The pipe ends of an in-process server: (what it writes, what it reads).
+pub type InProcessPipes = (Box<dyn tokio::io::AsyncRead + Send + Unpin>, Box<dyn tokio::io::AsyncWrite + Send + Unpin>);
+
+/// How an in-process server (the bundled demo) is started, once per connection.
+pub type InProcessFactory = Arc<dyn Fn() -> InProcessPipes + Send + Sync>;
+
+/// What every upstream of one gateway shares.
+#[derive(Clone)]
+pub struct UpstreamEnv {
+    /// Where upstream-initiated messages go.
+    pub initiated: mpsc::Sender<Initiated>,
+    /// In-call notifications are delivered through this directly, in order with responses.
+    pub routes: Arc<CallRoutes>,
+    pub events: EventBus,
+    pub shutdown: CancellationToken,
+    pub max_message_bytes: usize,
+    /// (first delay, longest delay) between restarts.
+    pub backoff: (Duration, Duration),
+    pub in_process: Option<InProcessFactory>,
+    /// Client-session connections: idle time before one is closed, and how many per upstream.
+    pub client_idle: Duration,
+    pub max_client_sessions: usize,
 }
 
-/// A live transport: lines out, lines in, and whatever must stay alive with it.
-pub struct Link {
-    pub tx: mpsc::UnboundedSender<Vec<u8>>,
-    pub rx: mpsc::UnboundedReceiver<Inbound>,
-    pub guard: Option<Box<dyn std::any::Any + Send + Sync>>,
-    pub http: Option<Arc<http::HttpMeta>>,
+/// Where the control connection stands.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Health {
+    /// Not connected yet, and no attempt has failed.
+    Starting,
+    Up,
+    /// The last attempt failed or the connection died; the supervisor keeps retrying.
+    Down {
+        reason: String,
+    },
 }
 
-/// Something the upstream initiated, for the gateway to route.
-#[derive(Debug)]
-pub enum UpstreamEvent {
-    /// A notification or a request from upstream `index`.
-    Message { index: usize, conn: Arc<Conn>, msg: Message },
-    /// The upstream (re)connected and finished its handshake.
-    Ready { index: usize },
-    /// The connection died; the supervisor will retry.
-    Down { index: usize, reason: String },
+/// Tells the gateway's catalog refresher that an upstream's lists are stale: it
+/// (re)connected, or said a list changed. Many signals before the refresher runs are one
+/// refresh (a storm of `list_changed` costs one refetch).
+#[derive(Default)]
+pub struct ListsStale {
+    notify: tokio::sync::Notify,
+    connected: std::sync::atomic::AtomicBool,
 }
 
-/// Why a call to an upstream failed. Messages are what a client sees in its error.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum CallError {
-    #[error("upstream {name} is unavailable: {reason}")]
-    Unavailable { name: String, reason: String },
-    #[error("upstream {name} {reason} during the call")]
-    Closed { name: String, reason: String },
-    #[error("upstream {name} did not answer {method} within {secs:.1}s")]
-    Timeout { name: String, method: String, secs: f64 },
-    #[error("upstream {name} sent malformed json-rpc: {detail}")]
-    Malformed { name: String, detail: String },
-}
-
-impl CallError {
-    pub fn code(&self) -> i64 {
-        match self {
-            CallError::Timeout { .. } => code::REQUEST_TIMEOUT,
-            _ => code::UPSTREAM_UNAVAILABLE,
-        }
-    }
-}
-
-type Reply = oneshot::Sender<Result<Message, CallError>>;
-
-/// One live connection to an upstream.
-pub struct Conn {
-    pub name: String,
-    tx: mpsc::UnboundedSender<Vec<u8>>,
-    pending: Mutex<HashMap<u64, Reply>>,
-    next_id: AtomicU64,
-    closed: CancellationToken,
-    /// Set when the upstream speaks only the stateless revision: stamped into every request.
-    stateless_meta: Mutex<Option<Value>>,
-    http: Option<Arc<http::HttpMeta>>,
-    _guard: Option<Box<dyn std::any::Any + Send + Sync>>,
-}
-
-impl std::fmt::Debug for Conn {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Conn").field("name", &self.name).finish_non_exhaustive()
-    }
-}
-
-impl Conn {
-    /// Sends a message that needs no reply (a notification, or a response to the upstream).
-    pub fn send(&self, msg: &Message) {
-        let _ = self.tx.send(msg.to_line());
+impl ListsStale {
+    pub fn mark_connected(&self) {
+        self.connected.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.notify.notify_one();
     }
 
-    pub fn is_closed(&self) -> bool {
-        self.closed.is_cancelled()
+    pub fn mark_changed(&self) {
+        self.notify.notify_one();
     }
 
-    /// Whether this upstream speaks only the stateless (2026-07-28) revision, whose
-    /// interactive results may be `input_required`.
-    pub fn is_stateless(&self) -> bool {
-        self.stateless_meta.lock().unwrap().is_some()
-    }
-
-    /// Sends a request and returns the handle to await its reply.
-    pub fn start(self: &Arc<Self>, method: &str, params: Option<Box<RawValue>>) -> Outstanding {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        self.pending.lock().unwrap().insert(id, tx);
-        let params = match (params, self.stateless_meta.lock().unwrap().as_ref()) {
-            (p, Some(meta)) => Some(stamp_meta(p, meta)),
-            (p, None) => p,
-        };
-        let msg = Message { jsonrpc: "2.0", id: Some(json!(id)), method: Some(method.to_owned()), params, ..Default::default() };
-        let _ = self.tx.send(msg.to_line());
-        Outstanding { id, method: method.to_owned(), rx: Some(rx), conn: self.clone() }
-    }
-
-    fn fail_all(&self, err: CallError) {
-        let pending: Vec<_> = self.pending.lock().unwrap().drain().collect();
-        for (_, reply) in pending {
-            let _ = reply.send(Err(err.clone()));
-        }
-    }
-}
-
-/// Adds the stateless `_meta` envelope keys to a request's params.
-fn stamp_meta(params: Option<Box<RawValue>>, meta: &Value) -> Box<RawValue> {
-    let mut p: Value = params.and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or_else(|| json!({}));
-    if let (Some(obj), Some(meta)) = (p.as_object_mut(), meta.as_object()) {
-        let m = obj.entry("_meta").or_insert_with(|| json!({}));
-        if let Some(m) = m.as_object_mut() {
-            for (k, v) in meta {
-                m.entry(k.clone()).or_insert_with(|| v.clone());
-            }
-        }
-    }
-    crate::jsonrpc::to_raw(&p)
-}
-
-/// A request in flight to an upstream. Dropping it before the reply arrives cancels the
-/// request upstream (`notifications/cancelled`), so a client that goes away never leaves a
-/// call running behind it.
-pub struct Outstanding {
-    pub id: u64,
-    method: String,
-    rx: Option<oneshot::Receiver<Result<Message, CallError>>>,
-    conn: Arc<Conn>,
-}
-
-impl Outstanding {
-    pub fn conn(&self) -> &Arc<Conn> {
-        &self.conn
-    }
-
-    /// Waits for the reply; on timeout the request is cancelled upstream.
-    pub async fn wait(mut self, timeout: Duration) -> Result<Message, CallError> {
-        let rx = self.rx.as_mut().expect("waited once");
-        let out = match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(_)) => Err(CallError::Closed { name: self.conn.name.clone(), reason: "closed".into() }),
-            Err(_) => Err(CallError::Timeout { name: self.conn.name.clone(), method: self.method.clone(), secs: timeout.as_secs_f64() }),
-        };
-        if !matches!(out, Err(CallError::Timeout { .. })) {
-            self.rx = None;
-        }
-        out
-    }
-
-    /// Cancels the request upstream with `reason`.
-    pub fn cancel(mut self, reason: &str) {
-        self.cancel_inner(reason);
-    }
-
-    fn cancel_inner(&mut self, reason: &str) {
-        if self.rx.take().is_some() && self.conn.pending.lock().unwrap().remove(&self.id).is_some() {
-            let note = Message::notification("notifications/cancelled", Some(&json!({"requestId": self.id, "reason": reason})));
-            self.conn.send(&note);
-        }
-    }
-}
-
-impl Drop for Outstanding {
-    fn drop(&mut self) {
-        self.cancel_inner("the client went away");
+    /// Waits for the next signal; true when it includes a (re)connection.
+    pub async fn wait(&self) -> bool {
+        self.notify.notified().await;
+        self.connected.swap(false, std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -205,13 +112,18 @@ impl Drop for Outstanding {
 pub struct Upstream {
     pub index: usize,
     pub spec: UpstreamSpec,
-    conn: watch::Sender<Option<Arc<Conn>>>,
+    pub mode: SessionMode,
+    control: watch::Sender<Option<Arc<Conn>>>,
+    health: watch::Sender<Health>,
     /// The upstream's initialize (or server/discover) result.
     info: Mutex<Option<Value>>,
-    last_error: Arc<Mutex<String>>,
     env: UpstreamEnv,
     /// For a stateless upstream: the resources to hear about and the running listen request.
     listen: Mutex<ListenState>,
+    /// `per_client` mode: each client's own connection, by client key.
+    clients: Mutex<HashMap<String, Arc<OnceCell<Arc<Conn>>>>>,
+    /// Set when the catalog should fetch this upstream's lists again.
+    pub stale: ListsStale,
 }
 
 #[derive(Default)]
@@ -220,38 +132,42 @@ struct ListenState {
     task: Option<tokio::task::AbortHandle>,
 }
 
-/// What every upstream of one gateway shares.
-#[derive(Clone)]
-pub struct UpstreamEnv {
-    /// Where upstream-initiated messages and connection changes go.
-    pub events: mpsc::UnboundedSender<UpstreamEvent>,
-    /// In-call notifications are delivered through this directly, in order with responses.
-    pub routes: Arc<CallRoutes>,
-    pub shutdown: CancellationToken,
-    pub max_message_bytes: usize,
-    /// (first delay, longest delay) between restarts.
-    pub backoff: (Duration, Duration),
-    pub demo: Option<DemoFactory>,
-}
-
-/// The pipe ends of an in-process server: (what it writes, what it reads).
-pub type DemoPipes = (Box<dyn tokio::io::AsyncRead + Send + Unpin>, Box<dyn tokio::io::AsyncWrite + Send + Unpin>);
-
-/// How the demo server is started in-process, once per connection.
-pub type DemoFactory = Arc<dyn Fn() -> DemoPipes + Send + Sync>;
-
 impl Upstream {
-    pub fn new(index: usize, spec: UpstreamSpec, env: UpstreamEnv) -> Arc<Self> {
-        let (conn, _) = watch::channel(None);
+    pub fn new(index: usize, spec: UpstreamSpec, mode: SessionMode, env: UpstreamEnv) -> Arc<Self> {
         Arc::new(Upstream {
             index,
             spec,
-            conn,
+            mode,
+            control: watch::channel(None).0,
+            health: watch::channel(Health::Starting).0,
             info: Mutex::new(None),
-            last_error: Arc::new(Mutex::new("not connected yet".into())),
             env,
             listen: Mutex::new(ListenState::default()),
+            clients: Mutex::new(HashMap::new()),
+            stale: ListsStale::default(),
         })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    pub fn health(&self) -> Health {
+        self.health.borrow().clone()
+    }
+
+    /// The upstream's initialize result, once connected.
+    pub fn info(&self) -> Option<Value> {
+        self.info.lock().clone()
+    }
+
+    pub fn capability(&self, key: &str) -> bool {
+        self.info().and_then(|i| i.get("capabilities").and_then(|c| c.get(key)).cloned()).is_some()
+    }
+
+    /// The live control connection, if any.
+    pub fn current(&self) -> Option<Arc<Conn>> {
+        self.control.borrow().clone().filter(|c| !c.is_closed())
     }
 
     /// Whether the live connection speaks only the stateless revision.
@@ -259,11 +175,126 @@ impl Upstream {
         self.current().is_some_and(|c| c.is_stateless())
     }
 
+    /// The control connection. Fails at once while the upstream is down; waits up to
+    /// `timeout` only while it is still starting.
+    pub async fn connection(&self, timeout: Duration) -> Result<Arc<Conn>, CallError> {
+        let deadline = Instant::now() + timeout;
+        let mut health = self.health.subscribe();
+        loop {
+            if let Some(c) = self.current() {
+                return Ok(c);
+            }
+            let state = health.borrow_and_update().clone();
+            match state {
+                Health::Down { reason } => return Err(CallError::Unavailable { name: self.spec.name.clone(), reason }),
+                Health::Up | Health::Starting => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    let changed = tokio::time::timeout(left, health.changed()).await;
+                    if !matches!(changed, Ok(Ok(()))) {
+                        let reason = if self.env.shutdown.is_cancelled() { "the gateway is shutting down" } else { "it is still starting" };
+                        return Err(CallError::Unavailable { name: self.spec.name.clone(), reason: reason.into() });
+                    }
+                }
+            }
+        }
+    }
+
+    /// The connection that carries `session`'s requests: the control connection in shared
+    /// mode (and for stateless upstreams, which have no sessions), else the session's own.
+    pub async fn connection_for(self: &Arc<Self>, session: &Arc<Session>, timeout: Duration) -> Result<Arc<Conn>, CallError> {
+        let control = self.connection(timeout).await?;
+        if self.mode == SessionMode::Shared || control.is_stateless() {
+            return Ok(control);
+        }
+        let key = session.upstream_key();
+        loop {
+            let cell = {
+                let mut clients = self.clients.lock();
+                match clients.get(&key) {
+                    Some(cell) => match cell.get() {
+                        Some(c) if c.is_closed() => {
+                            clients.remove(&key);
+                            continue;
+                        }
+                        _ => cell.clone(),
+                    },
+                    None => {
+                        if clients.len() >= self.env.max_client_sessions && !evict_one_idle(&mut clients) {
+                            return Err(CallError::Busy { name: self.spec.name.clone(), cap: self.env.max_client_sessions });
+                        }
+                        let cell = Arc::new(OnceCell::new());
+                        clients.insert(key.clone(), cell.clone());
+                        cell
+                    }
+                }
+            };
+            let role = ConnRole::Client { key: key.clone(), session: (!session.is_stateless()).then(|| Arc::downgrade(session)) };
+            let caps = session.upstream_capabilities();
+            let connect = async {
+                self.connect(role, caps).await.map_err(|reason| CallError::StartupFailed { name: self.spec.name.clone(), reason })
+            };
+            let conn = match tokio::time::timeout(timeout, cell.get_or_try_init(|| connect)).await {
+                Ok(r) => r?.clone(),
+                Err(_) => {
+                    let reason = "did not finish its handshake in time".to_owned();
+                    return Err(CallError::StartupFailed { name: self.spec.name.clone(), reason });
+                }
+            };
+            if conn.is_closed() {
+                self.clients.lock().remove(&key);
+                return Err(CallError::Closed { name: self.spec.name.clone(), reason: "closed right after it started".into() });
+            }
+            return Ok(conn);
+        }
+    }
+
+    /// `key`'s own connection, if one is open (never opens one).
+    pub fn client_conn(&self, key: &str) -> Option<Arc<Conn>> {
+        self.clients.lock().get(key).and_then(|c| c.get().cloned()).filter(|c| !c.is_closed())
+    }
+
+    /// Closes `key`'s own connection, if it has one (its session ended).
+    pub fn close_client(&self, key: &str) {
+        if let Some(cell) = self.clients.lock().remove(key)
+            && let Some(c) = cell.get()
+        {
+            c.close();
+        }
+    }
+
+    /// How many client-session connections are open.
+    pub fn client_sessions(&self) -> usize {
+        self.clients.lock().values().filter(|c| c.get().is_some_and(|c| !c.is_closed())).count()
+    }
+
+    /// Closes client connections that are dead, idle past the limit with nothing in flight,
+    /// or whose session is gone.
+    fn sweep_clients(&self) {
+        let idle = self.env.client_idle;
+        self.clients.lock().retain(|_, cell| {
+            let Some(c) = cell.get() else { return true };
+            let orphaned = matches!(&c.role, ConnRole::Client { session: Some(s), .. } if s.upgrade().is_none_or(|s| s.is_closed()));
+            let keep = !c.is_closed() && !orphaned && (c.busy() || c.idle_for() < idle);
+            if !keep {
+                c.close();
+            }
+            keep
+        });
+    }
+
+    /// Sends a request on the control connection and waits for its reply.
+    pub async fn request(&self, method: &str, params: Option<&Value>, timeout: Duration) -> Result<Message, CallError> {
+        let deadline = Instant::now() + timeout;
+        let conn = self.connection(timeout).await?;
+        let out = conn.start(method, params.map(crate::jsonrpc::to_raw)).await?;
+        out.wait(deadline.saturating_duration_since(Instant::now())).await
+    }
+
     /// Adds or drops `uri` from what a stateless upstream's listen stream asks for, and
     /// reopens the stream (2026-07-28 has no `resources/subscribe`).
-    pub fn set_resource_subscription(&self, uri: &str, on: bool) {
+    pub fn set_resource_subscription(self: &Arc<Self>, uri: &str, on: bool) {
         let changed = {
-            let mut l = self.listen.lock().unwrap();
+            let mut l = self.listen.lock();
             if on { l.uris.insert(uri.to_owned()) } else { l.uris.remove(uri) }
         };
         if changed && let Some(conn) = self.current().filter(|c| c.is_stateless()) {
@@ -274,10 +305,10 @@ impl Upstream {
     /// (Re)opens the `subscriptions/listen` request through which a stateless upstream sends
     /// list changes and resource updates; they reach the gateway like any notification. The
     /// previous request is dropped, which cancels it upstream.
-    fn start_listen(&self, conn: &Arc<Conn>) {
+    fn start_listen(self: &Arc<Self>, conn: &Arc<Conn>) {
         let caps = self.info().and_then(|i| i.get("capabilities").cloned()).unwrap_or(Value::Null);
         let flag = |p: &str| caps.pointer(p).and_then(Value::as_bool) == Some(true);
-        let mut l = self.listen.lock().unwrap();
+        let mut l = self.listen.lock();
         let mut filter = serde_json::Map::new();
         for (key, ptr) in [
             ("toolsListChanged", "/tools/listChanged"),
@@ -297,84 +328,69 @@ impl Upstream {
         if filter.is_empty() {
             return;
         }
-        let out = conn.start("subscriptions/listen", Some(crate::jsonrpc::to_raw(&json!({"notifications": filter}))));
-        let name = self.spec.name.clone();
+        let (conn, name) = (conn.clone(), self.spec.name.clone());
         let task = tokio::spawn(async move {
             // Open for as long as the server keeps it; its end (or an error) is only logged.
-            if let Err(e) = out.wait(Duration::from_secs(365 * 24 * 3600)).await {
+            let params = crate::jsonrpc::to_raw(&json!({"notifications": filter}));
+            let r = match conn.start("subscriptions/listen", Some(params)).await {
+                Ok(out) => out.wait(Duration::from_secs(365 * 24 * 3600)).await.map(drop),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = r {
                 tracing::debug!(target: "stowage::upstream", upstream = %name, "listen stream ended: {e}");
             }
         });
         l.task = Some(task.abort_handle());
     }
 
-    pub fn name(&self) -> &str {
-        &self.spec.name
-    }
-
-    /// The upstream's initialize result, once connected.
-    pub fn info(&self) -> Option<Value> {
-        self.info.lock().unwrap().clone()
-    }
-
-    pub fn capability(&self, key: &str) -> bool {
-        self.info().and_then(|i| i.get("capabilities").and_then(|c| c.get(key)).cloned()).is_some()
-    }
-
-    pub fn current(&self) -> Option<Arc<Conn>> {
-        self.conn.borrow().clone().filter(|c| !c.is_closed())
-    }
-
-    /// The live connection, waiting up to `timeout` for one.
-    pub async fn connection(&self, timeout: Duration) -> Result<Arc<Conn>, CallError> {
-        let mut rx = self.conn.subscribe();
-        let wait = rx.wait_for(|c| c.as_ref().is_some_and(|c| !c.is_closed()));
-        match tokio::time::timeout(timeout, wait).await {
-            Ok(Ok(c)) => Ok(c.clone().expect("checked above")),
-            _ => Err(CallError::Unavailable { name: self.spec.name.clone(), reason: self.last_error.lock().unwrap().clone() }),
-        }
-    }
-
-    /// Sends a request and waits for its reply.
-    pub async fn request(&self, method: &str, params: Option<&Value>, timeout: Duration) -> Result<Message, CallError> {
-        let deadline = Instant::now() + timeout;
-        let conn = self.connection(timeout).await?;
-        let out = conn.start(method, params.map(crate::jsonrpc::to_raw));
-        out.wait(deadline.saturating_duration_since(Instant::now())).await
-    }
-
-    /// Runs the supervisor until shutdown.
+    /// Runs the supervisor until shutdown: keeps the control connection up, and sweeps idle
+    /// client connections.
     pub async fn supervise(self: Arc<Self>) {
         let (initial, max) = self.env.backoff;
         let mut backoff = initial;
+        let sweep_every = (self.env.client_idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
+        let mut sweep = tokio::time::interval(sweep_every);
         loop {
             if self.env.shutdown.is_cancelled() {
                 break;
             }
             let started = Instant::now();
-            match self.connect().await {
+            match self.connect(ConnRole::Control, client_capabilities()).await {
                 Ok(conn) => {
                     tracing::info!(target: "stowage::upstream", upstream = %self.spec.name, "connected");
-                    self.conn.send_replace(Some(conn.clone()));
-                    let _ = self.env.events.send(UpstreamEvent::Ready { index: self.index });
-                    tokio::select! {
-                        _ = conn.closed.cancelled() => {}
-                        _ = self.env.shutdown.cancelled() => {
-                            self.conn.send_replace(None);
-                            break;
-                        }
+                    self.control.send_replace(Some(conn.clone()));
+                    self.health.send_replace(Health::Up);
+                    self.env.events.publish(GatewayEvent::UpstreamUp { upstream: self.spec.name.clone() });
+                    if conn.is_stateless() {
+                        self.start_listen(&conn);
                     }
-                    self.conn.send_replace(None);
-                    let reason = self.last_error.lock().unwrap().clone();
+                    self.stale.mark_connected();
+                    let reason = loop {
+                        tokio::select! {
+                            _ = conn.closed.cancelled() => break None,
+                            _ = self.env.shutdown.cancelled() => break Some(()),
+                            _ = sweep.tick() => self.sweep_clients(),
+                        }
+                    };
+                    self.control.send_replace(None);
+                    if reason.is_some() {
+                        break;
+                    }
+                    // The reader records why the connection ended before it cancels it.
+                    let reason = conn.end_reason().unwrap_or_else(|| "closed".into());
                     tracing::warn!(target: "stowage::upstream", upstream = %self.spec.name, "connection lost: {reason}; reconnecting");
-                    let _ = self.env.events.send(UpstreamEvent::Down { index: self.index, reason });
+                    self.health.send_replace(Health::Down { reason: reason.clone() });
+                    self.env.events.publish(GatewayEvent::UpstreamDown { upstream: self.spec.name.clone(), reason });
                     if started.elapsed() > Duration::from_secs(30) {
                         backoff = initial;
                     }
                 }
                 Err(e) => {
-                    *self.last_error.lock().unwrap() = e.clone();
                     tracing::warn!(target: "stowage::upstream", upstream = %self.spec.name, "cannot start: {e}; retrying in {backoff:?}");
+                    let was_up = self.health.send_replace(Health::Down { reason: e.clone() }) == Health::Up;
+                    if was_up || backoff == initial {
+                        self.env.events.publish(GatewayEvent::UpstreamDown { upstream: self.spec.name.clone(), reason: e });
+                    }
                 }
             }
             tokio::select! {
@@ -383,6 +399,7 @@ impl Upstream {
             }
             backoff = (backoff * 2).min(max);
         }
+        self.health.send_replace(Health::Down { reason: "the gateway is shutting down".into() });
     }
 
     fn open_link(&self) -> Result<Link, String> {
@@ -391,181 +408,94 @@ impl Upstream {
                 stdio::spawn(&self.spec.name, command, args, env, cwd.as_ref(), self.env.max_message_bytes)
                     .map_err(|e| format!("cannot run {command}: {e}"))
             }
-            TransportSpec::Http { url, headers, ca_file } => http::connect(&self.spec.name, url, headers, ca_file.as_deref()),
+            TransportSpec::Http { url, headers, ca_file } => {
+                http::connect(&self.spec.name, url, headers, ca_file.as_deref(), self.env.max_message_bytes)
+            }
             TransportSpec::Demo => {
-                let factory = self.env.demo.as_ref().ok_or("no demo server in this build")?;
+                let factory = self.env.in_process.as_ref().ok_or("no in-process demo server in this build")?;
                 let (from_server, to_server) = factory();
-                let (in_tx, in_rx) = mpsc::unbounded_channel();
-                Ok(stdio::pipe_link(from_server, to_server, in_tx, in_rx, self.env.max_message_bytes, None))
+                Ok(stdio::pipe_link(from_server, to_server, self.env.max_message_bytes, None))
             }
         }
     }
 
-    /// Opens a transport, starts its reader and performs the handshake.
-    async fn connect(&self) -> Result<Arc<Conn>, String> {
+    /// Opens a transport, starts its reader and performs the handshake, declaring
+    /// `capabilities` as the client's.
+    async fn connect(&self, role: ConnRole, capabilities: Value) -> Result<Arc<Conn>, String> {
         let link = self.open_link()?;
-        let conn = Arc::new(Conn {
-            name: self.spec.name.clone(),
-            tx: link.tx,
-            pending: Mutex::new(HashMap::new()),
-            next_id: AtomicU64::new(1),
-            closed: CancellationToken::new(),
-            stateless_meta: Mutex::new(None),
-            http: link.http,
-            _guard: link.guard,
-        });
-        tokio::spawn(read_loop(
-            self.index,
-            conn.clone(),
-            link.rx,
-            self.env.events.clone(),
-            self.env.routes.clone(),
-            self.last_error.clone(),
-        ));
+        let (conn, rx) = Conn::new(self.index, &self.spec.name, role, link);
+        tokio::spawn(conn::read_loop(conn.clone(), rx, self.env.initiated.clone(), self.env.routes.clone()));
         let timeout = self.spec.request_timeout.min(Duration::from_secs(60));
+        let fail = |e: CallError| match e {
+            CallError::Closed { reason, .. } => format!("{reason} during start-up"),
+            other => other.to_string(),
+        };
         let init = json!({
             "protocolVersion": UPSTREAM_PROTOCOL,
-            "capabilities": client_capabilities(),
+            "capabilities": capabilities,
             "clientInfo": {"name": "stowage", "title": "Stowage gateway", "version": env!("CARGO_PKG_VERSION")},
         });
-        let reply = conn.start("initialize", Some(crate::jsonrpc::to_raw(&init))).wait(timeout).await.map_err(|e| e.to_string())?;
+        let reply = conn.start("initialize", Some(crate::jsonrpc::to_raw(&init))).await.map_err(fail)?.wait(timeout).await.map_err(fail)?;
         let info = if reply.error_code() == Some(code::METHOD_NOT_FOUND) {
             // A stateless-only server: discover it and stamp every request from now on.
-            let meta = json!({
+            conn.set_stateless(json!({
                 "io.modelcontextprotocol/protocolVersion": STATELESS_PROTOCOL,
-                "io.modelcontextprotocol/clientCapabilities": client_capabilities(),
+                "io.modelcontextprotocol/clientCapabilities": capabilities,
                 "io.modelcontextprotocol/clientInfo": {"name": "stowage", "version": env!("CARGO_PKG_VERSION")},
-            });
-            *conn.stateless_meta.lock().unwrap() = Some(meta);
+            }));
             if let Some(h) = &conn.http {
-                *h.protocol_version.lock().unwrap() = Some(STATELESS_PROTOCOL.into());
+                *h.protocol_version.lock() = Some(STATELESS_PROTOCOL.into());
             }
-            let reply = conn.start("server/discover", None).wait(timeout).await.map_err(|e| e.to_string())?;
+            let reply = conn.start("server/discover", None).await.map_err(fail)?.wait(timeout).await.map_err(fail)?;
             result_value(&reply).map_err(|e| format!("server/discover failed: {e}"))?
         } else {
             let info = result_value(&reply).map_err(|e| format!("initialize failed: {e}"))?;
             if let (Some(h), Some(v)) = (&conn.http, info.get("protocolVersion").and_then(Value::as_str)) {
-                *h.protocol_version.lock().unwrap() = Some(v.to_owned());
+                *h.protocol_version.lock() = Some(v.to_owned());
             }
             conn.send(&Message::notification("notifications/initialized", None));
             info
         };
-        *self.info.lock().unwrap() = Some(info);
-        if conn.is_stateless() {
-            self.start_listen(&conn);
+        if matches!(conn.role, ConnRole::Control) {
+            *self.info.lock() = Some(info);
         }
         Ok(conn)
     }
 
-    /// Kills the current connection (the supervisor will not restart after shutdown).
+    /// Kills every connection (the supervisor will not restart after shutdown).
     pub fn close(&self) {
-        if let Some(c) = self.conn.send_replace(None) {
-            c.closed.cancel();
+        if let Some(c) = self.control.send_replace(None) {
+            c.close();
+        }
+        for (_, cell) in self.clients.lock().drain() {
+            if let Some(c) = cell.get() {
+                c.close();
+            }
         }
     }
 }
 
-/// Capabilities the gateway declares to upstreams: everything a client may offer, since the
-/// real client behind it may support any of them (requests it cannot serve get an error).
-fn client_capabilities() -> Value {
-    json!({"sampling": {}, "elicitation": {}, "roots": {"listChanged": true}})
-}
-
-/// The `result` of a reply, or its error as a string.
-pub fn result_value(reply: &Message) -> Result<Value, String> {
-    if let Some(e) = &reply.error {
-        return Err(e.get().to_owned());
-    }
-    reply.result.as_ref().map(|r| serde_json::from_str(r.get()).map_err(|e| e.to_string())).unwrap_or_else(|| Ok(json!({})))
-}
-
-async fn read_loop(
-    index: usize,
-    conn: Arc<Conn>,
-    mut rx: mpsc::UnboundedReceiver<Inbound>,
-    events: mpsc::UnboundedSender<UpstreamEvent>,
-    routes: Arc<CallRoutes>,
-    last_error: Arc<Mutex<String>>,
-) {
-    let name = conn.name.clone();
-    let reason = loop {
-        let item = tokio::select! {
-            item = rx.recv() => item,
-            _ = conn.closed.cancelled() => break "was closed by the gateway".to_owned(),
-        };
-        let line = match item {
-            Some(Inbound::Line(line)) => line,
-            Some(Inbound::Closed(reason)) => break reason,
-            None => break "closed".to_owned(),
-        };
-        // The line is given up: a big result keeps its memory (no second 50 MB copy).
-        let msg = match Message::parse_owned(line) {
-            Ok(m) => m,
-            Err((line, e)) => {
-                handle_malformed(&conn, &line, &e.to_string());
-                continue;
+/// Finds the least recently used client connection with nothing in flight and closes it.
+fn evict_one_idle(clients: &mut HashMap<String, Arc<OnceCell<Arc<Conn>>>>) -> bool {
+    let victim = clients
+        .iter()
+        .filter_map(|(k, cell)| cell.get().map(|c| (k, c)))
+        .filter(|(_, c)| !c.busy())
+        .max_by_key(|(_, c)| c.idle_for())
+        .map(|(k, _)| k.clone());
+    match victim.and_then(|k| clients.remove(&k)) {
+        Some(cell) => {
+            if let Some(c) = cell.get() {
+                c.close();
             }
-        };
-        match msg.kind() {
-            Kind::Response => {
-                let id = msg.id.as_ref().and_then(Value::as_u64);
-                let reply = id.and_then(|id| conn.pending.lock().unwrap().remove(&id));
-                match reply {
-                    Some(reply) => {
-                        let _ = reply.send(Ok(msg));
-                    }
-                    None => {
-                        tracing::debug!(target: "stowage::upstream", upstream = %name, "reply to an unknown or cancelled request {:?}", msg.id)
-                    }
-                }
-            }
-            Kind::Notification if routes.deliver(index, &msg) => {}
-            Kind::Request | Kind::Notification => {
-                let _ = events.send(UpstreamEvent::Message { index, conn: conn.clone(), msg });
-            }
-            // Rare: the message as re-serialised is enough to find its id and show its start.
-            Kind::Invalid => handle_malformed(&conn, &msg.to_line(), "neither a request, a notification nor a response"),
+            true
         }
-    };
-    *last_error.lock().unwrap() = reason.clone();
-    conn.fail_all(CallError::Closed { name: name.clone(), reason: reason.clone() });
-    conn.closed.cancel();
-}
-
-/// A line that is not a valid message. Output that is not JSON at all is usually a server
-/// logging to stdout by mistake, so it is logged and skipped. JSON-looking output that does not
-/// parse fails the call it names (its `"id"` is found by a scan), so the client gets a clear
-/// error instead of a timeout.
-fn handle_malformed(conn: &Conn, line: &[u8], detail: &str) {
-    let preview: String = String::from_utf8_lossy(&line[..line.len().min(120)]).into_owned();
-    let id = scan_id(line);
-    let reply = id.and_then(|id| conn.pending.lock().unwrap().remove(&id));
-    match reply {
-        Some(reply) => {
-            tracing::warn!(target: "stowage::upstream", upstream = %conn.name, "malformed json-rpc: {detail}: {preview}");
-            let _ = reply.send(Err(CallError::Malformed { name: conn.name.clone(), detail: detail.to_owned() }));
-        }
-        None => tracing::warn!(target: "stowage::upstream", upstream = %conn.name, "ignored output that is not json-rpc: {preview}"),
+        None => false,
     }
 }
 
-/// Finds `"id":<number>` near the start of a broken message.
-fn scan_id(line: &[u8]) -> Option<u64> {
-    let head = &line[..line.len().min(4096)];
-    let text = String::from_utf8_lossy(head);
-    let at = text.find("\"id\"")?;
-    let rest = text[at + 4..].trim_start().strip_prefix(':')?.trim_start();
-    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-    digits.parse().ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::scan_id;
-
-    #[test]
-    fn ids_are_found_in_broken_messages() {
-        assert_eq!(scan_id(br#"{"jsonrpc":"2.0","id": 42,"result":{"content":[{"#), Some(42));
-        assert_eq!(scan_id(br#"{"jsonrpc":"2.0","result":"#), None);
-    }
+/// Capabilities the control connection declares: everything a client may offer, since the
+/// clients behind it may support any of them (a request one cannot serve gets an error).
+pub fn client_capabilities() -> Value {
+    json!({"sampling": {}, "elicitation": {"form": {}, "url": {}}, "roots": {"listChanged": true}})
 }

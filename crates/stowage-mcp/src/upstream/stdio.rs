@@ -3,7 +3,10 @@
 //! The child runs in its own process group so that everything it spawns (`npx` → `node`, a
 //! shell wrapper → the real server) is killed with it; the [`ChildGuard`] sends SIGKILL to the
 //! whole group when the connection is dropped, and a task waits on the child so it is always
-//! reaped. Its stderr is forwarded to our log, line by line, tagged with the server name.
+//! reaped. Its stderr is forwarded to our log, line by line, tagged with the server name: read
+//! as bytes (a line that is not UTF-8 is shown lossily), at most [`STDERR_LINE_BYTES`] of a
+//! line kept, and always drained, so a chatty or binary stderr can neither stop the reader
+//! nor fill the pipe and block the child.
 //!
 //! Its stdin and stdout pipes are enlarged to 1 MiB (Linux; best effort): through the
 //! default 64 KiB pipe a 50 MB result takes ~800 writer/reader wake-ups, and on the loaded
@@ -15,12 +18,15 @@ use std::process::Stdio;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::process::Command;
 use tokio::sync::mpsc;
 
-use super::{Inbound, Link};
-use crate::framing::{LineReader, write_line};
+use super::{Inbound, LINK_CAPACITY, Link, Origin};
+use crate::framing::{FrameError, LineReader, write_line};
+
+/// The most of one stderr line that reaches the log.
+pub const STDERR_LINE_BYTES: usize = 4096;
 
 /// Kills the child's whole process group when dropped.
 #[derive(Debug)]
@@ -61,13 +67,21 @@ pub fn spawn(
 
     let server = name.to_owned();
     tokio::spawn(async move {
-        let mut lines = BufReader::new(stderr).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            tracing::info!(target: "stowage::upstream", upstream = %server, "stderr: {line}");
+        let mut lines = LineReader::new(stderr, STDERR_LINE_BYTES);
+        loop {
+            match lines.next_line().await {
+                Ok(Some(line)) => {
+                    tracing::info!(target: "stowage::upstream", upstream = %server, "stderr: {}", String::from_utf8_lossy(&line));
+                }
+                Err(FrameError::TooLong { head, .. }) => {
+                    tracing::info!(target: "stowage::upstream", upstream = %server, "stderr: {}… (line cut)", String::from_utf8_lossy(&head));
+                }
+                Ok(None) | Err(FrameError::Io(_)) => break,
+            }
         }
     });
 
-    let (in_tx, in_rx) = mpsc::unbounded_channel();
+    let (in_tx, in_rx) = mpsc::channel(LINK_CAPACITY);
     // The exit status is the most useful close reason, so the waiter reports it after the
     // reader has seen end of output.
     let (eof_tx, eof_rx) = tokio::sync::oneshot::channel::<()>();
@@ -82,9 +96,9 @@ pub fn spawn(
             },
             Err(e) => format!("could not be waited on: {e}"),
         };
-        let _ = waiter_tx.send(Inbound::Closed(reason));
+        let _ = waiter_tx.send(Inbound::Closed(reason)).await;
     });
-    let link = pipe_link(stdout, stdin, in_tx, in_rx, max_message_bytes, Some(eof_tx));
+    let link = pipe_link_with(stdout, stdin, in_tx, in_rx, max_message_bytes, Some(eof_tx));
     Ok(Link { guard: Some(Box::new(ChildGuard { pgid })), ..link })
 }
 
@@ -102,12 +116,22 @@ fn enlarge_pipe(pipe: &impl std::os::fd::AsFd, name: &str) {
     let _ = (pipe, name);
 }
 
-/// A link over any byte pipe pair (a child's stdio, or an in-process duplex for the demo).
-pub fn pipe_link<R, W>(
+/// A link over any byte pipe pair (an in-process duplex for the demo). With `eof`, the caller
+/// reports the close itself (a child's waiter, with the exit status).
+pub fn pipe_link<R, W>(reader: R, writer: W, max_message_bytes: usize, eof: Option<tokio::sync::oneshot::Sender<()>>) -> Link
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (in_tx, in_rx) = mpsc::channel(LINK_CAPACITY);
+    pipe_link_with(reader, writer, in_tx, in_rx, max_message_bytes, eof)
+}
+
+fn pipe_link_with<R, W>(
     reader: R,
     mut writer: W,
-    in_tx: mpsc::UnboundedSender<Inbound>,
-    in_rx: mpsc::UnboundedReceiver<Inbound>,
+    in_tx: mpsc::Sender<Inbound>,
+    in_rx: mpsc::Receiver<Inbound>,
     max_message_bytes: usize,
     eof: Option<tokio::sync::oneshot::Sender<()>>,
 ) -> Link
@@ -115,7 +139,7 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(LINK_CAPACITY);
     tokio::spawn(async move {
         while let Some(line) = out_rx.recv().await {
             if write_line(&mut writer, &line).await.is_err() {
@@ -128,14 +152,15 @@ where
         let reason = loop {
             match lines.next_line().await {
                 Ok(Some(line)) => {
-                    if in_tx.send(Inbound::Line(line)).is_err() {
+                    if in_tx.send(Inbound::Line(line, Origin::Pipe)).await.is_err() {
                         return;
                     }
                 }
                 Ok(None) => break "closed its output".to_owned(),
-                Err(e @ crate::framing::FrameError::TooLong { .. }) => {
-                    tracing::warn!(target: "stowage::upstream", "dropped a message: {e}");
-                    continue;
+                Err(FrameError::TooLong { head, limit }) => {
+                    if in_tx.send(Inbound::TooLong { head, limit }).await.is_err() {
+                        return;
+                    }
                 }
                 Err(e) => break e.to_string(),
             }
@@ -146,7 +171,7 @@ where
                 let _ = eof.send(());
             }
             None => {
-                let _ = in_tx.send(Inbound::Closed(reason));
+                let _ = in_tx.send(Inbound::Closed(reason)).await;
             }
         }
     });

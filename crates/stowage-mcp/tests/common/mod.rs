@@ -1,77 +1,40 @@
-//! Shared test harness: an in-memory artifact sink, a gateway started in-process on a pipe,
-//! and a small JSON-RPC client that records notifications and answers server requests.
+//! Shared harness for the gateway's integration tests: a gateway started in-process in front
+//! of any upstreams, reached over its stdio downstream (a pipe) or its HTTP one, with the
+//! testkit's client, fixtures and in-memory sink.
 #![allow(dead_code)]
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use bytes::Bytes;
-use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
-use stowage_core::{ArtifactId, ArtifactRef, ArtifactSink, PutOptions, StoreError};
+use stowage_core::ArtifactSink;
 use stowage_mcp::config::{GatewayConfig, TransportSpec, UpstreamSpec};
-use stowage_mcp::framing::{LineReader, write_line};
 use stowage_mcp::pipeline::PipelineOffloader;
 use stowage_mcp::rewrite::Rewriter;
-use stowage_mcp::{Gateway, downstream};
-use tokio::sync::{mpsc, oneshot};
-
-/// Keeps artifacts in memory, keyed by id, with the put options (to check scopes).
-#[derive(Default)]
-pub struct MemSink {
-    pub items: Mutex<HashMap<String, (Bytes, PutOptions)>>,
-    pub fail: bool,
-}
-
-#[async_trait]
-impl ArtifactSink for MemSink {
-    async fn put_bytes(&self, data: Bytes, opts: PutOptions) -> Result<ArtifactRef, StoreError> {
-        if self.fail {
-            return Err(StoreError::backend("write blob", "/nonexistent", std::io::Error::other("disk full")));
-        }
-        let sha = hex::encode(Sha256::digest(&data));
-        let id = ArtifactId::from_content(opts.namespace.as_deref(), &sha);
-        let r = ArtifactRef {
-            uri: id.uri(),
-            id: id.clone(),
-            mime_type: opts.mime_type.clone(),
-            size_bytes: data.len() as u64,
-            filename: opts.filename.clone(),
-            sha256: sha,
-            scope: opts.scope.clone(),
-            source: opts.source.clone(),
-            created_at: time::OffsetDateTime::now_utc(),
-            expires_at: None,
-        };
-        self.items.lock().unwrap().insert(id.to_string(), (data, opts));
-        Ok(r)
-    }
-}
-
-pub fn fixture_bin() -> String {
-    env!("CARGO_BIN_EXE_stowage-fixture").to_owned()
-}
+use stowage_mcp::{Gateway, GatewayOptions, InProcessFactory, SessionMode};
+pub use stowage_testkit::{MemSink, RpcClient, ServerRequestHandler, fixture_bin};
 
 pub fn fixture_spec(name: &str, log: Option<&std::path::Path>, timeout: Duration) -> UpstreamSpec {
     let mut env = std::collections::BTreeMap::new();
     if let Some(l) = log {
         env.insert("STOWAGE_FIXTURE_LOG".to_owned(), l.display().to_string());
     }
-    UpstreamSpec {
-        name: name.to_owned(),
-        transport: TransportSpec::Stdio { command: fixture_bin(), args: vec![], env, cwd: None },
-        request_timeout: timeout,
-    }
+    let command = fixture_bin().display().to_string();
+    UpstreamSpec::new(name, TransportSpec::Stdio { command, args: vec![], env, cwd: None }, timeout)
 }
 
 /// The production rewrite step: the transform pipeline with default settings.
-pub fn rewriter(sink: Arc<dyn ArtifactSink>, _config: &GatewayConfig) -> Rewriter {
+pub fn rewriter(sink: Arc<dyn ArtifactSink>) -> Rewriter {
     let pipeline =
         stowage_transform::Pipeline::new(stowage_transform::TransformConfig::default(), stowage_mcp::pipeline::with_dimensions(sink));
     Rewriter::new(Arc::new(PipelineOffloader::new(Arc::new(pipeline))))
+}
+
+/// The bundled demo server, in-process.
+pub fn demo() -> InProcessFactory {
+    Arc::new(|| {
+        let (from_server, to_server) = stowage_demo::spawn_in_process();
+        (Box::new(from_server), Box::new(to_server))
+    })
 }
 
 /// Logs to stderr when `STOWAGE_TEST_LOG` is set (e.g. `STOWAGE_TEST_LOG=debug`).
@@ -87,17 +50,28 @@ pub fn fast_config() -> GatewayConfig {
     GatewayConfig { restart_backoff_initial_ms: 50, restart_backoff_max_ms: 200, resume_window_ms: 300, ..Default::default() }
 }
 
+/// Starts a gateway with `rewriter` in front of `specs` and waits until every upstream listed
+/// its tools.
+pub async fn start_gateway(specs: Vec<UpstreamSpec>, rewriter: Rewriter, config: GatewayConfig, mode: SessionMode) -> Arc<Gateway> {
+    stowage_mcp::metrics::install();
+    let gw = Gateway::start(GatewayOptions { config, upstreams: specs, rewriter, in_process: Some(demo()), default_session_mode: mode });
+    let ready = gw.wait_ready(Duration::from_secs(20)).await;
+    assert_eq!(ready, gw.upstreams.len(), "upstreams did not become ready");
+    gw
+}
+
 /// A client connected to an in-process gateway over a pipe (the stdio downstream).
 pub struct Client {
-    tx: mpsc::UnboundedSender<Vec<u8>>,
-    pending: Arc<Mutex<HashMap<String, oneshot::Sender<Value>>>>,
-    next: AtomicU64,
-    pub notifications: Arc<Mutex<Vec<Value>>>,
+    pub rpc: RpcClient,
     pub gateway: Arc<Gateway>,
 }
 
-/// Answers server-initiated requests (sampling, elicitation, roots).
-pub type ServerRequestHandler = Arc<dyn Fn(&str, &Value) -> Value + Send + Sync>;
+impl std::ops::Deref for Client {
+    type Target = RpcClient;
+    fn deref(&self) -> &RpcClient {
+        &self.rpc
+    }
+}
 
 impl Client {
     pub async fn start(
@@ -106,8 +80,7 @@ impl Client {
         config: GatewayConfig,
         on_request: Option<ServerRequestHandler>,
     ) -> Client {
-        let rw = rewriter(sink, &config);
-        Client::start_with_rewriter_and_handler(specs, rw, config, on_request).await
+        Client::start_with_rewriter_and_handler(specs, rewriter(sink), config, on_request).await
     }
 
     pub async fn start_with_rewriter(specs: Vec<UpstreamSpec>, rw: Rewriter, config: GatewayConfig) -> Client {
@@ -120,80 +93,20 @@ impl Client {
         config: GatewayConfig,
         on_request: Option<ServerRequestHandler>,
     ) -> Client {
-        let gateway = Gateway::start(config, specs, rw, Some(stowage_mcp::demo::factory()));
-        let ready = gateway.wait_ready(Duration::from_secs(20)).await;
-        assert_eq!(ready, gateway.upstreams.len(), "upstreams did not become ready");
+        let gateway = start_gateway(specs, rw, config, SessionMode::Shared).await;
+        Client::connect(gateway, on_request, serde_json::json!({"sampling": {}})).await
+    }
+
+    /// Connects one more stdio client to `gateway`, declaring `capabilities`.
+    pub async fn connect(gateway: Arc<Gateway>, on_request: Option<ServerRequestHandler>, capabilities: serde_json::Value) -> Client {
         let (client_end, gw_end) = tokio::io::duplex(1 << 20);
         let (gr, gwr) = tokio::io::split(gw_end);
-        tokio::spawn(downstream::stdio::serve(gateway.clone(), gr, gwr));
-        let (cr, mut cw) = tokio::io::split(client_end);
-        let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
-        tokio::spawn(async move {
-            while let Some(line) = rx.recv().await {
-                if write_line(&mut cw, &line).await.is_err() {
-                    break;
-                }
-            }
-        });
-        let pending: Arc<Mutex<HashMap<String, oneshot::Sender<Value>>>> = Arc::default();
-        let notifications: Arc<Mutex<Vec<Value>>> = Arc::default();
-        let (p, n, back) = (pending.clone(), notifications.clone(), tx.clone());
-        tokio::spawn(async move {
-            let mut lines = LineReader::new(cr, usize::MAX);
-            while let Ok(Some(line)) = lines.next_line().await {
-                let v: Value = serde_json::from_slice(&line).expect("gateway sent valid json");
-                match (v.get("id"), v.get("method")) {
-                    (Some(id), None) => {
-                        if let Some(tx) = p.lock().unwrap().remove(&id.to_string()) {
-                            let _ = tx.send(v);
-                        }
-                    }
-                    (Some(id), Some(m)) => {
-                        let result = on_request.as_ref().map(|h| h(m.as_str().unwrap_or(""), &v["params"]));
-                        let answer = match result {
-                            Some(r) => json!({"jsonrpc": "2.0", "id": id, "result": r}),
-                            None => json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "no"}}),
-                        };
-                        let _ = back.send(serde_json::to_vec(&answer).unwrap());
-                    }
-                    _ => n.lock().unwrap().push(v),
-                }
-            }
-        });
-        let c = Client { tx, pending, next: AtomicU64::new(1), notifications, gateway };
-        let init = c
-            .request(
-                "initialize",
-                json!({"protocolVersion": "2025-06-18", "capabilities": {"sampling": {}}, "clientInfo": {"name": "t", "version": "0"}}),
-            )
-            .await;
+        tokio::spawn(stowage_mcp::serve_stdio(gateway.clone(), gr, gwr));
+        let (cr, cw) = tokio::io::split(client_end);
+        let rpc = RpcClient::connect(cr, cw, on_request);
+        let init = rpc.initialize("2025-06-18", capabilities).await;
         assert_eq!(init["result"]["protocolVersion"], "2025-06-18", "{init}");
-        c.notify("notifications/initialized", json!({}));
-        c
-    }
-
-    pub fn send_with_id(&self, id: u64, method: &str, params: Value) -> oneshot::Receiver<Value> {
-        let (tx, rx) = oneshot::channel();
-        self.pending.lock().unwrap().insert(json!(id).to_string(), tx);
-        let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        self.tx.send(serde_json::to_vec(&msg).unwrap()).unwrap();
-        rx
-    }
-
-    /// Sends a request and waits (up to 30 s) for the whole response message.
-    pub async fn request(&self, method: &str, params: Value) -> Value {
-        let id = self.next.fetch_add(1, Ordering::Relaxed) + 1_000_000;
-        let rx = self.send_with_id(id, method, params);
-        tokio::time::timeout(Duration::from_secs(30), rx).await.expect("response in time").expect("response")
-    }
-
-    pub async fn call(&self, tool: &str, args: Value) -> Value {
-        self.request("tools/call", json!({"name": tool, "arguments": args})).await
-    }
-
-    pub fn notify(&self, method: &str, params: Value) {
-        let msg = json!({"jsonrpc": "2.0", "method": method, "params": params});
-        self.tx.send(serde_json::to_vec(&msg).unwrap()).unwrap();
+        Client { rpc, gateway }
     }
 }
 

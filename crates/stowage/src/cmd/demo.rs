@@ -24,7 +24,7 @@ pub struct DemoArgs {
 }
 
 pub async fn run(store: Arc<dyn ArtifactStore>, config: TransformConfig, args: DemoArgs) -> anyhow::Result<()> {
-    let pdf = stowage_mcp::samples::pdf(args.pdf_bytes, "Sales Dashboard");
+    let pdf = stowage_demo::samples::pdf(args.pdf_bytes, "Sales Dashboard");
     let tool_json = json!({
         "content": base64::engine::general_purpose::STANDARD.encode(&pdf),
         "name": "Sales Dashboard",

@@ -4,8 +4,10 @@
 //! trailing `-- CMD ARGS…` (or the bundled demo server when there are none), builds the
 //! rewrite step on the configured store, and hands over to [`stowage_mcp::run::run`]. Over
 //! HTTP, `resource_link`s are signed download links served on the same listener
-//! (`/artifacts/{id}?token=…`); over stdio there is no listener, so they are `artifact://`
-//! URIs (fetch with `stowage artifacts get`).
+//! (`/artifacts/{id}?token=…`). Over stdio the same routes get a loopback listener of their
+//! own (`links.public_url`'s port, or a free one when that is taken), so hosts that spawn
+//! `stowage serve --stdio` still hand their users links; `--no-links` turns that off and
+//! leaves `artifact://` URIs (fetch with `stowage artifacts get`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -36,6 +38,10 @@ pub struct ServeArgs {
     /// port can then call your tools and read your artifacts: use only on a trusted network.
     #[arg(long)]
     pub allow_unauthenticated: bool,
+    /// Over --stdio, do not start the loopback listener for download links: results carry
+    /// artifact:// URIs only.
+    #[arg(long)]
+    pub no_links: bool,
     /// One stdio server to wrap, after `--`: `stowage serve -- npx -y some-mcp-server`.
     #[arg(last = true, value_name = "CMD ARGS")]
     pub command: Vec<String>,
@@ -75,17 +81,28 @@ pub async fn run(ctx: ServeContext<'_>, args: ServeArgs) -> anyhow::Result<()> {
         }
         Mode::Http { listen: gateway.listen.clone() }
     };
+    let auth = stowage_http::Authenticator::new(ctx.auth)?;
+    let mut links = ctx.links.clone();
+    let mut links_listener = None;
+    match &mode {
+        Mode::Http { listen } => {
+            check_exposure(listen, auth.is_some(), args.allow_unauthenticated)?;
+            // Links must point where the gateway listens: with the default public_url and
+            // another --listen, follow the listen address.
+            if links.public_url == LinksConfig::default().public_url && *listen != GatewayConfig::default().listen {
+                links.public_url = format!("http://{listen}");
+            }
+        }
+        Mode::Stdio if !args.no_links => {
+            let (listener, url) = bind_links_listener(&links.public_url).await?;
+            links.public_url = url;
+            links_listener = Some(listener);
+        }
+        Mode::Stdio => {}
+    }
     let mut extra_routes = None;
     let mut link_service = None;
-    let auth = stowage_http::Authenticator::new(ctx.auth)?;
-    if let Mode::Http { listen } = &mode {
-        check_exposure(listen, auth.is_some(), args.allow_unauthenticated)?;
-        let mut links = ctx.links.clone();
-        // Links must point where the gateway listens: with the default public_url and another
-        // --listen, follow the listen address.
-        if links.public_url == LinksConfig::default().public_url && *listen != GatewayConfig::default().listen {
-            links.public_url = format!("http://{listen}");
-        }
+    if matches!(mode, Mode::Http { .. }) || links_listener.is_some() {
         links.validate().map_err(anyhow::Error::msg)?;
         let ring = links.key_ring(ctx.store_dir).context("cannot load the link-signing key")?;
         let signer = Arc::new(LinkSigner::new(ring, &links));
@@ -95,7 +112,22 @@ pub async fn run(ctx: ServeContext<'_>, args: ServeArgs) -> anyhow::Result<()> {
         link_service = Some(stowage_http::LinkService::new(ctx.store.clone(), signer.clone()));
         extra_routes = Some(stowage_http::routes(stowage_http::HttpState::new(ctx.store.clone(), signer)));
     }
-    let opts = RunOptions { gateway, upstreams, rewriter, mode, extra_routes, store_label: ctx.store_label, auth, links: link_service };
+    let demo: stowage_mcp::InProcessFactory = Arc::new(|| {
+        let (from_server, to_server) = stowage_demo::spawn_in_process();
+        (Box::new(from_server), Box::new(to_server))
+    });
+    let opts = RunOptions {
+        gateway,
+        upstreams,
+        rewriter,
+        mode,
+        in_process: Some(demo),
+        extra_routes,
+        links_listener,
+        store_label: ctx.store_label,
+        auth,
+        links: link_service,
+    };
     stowage_mcp::run::run(opts).await?;
     Ok(())
 }
@@ -112,6 +144,29 @@ impl LinkMinter for SignedLinks {
             .ok()?;
         Some((link.url, expires))
     }
+}
+
+/// The loopback listener for download links over stdio: `public_url`'s port when it is a
+/// loopback URL and the port is free, else a free port. Returns it with the base URL links
+/// must then use. Said on stderr, since stdout belongs to the MCP client.
+async fn bind_links_listener(public_url: &str) -> anyhow::Result<(tokio::net::TcpListener, String)> {
+    let wanted = public_url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.split('/').next())
+        .filter(|hostport| hostport.starts_with("127.0.0.1:") || hostport.starts_with("localhost:"))
+        .map(|hostport| format!("127.0.0.1:{}", hostport.rsplit_once(':').map_or("0", |(_, p)| p)));
+    let listener = match wanted {
+        Some(addr) => match tokio::net::TcpListener::bind(&addr).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("stowage: {addr} is taken ({e}); download links use a free loopback port instead");
+                tokio::net::TcpListener::bind("127.0.0.1:0").await.context("cannot bind a loopback port for download links")?
+            }
+        },
+        None => tokio::net::TcpListener::bind("127.0.0.1:0").await.context("cannot bind a loopback port for download links")?,
+    };
+    let addr = listener.local_addr()?;
+    Ok((listener, format!("http://{addr}")))
 }
 
 /// Refuses to expose an unauthenticated gateway beyond this machine unless told to, and then

@@ -1,9 +1,12 @@
-//! A minimal MCP server loop over a byte pipe, for the bundled demo server and the test
-//! fixtures (not a general SDK: the gateway itself never uses it).
+//! A minimal MCP server loop over a byte pipe, for the fixture servers (not a general SDK:
+//! the gateway never uses it, and the bundled demo is written with `rmcp`).
 //!
 //! It answers `initialize` and `ping`, hands every other request to a [`Handler`] on its own
 //! task (so a slow tool does not block the next request), and lets handlers send
-//! notifications and requests back to the client through [`Peer`].
+//! notifications, requests and raw lines back to the client through [`Peer`]. It works on
+//! `serde_json::Value`s and newline framing of its own on purpose: fixtures must be able to
+//! break the protocol (malformed JSON, hangs, crashes) in ways a typed SDK would not allow,
+//! and they must not share code with the gateway they test.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,23 +14,28 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::framing::{DEFAULT_MAX_LINE_BYTES, LineReader, write_line};
-use crate::jsonrpc::{Kind, Message, code};
+/// JSON-RPC error codes the fixtures answer with.
+pub mod code {
+    pub const PARSE_ERROR: i64 = -32700;
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    pub const INVALID_PARAMS: i64 = -32602;
+    pub const RESOURCE_NOT_FOUND: i64 = -32002;
+}
 
 /// The client side of the pipe, as a handler sees it.
 #[derive(Clone)]
 pub struct Peer {
     out: mpsc::UnboundedSender<Vec<u8>>,
-    pending: Arc<Mutex<HashMap<u64, oneshot::Sender<Message>>>>,
+    pending: Arc<Mutex<HashMap<u64, oneshot::Sender<Value>>>>,
     next: Arc<AtomicU64>,
 }
 
 impl Peer {
     pub fn notify(&self, method: &str, params: Value) {
-        let _ = self.out.send(Message::notification(method, Some(&params)).to_line());
+        self.send(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
     }
 
     /// Writes raw bytes as one line (fixtures use it to misbehave on purpose).
@@ -35,22 +43,26 @@ impl Peer {
         let _ = self.out.send(line);
     }
 
+    fn send(&self, msg: &Value) {
+        let _ = self.out.send(serde_json::to_vec(msg).expect("a Value serialises"));
+    }
+
     /// Sends a request to the client and waits for the answer's result (or its error).
     pub async fn request(&self, method: &str, params: Value) -> Result<Value, Value> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         self.pending.lock().unwrap().insert(id, tx);
-        let _ = self.out.send(Message::request(json!(id), method, Some(&params)).to_line());
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
         let m = rx.await.map_err(|_| json!({"message": "connection closed"}))?;
-        match (&m.result, &m.error) {
-            (Some(r), _) => Ok(serde_json::from_str(r.get()).unwrap_or(Value::Null)),
-            (_, Some(e)) => Err(serde_json::from_str(e.get()).unwrap_or(Value::Null)),
+        match (m.get("result"), m.get("error")) {
+            (Some(r), _) => Ok(r.clone()),
+            (_, Some(e)) => Err(e.clone()),
             _ => Err(Value::Null),
         }
     }
 }
 
-/// What a bundled server implements.
+/// What a fixture server implements.
 #[async_trait]
 pub trait Handler: Send + Sync + 'static {
     /// The `initialize` result without `protocolVersion` (added here).
@@ -67,6 +79,14 @@ pub trait Handler: Send + Sync + 'static {
     async fn handle(&self, method: &str, params: Value, id: &Value, peer: &Peer) -> Result<Option<Value>, (i64, String)>;
 }
 
+fn response(id: &Value, result: &Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+fn error(id: &Value, code: i64, message: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+}
+
 /// Serves `handler` until the reader closes.
 pub async fn serve<R, W, H>(reader: R, mut writer: W, handler: Arc<H>)
 where
@@ -76,71 +96,78 @@ where
 {
     let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Vec<u8>>();
     let writer_task = tokio::spawn(async move {
-        while let Some(line) = out_rx.recv().await {
-            if write_line(&mut writer, &line).await.is_err() {
+        while let Some(mut line) = out_rx.recv().await {
+            line.push(b'\n');
+            if writer.write_all(&line).await.is_err() || writer.flush().await.is_err() {
                 break;
             }
         }
     });
     let peer = Peer { out: out_tx, pending: Arc::default(), next: Arc::new(AtomicU64::new(1)) };
-    let mut lines = LineReader::new(reader, DEFAULT_MAX_LINE_BYTES);
-    while let Ok(Some(line)) = lines.next_line().await {
-        let Ok(msg) = Message::parse(&line) else {
-            let _ = peer.out.send(Message::error(Value::Null, code::PARSE_ERROR, "parse error").to_line());
+    let mut reader = BufReader::with_capacity(1 << 20, reader);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        let Ok(msg) = serde_json::from_slice::<Value>(&line) else {
+            peer.send(&error(&Value::Null, code::PARSE_ERROR, "parse error"));
             continue;
         };
-        match msg.kind() {
-            Kind::Response => {
-                if let Some(id) = msg.id.as_ref().and_then(Value::as_u64)
-                    && let Some(tx) = peer.pending.lock().unwrap().remove(&id)
-                {
+        let id = msg.get("id").cloned();
+        let method = msg.get("method").and_then(Value::as_str).map(str::to_owned);
+        let params = msg.get("params").cloned().unwrap_or(Value::Null);
+        match (id, method) {
+            // A response to one of our requests.
+            (Some(id), None) => {
+                if let Some(tx) = id.as_u64().and_then(|id| peer.pending.lock().unwrap().remove(&id)) {
                     let _ = tx.send(msg);
                 }
             }
-            Kind::Notification => handler.on_notification(msg.method.as_deref().unwrap_or(""), &msg.params_value()),
-            Kind::Request => {
-                let id = msg.id.clone().expect("request");
-                let method = msg.method.clone().unwrap_or_default();
-                let params = msg.params_value();
+            (None, Some(method)) => handler.on_notification(&method, &params),
+            (Some(id), Some(method)) => {
                 if handler.stateless() && matches!(method.as_str(), "initialize" | "server/discover") {
                     let reply = if method == "initialize" {
-                        Message::error(id, code::METHOD_NOT_FOUND, "method not found: initialize")
+                        error(&id, code::METHOD_NOT_FOUND, "method not found: initialize")
                     } else {
                         let info = handler.server_info();
-                        let result = json!({
-                            "resultType": "complete",
-                            "supportedVersions": ["2026-07-28"],
-                            "capabilities": info["capabilities"],
-                            "_meta": {"io.modelcontextprotocol/serverInfo": info["serverInfo"]},
-                        });
-                        Message::response(id, &result)
+                        response(
+                            &id,
+                            &json!({
+                                "resultType": "complete",
+                                "supportedVersions": ["2026-07-28"],
+                                "capabilities": info["capabilities"],
+                                "_meta": {"io.modelcontextprotocol/serverInfo": info["serverInfo"]},
+                            }),
+                        )
                     };
-                    let _ = peer.out.send(reply.to_line());
+                    peer.send(&reply);
                     continue;
                 }
                 if method == "initialize" {
                     let asked = params.get("protocolVersion").and_then(Value::as_str).unwrap_or("2025-06-18");
                     let mut info = handler.server_info();
                     info["protocolVersion"] = json!(asked);
-                    let _ = peer.out.send(Message::response(id, &info).to_line());
+                    peer.send(&response(&id, &info));
                     continue;
                 }
                 if method == "ping" {
-                    let _ = peer.out.send(Message::response(id, &json!({})).to_line());
+                    peer.send(&response(&id, &json!({})));
                     continue;
                 }
-                let handler = handler.clone();
-                let peer = peer.clone();
+                let (handler, peer) = (handler.clone(), peer.clone());
                 tokio::spawn(async move {
                     let reply = match handler.handle(&method, params, &id, &peer).await {
-                        Ok(Some(v)) => Message::response(id, &v),
+                        Ok(Some(v)) => response(&id, &v),
                         Ok(None) => return,
-                        Err((c, m)) => Message::error(id, c, m),
+                        Err((c, m)) => error(&id, c, &m),
                     };
-                    let _ = peer.out.send(reply.to_line());
+                    peer.send(&reply);
                 });
             }
-            Kind::Invalid => {}
+            (None, None) => {}
         }
     }
     drop(peer);

@@ -29,9 +29,8 @@ use async_trait::async_trait;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
-use stowage_mcp::jsonrpc::code;
-use stowage_mcp::samples;
-use stowage_mcp::server_kit::{Handler, Peer, serve, text_result};
+use stowage_testkit::samples;
+use stowage_testkit::server::{Handler, Peer, code, serve, text_result};
 
 struct Fixture {
     log: Option<std::sync::Mutex<std::fs::File>>,

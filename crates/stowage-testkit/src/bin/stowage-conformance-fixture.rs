@@ -12,8 +12,7 @@ use async_trait::async_trait;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
-use stowage_mcp::jsonrpc::code;
-use stowage_mcp::server_kit::{Handler, Peer, serve, text_result};
+use stowage_testkit::server::{Handler, Peer, code, serve, text_result};
 
 /// A 1×1 red PNG (70 bytes), as the suite suggests.
 const PNG_1X1: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";

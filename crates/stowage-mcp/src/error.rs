@@ -1,0 +1,75 @@
+//! [`GatewayError`]: why the gateway could not answer a request, with the JSON-RPC code each
+//! reason maps onto (one mapping, here, rather than `(code, message)` pairs at every site).
+//!
+//! An upstream's own JSON-RPC error is not a `GatewayError`: it is relayed to the client as
+//! the upstream sent it. Messages are what the client reads: they name what went wrong and,
+//! where there is one, what to do about it.
+
+use crate::jsonrpc::{Id, Message, code};
+use crate::upstream::CallError;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum GatewayError {
+    #[error("unknown tool: {0}")]
+    UnknownTool(String),
+    #[error("unknown prompt: {0}")]
+    UnknownPrompt(String),
+    #[error("resource not found: {0}")]
+    ResourceNotFound(String),
+    #[error("method not found: {0}")]
+    MethodNotFound(String),
+    #[error("{0}")]
+    InvalidParams(String),
+    #[error("unknown or expired requestState; send the request again without it")]
+    UnknownRequestState,
+    #[error(transparent)]
+    Upstream(#[from] CallError),
+    /// The upstream answered the call with a JSON-RPC error (in-process callers; a client
+    /// gets the upstream's own error message relayed).
+    #[error("{tool} was refused by its server: {message} (code {code})")]
+    Refused { tool: String, code: i64, message: String },
+    #[error("the client did not answer {method}: {reason}")]
+    ClientDidNotAnswer { method: String, reason: String },
+    /// A bug met while handling the request; the gateway and the session carry on.
+    #[error("internal error while handling {method}; the gateway carries on (details are in its log)")]
+    Panicked { method: String },
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl GatewayError {
+    /// The JSON-RPC error code.
+    pub fn code(&self) -> i64 {
+        match self {
+            GatewayError::UnknownTool(_) | GatewayError::UnknownPrompt(_) | GatewayError::InvalidParams(_) => code::INVALID_PARAMS,
+            GatewayError::UnknownRequestState => code::INVALID_PARAMS,
+            GatewayError::ResourceNotFound(_) => code::RESOURCE_NOT_FOUND,
+            GatewayError::MethodNotFound(_) => code::METHOD_NOT_FOUND,
+            GatewayError::Upstream(e) => e.code(),
+            GatewayError::Refused { code, .. } => *code,
+            GatewayError::ClientDidNotAnswer { .. } | GatewayError::Panicked { .. } | GatewayError::Internal(_) => code::INTERNAL_ERROR,
+        }
+    }
+
+    /// The error response to request `id`.
+    pub fn to_message(&self, id: Id) -> Message {
+        Message::error(id, self.code(), self.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn codes_and_messages() {
+        let e = GatewayError::UnknownTool("nope".into());
+        assert_eq!((e.code(), e.to_string()), (code::INVALID_PARAMS, "unknown tool: nope".to_owned()));
+        let up = GatewayError::from(CallError::Timeout { name: "fx".into(), method: "tools/call".into(), secs: 1.5 });
+        assert_eq!(up.code(), code::REQUEST_TIMEOUT);
+        assert_eq!(up.to_string(), "upstream fx did not answer tools/call within 1.5s");
+        let m = GatewayError::MethodNotFound("x/y".into()).to_message(json!(7));
+        assert_eq!(m.error_code(), Some(code::METHOD_NOT_FOUND));
+    }
+}

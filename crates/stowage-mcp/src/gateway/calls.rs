@@ -1,0 +1,374 @@
+//! Tool calls: the MCP `tools/call`, the in-process API on the same path, the rewrite into
+//! the output contract, and the events every call publishes.
+//!
+//! One path for every caller: a client's `tools/call` and an in-process
+//! [`Gateway::call_tool`] both go through [`Gateway::run_tool_call`], so the agent planner and
+//! the playground see exactly what an MCP client would, and nothing heavier.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use stowage_transform::TransformReport;
+
+use super::Gateway;
+use crate::error::GatewayError;
+use crate::events::{CallOutcome, EventOwner, GatewayEvent};
+use crate::jsonrpc::{Message, Raw};
+use crate::outbox::Outbox;
+use crate::rewrite::CallContext;
+use crate::session::Session;
+
+/// How an in-process caller wants a call made.
+#[derive(Debug, Clone, Default)]
+pub struct CallOptions {
+    /// Recorded with the call's artifacts, so the per-trace retention limits apply to a run.
+    pub trace_id: Option<String>,
+    /// Where the tool's progress notifications go (with the token `progress_token`, or a
+    /// gateway-chosen one).
+    pub progress: Option<Outbox>,
+    pub progress_token: Option<Value>,
+}
+
+/// What one tool call came to, beside the result.
+#[derive(Debug, Clone)]
+pub struct CallReport {
+    /// The call's number in the event stream.
+    pub call: u64,
+    pub tool: String,
+    pub upstream: String,
+    pub latency: Duration,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    /// The transform's own report (artifacts with their pointers, layers, warnings, clamp);
+    /// `None` for the gateway's own tools and for a failed offload.
+    pub transform: Option<TransformReport>,
+}
+
+/// The result of an in-process tool call, as an MCP client would have received it.
+#[derive(Debug, Clone)]
+pub struct ToolOutcome {
+    pub result: Value,
+    pub report: CallReport,
+}
+
+/// What the shared call path returns: a rewritten result, or an upstream message relayed as
+/// it came (its JSON-RPC error, or a task handle).
+enum CallReply {
+    Rewritten(Value, CallReport),
+    Relayed(Message),
+}
+
+/// Publishes `ToolCallFinished` when a call ends without reaching its normal end (the client
+/// cancelled it, or went away): every started call is finished in the event stream.
+struct FinishGuard<'a> {
+    gw: &'a Gateway,
+    call: u64,
+    owner: EventOwner,
+    tool: String,
+    upstream: String,
+    started: Instant,
+    armed: bool,
+}
+
+impl FinishGuard<'_> {
+    fn finish(&mut self, outcome: CallOutcome, error: Option<String>, sizes: [u64; 4], artifacts: usize) {
+        self.armed = false;
+        let [bytes_in, bytes_out, tokens_in, tokens_out] = sizes;
+        self.gw.events.publish(GatewayEvent::ToolCallFinished {
+            call: self.call,
+            owner: self.owner.clone(),
+            tool: self.tool.clone(),
+            upstream: self.upstream.clone(),
+            latency: self.started.elapsed(),
+            outcome,
+            error,
+            bytes_in,
+            bytes_out,
+            tokens_in,
+            tokens_out,
+            artifacts,
+        });
+    }
+}
+
+impl Drop for FinishGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.finish(CallOutcome::Cancelled, None, [0; 4], 0);
+        }
+    }
+}
+
+impl Gateway {
+    /// Calls tool `name` (as listed by [`Gateway::list_tools`]) for `session`, in process,
+    /// through the same router, upstream session, pipeline and store as a client's
+    /// `tools/call`. An upstream's JSON-RPC error comes back as [`GatewayError::Refused`].
+    pub async fn call_tool(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        name: &str,
+        arguments: Value,
+        opts: CallOptions,
+    ) -> Result<ToolOutcome, GatewayError> {
+        let mut params = json!({"name": name, "arguments": arguments});
+        let outbox = match opts.progress {
+            Some(o) => {
+                let token = opts.progress_token.unwrap_or_else(|| json!(format!("in-process-{}", self.next_call.load(Ordering::Relaxed))));
+                params["_meta"] = json!({"progressToken": token});
+                o
+            }
+            // Nobody listens: notifications are dropped at once.
+            None => Outbox::with_capacity(1).0,
+        };
+        match self.run_tool_call(session, params, &outbox, opts.trace_id).await? {
+            CallReply::Rewritten(result, report) => Ok(ToolOutcome { result, report }),
+            CallReply::Relayed(m) => {
+                let e: Value = m.error.as_ref().and_then(|e| serde_json::from_str(e.get()).ok()).unwrap_or(Value::Null);
+                let code = e.get("code").and_then(Value::as_i64).unwrap_or(crate::jsonrpc::code::INTERNAL_ERROR);
+                let message = e.get("message").and_then(Value::as_str).unwrap_or("no message").to_owned();
+                Err(GatewayError::Refused { tool: name.to_owned(), code, message })
+            }
+        }
+    }
+
+    /// A client's `tools/call`.
+    pub(super) async fn call_tool_message(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        params: Value,
+        outbox: &Outbox,
+    ) -> Result<Message, GatewayError> {
+        Ok(match self.run_tool_call(session, params, outbox, None).await? {
+            CallReply::Rewritten(result, _) => Message::response(Value::Null, &result),
+            CallReply::Relayed(m) => m,
+        })
+    }
+
+    async fn run_tool_call(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        mut params: Value,
+        outbox: &Outbox,
+        trace: Option<String>,
+    ) -> Result<CallReply, GatewayError> {
+        let name = params.get("name").and_then(Value::as_str).unwrap_or("").to_owned();
+        let mut scope = session.scope.clone();
+        if trace.is_some() {
+            scope.trace_id = trace;
+        }
+        if self.fault.lock().as_deref() == Some(name.as_str()) {
+            panic!("fault injected on purpose in tool {name}");
+        }
+        let call = self.next_call.fetch_add(1, Ordering::Relaxed);
+        let owner = EventOwner::from(&scope);
+        if name == crate::local_tools::ARTIFACT_URL_TOOL
+            && let Some(links) = self.links.get()
+        {
+            let started = Instant::now();
+            let args = params.get("arguments").cloned().unwrap_or(json!({}));
+            let result = crate::local_tools::call_artifact_url(links, &scope, &args).await;
+            let bytes_out = serde_json::to_vec(&result).map_or(0, |v| v.len() as u64);
+            let report = CallReport {
+                call,
+                tool: name,
+                upstream: "stowage".into(),
+                latency: started.elapsed(),
+                bytes_in: bytes_out,
+                bytes_out,
+                tokens_in: 0,
+                tokens_out: 0,
+                transform: None,
+            };
+            return Ok(CallReply::Rewritten(result, report));
+        }
+        let tool = self.catalog().tool(&name).cloned().ok_or_else(|| GatewayError::UnknownTool(name.clone()))?;
+        let upstream = self.upstreams[tool.upstream].name().to_owned();
+        self.events.publish(GatewayEvent::ToolCallStarted { call, owner: owner.clone(), tool: name.clone(), upstream: upstream.clone() });
+        let mut guard = FinishGuard {
+            gw: self,
+            call,
+            owner: owner.clone(),
+            tool: name.clone(),
+            upstream: upstream.clone(),
+            started: Instant::now(),
+            armed: true,
+        };
+        params["name"] = Value::String(tool.original.clone());
+        let task_requested = params.get("task").is_some();
+        let mut reply = match self.forward(session, tool.upstream, "tools/call", params, outbox).await {
+            Ok(r) => r,
+            Err(e) => {
+                guard.finish(CallOutcome::Error, Some(e.to_string()), [0; 4], 0);
+                tracing::info!(target: "stowage::call", upstream = %upstream, tool = %name, duration_ms = ms(guard.started), error = %e, "tool call failed");
+                return Err(e);
+            }
+        };
+        let Some(raw) = reply.result.take() else {
+            let error = reply.error.as_ref().map(|e| e.get().to_owned());
+            guard.finish(CallOutcome::Error, error, [0; 4], 0);
+            return Ok(CallReply::Relayed(reply));
+        };
+        // A task handle (the call runs on as a task): relayed as it is, and its id remembered
+        // so tasks/result finds its way back and is rewritten then.
+        if task_requested && let Some(task_id) = task_id_of(&raw) {
+            self.remember_task(&task_id, tool.upstream, session, &tool.original, tool.def.get("outputSchema").cloned());
+            guard.finish(CallOutcome::Ok, None, [raw.len() as u64, raw.len() as u64, 0, 0], 0);
+            reply.result = Some(raw);
+            return Ok(CallReply::Relayed(reply));
+        }
+        let ctx = CallContext {
+            tool: tool.original.clone(),
+            upstream: upstream.clone(),
+            scope,
+            output_schema: tool.def.get("outputSchema").cloned(),
+        };
+        let (result, report) = self.rewrite_result(call, &owner, &name, &ctx, raw, &mut guard).await;
+        Ok(CallReply::Rewritten(result, report))
+    }
+
+    /// Rewrites one tool result (of `tools/call` or `tasks/result`) into the output contract,
+    /// publishing what happened.
+    pub(super) async fn rewrite_tool_result(self: &Arc<Self>, session: &Session, ctx: CallContext, raw: Raw) -> Value {
+        let call = self.next_call.fetch_add(1, Ordering::Relaxed);
+        let owner = EventOwner::from(&session.scope);
+        let name = ctx.tool.clone();
+        self.events.publish(GatewayEvent::ToolCallStarted {
+            call,
+            owner: owner.clone(),
+            tool: name.clone(),
+            upstream: ctx.upstream.clone(),
+        });
+        let mut guard = FinishGuard {
+            gw: self,
+            call,
+            owner: owner.clone(),
+            tool: name.clone(),
+            upstream: ctx.upstream.clone(),
+            started: Instant::now(),
+            armed: true,
+        };
+        self.rewrite_result(call, &owner, &name, &ctx, raw, &mut guard).await.0
+    }
+
+    async fn rewrite_result(
+        &self,
+        call: u64,
+        owner: &EventOwner,
+        name: &str,
+        ctx: &CallContext,
+        raw: Raw,
+        guard: &mut FinishGuard<'_>,
+    ) -> (Value, CallReport) {
+        let upstream = &ctx.upstream;
+        // A CallToolResult is an object; anything else (a bare string or array, however big)
+        // cannot be rewritten into the contract, and its bytes must not reach the model.
+        if !raw.get().trim_start().starts_with('{') {
+            let message = format!(
+                "upstream {upstream} returned a tools/call result that is not an object ({} bytes); nothing of it was kept",
+                raw.len()
+            );
+            let result = json!({"content": [{"type": "text", "text": message}], "isError": true});
+            guard.finish(CallOutcome::Error, Some(message), [raw.len() as u64, 0, 0, 0], 0);
+            let report = CallReport {
+                call,
+                tool: name.to_owned(),
+                upstream: upstream.clone(),
+                latency: guard.started.elapsed(),
+                bytes_in: raw.len() as u64,
+                bytes_out: 0,
+                tokens_in: 0,
+                tokens_out: 0,
+                transform: None,
+            };
+            return (result, report);
+        }
+        let out = self.rewriter.rewrite(ctx, raw.into_string()).await;
+        if let Some(report) = &out.report {
+            for a in &report.artifacts {
+                self.events.publish(GatewayEvent::Offloaded {
+                    call,
+                    owner: owner.clone(),
+                    tool: name.to_owned(),
+                    id: a.id.clone(),
+                    uri: a.uri.clone(),
+                    mime_type: a.mime_type.clone(),
+                    size: a.size_bytes,
+                    sha256: a.sha256.clone(),
+                    pointer: a.pointer.clone(),
+                    layer: a.layer,
+                });
+            }
+            if report.clamped {
+                self.events.publish(GatewayEvent::Clamped {
+                    call,
+                    owner: owner.clone(),
+                    tool: name.to_owned(),
+                    bytes_before_clamp: report.bytes_in,
+                    bytes_out: out.bytes_out,
+                });
+            }
+            // Safety-net values the store refused were truncated instead: the call went on.
+            for w in report.warnings.iter().filter(|w| w.message.starts_with("cannot store")) {
+                self.events.publish(GatewayEvent::StoreFailed {
+                    call,
+                    owner: owner.clone(),
+                    tool: name.to_owned(),
+                    fatal: false,
+                    message: w.message.clone(),
+                });
+            }
+        }
+        if let Some(e) = &out.error {
+            self.events.publish(GatewayEvent::StoreFailed {
+                call,
+                owner: owner.clone(),
+                tool: name.to_owned(),
+                fatal: true,
+                message: e.to_string(),
+            });
+        }
+        let outcome =
+            if out.value.get("isError").and_then(Value::as_bool) == Some(true) { CallOutcome::ToolError } else { CallOutcome::Ok };
+        let error = out.error.as_ref().map(ToString::to_string);
+        guard.finish(outcome, error, [out.bytes_in, out.bytes_out, out.tokens_in, out.tokens_out], out.artifacts);
+        tracing::info!(
+            target: "stowage::call",
+            upstream = %upstream, tool = %name, duration_ms = ms(guard.started),
+            bytes_in = out.bytes_in, bytes_out = out.bytes_out, artifacts = out.artifacts, outcome = outcome.as_str(),
+            "tool call"
+        );
+        let report = CallReport {
+            call,
+            tool: name.to_owned(),
+            upstream: upstream.clone(),
+            latency: guard.started.elapsed(),
+            bytes_in: out.bytes_in,
+            bytes_out: out.bytes_out,
+            tokens_in: out.tokens_in,
+            tokens_out: out.tokens_out,
+            transform: out.report,
+        };
+        (out.value, report)
+    }
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1000.0
+}
+
+/// The `task.taskId` of a CreateTaskResult (a result with a task and no content).
+fn task_id_of(raw: &Raw) -> Option<String> {
+    // Task handles are small; a big result is a real result, not a handle.
+    if raw.len() > 64 * 1024 {
+        return None;
+    }
+    let v: Value = serde_json::from_str(raw.get()).ok()?;
+    if v.get("content").is_some() {
+        return None;
+    }
+    v.pointer("/task/taskId").and_then(Value::as_str).map(str::to_owned)
+}

@@ -1,0 +1,121 @@
+//! The aggregated catalog: every upstream's tools, prompts, resources and templates, fetched
+//! by one refresher task per upstream whenever it (re)connects or says a list changed, and
+//! served to clients as one list each.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::Gateway;
+use crate::jsonrpc::Message;
+use crate::router::{Catalog, UpstreamLists};
+use crate::session::Session;
+use crate::upstream::result_value;
+
+/// Signals within this window after the first are folded into one refresh.
+const DEBOUNCE: Duration = Duration::from_millis(50);
+
+impl Gateway {
+    /// The tools `session` may call: every upstream's, named as exposed, plus the gateway's own.
+    pub fn list_tools(&self, _session: &Session) -> Vec<Value> {
+        let mut tools: Vec<Value> = self.catalog().tools.iter().map(|t| t.def.clone()).collect();
+        if self.links.get().is_some() {
+            tools.push(crate::local_tools::artifact_url_def());
+        }
+        tools
+    }
+
+    /// One of the aggregated lists other than tools, as its list result.
+    pub(super) fn list(&self, key: &str) -> Value {
+        let c = self.catalog();
+        let items: Vec<Value> = match key {
+            "prompts" => c.prompts.iter().map(|p| p.def.clone()).collect(),
+            "resources" => c.resources.iter().map(|(_, r)| r.clone()).collect(),
+            _ => c.templates.iter().map(|(_, t)| t.clone()).collect(),
+        };
+        json!({ key: items })
+    }
+
+    /// Fetches every list of upstream `index` (following pagination) and rebuilds the catalog.
+    async fn refresh(self: &Arc<Self>, index: usize) {
+        let u = &self.upstreams[index];
+        let timeout = u.spec.request_timeout.min(Duration::from_secs(30));
+        let mut fresh = UpstreamLists { name: u.name().to_owned(), ..Default::default() };
+        let lists: [(&str, &str, &str, &mut Vec<Value>); 4] = [
+            ("tools", "tools/list", "tools", &mut fresh.tools),
+            ("prompts", "prompts/list", "prompts", &mut fresh.prompts),
+            ("resources", "resources/list", "resources", &mut fresh.resources),
+            ("resources", "resources/templates/list", "resourceTemplates", &mut fresh.templates),
+        ];
+        for (cap, method, key, into) in lists {
+            if !u.capability(cap) {
+                continue;
+            }
+            let mut cursor: Option<String> = None;
+            for _page in 0..1000 {
+                let params = cursor.as_ref().map(|c| json!({"cursor": c}));
+                let reply = match u.request(method, params.as_ref(), timeout).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::warn!(target: "stowage::upstream", upstream = %u.name(), "{method} failed: {e}");
+                        break;
+                    }
+                };
+                let Ok(v) = result_value(&reply) else {
+                    tracing::warn!(target: "stowage::upstream", upstream = %u.name(), "{method} returned an error");
+                    break;
+                };
+                if let Some(items) = v.get(key).and_then(Value::as_array) {
+                    into.extend(items.iter().cloned());
+                }
+                cursor = v.get("nextCursor").and_then(Value::as_str).map(str::to_owned);
+                if cursor.is_none() {
+                    break;
+                }
+            }
+        }
+        let catalog = {
+            let mut lists = self.lists.lock();
+            lists[index] = fresh;
+            Catalog::build(&lists, self.prefix, &self.config.separator)
+        };
+        for c in &catalog.collisions {
+            tracing::warn!(target: "stowage::router", "name collision: {c}");
+        }
+        *self.catalog.write() = Arc::new(catalog);
+    }
+}
+
+/// Keeps upstream `index`'s part of the catalog fresh, until the gateway is gone: refreshes
+/// when it (re)connects or says a list changed, then tells clients. The first refresh
+/// counts the upstream as ready.
+pub(super) async fn refresh_loop(gw: Weak<Gateway>, index: usize) {
+    let mut first = true;
+    loop {
+        let Some(stale) = gw.upgrade().map(|g| g.upstreams[index].clone()) else { return };
+        let shutdown = gw.upgrade().map(|g| g.shutdown.clone());
+        let Some(shutdown) = shutdown else { return };
+        tokio::select! {
+            _ = stale.stale.wait() => {}
+            _ = shutdown.cancelled() => return,
+        }
+        tokio::time::sleep(DEBOUNCE).await;
+        let Some(gw) = gw.upgrade() else { return };
+        gw.refresh(index).await;
+        if std::mem::take(&mut first) {
+            gw.ready.send_modify(|n| *n += 1);
+            continue;
+        }
+        let u = &gw.upstreams[index];
+        for (cap, method) in [
+            ("tools", "notifications/tools/list_changed"),
+            ("prompts", "notifications/prompts/list_changed"),
+            ("resources", "notifications/resources/list_changed"),
+        ] {
+            if cap == "tools" || u.capability(cap) {
+                gw.publish(&Message::notification(method, None));
+            }
+        }
+    }
+}

@@ -1,0 +1,334 @@
+//! Forwarding: a client's request to the right upstream connection (its own upstream session
+//! in `per_client` mode), with progress tokens mapped and the call registered so what the
+//! upstream says during it reaches this client alone; and the way back, an upstream's
+//! questions (sampling, elicitation, roots) put to the client it belongs to, in the form the
+//! client's revision understands, and only if the client declared it can answer.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::Gateway;
+use super::handshake::{META_PREFIX, is_modern_session};
+use crate::error::GatewayError;
+use crate::inputs::{Exchange, Step};
+use crate::jsonrpc::{Message, Raw, code, to_raw};
+use crate::outbox::Outbox;
+use crate::routes::{Attribution, CallTarget};
+use crate::session::Session;
+use crate::upstream::{CallError, Conn, result_value};
+
+/// How many `input_required` rounds one call may take with a stateless upstream.
+const MAX_INPUT_ROUNDS: usize = 16;
+
+/// Removes a finished call's routing entries, also when its future is dropped.
+struct Cleanup<'a> {
+    gw: &'a Gateway,
+    conn: u64,
+    request: u64,
+    token: Option<String>,
+}
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        self.gw.routes.end_call(self.conn, self.request);
+        if let Some(t) = &self.token {
+            self.gw.routes.unmap_progress(t);
+        }
+    }
+}
+
+impl Gateway {
+    /// Sends a request to upstream `index` on behalf of `session` and waits for its reply.
+    /// Dropping this future (client gone, cancelled) cancels the upstream request.
+    pub(super) async fn forward(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        index: usize,
+        method: &str,
+        mut params: Value,
+        outbox: &Outbox,
+    ) -> Result<Message, GatewayError> {
+        let upstream = &self.upstreams[index];
+        let timeout = upstream.spec.request_timeout;
+        let deadline = Instant::now() + timeout;
+        strip_envelope(&mut params);
+        // Progress tokens are mapped to gateway-unique ones: an upstream connection may be shared.
+        let mut token = None;
+        if let Some(original) = params.pointer("/_meta/progressToken").cloned() {
+            let mine = format!("stowage-p{}", self.next_token.fetch_add(1, Ordering::Relaxed));
+            params["_meta"]["progressToken"] = json!(mine);
+            self.routes.map_progress(mine.clone(), original, outbox);
+            token = Some(mine);
+        }
+        let conn = upstream.connection_for(session, timeout).await?;
+        let out = conn.start(method, Some(to_raw(&params))).await?;
+        self.routes.begin_call(conn.id, out.id, session, outbox, crate::inputs::current());
+        let mut cleanup = Cleanup { gw: self, conn: conn.id, request: out.id, token };
+        let mut reply = out.wait(deadline.saturating_duration_since(Instant::now())).await?;
+        // A stateless upstream asks for input by answering `input_required`: put each request
+        // to the client (as a request, or as our own input_required for a 2026-07-28 client)
+        // and retry with the answers, as its revision prescribes.
+        for _round in 0..MAX_INPUT_ROUNDS {
+            let Some(asked) = input_required(&conn, &reply) else { break };
+            let mut responses = serde_json::Map::new();
+            for (key, req) in asked.get("inputRequests").and_then(Value::as_object).into_iter().flatten() {
+                let what = req.get("method").and_then(Value::as_str).unwrap_or_default();
+                let target = CallTarget { session: session.clone(), outbox: outbox.clone(), inputs: crate::inputs::current() };
+                let answer = self.ask_client(Attribution::Call(target), what, req.get("params").map(to_raw), Value::Null, timeout).await;
+                match result_value(&answer) {
+                    Ok(v) => responses.insert(key.clone(), v),
+                    Err(reason) => return Err(GatewayError::ClientDidNotAnswer { method: what.to_owned(), reason }),
+                };
+            }
+            params["inputResponses"] = Value::Object(responses);
+            match asked.get("requestState") {
+                Some(state) => params["requestState"] = state.clone(),
+                None => {
+                    params.as_object_mut().map(|p| p.remove("requestState"));
+                }
+            }
+            let out = conn.start(method, Some(to_raw(&params))).await?;
+            self.routes.end_call(cleanup.conn, cleanup.request);
+            cleanup.request = out.id;
+            self.routes.begin_call(conn.id, out.id, session, outbox, crate::inputs::current());
+            reply = out.wait(deadline.saturating_duration_since(Instant::now())).await.map_err(|e: CallError| GatewayError::from(e))?;
+        }
+        Ok(reply)
+    }
+
+    /// A 2026-07-28 client's `tools/call`, `prompts/get` or `resources/read`: the first attempt
+    /// starts the call in an [`Exchange`]; a retry carrying `requestState` continues it with
+    /// the client's `inputResponses`. Either way the client gets the final result or another
+    /// `input_required` (see [`crate::inputs`]).
+    pub(super) async fn interactive(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        msg: Message,
+        outbox: &Outbox,
+    ) -> Result<Message, GatewayError> {
+        let owner = (session.scope.tenant_id.clone(), session.scope.user_id.clone());
+        let params = msg.params_value();
+        let exchange = match params.get("requestState").and_then(Value::as_str) {
+            Some(state) => {
+                let mut ex = self.exchanges.take(state, &owner).ok_or(GatewayError::UnknownRequestState)?;
+                ex.answer(params.get("inputResponses").and_then(Value::as_object), outbox);
+                ex
+            }
+            None => {
+                let (gw, session) = (self.clone(), session.clone());
+                Exchange::start(owner, outbox, move |call_out| async move { gw.dispatch(&session, msg, &call_out).await })
+            }
+        };
+        match exchange.step().await {
+            Step::Done(out) => out,
+            Step::NeedsInput(result, state, ex) => {
+                metrics::counter!("stowage_input_required_total").increment(1);
+                self.exchanges.park(state, ex, self.config.request_timeout());
+                Ok(Message::response(Value::Null, &result))
+            }
+        }
+    }
+
+    /// Puts an upstream's request for input (sampling, elicitation, roots) to the client it
+    /// is attributed to, and returns the answer as a reply with id `reply_id`. A client that
+    /// did not declare the capability is never asked: the upstream gets an error instead.
+    pub(super) async fn ask_client(
+        &self,
+        target: Attribution,
+        method: &str,
+        params: Option<Raw>,
+        reply_id: Value,
+        timeout: Duration,
+    ) -> Message {
+        let session = match &target {
+            Attribution::Call(t) => t.session.clone(),
+            Attribution::Session(s) => s.clone(),
+            Attribution::Nobody => {
+                crate::routes::dropped("an upstream", &format!("a {method} request no client can be found for"));
+                return Message::error(
+                    reply_id,
+                    code::METHOD_NOT_FOUND,
+                    format!("{method}: no client of the gateway can be attributed this request"),
+                );
+            }
+        };
+        if let Some(missing) = missing_capability(&session, method, params.as_ref()) {
+            return Message::error(
+                reply_id,
+                code::METHOD_NOT_FOUND,
+                format!("the client did not declare the {missing} capability, so it cannot answer {method}"),
+            );
+        }
+        let elicitation = (method == "elicitation/create").then(|| url_elicitation_id(params.as_ref())).flatten();
+        let answer = match target {
+            // A 2026-07-28 client's call: the request becomes an input_required result.
+            Attribution::Call(CallTarget { inputs: Some(inputs), .. }) => {
+                let params = params.and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or(Value::Null);
+                match crate::inputs::ask(&inputs, method, params, timeout).await {
+                    Ok(result) => Message::response(reply_id, &result),
+                    Err(e) => Message::error(reply_id, code::INTERNAL_ERROR, e),
+                }
+            }
+            _ if is_modern_session(&session) || session.is_stateless() => Message::error(
+                reply_id,
+                code::METHOD_NOT_FOUND,
+                format!("the client speaks 2026-07-28, which takes {method} only within tools/call, prompts/get or resources/read"),
+            ),
+            Attribution::Call(CallTarget { outbox, .. }) => relay_to_client(&session, method, params, &outbox, reply_id, timeout).await,
+            _ => match session.general_stream() {
+                Some(outbox) => relay_to_client(&session, method, params, &outbox, reply_id, timeout).await,
+                None => Message::error(reply_id, code::INTERNAL_ERROR, format!("the client has no stream open to receive {method}")),
+            },
+        };
+        if let Some(id) = elicitation
+            && answer.error.is_none()
+        {
+            self.routes.elicitation_sent(&id, &session);
+        }
+        answer
+    }
+
+    /// `resources/read`, `resources/subscribe`, `resources/unsubscribe`: routed by URI.
+    pub(super) async fn resource_request(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        method: &str,
+        params: Value,
+        outbox: &Outbox,
+    ) -> Result<Message, GatewayError> {
+        let uri = params.get("uri").and_then(Value::as_str).unwrap_or("").to_owned();
+        let u = self.catalog().resource_upstream(&uri, self.upstreams.len()).ok_or_else(|| GatewayError::ResourceNotFound(uri.clone()))?;
+        let upstream = &self.upstreams[u];
+        match method {
+            "resources/subscribe" => {
+                session.subscriptions.lock().insert(uri.clone());
+            }
+            "resources/unsubscribe" => {
+                session.subscriptions.lock().remove(&uri);
+            }
+            _ => {}
+        }
+        if method != "resources/read" {
+            if upstream.is_stateless() {
+                // A stateless upstream hears about subscriptions through its listen stream.
+                let on = method == "resources/subscribe";
+                if on || !self.uri_wanted(&uri) {
+                    upstream.set_resource_subscription(&uri, on);
+                }
+                return Ok(Message::response(Value::Null, &json!({})));
+            }
+            // On a shared connection another client may still want the updates.
+            if method == "resources/unsubscribe" && upstream.mode.is_shared() && self.uri_wanted(&uri) {
+                return Ok(Message::response(Value::Null, &json!({})));
+            }
+        }
+        self.forward(session, u, method, params, outbox).await
+    }
+
+    /// The client's roots changed: tell the upstream sessions it uses.
+    pub(super) fn roots_changed(&self, session: &Session, msg: &Message) {
+        for u in &self.upstreams {
+            let conn = if u.mode.is_shared() { u.current() } else { u.client_conn(&session.upstream_key()) };
+            if let Some(c) = conn {
+                c.send(msg);
+            }
+        }
+    }
+}
+
+/// Sends an upstream's request to a client and turns its answer into the reply upstream.
+async fn relay_to_client(
+    session: &Session,
+    method: &str,
+    params: Option<Raw>,
+    outbox: &Outbox,
+    reply_id: Value,
+    timeout: Duration,
+) -> Message {
+    match session.request_client(method, params, outbox, timeout).await {
+        Ok(mut answer) => {
+            answer.id = Some(reply_id);
+            answer.method = None;
+            answer
+        }
+        Err(why) => Message::error(reply_id, code::INTERNAL_ERROR, format!("the client did not answer {method}: {why}")),
+    }
+}
+
+/// The capability a client must have declared to be asked `method`, if it lacks it.
+fn missing_capability(session: &Session, method: &str, params: Option<&Raw>) -> Option<&'static str> {
+    let caps = session.client_capabilities.lock().clone();
+    match method {
+        "sampling/createMessage" if caps.get("sampling").is_none() => Some("sampling"),
+        "roots/list" if caps.get("roots").is_none() => Some("roots"),
+        "elicitation/create" => {
+            let Some(e) = caps.get("elicitation") else { return Some("elicitation") };
+            // URL mode needs `elicitation.url`; an empty object means form mode only.
+            (url_elicitation_id(params).is_some() && e.get("url").is_none()).then_some("elicitation.url")
+        }
+        _ => None,
+    }
+}
+
+/// The `elicitationId` of a URL-mode elicitation request.
+fn url_elicitation_id(params: Option<&Raw>) -> Option<String> {
+    let v: Value = serde_json::from_str(params?.get()).ok()?;
+    (v.get("mode").and_then(Value::as_str) == Some("url"))
+        .then(|| v.get("elicitationId").and_then(Value::as_str).map(str::to_owned))
+        .flatten()
+}
+
+/// The parsed result when a stateless upstream's `reply` is `input_required`.
+fn input_required(conn: &Conn, reply: &Message) -> Option<Value> {
+    let raw = reply.result.as_ref()?;
+    // Only stateless upstreams use it; the substring test spares parsing every big result.
+    if !conn.is_stateless() || !raw.get().contains("\"input_required\"") {
+        return None;
+    }
+    let v: Value = serde_json::from_str(raw.get()).ok()?;
+    (v.get("resultType").and_then(Value::as_str) == Some("input_required")).then_some(v)
+}
+
+/// Removes the client's stateless-protocol envelope keys: the upstream connection has its own
+/// (legacy handshake, or our own envelope stamped by the connection).
+pub(super) fn strip_envelope(params: &mut Value) {
+    if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
+        meta.retain(|k, _| !k.starts_with(META_PREFIX));
+        if meta.is_empty() {
+            params.as_object_mut().map(|p| p.remove("_meta"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn envelope_keys_are_stripped_and_others_kept() {
+        let mut p = json!({"name":"x","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","progressToken":5}});
+        strip_envelope(&mut p);
+        assert_eq!(p, json!({"name":"x","_meta":{"progressToken":5}}));
+        let mut p = json!({"_meta":{"io.modelcontextprotocol/clientInfo":{}}});
+        strip_envelope(&mut p);
+        assert_eq!(p, json!({}));
+    }
+
+    #[test]
+    fn a_client_is_asked_only_what_it_declared() {
+        use crate::session::{Caller, SessionKind};
+        let s = Session::new(SessionKind::Stdio, Caller::default(), None);
+        *s.client_capabilities.lock() = json!({"elicitation": {}});
+        let url = to_raw(&json!({"mode": "url", "elicitationId": "e1", "url": "https://x", "message": "m"}));
+        assert_eq!(missing_capability(&s, "sampling/createMessage", None), Some("sampling"));
+        assert_eq!(missing_capability(&s, "roots/list", None), Some("roots"));
+        assert_eq!(missing_capability(&s, "elicitation/create", None), None);
+        assert_eq!(missing_capability(&s, "elicitation/create", Some(&url)), Some("elicitation.url"));
+        *s.client_capabilities.lock() = json!({"elicitation": {"url": {}}, "roots": {}, "sampling": {}});
+        assert_eq!(missing_capability(&s, "elicitation/create", Some(&url)), None);
+        assert_eq!(url_elicitation_id(Some(&url)).as_deref(), Some("e1"));
+    }
+}

@@ -1,0 +1,372 @@
+//! The gateway core: one [`Gateway`] per process, shared by every transport and by callers
+//! inside the process.
+//!
+//! Transports ([`crate::downstream`]) call [`Gateway::handle`] for every client message, with
+//! an [`Outbox`] for what belongs to that request (progress, sampling). Callers in the same
+//! process (the agent planner, the playground) use the in-process API instead,
+//! [`Gateway::list_tools`] and [`Gateway::call_tool`], which run the very same path. The work
+//! is split by concern:
+//! - [`handshake`]: `initialize`, `server/discover`, the capabilities the gateway offers, and
+//!   the 2026-07-28 result envelope;
+//! - [`catalog`]: the aggregated lists, refreshed when an upstream (re)connects or says its
+//!   lists changed;
+//! - [`calls`]: `tools/call` and its rewrite, the in-process API, call events and metrics;
+//! - [`forward`]: sending a request to the right upstream connection on a client's behalf,
+//!   and putting an upstream's questions (sampling, elicitation, roots) to the client;
+//! - [`subscriptions`]: resource subscriptions and `subscriptions/listen` streams;
+//! - [`inbound`]: what upstreams initiate, attributed to exactly one client or to nobody.
+//!
+//! A panic while handling one message answers that message with an internal error and frees
+//! its request; the process and every other session carry on (all shared state sits behind
+//! locks that do not poison).
+
+mod calls;
+mod catalog;
+mod forward;
+mod handshake;
+mod inbound;
+mod subscriptions;
+mod tasks;
+
+pub use calls::{CallOptions, CallReport, ToolOutcome};
+pub use handshake::{HANDSHAKE_VERSIONS, MODERN_VERSIONS};
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use futures::FutureExt;
+use parking_lot::{Mutex, RwLock};
+use serde_json::Value;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{GatewayConfig, PrefixMode, SessionMode, UpstreamSpec};
+use crate::error::GatewayError;
+use crate::events::EventBus;
+use crate::inputs::Exchanges;
+use crate::jsonrpc::{Kind, Message, code};
+use crate::outbox::Outbox;
+use crate::rewrite::Rewriter;
+use crate::router::{Catalog, UpstreamLists};
+use crate::routes::CallRoutes;
+use crate::session::{Caller, Session, SessionKind, Sessions};
+use crate::upstream::{InProcessFactory, Upstream, UpstreamEnv};
+
+/// Everything a gateway is built from.
+pub struct GatewayOptions {
+    pub config: GatewayConfig,
+    pub upstreams: Vec<UpstreamSpec>,
+    pub rewriter: Rewriter,
+    /// How to start in-process servers (the bundled demo), when one is configured.
+    pub in_process: Option<InProcessFactory>,
+    /// The session mode of upstreams that do not set one: `per_client` when clients
+    /// authenticate (a shared deployment), else `shared`.
+    pub default_session_mode: SessionMode,
+}
+
+impl GatewayOptions {
+    pub fn new(config: GatewayConfig, upstreams: Vec<UpstreamSpec>, rewriter: Rewriter) -> Self {
+        GatewayOptions { config, upstreams, rewriter, in_process: None, default_session_mode: SessionMode::Shared }
+    }
+}
+
+/// The running gateway.
+pub struct Gateway {
+    pub config: GatewayConfig,
+    pub upstreams: Vec<Arc<Upstream>>,
+    catalog: RwLock<Arc<Catalog>>,
+    lists: Mutex<Vec<UpstreamLists>>,
+    sessions: Arc<Sessions>,
+    routes: Arc<CallRoutes>,
+    next_token: AtomicU64,
+    next_call: AtomicU64,
+    rewriter: Rewriter,
+    prefix: bool,
+    shutdown: CancellationToken,
+    ready: watch::Sender<usize>,
+    /// Fresh signed links for the `artifact_url` tool.
+    links: std::sync::OnceLock<stowage_http::LinkService>,
+    /// Open `subscriptions/listen` streams (2026-07-28 clients).
+    listeners: Mutex<Vec<Arc<subscriptions::Listener>>>,
+    /// Interactive requests of 2026-07-28 clients waiting for their retry with input.
+    exchanges: Arc<Exchanges>,
+    events: EventBus,
+    /// Which upstream (and identity) each task belongs to.
+    tasks: Mutex<tasks::Tasks>,
+    /// A fault injected on purpose by a test (see [`Gateway::inject_panic`]).
+    fault: Mutex<Option<String>>,
+}
+
+impl Gateway {
+    /// Starts every upstream's supervisor and the gateway's own tasks.
+    pub fn start(opts: GatewayOptions) -> Arc<Gateway> {
+        let GatewayOptions { config, upstreams: specs, rewriter, in_process, default_session_mode } = opts;
+        let shutdown = CancellationToken::new();
+        let (initiated_tx, initiated_rx) = mpsc::channel(inbound::QUEUE);
+        let backoff = (
+            Duration::from_millis(config.restart_backoff_initial_ms.max(10)),
+            Duration::from_millis(config.restart_backoff_max_ms.max(config.restart_backoff_initial_ms.max(10))),
+        );
+        let prefix = match config.prefix {
+            PrefixMode::Always => true,
+            PrefixMode::Never => false,
+            PrefixMode::Auto => specs.len() > 1,
+        };
+        let sessions = Arc::new(Sessions::default());
+        let routes = Arc::new(CallRoutes::new(sessions.clone()));
+        let events = EventBus::default();
+        let env = UpstreamEnv {
+            initiated: initiated_tx,
+            routes: routes.clone(),
+            events: events.clone(),
+            shutdown: shutdown.clone(),
+            max_message_bytes: config.max_message_bytes,
+            backoff,
+            in_process,
+            client_idle: Duration::from_secs(config.upstream_session_idle_secs.max(1)),
+            max_client_sessions: config.max_upstream_sessions.max(1),
+        };
+        let upstreams: Vec<_> = specs
+            .into_iter()
+            .enumerate()
+            .map(|(i, spec)| {
+                let mode = spec.session_mode.unwrap_or(default_session_mode);
+                Upstream::new(i, spec, mode, env.clone())
+            })
+            .collect();
+        let lists = upstreams.iter().map(|u| UpstreamLists { name: u.name().to_owned(), ..Default::default() }).collect();
+        let gw = Arc::new(Gateway {
+            config,
+            upstreams,
+            catalog: RwLock::new(Arc::new(Catalog::default())),
+            lists: Mutex::new(lists),
+            sessions,
+            routes,
+            next_token: AtomicU64::new(1),
+            next_call: AtomicU64::new(1),
+            rewriter,
+            prefix,
+            shutdown,
+            ready: watch::channel(0).0,
+            links: std::sync::OnceLock::new(),
+            listeners: Mutex::new(Vec::new()),
+            exchanges: Arc::default(),
+            events,
+            tasks: Mutex::default(),
+            fault: Mutex::new(None),
+        });
+        crate::metrics::spawn_recorder(gw.events.subscribe(), gw.shutdown.clone());
+        for u in &gw.upstreams {
+            tokio::spawn(u.clone().supervise());
+            tokio::spawn(catalog::refresh_loop(Arc::downgrade(&gw), u.index));
+        }
+        tokio::spawn(inbound::run(Arc::downgrade(&gw), initiated_rx));
+        gw
+    }
+
+    /// Waits until every upstream has connected and listed its tools once, or `timeout`.
+    /// Returns how many did.
+    pub async fn wait_ready(&self, timeout: Duration) -> usize {
+        let n = self.upstreams.len();
+        let mut rx = self.ready.subscribe();
+        let _ = tokio::time::timeout(timeout, rx.wait_for(|r| *r >= n)).await;
+        *rx.borrow()
+    }
+
+    /// Enables the gateway's own `artifact_url` tool.
+    pub fn set_link_service(&self, links: stowage_http::LinkService) {
+        let _ = self.links.set(links);
+    }
+
+    /// The signed-link service, when links are on.
+    pub fn link_service(&self) -> Option<&stowage_http::LinkService> {
+        self.links.get()
+    }
+
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.catalog.read().clone()
+    }
+
+    /// The event bus: tool calls, offloads, clamps, store failures, upstreams up and down.
+    pub fn events(&self) -> &EventBus {
+        &self.events
+    }
+
+    /// Upstreams that are not connected, with why: what `/readyz` reports.
+    pub fn unready_upstreams(&self) -> Vec<(String, String)> {
+        self.upstreams
+            .iter()
+            .filter_map(|u| match u.health() {
+                crate::upstream::Health::Up => None,
+                crate::upstream::Health::Starting => Some((u.name().to_owned(), "still starting".to_owned())),
+                crate::upstream::Health::Down { reason } => Some((u.name().to_owned(), reason)),
+            })
+            .collect()
+    }
+
+    /// Stops supervisors and kills every upstream.
+    pub fn shutdown(&self) {
+        self.shutdown.cancel();
+        for u in &self.upstreams {
+            u.close();
+        }
+    }
+
+    /// A new session for `caller`; `notify` is its general stream for messages not tied to a
+    /// request.
+    pub fn open_session(&self, kind: SessionKind, caller: Caller, notify: Option<Outbox>) -> Arc<Session> {
+        let s = Arc::new(Session::new(kind, caller, notify));
+        self.sessions.add(&s);
+        s
+    }
+
+    /// Ends `session`: what waits for its client fails at once, and its own upstream sessions
+    /// are closed.
+    pub fn close_session(&self, session: &Session) {
+        session.close();
+        if !session.is_stateless() {
+            for u in &self.upstreams {
+                u.close_client(&session.upstream_key());
+            }
+        }
+    }
+
+    /// Makes calls to `tool` panic, to test that one panic costs one request and nothing else.
+    #[doc(hidden)]
+    pub fn inject_panic(&self, tool: Option<&str>) {
+        *self.fault.lock() = tool.map(str::to_owned);
+    }
+
+    /// Handles one message from a client. Returns the response to send, if any.
+    pub async fn handle(self: &Arc<Self>, session: &Arc<Session>, msg: Message, outbox: &Outbox) -> Option<Message> {
+        match msg.kind() {
+            Kind::Response => {
+                session.resolve(msg);
+                None
+            }
+            Kind::Notification => {
+                self.notification(session, msg);
+                None
+            }
+            Kind::Request => {
+                let id = msg.id.clone().expect("a request has an id");
+                let method = msg.method.clone().unwrap_or_default();
+                let cancel = session.begin(&id);
+                let work = std::panic::AssertUnwindSafe(self.request(session, msg, outbox)).catch_unwind();
+                let out = tokio::select! {
+                    r = work => Some(r),
+                    _ = cancel.cancelled() => None,
+                };
+                session.end(&id);
+                match out? {
+                    Ok(Ok(mut m)) => {
+                        m.id = Some(id);
+                        Some(m)
+                    }
+                    Ok(Err(e)) => Some(e.to_message(id)),
+                    Err(panic) => {
+                        let what = panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned());
+                        tracing::error!(target: "stowage::gateway", session = %session.id, %method, "panic while handling a request: {}", what.unwrap_or_default());
+                        metrics::counter!("stowage_panics_total").increment(1);
+                        Some(GatewayError::Panicked { method }.to_message(id))
+                    }
+                }
+            }
+            Kind::Invalid => Some(Message::error(
+                msg.id.unwrap_or(Value::Null),
+                code::INVALID_REQUEST,
+                "not a json-rpc 2.0 request, notification or response",
+            )),
+        }
+    }
+
+    fn notification(&self, session: &Arc<Session>, msg: Message) {
+        match msg.method.as_deref().unwrap_or("") {
+            "notifications/cancelled" => {
+                if let Some(id) = msg.params_value().get("requestId") {
+                    session.cancel(id);
+                }
+            }
+            "notifications/roots/list_changed" => self.roots_changed(session, &msg),
+            _ => {}
+        }
+    }
+
+    /// A client's request: handshake and lists are answered here, the rest is forwarded.
+    async fn request(self: &Arc<Self>, session: &Arc<Session>, msg: Message, outbox: &Outbox) -> Result<Message, GatewayError> {
+        let method = msg.method.clone().unwrap_or_default();
+        let modern = handshake::is_modern(session, &msg);
+        if modern && session.is_stateless() {
+            handshake::adopt_envelope(session, &msg);
+        }
+        let interactive = modern && matches!(method.as_str(), "tools/call" | "prompts/get" | "resources/read");
+        let mut reply =
+            if interactive { self.interactive(session, msg, outbox).await? } else { self.dispatch(session, msg, outbox).await? };
+        if modern {
+            handshake::stamp_modern_result(&method, &mut reply);
+        }
+        Ok(reply)
+    }
+
+    async fn dispatch(self: &Arc<Self>, session: &Arc<Session>, msg: Message, outbox: &Outbox) -> Result<Message, GatewayError> {
+        let method = msg.method.clone().unwrap_or_default();
+        let params = msg.params_value();
+        let id = msg.id.clone().unwrap_or(Value::Null);
+        let ok = |v: Value| Ok(Message::response(Value::Null, &v));
+        match method.as_str() {
+            "initialize" => ok(self.initialize(session, &params)),
+            "server/discover" => self.discover(session, &params, id),
+            "ping" => ok(serde_json::json!({})),
+            "subscriptions/listen" => self.listen(&id, &params, outbox).await,
+            "tools/list" => ok(serde_json::json!({"tools": self.list_tools(session)})),
+            "prompts/list" => ok(self.list("prompts")),
+            "resources/list" => ok(self.list("resources")),
+            "resources/templates/list" => ok(self.list("resourceTemplates")),
+            "tools/call" => self.call_tool_message(session, params, outbox).await,
+            "prompts/get" => {
+                let name = params.get("name").and_then(Value::as_str).unwrap_or("");
+                let p = self.catalog().prompt(name).cloned().ok_or_else(|| GatewayError::UnknownPrompt(name.to_owned()))?;
+                let mut params = params;
+                params["name"] = Value::String(p.original);
+                self.forward(session, p.upstream, &method, params, outbox).await
+            }
+            "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
+                self.resource_request(session, &method, params, outbox).await
+            }
+            "completion/complete" => self.complete(session, params, outbox).await,
+            "logging/setLevel" => {
+                for (i, u) in self.upstreams.iter().enumerate() {
+                    if u.capability("logging") {
+                        let _ = self.forward(session, i, &method, params.clone(), outbox).await;
+                    }
+                }
+                ok(serde_json::json!({}))
+            }
+            "tasks/get" | "tasks/result" | "tasks/cancel" | "tasks/list" => self.task_request(session, &method, params, outbox).await,
+            _ if self.upstreams.len() == 1 => self.forward(session, 0, &method, params, outbox).await,
+            _ => Err(GatewayError::MethodNotFound(method)),
+        }
+    }
+
+    /// `completion/complete`: routed by the prompt or resource it completes.
+    async fn complete(self: &Arc<Self>, session: &Arc<Session>, mut params: Value, outbox: &Outbox) -> Result<Message, GatewayError> {
+        let r = params.get("ref").cloned().unwrap_or(Value::Null);
+        let target = match r.get("type").and_then(Value::as_str) {
+            Some("ref/prompt") => {
+                let name = r.get("name").and_then(Value::as_str).unwrap_or("");
+                self.catalog().prompt(name).map(|p| (p.upstream, Some(p.original.clone())))
+            }
+            Some("ref/resource") => {
+                let uri = r.get("uri").and_then(Value::as_str).unwrap_or("");
+                self.catalog().resource_upstream(uri, self.upstreams.len()).map(|u| (u, None))
+            }
+            _ => None,
+        };
+        let (u, original) = target.ok_or_else(|| GatewayError::InvalidParams("completion/complete: unknown ref".into()))?;
+        if let Some(o) = original {
+            params["ref"]["name"] = Value::String(o);
+        }
+        self.forward(session, u, "completion/complete", params, outbox).await
+    }
+}

@@ -1,0 +1,181 @@
+//! Change notifications to clients: list changes and resource updates, to legacy sessions on
+//! their general stream (resource updates only to subscribers) and to 2026-07-28 clients
+//! through `subscriptions/listen` streams; and the upstream subscriptions those need.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::Gateway;
+use super::handshake::is_modern_session;
+use crate::error::GatewayError;
+use crate::jsonrpc::Message;
+use crate::outbox::Outbox;
+
+const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+
+/// One `subscriptions/listen` stream: what its client asked for, and where it goes.
+pub(super) struct Listener {
+    /// The listen request's id, stamped on every frame as the subscription id.
+    id: Value,
+    tools: bool,
+    prompts: bool,
+    resources: bool,
+    uris: HashSet<String>,
+    outbox: Outbox,
+}
+
+impl Listener {
+    fn wants(&self, method: &str, uri: Option<&str>) -> bool {
+        match method {
+            "notifications/tools/list_changed" => self.tools,
+            "notifications/prompts/list_changed" => self.prompts,
+            "notifications/resources/list_changed" => self.resources,
+            "notifications/resources/updated" => uri.is_some_and(|u| self.uris.contains(u)),
+            _ => false,
+        }
+    }
+
+    /// Sends `msg` tagged with this stream's subscription id.
+    fn send(&self, msg: &Message) {
+        let mut params = msg.params_value();
+        if !params.is_object() {
+            params = json!({});
+        }
+        params["_meta"][SUBSCRIPTION_ID] = self.id.clone();
+        let method = msg.method.as_deref().unwrap_or_default();
+        self.outbox.notify(Message::notification(method, Some(&params)).to_line());
+    }
+}
+
+/// Ends a listen stream's registration when its request finishes or is dropped, and
+/// unsubscribes upstreams from resources nobody wants any more.
+struct Unlisten {
+    gw: Arc<Gateway>,
+    listener: Arc<Listener>,
+}
+
+impl Drop for Unlisten {
+    fn drop(&mut self) {
+        self.gw.listeners.lock().retain(|l| !Arc::ptr_eq(l, &self.listener));
+        let orphaned: Vec<String> = self.listener.uris.iter().filter(|u| !self.gw.uri_wanted(u)).cloned().collect();
+        if orphaned.is_empty() || self.gw.shutdown.is_cancelled() {
+            return;
+        }
+        let gw = self.gw.clone();
+        tokio::spawn(async move {
+            for uri in orphaned {
+                gw.upstream_subscription(&uri, "resources/unsubscribe").await;
+            }
+        });
+    }
+}
+
+impl Gateway {
+    /// Serves one `subscriptions/listen` stream (2026-07-28): acknowledges what will be
+    /// honoured, subscribes upstreams to the requested resources, then relays matching change
+    /// notifications until the client goes away (the request is dropped) or the gateway shuts
+    /// down (a graceful close: the result, stamped with the subscription id).
+    pub(super) async fn listen(self: &Arc<Self>, id: &Value, params: &Value, outbox: &Outbox) -> Result<Message, GatewayError> {
+        let asked = params.get("notifications").cloned().unwrap_or(json!({}));
+        let flag = |k: &str| asked.get(k).and_then(Value::as_bool) == Some(true);
+        let caps = self.capabilities();
+        let subscribable = caps.pointer("/resources/subscribe").and_then(Value::as_bool) == Some(true);
+        let listener = Arc::new(Listener {
+            id: id.clone(),
+            tools: flag("toolsListChanged"),
+            prompts: flag("promptsListChanged") && caps.get("prompts").is_some(),
+            resources: flag("resourcesListChanged") && caps.get("resources").is_some(),
+            uris: if subscribable {
+                asked
+                    .get("resourceSubscriptions")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            } else {
+                HashSet::new()
+            },
+            outbox: outbox.clone(),
+        });
+        // Only what will be honoured is acknowledged; unrequested kinds are left out.
+        let mut honored = serde_json::Map::new();
+        for (key, on) in
+            [("toolsListChanged", listener.tools), ("promptsListChanged", listener.prompts), ("resourcesListChanged", listener.resources)]
+        {
+            if on {
+                honored.insert(key.into(), json!(true));
+            }
+        }
+        if !listener.uris.is_empty() {
+            honored.insert("resourceSubscriptions".into(), json!(listener.uris.iter().collect::<Vec<_>>()));
+        }
+        let meta = json!({ SUBSCRIPTION_ID: id });
+        let ack = json!({"notifications": honored, "_meta": meta});
+        self.listeners.lock().push(listener.clone());
+        let _unlisten = Unlisten { gw: self.clone(), listener: listener.clone() };
+        outbox.notify(Message::notification("notifications/subscriptions/acknowledged", Some(&ack)).to_line());
+        for uri in &listener.uris {
+            self.upstream_subscription(uri, "resources/subscribe").await;
+        }
+        tokio::select! {
+            _ = outbox.closed() => {}
+            _ = self.shutdown.cancelled() => {}
+        }
+        Ok(Message::response(Value::Null, &json!({"_meta": meta})))
+    }
+
+    /// Subscribes (or unsubscribes) the upstream serving `uri`, for listen streams, on its
+    /// control connection. Failures are logged: the stream still carries list changes.
+    async fn upstream_subscription(&self, uri: &str, method: &str) {
+        let Some(i) = self.catalog().resource_upstream(uri, self.upstreams.len()) else { return };
+        let u = &self.upstreams[i];
+        if u.is_stateless() {
+            u.set_resource_subscription(uri, method == "resources/subscribe");
+            return;
+        }
+        let timeout = u.spec.request_timeout.min(Duration::from_secs(30));
+        if let Err(e) = u.request(method, Some(&json!({"uri": uri})), timeout).await {
+            tracing::warn!(target: "stowage::upstream", upstream = %u.name(), "{method} {uri}: {e}");
+        }
+    }
+
+    /// Whether any session or listen stream still wants updates of `uri`.
+    pub(super) fn uri_wanted(&self, uri: &str) -> bool {
+        self.listeners.lock().iter().any(|l| l.uris.contains(uri))
+            || self.sessions.live().iter().any(|s| s.subscriptions.lock().contains(uri))
+    }
+
+    /// Delivers a change notification to every session that may hear it: legacy sessions on
+    /// their standalone stream (resource updates only to subscribers), listen streams when
+    /// they asked for it.
+    pub(super) fn publish(&self, msg: &Message) {
+        let method = msg.method.as_deref().unwrap_or_default();
+        let mut params = msg.params_value();
+        // An upstream's own subscription id means nothing to our clients.
+        if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
+            meta.remove(SUBSCRIPTION_ID);
+            if meta.is_empty() {
+                params.as_object_mut().map(|p| p.remove("_meta"));
+            }
+        }
+        let clean = Message::notification(method, (!params.is_null() && params != json!({})).then_some(&params));
+        let uri = params.get("uri").and_then(Value::as_str);
+        for s in self.sessions.live() {
+            // 2026-07-28 clients hear about changes only through listen streams.
+            let subscribed = uri.is_none_or(|u| s.subscriptions.lock().contains(u));
+            if !is_modern_session(&s) && !s.is_stateless() && subscribed {
+                s.notify(&clean);
+            }
+        }
+        for l in self.listeners.lock().iter() {
+            if l.wants(method, uri) {
+                l.send(&clean);
+            }
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! Test support for Stowage, shared by the gateway's and the binary's tests and benches:
+//!
+//! - [`server`]: the loop the fixture MCP servers run on, which can misbehave on purpose;
+//! - the fixture binaries `stowage-fixture` (tools that return heavy content, crash, hang,
+//!   emit garbage, ask for sampling…) and `stowage-conformance-fixture` (what the official
+//!   conformance suite expects), found with [`fixture_bin`] and [`conformance_fixture_bin`];
+//! - [`client::RpcClient`]: a JSON-RPC client over any byte pipe;
+//! - [`sink::MemSink`]: an in-memory artifact sink that records scopes and can fail.
+//!
+//! Nothing here depends on the gateway, so the fixtures cannot accidentally share its bugs.
+
+pub mod client;
+pub mod server;
+pub mod sink;
+
+pub use client::{Received, RpcClient, ServerRequestHandler};
+pub use sink::MemSink;
+/// Sample files (PDF, PNG, WAV) made in code, shared with the demo server.
+pub use stowage_demo::samples;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// The path of the `stowage-fixture` binary, built first if it is missing or older than this
+/// crate's sources (`cargo test -p stowage-mcp` alone does not build another package's bins).
+pub fn fixture_bin() -> PathBuf {
+    bin("stowage-fixture")
+}
+
+/// The path of the `stowage-conformance-fixture` binary (see [`fixture_bin`]).
+pub fn conformance_fixture_bin() -> PathBuf {
+    bin("stowage-conformance-fixture")
+}
+
+/// `target/<profile>/<name>`, next to the running test's own `deps/` directory.
+fn bin(name: &str) -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    let exe = std::env::current_exe().expect("the test binary's path");
+    // target/debug/deps/test-hash → target/debug
+    let dir = exe.parent().and_then(Path::parent).expect("a target directory").to_path_buf();
+    let path = dir.join(name);
+    if !fresh(&path) {
+        BUILT.get_or_init(|| {
+            let status = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+                .args(["build", "-p", "stowage-testkit", "--bins"])
+                .args(if dir.ends_with("release") { &["--release"][..] } else { &[][..] })
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .expect("run cargo to build the fixtures");
+            assert!(status.success(), "building the fixture binaries failed");
+        });
+    }
+    assert!(path.exists(), "fixture binary {} is missing", path.display());
+    path
+}
+
+/// Whether `bin` exists and is newer than every source file of this crate.
+fn fresh(bin: &Path) -> bool {
+    let Ok(built) = bin.metadata().and_then(|m| m.modified()) else { return false };
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut stack = vec![src];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if e.metadata().and_then(|m| m.modified()).is_ok_and(|m| m > built) {
+                return false;
+            }
+        }
+    }
+    true
+}
