@@ -355,3 +355,65 @@ async fn an_upstream_stream_that_ends_unanswered_and_unresumable_fails_at_once()
     assert!(started.elapsed() < Duration::from_secs(10), "waited for the 60 s timeout instead");
     gw.shutdown();
 }
+
+/// Every progress notification of a call reaches a 2026-07-28 client before the call's
+/// result, on the same stream, in order: 100 calls in a row, no exception.
+#[tokio::test]
+async fn progress_always_precedes_the_result_for_a_stateless_client() {
+    let (gw, url) = start(None).await;
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}, "progressToken": "tok"});
+    for round in 0..100 {
+        let body = rpc(round, "tools/call", json!({"name": "progress_burst", "arguments": {"n": 5}, "_meta": meta}));
+        let (_, _, msgs) = post(&url, None, BOTH, body).await;
+        let methods: Vec<&str> = msgs.iter().map(|m| m["method"].as_str().unwrap_or("result")).collect();
+        assert_eq!(methods, ["notifications/progress"; 5].iter().copied().chain(["result"]).collect::<Vec<_>>(), "round {round}: {msgs:?}");
+        let progress: Vec<u64> = msgs[..5].iter().map(|m| m["params"]["progress"].as_u64().unwrap()).collect();
+        assert_eq!(progress, [1, 2, 3, 4, 5], "round {round}");
+        assert!(msgs[..5].iter().all(|m| m["params"]["progressToken"] == "tok"));
+        assert_eq!(msgs[5]["result"]["content"][0]["text"], "sent 5");
+    }
+    gw.shutdown();
+}
+
+/// An HTTP upstream's body or SSE event over `max_message_bytes` fails its call at once with
+/// an error naming the limit, and is never held whole.
+#[tokio::test]
+async fn an_oversized_http_upstream_reply_fails_its_call_at_once() {
+    use axum::response::IntoResponse;
+    let upstream = move |body: String| async move {
+        let msg: Value = serde_json::from_str(&body).unwrap();
+        let id = msg["id"].clone();
+        match (msg["method"].as_str(), msg["params"]["name"].as_str()) {
+            (Some("initialize"), _) => axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": {
+                "protocolVersion": "2025-11-25", "capabilities": {"tools": {}}, "serverInfo": {"name": "big", "version": "1"}}}))
+            .into_response(),
+            (Some("tools/list"), _) => axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": {"tools": [
+                {"name": "json_body", "inputSchema": {"type": "object"}}, {"name": "sse_event", "inputSchema": {"type": "object"}}]}}))
+            .into_response(),
+            (Some("tools/call"), Some("json_body")) => {
+                axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": "x".repeat(200_000)}]}})).into_response()
+            }
+            (Some("tools/call"), _) => {
+                let answer = json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": "y".repeat(200_000)}]}});
+                ([("content-type", "text/event-stream")], format!("data: {answer}\n\n")).into_response()
+            }
+            _ => axum::http::StatusCode::ACCEPTED.into_response(),
+        }
+    };
+    let app = axum::Router::new().route("/mcp", axum::routing::post(upstream));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let transport = stowage_mcp::config::TransportSpec::Http { url: format!("http://{addr}/mcp"), headers: Default::default(), ca_file: None };
+    let spec = stowage_mcp::config::UpstreamSpec::new("big", transport, Duration::from_secs(120));
+    let (gw, url) = start_in_front_of(spec, stowage_mcp::config::GatewayConfig { max_message_bytes: 100_000, ..fast_config() }).await;
+    let sid = initialize(&url).await;
+    for (i, tool) in [(2, "json_body"), (3, "sse_event")] {
+        let started = std::time::Instant::now();
+        let (_, _, msgs) = post(&url, Some(&sid), BOTH, rpc(i, "tools/call", json!({"name": tool, "arguments": {}}))).await;
+        let e = msgs.last().unwrap()["error"]["message"].as_str().unwrap_or_default().to_owned();
+        assert!(e.contains("100000 byte limit") && e.contains("max_message_bytes"), "{tool}: {msgs:?}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{tool} waited for the timeout");
+    }
+    gw.shutdown();
+}

@@ -12,6 +12,13 @@
 //! | `hang` | never answers: timeouts and client-disconnect cleanup |
 //! | `malformed` | answers with broken JSON carrying the request id |
 //! | `sample` | asks the client for sampling/createMessage: upstream-initiated requests |
+//! | `pid` | the fixture's process id: which upstream session (child) served a client |
+//! | `log` | sends `notifications/message` during the call: attribution of logs |
+//! | `roots` | asks the client for `roots/list`: capabilities follow the client |
+//! | `elicit_url` | a URL-mode elicitation, then `notifications/elicitation/complete` |
+//! | `progress_burst` | `n` progress notifications, then the result: ordering |
+//! | `not_object` | a `tools/call` result that is a bare string of `bytes` characters |
+//! | `task_image` | task-capable (`task` param): the task's result is a 1 MB PNG image block |
 //!
 //! `STOWAGE_FIXTURE_STATELESS=1` makes it a 2026-07-28-only server: it refuses `initialize`,
 //! answers `server/discover`, `sample` asks for input by returning `input_required`, and
@@ -42,6 +49,8 @@ struct Fixture {
     /// Whole response lines for the next `get_view_pdf` call of a size, made by `prepare: true`
     /// ahead of a timed call; the id goes into a blank slot (JSON whitespace) when sent.
     ready_lines: std::sync::Mutex<std::collections::HashMap<usize, Vec<u8>>>,
+    /// Tasks started with `task_image`: id → done.
+    tasks: std::sync::Mutex<std::collections::HashMap<String, bool>>,
 }
 
 /// The blank the id of a prepared response line is written into.
@@ -83,6 +92,12 @@ impl Fixture {
     }
 }
 
+/// A 1 MB PNG as an image block (the task tool's result).
+fn image_result() -> Value {
+    let png = samples::png(600, 600);
+    json!({"content": [{"type": "image", "mimeType": "image/png", "data": STANDARD.encode(&png)}]})
+}
+
 fn tool(name: &str, props: Value) -> Value {
     json!({"name": name, "description": format!("fixture tool {name}"), "inputSchema": {"type": "object", "properties": props}})
 }
@@ -97,7 +112,7 @@ impl Handler for Fixture {
             });
         }
         json!({
-            "capabilities": {"tools": {"listChanged": true}, "logging": {}},
+            "capabilities": {"tools": {"listChanged": true}, "logging": {}, "tasks": {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}},
             "serverInfo": {"name": "stowage-fixture", "version": "1"},
         })
     }
@@ -139,6 +154,13 @@ impl Handler for Fixture {
                 tool("hang", json!({})),
                 tool("malformed", json!({})),
                 tool("sample", json!({})),
+                tool("pid", json!({})),
+                tool("log", json!({"message": {"type": "string"}})),
+                tool("roots", json!({})),
+                tool("elicit_url", json!({})),
+                tool("progress_burst", json!({"n": {"type": "integer"}})),
+                tool("not_object", json!({"bytes": {"type": "integer"}})),
+                {"name": "task_image", "inputSchema": {"type": "object"}, "execution": {"taskSupport": "optional"}},
             ]}),
             "tools/call" => match name {
                 "echo" => text_result(args.get("message").and_then(Value::as_str).unwrap_or("").to_owned()),
@@ -238,8 +260,63 @@ impl Handler for Fixture {
                         Err(e) => json!({"content": [{"type": "text", "text": format!("sampling failed: {e}")}], "isError": true}),
                     }
                 }
+                "pid" => text_result(std::process::id().to_string()),
+                "log" => {
+                    let message = args.get("message").and_then(Value::as_str).unwrap_or("hello").to_owned();
+                    peer.notify("notifications/message", json!({"level": "info", "logger": "fixture", "data": message}));
+                    text_result(format!("logged {message}"))
+                }
+                "roots" => match peer.request("roots/list", json!({})).await {
+                    Ok(r) => text_result(format!("roots: {}", r["roots"])),
+                    Err(e) => json!({"content": [{"type": "text", "text": format!("roots/list failed: {e}")}], "isError": true}),
+                },
+                "elicit_url" => {
+                    let req = json!({"mode": "url", "elicitationId": "fixture-elicitation-1", "url": "https://example.invalid/consent", "message": "Open the page to consent"});
+                    match peer.request("elicitation/create", req).await {
+                        Ok(r) => {
+                            peer.notify("notifications/elicitation/complete", json!({"elicitationId": "fixture-elicitation-1"}));
+                            text_result(format!("elicitation: {}", r["action"]))
+                        }
+                        Err(e) => json!({"content": [{"type": "text", "text": format!("elicitation failed: {e}")}], "isError": true}),
+                    }
+                }
+                "progress_burst" => {
+                    let n = args.get("n").and_then(Value::as_u64).unwrap_or(3);
+                    if let Some(t) = params.pointer("/_meta/progressToken") {
+                        for i in 1..=n {
+                            peer.notify("notifications/progress", json!({"progressToken": t, "progress": i, "total": n}));
+                        }
+                    }
+                    text_result(format!("sent {n}"))
+                }
+                "not_object" => {
+                    let n = args.get("bytes").and_then(Value::as_u64).unwrap_or(100_000) as usize;
+                    Value::String(STANDARD.encode(vec![7u8; n * 3 / 4]))
+                }
+                "task_image" if params.get("task").is_some() => {
+                    let id = format!("task-{}", self.tasks.lock().unwrap().len() + 1);
+                    self.tasks.lock().unwrap().insert(id.clone(), false);
+                    json!({"task": {"taskId": id, "status": "working", "createdAt": "2026-11-23T00:00:00Z", "ttl": 60000, "pollInterval": 50}})
+                }
+                "task_image" => image_result(),
                 other => return Err((code::INVALID_PARAMS, format!("unknown tool: {other}"))),
             },
+            "tasks/get" | "tasks/result" => {
+                let id = params.get("taskId").and_then(Value::as_str).unwrap_or("").to_owned();
+                if !self.tasks.lock().unwrap().contains_key(&id) {
+                    return Err((code::INVALID_PARAMS, format!("unknown task {id}")));
+                }
+                self.tasks.lock().unwrap().insert(id.clone(), true);
+                if method == "tasks/get" {
+                    json!({"taskId": id, "status": "completed", "createdAt": "2026-11-23T00:00:00Z", "ttl": 60000})
+                } else {
+                    image_result()
+                }
+            }
+            "tasks/list" => {
+                let tasks: Vec<Value> = self.tasks.lock().unwrap().keys().map(|id| json!({"taskId": id, "status": "completed"})).collect();
+                json!({"tasks": tasks})
+            }
             "logging/setLevel" => json!({}),
             "resources/list" => json!({"resources": []}),
             "resources/templates/list" => json!({"resourceTemplates": []}),
@@ -263,7 +340,7 @@ async fn main() {
         .map(std::sync::Mutex::new);
     let stateless = std::env::var("STOWAGE_FIXTURE_STATELESS").is_ok_and(|v| v == "1");
     let fixture =
-        Arc::new(Fixture { log, stateless, listeners: Default::default(), view_pdfs: Default::default(), ready_lines: Default::default() });
+        Arc::new(Fixture { log, stateless, listeners: Default::default(), view_pdfs: Default::default(), ready_lines: Default::default(), tasks: Default::default() });
     fixture.log(&format!("started pid {}", std::process::id()));
     eprintln!("stowage-fixture: serving on stdio");
     serve(tokio::io::stdin(), tokio::io::stdout(), fixture).await;

@@ -1,0 +1,336 @@
+//! The gateway core as a careful user and an attacker would try it: a panic costs one
+//! request, upstreams that are down answer at once, each client gets its own upstream session
+//! when asked to, what an upstream initiates reaches only the client it belongs to, the
+//! in-process API and its events, tasks, batches and oversized messages.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{Client, MemSink, fast_config, fixture_spec, rewriter, start_gateway};
+use serde_json::{Value, json};
+use stowage_mcp::config::{TransportSpec, UpstreamSpec};
+use stowage_mcp::events::{CallOutcome, GatewayEvent};
+use stowage_mcp::{CallOptions, Caller, GatewayError, Outbox, SessionKind, SessionMode};
+
+const T: Duration = Duration::from_secs(20);
+
+fn text(r: &Value) -> String {
+    r["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned()
+}
+
+/// A fault injected on purpose: the panicking request gets an internal error, and the same
+/// session, another session and the process all carry on.
+#[tokio::test]
+async fn a_panic_answers_its_request_and_everything_else_carries_on() {
+    let a = Client::start(vec![fixture_spec("fx", None, T)], Arc::new(MemSink::default()), fast_config(), None).await;
+    let b = Client::connect(a.gateway.clone(), None, json!({})).await;
+    a.gateway.inject_panic(Some("echo"));
+    let r = a.request_within(Duration::from_secs(5), "tools/call", json!({"name": "echo", "arguments": {"message": "boom"}})).await;
+    assert_eq!(r["error"]["code"], -32603, "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().contains("internal error while handling tools/call"), "{r}");
+    let other = b.call("pid", json!({})).await;
+    assert!(text(&other).parse::<u32>().is_ok(), "another session carries on: {other}");
+    a.gateway.inject_panic(None);
+    let again = a.call("echo", json!({"message": "fine"})).await;
+    assert_eq!(text(&again), "fine", "the same session carries on: {again}");
+}
+
+/// An upstream that cannot start answers every call at once, naming itself and why.
+#[tokio::test]
+async fn a_call_to_a_dead_upstream_answers_at_once_with_its_last_failure() {
+    let dead = UpstreamSpec::new("ghost", TransportSpec::Stdio { command: "/nonexistent/ghost-server".into(), args: vec![], env: Default::default(), cwd: None }, Duration::from_secs(300));
+    let specs = vec![fixture_spec("fx", None, T), dead];
+    let gw = stowage_mcp::Gateway::start(stowage_mcp::GatewayOptions::new(fast_config(), specs, rewriter(Arc::new(MemSink::default()))));
+    assert_eq!(gw.wait_ready(Duration::from_secs(2)).await, 1);
+    let session = gw.open_session(SessionKind::InProcess, Caller::default(), None);
+    // The dead upstream lists no tools; its prompts/resources route fails fast too.
+    let started = Instant::now();
+    let e = gw.call_tool(&session, "ghost_anything", json!({}), CallOptions::default()).await.unwrap_err();
+    assert!(matches!(e, GatewayError::UnknownTool(_)), "{e}");
+    let unready = gw.unready_upstreams();
+    assert_eq!(unready.len(), 1);
+    assert_eq!(unready[0].0, "ghost");
+    assert!(unready[0].1.contains("cannot run /nonexistent/ghost-server"), "{unready:?}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+    gw.shutdown();
+
+    // A read routed to it (the only upstream) fails at once, naming it and its failure; so
+    // does an HTTP upstream nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let nobody = UpstreamSpec::new("gone", TransportSpec::Http { url: format!("http://127.0.0.1:{port}/mcp"), headers: Default::default(), ca_file: None }, Duration::from_secs(300));
+    let ghost = UpstreamSpec::new("ghost", TransportSpec::Stdio { command: "/nonexistent/ghost-server".into(), args: vec![], env: Default::default(), cwd: None }, Duration::from_secs(300));
+    for (spec, name, why) in [(ghost, "ghost", "cannot run /nonexistent/ghost-server"), (nobody, "gone", "unreachable")] {
+        let gw = stowage_mcp::Gateway::start(stowage_mcp::GatewayOptions::new(fast_config(), vec![spec], rewriter(Arc::new(MemSink::default()))));
+        assert!(common::eventually(5, || gw.unready_upstreams().first().is_some_and(|u| u.1 != "still starting")).await);
+        let c = Client::connect(gw.clone(), None, json!({})).await;
+        let started = Instant::now();
+        let r = c.request("resources/read", json!({"uri": "file:///x"})).await;
+        let e = r["error"]["message"].as_str().unwrap_or_default();
+        assert!(e.contains(&format!("upstream {name} is unavailable")) && e.contains(why), "{r}");
+        assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
+        gw.shutdown();
+    }
+}
+
+/// A stdio upstream that dies during the handshake is reported as such.
+#[tokio::test]
+async fn an_upstream_that_dies_during_start_up_says_so() {
+    let spec = UpstreamSpec::new("quits", TransportSpec::Stdio { command: "sh".into(), args: vec!["-c".into(), "exit 7".into()], env: Default::default(), cwd: None }, Duration::from_secs(300));
+    let gw = stowage_mcp::Gateway::start(stowage_mcp::GatewayOptions::new(fast_config(), vec![spec], rewriter(Arc::new(MemSink::default()))));
+    assert!(common::eventually(5, || gw.unready_upstreams().first().is_some_and(|u| u.1 != "still starting")).await);
+    let reason = gw.unready_upstreams()[0].1.clone();
+    assert!(reason.contains("during start-up") && reason.contains("exited with status 7"), "{reason}");
+    assert!(!reason.contains("during the call"), "{reason}");
+    gw.shutdown();
+}
+
+/// In `per_client` mode each client has its own upstream child; in `shared` mode they share
+/// one. A client whose session ends takes its child with it.
+#[tokio::test]
+async fn per_client_mode_gives_each_client_its_own_upstream_session() {
+    let gw = start_gateway(vec![fixture_spec("fx", None, T)], rewriter(Arc::new(MemSink::default())), fast_config(), SessionMode::PerClient).await;
+    let a = gw.open_session(SessionKind::InProcess, Caller::default(), None);
+    let b = gw.open_session(SessionKind::InProcess, Caller::default(), None);
+    let pid = |r: stowage_mcp::ToolOutcome| r.result["content"][0]["text"].as_str().unwrap().parse::<i32>().unwrap();
+    let pa = pid(gw.call_tool(&a, "pid", json!({}), CallOptions::default()).await.unwrap());
+    let pb = pid(gw.call_tool(&b, "pid", json!({}), CallOptions::default()).await.unwrap());
+    let pa2 = pid(gw.call_tool(&a, "pid", json!({}), CallOptions::default()).await.unwrap());
+    assert_ne!(pa, pb, "two clients, two upstream sessions");
+    assert_eq!(pa, pa2, "one client keeps its upstream session");
+    assert_eq!(gw.upstreams[0].client_sessions(), 2);
+    gw.close_session(&a);
+    let gone = common::eventually(5, || nix::sys::signal::kill(nix::unistd::Pid::from_raw(pa), None).is_err() || zombie(pa)).await;
+    assert!(gone, "the ended session's child {pa} is still running");
+    assert_eq!(gw.upstreams[0].client_sessions(), 1);
+    gw.shutdown();
+
+    let shared = start_gateway(vec![fixture_spec("fx", None, T)], rewriter(Arc::new(MemSink::default())), fast_config(), SessionMode::Shared).await;
+    let a = shared.open_session(SessionKind::InProcess, Caller::default(), None);
+    let b = shared.open_session(SessionKind::InProcess, Caller::default(), None);
+    let pa = pid(shared.call_tool(&a, "pid", json!({}), CallOptions::default()).await.unwrap());
+    let pb = pid(shared.call_tool(&b, "pid", json!({}), CallOptions::default()).await.unwrap());
+    assert_eq!(pa, pb, "shared mode: one upstream session");
+    shared.shutdown();
+}
+
+fn zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z ")
+}
+
+/// At the cap, an idle client session makes room; with none idle, the newcomer is told why.
+#[tokio::test]
+async fn the_client_session_cap_evicts_an_idle_one_or_refuses_clearly() {
+    let config = stowage_mcp::GatewayConfig { max_upstream_sessions: 1, ..fast_config() };
+    let gw = start_gateway(vec![fixture_spec("fx", None, T)], rewriter(Arc::new(MemSink::default())), config, SessionMode::PerClient).await;
+    let a = gw.open_session(SessionKind::InProcess, Caller::default(), None);
+    let b = gw.open_session(SessionKind::InProcess, Caller::default(), None);
+    gw.call_tool(&a, "pid", json!({}), CallOptions::default()).await.unwrap();
+    // `a` is idle: `b` takes its place.
+    gw.call_tool(&b, "pid", json!({}), CallOptions::default()).await.unwrap();
+    assert_eq!(gw.upstreams[0].client_sessions(), 1);
+    // `b` busy (a slow call in flight): `a` is refused, clearly.
+    let gw2 = gw.clone();
+    let b2 = b.clone();
+    let slow = tokio::spawn(async move { gw2.call_tool(&b2, "slow", json!({"ms": 1500}), CallOptions::default()).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let e = gw.call_tool(&a, "pid", json!({}), CallOptions::default()).await.unwrap_err().to_string();
+    assert!(e.contains("already has 1 client sessions open") && e.contains("max_upstream_sessions"), "{e}");
+    slow.await.unwrap().unwrap();
+    gw.shutdown();
+}
+
+/// The in-process API runs the MCP path: the rewritten result, the transform report, and the
+/// events a call publishes, in order.
+#[tokio::test]
+async fn in_process_calls_return_the_report_and_publish_events() {
+    let sink = Arc::new(MemSink::default());
+    let gw = start_gateway(vec![fixture_spec("fx", None, T)], rewriter(sink.clone()), fast_config(), SessionMode::Shared).await;
+    let mut events = gw.events().subscribe();
+    let session = gw.open_session(SessionKind::InProcess, Caller { tenant: Some("acme".into()), user: Some("ana".into()) }, None);
+    let names: Vec<String> = gw.list_tools(&session).iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect();
+    assert!(names.contains(&"get_view_pdf".to_owned()), "{names:?}");
+    let (progress, mut progress_rx) = Outbox::channel();
+    let opts = CallOptions { trace_id: Some("run-1".into()), progress: Some(progress), progress_token: Some(json!("p1")) };
+    let out = gw.call_tool(&session, "get_view_pdf", json!({}), opts).await.unwrap();
+    let link = out.result["content"].as_array().unwrap().iter().find(|b| b["type"] == "resource_link").expect("a link");
+    assert!(link["uri"].as_str().unwrap().starts_with("artifact://get_view_pdf_"));
+    let report = out.report.transform.as_ref().expect("a transform report");
+    assert_eq!(report.artifacts.len(), 1);
+    assert_eq!(report.artifacts[0].pointer, "/content/0/text#/data");
+    assert!(out.report.bytes_in > 400_000 && out.report.bytes_out < 3_000, "{:?}", out.report);
+    assert!(out.report.tokens_in > out.report.tokens_out);
+    assert_eq!(out.result["_meta"]["io.stowage/transform"]["layers"], json!(["base64"]));
+    // Stored under the caller: its tenant, user, this session, and the run's trace.
+    let items = sink.items.lock().unwrap();
+    let (_, opts) = items.values().next().unwrap();
+    assert_eq!(opts.scope.tenant_id.as_deref(), Some("acme"));
+    assert_eq!(opts.scope.user_id.as_deref(), Some("ana"));
+    assert_eq!(opts.scope.session_id.as_deref(), Some(session.id.as_str()));
+    assert_eq!(opts.scope.trace_id.as_deref(), Some("run-1"));
+    drop(items);
+    // Events: started, offloaded, finished — for this call, with its owner.
+    let mut seen = Vec::new();
+    while let Ok(Ok(e)) = tokio::time::timeout(Duration::from_millis(200), events.recv()).await {
+        seen.push(e);
+    }
+    let kinds: Vec<&str> = seen
+        .iter()
+        .map(|e| match &**e {
+            GatewayEvent::ToolCallStarted { .. } => "started",
+            GatewayEvent::Offloaded { .. } => "offloaded",
+            GatewayEvent::ToolCallFinished { .. } => "finished",
+            _ => "other",
+        })
+        .filter(|k| *k != "other")
+        .collect();
+    assert_eq!(kinds, ["started", "offloaded", "finished"]);
+    match &*seen[seen.len() - 1] {
+        GatewayEvent::ToolCallFinished { outcome, artifacts, owner, tool, .. } => {
+            assert_eq!((*outcome, *artifacts, tool.as_str()), (CallOutcome::Ok, 1, "get_view_pdf"));
+            assert_eq!(owner.user.as_deref(), Some("ana"));
+            assert_eq!(owner.trace.as_deref(), Some("run-1"));
+        }
+        other => panic!("{other:?}"),
+    }
+    // Progress reached the in-process caller with its own token.
+    let out = gw.call_tool(&session, "progress_burst", json!({"n": 3}), CallOptions { progress: Some(Outbox::channel().0), ..Default::default() }).await.unwrap();
+    assert_eq!(out.result["content"][0]["text"], "sent 3");
+    assert!(progress_rx.try_recv().is_err(), "get_view_pdf sent no progress");
+    // An upstream's refusal is a typed error.
+    let e = gw.call_tool(&session, "nope", json!({}), CallOptions::default()).await.unwrap_err();
+    assert!(matches!(e, GatewayError::UnknownTool(_)));
+    gw.shutdown();
+}
+
+/// A store failure is an event too, and the call fails as `artifact_storage_failed`.
+#[tokio::test]
+async fn a_store_failure_is_published() {
+    let gw = start_gateway(vec![fixture_spec("fx", None, T)], rewriter(Arc::new(MemSink { fail: true, ..Default::default() })), fast_config(), SessionMode::Shared).await;
+    let mut events = gw.events().subscribe();
+    let session = gw.open_session(SessionKind::InProcess, Caller::default(), None);
+    let out = gw.call_tool(&session, "get_image", json!({}), CallOptions::default()).await.unwrap();
+    assert_eq!(out.result["isError"], true);
+    let mut failed = false;
+    while let Ok(Ok(e)) = tokio::time::timeout(Duration::from_millis(200), events.recv()).await {
+        if let GatewayEvent::StoreFailed { fatal: true, message, .. } = &*e {
+            assert!(message.contains("artifact_storage_failed"), "{message}");
+            failed = true;
+        }
+    }
+    assert!(failed, "no store_failed event");
+    gw.shutdown();
+}
+
+/// A tools/call result that is not an object (a bare base64 string) cannot be rewritten: the
+/// client gets a clear error, and none of its bytes.
+#[tokio::test]
+async fn a_non_object_result_is_refused_not_relayed() {
+    let c = Client::start(vec![fixture_spec("fx", None, T)], Arc::new(MemSink::default()), fast_config(), None).await;
+    let r = c.call("not_object", json!({"bytes": 200_000})).await;
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert!(text(&r).contains("not an object"), "{r}");
+    assert!(serde_json::to_vec(&r).unwrap().len() < 1000);
+    assert_eq!(text(&c.call("echo", json!({"message": "still here"})).await), "still here");
+}
+
+/// A task's result is rewritten like the tools/call it stands for: its 1 MB PNG is offloaded.
+#[tokio::test]
+async fn a_task_result_is_offloaded_like_a_tool_result() {
+    let sink = Arc::new(MemSink::default());
+    let c = Client::start(vec![fixture_spec("fx", None, T)], sink.clone(), fast_config(), None).await;
+    let created = c.request("tools/call", json!({"name": "task_image", "arguments": {}, "task": {"ttl": 60000}})).await;
+    let task_id = created["result"]["task"]["taskId"].as_str().expect("a task handle").to_owned();
+    let status = c.request("tasks/get", json!({"taskId": task_id})).await;
+    assert_eq!(status["result"]["status"], "completed", "{status}");
+    let r = c.request("tasks/result", json!({"taskId": task_id})).await;
+    let wire = serde_json::to_vec(&r).unwrap();
+    assert!(wire.len() < 3_000, "the 1 MB image reached the client: {} bytes", wire.len());
+    let link = r["result"]["content"].as_array().unwrap().iter().find(|b| b["type"] == "resource_link").expect("a resource_link");
+    assert_eq!(link["mimeType"], "image/png");
+    let items = sink.items.lock().unwrap();
+    let (bytes, _) = items.values().next().unwrap();
+    assert_eq!(&bytes[..], &stowage_testkit::samples::png(600, 600)[..]);
+    assert!(bytes.len() > 1_000_000);
+    drop(items);
+    // Unknown task ids are refused; the list shows the caller's task.
+    let bad = c.request("tasks/get", json!({"taskId": "task-999"})).await;
+    assert_eq!(bad["error"]["code"], -32602);
+    let list = c.request("tasks/list", json!({})).await;
+    assert_eq!(list["result"]["tasks"][0]["taskId"], task_id.as_str());
+}
+
+/// Batches get one error per element with that element's id; oversized messages an error
+/// naming the limit, under their own id.
+#[tokio::test]
+async fn batches_and_oversized_messages_are_answered_clearly() {
+    let config = stowage_mcp::GatewayConfig { max_message_bytes: 4096, ..fast_config() };
+    let c = Client::start(vec![fixture_spec("fx", None, T)], Arc::new(MemSink::default()), config, None).await;
+    let before = c.received.lock().unwrap().len();
+    c.send_raw(br#"[{"jsonrpc":"2.0","id":41,"method":"ping"},{"jsonrpc":"2.0","id":"x","method":"tools/list"}]"#.to_vec());
+    let big = json!({"jsonrpc": "2.0", "id": 42, "method": "tools/call", "params": {"name": "echo", "arguments": {"message": "m".repeat(10_000)}}});
+    c.send_raw(serde_json::to_vec(&big).unwrap());
+    assert!(common::eventually(5, || c.received.lock().unwrap().len() >= before + 2).await);
+    let got: Vec<stowage_testkit::Received> = c.received.lock().unwrap()[before..].to_vec();
+    let texts: Vec<String> = got.iter().map(|r| format!("{r:?}")).collect();
+    assert!(texts[0].contains("\"id\": Number(41)") && texts[0].contains("batches are not supported"), "{texts:?}");
+    assert!(texts[0].contains("String(\"x\")"), "{texts:?}");
+    assert!(texts[1].contains("Number(42)") && texts[1].contains("over the 4096 byte limit"), "{texts:?}");
+    assert_eq!(text(&c.call("echo", json!({"message": "ok"})).await), "ok");
+}
+
+/// An upstream never asks a client for what it did not declare, and `roots/list` reaches the
+/// client whose upstream session asked.
+#[tokio::test]
+async fn an_upstream_never_asks_a_client_for_what_it_did_not_declare() {
+    let handler: stowage_testkit::ServerRequestHandler = Arc::new(|_, _| Some(json!({"roots": [{"uri": "file:///work", "name": "work"}]})));
+    // Shared mode, one client without roots: the request is its, and it is refused for it.
+    let c = Client::start(vec![fixture_spec("fx", None, T)], Arc::new(MemSink::default()), fast_config(), Some(handler.clone())).await;
+    let r = text(&c.call("roots", json!({})).await);
+    assert!(r.contains("did not declare the roots capability"), "{r}");
+    assert!(!c.received.lock().unwrap().iter().any(|m| matches!(m, stowage_testkit::Received::Request(_))), "the client was asked anyway");
+    // A second client on the shared connection: roots can no longer be attributed to anyone.
+    let d = Client::connect(c.gateway.clone(), Some(handler.clone()), json!({"roots": {}})).await;
+    let r = text(&d.call("roots", json!({})).await);
+    assert!(r.contains("no client of the gateway can be attributed"), "{r}");
+    c.gateway.shutdown();
+
+    // Per-client sessions: each client's own upstream asks that client, and only it.
+    let gw = start_gateway(vec![fixture_spec("fx", None, T)], rewriter(Arc::new(MemSink::default())), fast_config(), SessionMode::PerClient).await;
+    let with_roots = Client::connect(gw.clone(), Some(handler.clone()), json!({"roots": {}})).await;
+    let without = Client::connect(gw.clone(), Some(handler), json!({})).await;
+    let r = text(&with_roots.call("roots", json!({})).await);
+    assert!(r.contains("file:///work"), "{r}");
+    let r = text(&without.call("roots", json!({})).await);
+    assert!(r.contains("did not declare the roots capability"), "{r}");
+    assert!(!without.received.lock().unwrap().iter().any(|m| matches!(m, stowage_testkit::Received::Request(_))));
+    gw.shutdown();
+}
+
+/// When the client closes its input, a request waiting for the client's answer fails at once
+/// and the session ends promptly (not after the request timeout).
+#[tokio::test]
+async fn closing_stdin_ends_the_session_promptly_even_with_a_question_pending() {
+    let gw = start_gateway(vec![fixture_spec("fx", None, Duration::from_secs(300))], rewriter(Arc::new(MemSink::default())), fast_config(), SessionMode::Shared).await;
+    let (client_end, gw_end) = tokio::io::duplex(1 << 16);
+    let (gr, gwr) = tokio::io::split(gw_end);
+    let served = tokio::spawn(stowage_mcp::serve_stdio(gw.clone(), gr, gwr));
+    // A client that declares sampling, asks for a tool that needs it, and never answers.
+    let (_cr, mut cw) = tokio::io::split(client_end);
+    use tokio::io::AsyncWriteExt;
+    for msg in [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {"sampling": {}}, "clientInfo": {"name": "t", "version": "0"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "sample", "arguments": {}}}),
+    ] {
+        cw.write_all(format!("{msg}\n").as_bytes()).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    cw.shutdown().await.unwrap();
+    drop(cw);
+    tokio::time::timeout(Duration::from_secs(10), served).await.expect("the stdio session ended promptly").unwrap().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(8), "took {:?}", started.elapsed());
+    gw.shutdown();
+}
