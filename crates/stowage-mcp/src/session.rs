@@ -68,6 +68,8 @@ pub struct Session {
     next_id: AtomicU64,
     inflight: Mutex<HashMap<String, CancellationToken>>,
     pub subscriptions: Mutex<HashSet<String>>,
+    /// Resources this client's own upstream sessions listed, by URI: where to read them.
+    pub resource_routes: Mutex<HashMap<String, usize>>,
     closed: CancellationToken,
 }
 
@@ -99,6 +101,7 @@ impl Session {
             next_id: AtomicU64::new(1),
             inflight: Mutex::new(HashMap::new()),
             subscriptions: Mutex::new(HashSet::new()),
+            resource_routes: Mutex::new(HashMap::new()),
             closed: CancellationToken::new(),
         }
     }

@@ -40,7 +40,11 @@ async fn a_panic_answers_its_request_and_everything_else_carries_on() {
 /// An upstream that cannot start answers every call at once, naming itself and why.
 #[tokio::test]
 async fn a_call_to_a_dead_upstream_answers_at_once_with_its_last_failure() {
-    let dead = UpstreamSpec::new("ghost", TransportSpec::Stdio { command: "/nonexistent/ghost-server".into(), args: vec![], env: Default::default(), cwd: None }, Duration::from_secs(300));
+    let dead = UpstreamSpec::new(
+        "ghost",
+        TransportSpec::Stdio { command: "/nonexistent/ghost-server".into(), args: vec![], env: Default::default(), cwd: None },
+        Duration::from_secs(300),
+    );
     let specs = vec![fixture_spec("fx", None, T), dead];
     let gw = stowage_mcp::Gateway::start(stowage_mcp::GatewayOptions::new(fast_config(), specs, rewriter(Arc::new(MemSink::default()))));
     assert_eq!(gw.wait_ready(Duration::from_secs(2)).await, 1);
@@ -59,10 +63,22 @@ async fn a_call_to_a_dead_upstream_answers_at_once_with_its_last_failure() {
     // A read routed to it (the only upstream) fails at once, naming it and its failure; so
     // does an HTTP upstream nobody listens on.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let nobody = UpstreamSpec::new("gone", TransportSpec::Http { url: format!("http://127.0.0.1:{port}/mcp"), headers: Default::default(), ca_file: None }, Duration::from_secs(300));
-    let ghost = UpstreamSpec::new("ghost", TransportSpec::Stdio { command: "/nonexistent/ghost-server".into(), args: vec![], env: Default::default(), cwd: None }, Duration::from_secs(300));
+    let nobody = UpstreamSpec::new(
+        "gone",
+        TransportSpec::Http { url: format!("http://127.0.0.1:{port}/mcp"), headers: Default::default(), ca_file: None },
+        Duration::from_secs(300),
+    );
+    let ghost = UpstreamSpec::new(
+        "ghost",
+        TransportSpec::Stdio { command: "/nonexistent/ghost-server".into(), args: vec![], env: Default::default(), cwd: None },
+        Duration::from_secs(300),
+    );
     for (spec, name, why) in [(ghost, "ghost", "cannot run /nonexistent/ghost-server"), (nobody, "gone", "unreachable")] {
-        let gw = stowage_mcp::Gateway::start(stowage_mcp::GatewayOptions::new(fast_config(), vec![spec], rewriter(Arc::new(MemSink::default()))));
+        let gw = stowage_mcp::Gateway::start(stowage_mcp::GatewayOptions::new(
+            fast_config(),
+            vec![spec],
+            rewriter(Arc::new(MemSink::default())),
+        ));
         assert!(common::eventually(5, || gw.unready_upstreams().first().is_some_and(|u| u.1 != "still starting")).await);
         let c = Client::connect(gw.clone(), None, json!({})).await;
         let started = Instant::now();
@@ -77,8 +93,13 @@ async fn a_call_to_a_dead_upstream_answers_at_once_with_its_last_failure() {
 /// A stdio upstream that dies during the handshake is reported as such.
 #[tokio::test]
 async fn an_upstream_that_dies_during_start_up_says_so() {
-    let spec = UpstreamSpec::new("quits", TransportSpec::Stdio { command: "sh".into(), args: vec!["-c".into(), "exit 7".into()], env: Default::default(), cwd: None }, Duration::from_secs(300));
-    let gw = stowage_mcp::Gateway::start(stowage_mcp::GatewayOptions::new(fast_config(), vec![spec], rewriter(Arc::new(MemSink::default()))));
+    let spec = UpstreamSpec::new(
+        "quits",
+        TransportSpec::Stdio { command: "sh".into(), args: vec!["-c".into(), "exit 7".into()], env: Default::default(), cwd: None },
+        Duration::from_secs(300),
+    );
+    let gw =
+        stowage_mcp::Gateway::start(stowage_mcp::GatewayOptions::new(fast_config(), vec![spec], rewriter(Arc::new(MemSink::default()))));
     assert!(common::eventually(5, || gw.unready_upstreams().first().is_some_and(|u| u.1 != "still starting")).await);
     let reason = gw.unready_upstreams()[0].1.clone();
     assert!(reason.contains("during start-up") && reason.contains("exited with status 7"), "{reason}");
@@ -90,7 +111,9 @@ async fn an_upstream_that_dies_during_start_up_says_so() {
 /// one. A client whose session ends takes its child with it.
 #[tokio::test]
 async fn per_client_mode_gives_each_client_its_own_upstream_session() {
-    let gw = start_gateway(vec![fixture_spec("fx", None, T)], rewriter(Arc::new(MemSink::default())), fast_config(), SessionMode::PerClient).await;
+    let gw =
+        start_gateway(vec![fixture_spec("fx", None, T)], rewriter(Arc::new(MemSink::default())), fast_config(), SessionMode::PerClient)
+            .await;
     let a = gw.open_session(SessionKind::InProcess, Caller::default(), None);
     let b = gw.open_session(SessionKind::InProcess, Caller::default(), None);
     let pid = |r: stowage_mcp::ToolOutcome| r.result["content"][0]["text"].as_str().unwrap().parse::<i32>().unwrap();
@@ -106,7 +129,8 @@ async fn per_client_mode_gives_each_client_its_own_upstream_session() {
     assert_eq!(gw.upstreams[0].client_sessions(), 1);
     gw.shutdown();
 
-    let shared = start_gateway(vec![fixture_spec("fx", None, T)], rewriter(Arc::new(MemSink::default())), fast_config(), SessionMode::Shared).await;
+    let shared =
+        start_gateway(vec![fixture_spec("fx", None, T)], rewriter(Arc::new(MemSink::default())), fast_config(), SessionMode::Shared).await;
     let a = shared.open_session(SessionKind::InProcess, Caller::default(), None);
     let b = shared.open_session(SessionKind::InProcess, Caller::default(), None);
     let pa = pid(shared.call_tool(&a, "pid", json!({}), CallOptions::default()).await.unwrap());
@@ -195,7 +219,10 @@ async fn in_process_calls_return_the_report_and_publish_events() {
         other => panic!("{other:?}"),
     }
     // Progress reached the in-process caller with its own token.
-    let out = gw.call_tool(&session, "progress_burst", json!({"n": 3}), CallOptions { progress: Some(Outbox::channel().0), ..Default::default() }).await.unwrap();
+    let out = gw
+        .call_tool(&session, "progress_burst", json!({"n": 3}), CallOptions { progress: Some(Outbox::channel().0), ..Default::default() })
+        .await
+        .unwrap();
     assert_eq!(out.result["content"][0]["text"], "sent 3");
     assert!(progress_rx.try_recv().is_err(), "get_view_pdf sent no progress");
     // An upstream's refusal is a typed error.
@@ -207,7 +234,13 @@ async fn in_process_calls_return_the_report_and_publish_events() {
 /// A store failure is an event too, and the call fails as `artifact_storage_failed`.
 #[tokio::test]
 async fn a_store_failure_is_published() {
-    let gw = start_gateway(vec![fixture_spec("fx", None, T)], rewriter(Arc::new(MemSink { fail: true, ..Default::default() })), fast_config(), SessionMode::Shared).await;
+    let gw = start_gateway(
+        vec![fixture_spec("fx", None, T)],
+        rewriter(Arc::new(MemSink { fail: true, ..Default::default() })),
+        fast_config(),
+        SessionMode::Shared,
+    )
+    .await;
     let mut events = gw.events().subscribe();
     let session = gw.open_session(SessionKind::InProcess, Caller::default(), None);
     let out = gw.call_tool(&session, "get_image", json!({}), CallOptions::default()).await.unwrap();
@@ -297,7 +330,9 @@ async fn an_upstream_never_asks_a_client_for_what_it_did_not_declare() {
     c.gateway.shutdown();
 
     // Per-client sessions: each client's own upstream asks that client, and only it.
-    let gw = start_gateway(vec![fixture_spec("fx", None, T)], rewriter(Arc::new(MemSink::default())), fast_config(), SessionMode::PerClient).await;
+    let gw =
+        start_gateway(vec![fixture_spec("fx", None, T)], rewriter(Arc::new(MemSink::default())), fast_config(), SessionMode::PerClient)
+            .await;
     let with_roots = Client::connect(gw.clone(), Some(handler.clone()), json!({"roots": {}})).await;
     let without = Client::connect(gw.clone(), Some(handler), json!({})).await;
     let r = text(&with_roots.call("roots", json!({})).await);
@@ -312,7 +347,13 @@ async fn an_upstream_never_asks_a_client_for_what_it_did_not_declare() {
 /// and the session ends promptly (not after the request timeout).
 #[tokio::test]
 async fn closing_stdin_ends_the_session_promptly_even_with_a_question_pending() {
-    let gw = start_gateway(vec![fixture_spec("fx", None, Duration::from_secs(300))], rewriter(Arc::new(MemSink::default())), fast_config(), SessionMode::Shared).await;
+    let gw = start_gateway(
+        vec![fixture_spec("fx", None, Duration::from_secs(300))],
+        rewriter(Arc::new(MemSink::default())),
+        fast_config(),
+        SessionMode::Shared,
+    )
+    .await;
     let (client_end, gw_end) = tokio::io::duplex(1 << 16);
     let (gr, gwr) = tokio::io::split(gw_end);
     let served = tokio::spawn(stowage_mcp::serve_stdio(gw.clone(), gr, gwr));

@@ -391,7 +391,8 @@ async fn an_oversized_http_upstream_reply_fails_its_call_at_once() {
                 {"name": "json_body", "inputSchema": {"type": "object"}}, {"name": "sse_event", "inputSchema": {"type": "object"}}]}}))
             .into_response(),
             (Some("tools/call"), Some("json_body")) => {
-                axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": "x".repeat(200_000)}]}})).into_response()
+                axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": "x".repeat(200_000)}]}}))
+                    .into_response()
             }
             (Some("tools/call"), _) => {
                 let answer = json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": "y".repeat(200_000)}]}});
@@ -404,7 +405,8 @@ async fn an_oversized_http_upstream_reply_fails_its_call_at_once() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let transport = stowage_mcp::config::TransportSpec::Http { url: format!("http://{addr}/mcp"), headers: Default::default(), ca_file: None };
+    let transport =
+        stowage_mcp::config::TransportSpec::Http { url: format!("http://{addr}/mcp"), headers: Default::default(), ca_file: None };
     let spec = stowage_mcp::config::UpstreamSpec::new("big", transport, Duration::from_secs(120));
     let (gw, url) = start_in_front_of(spec, stowage_mcp::config::GatewayConfig { max_message_bytes: 100_000, ..fast_config() }).await;
     let sid = initialize(&url).await;

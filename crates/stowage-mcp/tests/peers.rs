@@ -231,3 +231,94 @@ fn check_input_required(o: Value) {
     assert!(o["asked"]["elicitation"].as_str().is_some(), "{o}");
     assert!(o["elicitation_result"].as_str().unwrap().contains("Ada Lovelace"), "{o}");
 }
+
+/// Starts server-everything over Streamable HTTP on a free port; returns it and its URL.
+async fn everything_over_http(everything: &std::path::Path) -> (tokio::process::Child, String) {
+    let port = free_port();
+    let child = tokio::process::Command::new("node")
+        .arg(everything)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (child, format!("http://127.0.0.1:{port}/mcp"))
+}
+
+/// Two people (two API keys) through one gateway with per-client upstream sessions, both
+/// protocol eras, in front of server-everything over stdio and over HTTP: each sees its own
+/// session resources, sampling answers, progress, roots and logs, and none of the other's.
+/// (In shared mode Bob reads Alice's session resource and concurrent sampling cannot be
+/// attributed: this test fails there.)
+#[tokio::test]
+async fn two_clients_are_kept_apart_as_if_they_had_connected_directly() {
+    let (Some(everything), Some(python)) = (require(EVERYTHING), require(PYTHON)) else { return };
+    let auth = stowage_http::AuthConfig {
+        api_keys: [("alice", "key-alice"), ("bob", "key-bob")]
+            .into_iter()
+            .map(|(user, key)| stowage_http::ApiKeyConfig {
+                id: user.into(),
+                sha256: stowage_http::hash_api_key(key),
+                user: None,
+                tenant: Some("acme".into()),
+            })
+            .collect(),
+        jwt: None,
+    };
+    let authenticator = stowage_http::Authenticator::new(&auth).unwrap();
+    let (mut http_child, http_url) = everything_over_http(&everything).await;
+    let upstreams = [stdio_everything(&everything), TransportSpec::Http { url: http_url, headers: Default::default(), ca_file: None }];
+    for upstream in upstreams {
+        let spec = UpstreamSpec::new("everything", upstream.clone(), Duration::from_secs(30));
+        let gw =
+            common::start_gateway(vec![spec], rewriter(Arc::new(MemSink::default())), fast_config(), stowage_mcp::SessionMode::PerClient)
+                .await;
+        let addr = stowage_mcp::run::spawn_http_with(gw.clone(), "127.0.0.1:0", authenticator.clone(), None).await.unwrap();
+        let url = format!("http://{addr}/mcp");
+        for mode in ["legacy", "auto"] {
+            let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/two_clients_everything.py");
+            let (py, u, m) = (python.clone(), url.clone(), mode.to_owned());
+            let out = tokio::task::spawn_blocking(move || {
+                Command::new(py).arg(script).arg(u).arg(m).arg("key-alice").arg("key-bob").output().unwrap()
+            })
+            .await
+            .unwrap();
+            assert!(out.status.success(), "python clients failed ({mode}, {upstream:?}):\n{}", String::from_utf8_lossy(&out.stderr));
+            let o: Value = serde_json::from_slice(&out.stdout).unwrap();
+            let what = format!("{mode} over {}: {o}", if matches!(upstream, TransportSpec::Http { .. }) { "http" } else { "stdio" });
+            assert_eq!(o["alice_lists_it"], true, "{what}");
+            assert_eq!(o["bob_lists_it"], false, "{what}");
+            assert_eq!(o["alice_reads_it"], true, "{what}");
+            assert!(o["bob_reads_it"].as_str().is_some_and(|e| e.starts_with("error")), "{what}");
+            assert!(o["alice_sampling"].as_str().unwrap().contains("reply-for-alice"), "{what}");
+            assert!(o["bob_sampling"].as_str().unwrap().contains("reply-for-bob"), "{what}");
+            // Each client was asked exactly its own question.
+            let asked = |who: &str| {
+                o[format!("{who}_sampled")].as_array().unwrap().iter().map(|q| q.as_str().unwrap().to_owned()).collect::<Vec<_>>()
+            };
+            assert!(asked("alice").len() == 1 && asked("alice")[0].ends_with("alice asks"), "{what}");
+            assert!(asked("bob").len() == 1 && asked("bob")[0].ends_with("bob asks"), "{what}");
+            assert!(o["alice_progress"].as_u64().unwrap() >= 1 && o["bob_progress"].as_u64().unwrap() >= 1, "{what}");
+            if mode == "legacy" {
+                assert!(o["alice_roots"].as_str().unwrap().contains("file:///home/alice"), "{what}");
+                assert!(o["bob_roots"].as_str().unwrap().contains("file:///home/bob"), "{what}");
+                // Alice's simulated logging (messages like "Error-level message") reaches her only.
+                let simulated = |who: &str| {
+                    o[format!("{who}_logs")].as_array().unwrap().iter().filter(|l| l.as_str().unwrap().contains("-level message")).count()
+                };
+                assert!(simulated("alice") >= 1, "{what}");
+                assert_eq!(simulated("bob"), 0, "bob heard alice's logs: {what}");
+            }
+        }
+        gw.shutdown();
+    }
+    let _ = http_child.kill().await;
+}

@@ -8,7 +8,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::Gateway;
+use crate::error::GatewayError;
 use crate::jsonrpc::Message;
+use crate::outbox::Outbox;
 use crate::router::{Catalog, UpstreamLists};
 use crate::session::Session;
 use crate::upstream::result_value;
@@ -26,15 +28,51 @@ impl Gateway {
         tools
     }
 
-    /// One of the aggregated lists other than tools, as its list result.
-    pub(super) fn list(&self, key: &str) -> Value {
-        let c = self.catalog();
-        let items: Vec<Value> = match key {
-            "prompts" => c.prompts.iter().map(|p| p.def.clone()).collect(),
-            "resources" => c.resources.iter().map(|(_, r)| r.clone()).collect(),
-            _ => c.templates.iter().map(|(_, t)| t.clone()).collect(),
-        };
-        json!({ key: items })
+    /// The aggregated prompts, as their list result.
+    pub(super) fn list_prompts(&self) -> Value {
+        let prompts: Vec<Value> = self.catalog().prompts.iter().map(|p| p.def.clone()).collect();
+        json!({ "prompts": prompts })
+    }
+
+    /// `resources/list` or `resources/templates/list` for `session`: the catalog's entries,
+    /// except that a `per_client` upstream is asked on the session's own upstream session,
+    /// whose resources may be the session's alone (and must not be anyone else's).
+    pub(super) async fn list_resources(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        key: &str,
+        method: &str,
+        outbox: &Outbox,
+    ) -> Result<Message, GatewayError> {
+        let catalog = self.catalog();
+        let entries = if key == "resources" { &catalog.resources } else { &catalog.templates };
+        let mut items = Vec::new();
+        for (i, u) in self.upstreams.iter().enumerate() {
+            if !u.capability("resources") {
+                continue;
+            }
+            if u.mode.is_shared() || u.is_stateless() {
+                items.extend(entries.iter().filter(|(k, _)| *k == i).map(|(_, v)| v.clone()));
+                continue;
+            }
+            let mut cursor: Option<String> = None;
+            for _page in 0..1000 {
+                let params = cursor.as_ref().map_or_else(|| json!({}), |c| json!({"cursor": c}));
+                let reply = self.forward(session, i, method, params, outbox).await?;
+                let v = result_value(&reply).map_err(|e| GatewayError::Internal(format!("{method} from upstream {}: {e}", u.name())))?;
+                for item in v.get(key).and_then(Value::as_array).into_iter().flatten() {
+                    if let Some(uri) = item.get("uri").and_then(Value::as_str) {
+                        session.resource_routes.lock().insert(uri.to_owned(), i);
+                    }
+                    items.push(item.clone());
+                }
+                cursor = v.get("nextCursor").and_then(Value::as_str).map(str::to_owned);
+                if cursor.is_none() {
+                    break;
+                }
+            }
+        }
+        Ok(Message::response(Value::Null, &json!({ key: items })))
     }
 
     /// Fetches every list of upstream `index` (following pagination) and rebuilds the catalog.

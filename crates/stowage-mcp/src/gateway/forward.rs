@@ -200,7 +200,10 @@ impl Gateway {
         outbox: &Outbox,
     ) -> Result<Message, GatewayError> {
         let uri = params.get("uri").and_then(Value::as_str).unwrap_or("").to_owned();
-        let u = self.catalog().resource_upstream(&uri, self.upstreams.len()).ok_or_else(|| GatewayError::ResourceNotFound(uri.clone()))?;
+        let mine = session.resource_routes.lock().get(&uri).copied();
+        let u = mine
+            .or_else(|| self.catalog().resource_upstream(&uri, self.upstreams.len()))
+            .ok_or_else(|| GatewayError::ResourceNotFound(uri.clone()))?;
         let upstream = &self.upstreams[u];
         match method {
             "resources/subscribe" => {

@@ -72,8 +72,18 @@ impl Gateway {
         let method = msg.method.as_deref().unwrap_or_default();
         match method {
             "notifications/tools/list_changed" | "notifications/prompts/list_changed" | "notifications/resources/list_changed" => {
-                // The catalog is shared: every client's lists follow the upstream's.
-                self.upstreams[conn.upstream].stale.mark_changed();
+                match &conn.role {
+                    // The catalog comes from the control connection: every client's lists follow it.
+                    ConnRole::Control => self.upstreams[conn.upstream].stale.mark_changed(),
+                    // A client's own upstream session changed its lists (a session resource): that
+                    // client alone is told, and lists them again from its own session.
+                    ConnRole::Client { session: Some(s), .. } => {
+                        if let Some(s) = s.upgrade() {
+                            s.notify(&msg);
+                        }
+                    }
+                    ConnRole::Client { session: None, .. } => {}
+                }
             }
             "notifications/resources/updated" => match &conn.role {
                 // A client's own upstream session: its subscriptions are that client's.

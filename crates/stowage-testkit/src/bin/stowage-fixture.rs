@@ -339,8 +339,14 @@ async fn main() {
         .and_then(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).ok())
         .map(std::sync::Mutex::new);
     let stateless = std::env::var("STOWAGE_FIXTURE_STATELESS").is_ok_and(|v| v == "1");
-    let fixture =
-        Arc::new(Fixture { log, stateless, listeners: Default::default(), view_pdfs: Default::default(), ready_lines: Default::default(), tasks: Default::default() });
+    let fixture = Arc::new(Fixture {
+        log,
+        stateless,
+        listeners: Default::default(),
+        view_pdfs: Default::default(),
+        ready_lines: Default::default(),
+        tasks: Default::default(),
+    });
     fixture.log(&format!("started pid {}", std::process::id()));
     eprintln!("stowage-fixture: serving on stdio");
     serve(tokio::io::stdin(), tokio::io::stdout(), fixture).await;
