@@ -187,13 +187,11 @@ async fn in_process_calls_return_the_report_and_publish_events() {
     assert!(out.report.tokens_in > out.report.tokens_out);
     assert_eq!(out.result["_meta"]["io.stowage/transform"]["layers"], json!(["base64"]));
     // Stored under the caller: its tenant, user, this session, and the run's trace.
-    let items = sink.items.lock().unwrap();
-    let (_, opts) = items.values().next().unwrap();
-    assert_eq!(opts.scope.tenant_id.as_deref(), Some("acme"));
-    assert_eq!(opts.scope.user_id.as_deref(), Some("ana"));
-    assert_eq!(opts.scope.session_id.as_deref(), Some(session.id.as_str()));
-    assert_eq!(opts.scope.trace_id.as_deref(), Some("run-1"));
-    drop(items);
+    let scope = sink.items.lock().unwrap().values().next().unwrap().1.scope.clone();
+    assert_eq!(scope.tenant_id.as_deref(), Some("acme"));
+    assert_eq!(scope.user_id.as_deref(), Some("ana"));
+    assert_eq!(scope.session_id.as_deref(), Some(session.id.as_str()));
+    assert_eq!(scope.trace_id.as_deref(), Some("run-1"));
     // Events: started, offloaded, finished — for this call, with its owner.
     let mut seen = Vec::new();
     while let Ok(Ok(e)) = tokio::time::timeout(Duration::from_millis(200), events.recv()).await {
@@ -282,11 +280,9 @@ async fn a_task_result_is_offloaded_like_a_tool_result() {
     assert!(wire.len() < 3_000, "the 1 MB image reached the client: {} bytes", wire.len());
     let link = r["result"]["content"].as_array().unwrap().iter().find(|b| b["type"] == "resource_link").expect("a resource_link");
     assert_eq!(link["mimeType"], "image/png");
-    let items = sink.items.lock().unwrap();
-    let (bytes, _) = items.values().next().unwrap();
+    let bytes = sink.items.lock().unwrap().values().next().unwrap().0.clone();
     assert_eq!(&bytes[..], &stowage_testkit::samples::png(600, 600)[..]);
     assert!(bytes.len() > 1_000_000);
-    drop(items);
     // Unknown task ids are refused; the list shows the caller's task.
     let bad = c.request("tasks/get", json!({"taskId": "task-999"})).await;
     assert_eq!(bad["error"]["code"], -32602);
