@@ -9,9 +9,14 @@
 //!    has it ready to the client having the answer: end-to-end time and the gateway's peak
 //!    RSS (VmHWM), `BENCH_BIG_RUNS` times (default 5) with fresh processes, and the medians.
 //!
+//! 4. `BENCH_CONTENTION=1` instead: small-call latency while two 50 MB results are in flight
+//!    through the same gateway (from another upstream, so the small calls' own upstream is
+//!    idle and what is measured is the gateway), against the same calls with nothing else in
+//!    flight, `BENCH_ROUNDS` rounds (default 20).
+//!
 //! Reproduce: `cargo build --release -p stowage && cargo bench -p stowage-mcp --bench gateway`
-//! (`STOWAGE_BIN` overrides the path of the `stowage` binary; `BENCH_CALLS` the call count;
-//! `BENCH_ONLY_BIG=1` runs only the 50 MB case).
+//! (`STOWAGE_BIN` overrides the path of the `stowage` binary, e.g. an older build to compare;
+//! `BENCH_CALLS` the call count; `BENCH_ONLY_BIG=1` runs only the 50 MB case).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
@@ -146,12 +151,19 @@ fn main() {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/release/stowage"));
     assert!(stowage.exists(), "{} is missing: run `cargo build --release -p stowage` first (or set STOWAGE_BIN)", stowage.display());
+    // Builds from before stdio links existed have no --no-links (and serve no links over stdio).
+    let help = Command::new(&stowage).args(["serve", "--help"]).output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    let no_links: &[&str] = if help.contains("--no-links") { &["--no-links"] } else { &[] };
+    if std::env::var_os("BENCH_CONTENTION").is_some() {
+        contention(&stowage, fixture, no_links);
+        return;
+    }
     let only_big = std::env::var_os("BENCH_ONLY_BIG").is_some();
     let n: usize = std::env::var("BENCH_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
     let store = tempfile::tempdir().unwrap();
     let gateway_cmd = || {
         let mut c = Command::new(&stowage);
-        c.arg("serve").arg("--stdio").arg("--no-links").arg("--store").arg(store.path()).arg("--").arg(fixture);
+        c.arg("serve").arg("--stdio").args(no_links).arg("--store").arg(store.path()).arg("--").arg(fixture);
         c.env("STOWAGE_LOG", "error");
         c
     };
@@ -191,7 +203,7 @@ fn main() {
         drop(direct);
         let run_store = tempfile::tempdir().unwrap();
         let mut cmd = Command::new(&stowage);
-        cmd.arg("serve").arg("--stdio").arg("--no-links").arg("--store").arg(run_store.path()).arg("--").arg(fixture);
+        cmd.arg("serve").arg("--stdio").args(no_links).arg("--store").arg(run_store.path()).arg("--").arg(fixture);
         cmd.env("STOWAGE_LOG", "error");
         let mut via = Peer::spawn(&mut cmd);
         via.call("tools/call", prepare);
@@ -232,4 +244,80 @@ fn main() {
 fn transform_ms(line: &str) -> f64 {
     let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
     v.pointer("/result/_meta/io.stowage~1transform/ms").and_then(serde_json::Value::as_f64).unwrap_or(f64::NAN)
+}
+
+/// Small `echo` calls, one at a time, until `done` says stop; returns their latencies. Lines
+/// that are not the echo's answer (the big results arriving) are counted by `other`.
+fn small_calls_until(peer: &mut Peer, mut done: impl FnMut(usize) -> bool) -> Vec<Duration> {
+    let mut out = Vec::new();
+    let mut line = String::new();
+    let mut others = 0;
+    while !done(others) {
+        let id = peer.next;
+        let t = Instant::now();
+        peer.send("tools/call", r#"{"name":"small_echo","arguments":{"message":"hello"}}"#);
+        loop {
+            peer.recv(&mut line);
+            if line.contains(&format!("\"id\":{id},")) {
+                break;
+            }
+            others += 1;
+        }
+        out.push(t.elapsed());
+    }
+    // The big results that arrived after the last small call.
+    while !done(others) {
+        peer.recv(&mut line);
+        others += 1;
+    }
+    out
+}
+
+/// Small-call latency with two 50 MB results in flight, and with nothing else in flight.
+fn contention(stowage: &std::path::Path, fixture: &std::path::Path, no_links: &[&str]) {
+    let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("servers.json");
+    let entry = serde_json::json!({"command": fixture});
+    std::fs::write(&config, serde_json::json!({"mcpServers": {"big": entry, "small": entry}}).to_string()).unwrap();
+    let mut cmd = Command::new(stowage);
+    cmd.arg("serve").arg("--stdio").args(no_links).arg("--store").arg(dir.path().join("store")).arg("--mcp-config").arg(&config);
+    cmd.env("STOWAGE_LOG", "error");
+    let mut gw = Peer::spawn(&mut cmd);
+    let sizes = [37_500_000, 37_499_997];
+    let (mut busy, mut idle) = (Vec::new(), Vec::new());
+    for _ in 0..200 {
+        gw.call("tools/call", r#"{"name":"small_echo","arguments":{"message":"warm"}}"#);
+    }
+    let started = Instant::now();
+    for _ in 0..rounds {
+        for size in sizes {
+            gw.call("tools/call", &format!(r#"{{"name":"big_get_view_pdf","arguments":{{"bytes":{size},"prepare":true}}}}"#));
+        }
+        for size in sizes {
+            gw.send("tools/call", &format!(r#"{{"name":"big_get_view_pdf","arguments":{{"bytes":{size}}}}}"#));
+        }
+        busy.extend(small_calls_until(&mut gw, |big_done| big_done >= 2));
+        let mut calls = 0;
+        idle.extend(small_calls_until(&mut gw, |_| {
+            calls += 1;
+            calls > 200
+        }));
+    }
+    let secs = started.elapsed().as_secs_f64();
+    busy.sort();
+    idle.sort();
+    println!(
+        "small calls with two 50 MB results in flight ({} calls over {rounds} rounds, {secs:.1} s): p50 {:.2} ms  p99 {:.2} ms  max {:.2} ms",
+        busy.len(),
+        percentile(&busy, 0.5).as_secs_f64() * 1e3,
+        percentile(&busy, 0.99).as_secs_f64() * 1e3,
+        busy.last().unwrap().as_secs_f64() * 1e3
+    );
+    println!(
+        "small calls with nothing else in flight ({} calls): p50 {:.2} ms  p99 {:.2} ms",
+        idle.len(),
+        percentile(&idle, 0.5).as_secs_f64() * 1e3,
+        percentile(&idle, 0.99).as_secs_f64() * 1e3
+    );
 }
