@@ -152,7 +152,11 @@ fn main() {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/release/stowage"));
     assert!(stowage.exists(), "{} is missing: run `cargo build --release -p stowage` first (or set STOWAGE_BIN)", stowage.display());
     // Builds from before stdio links existed have no --no-links (and serve no links over stdio).
-    let help = Command::new(&stowage).args(["serve", "--help"]).output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    let help = Command::new(&stowage)
+        .args(["serve", "--help"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
     let no_links: &[&str] = if help.contains("--no-links") { &["--no-links"] } else { &[] };
     if std::env::var_os("BENCH_CONTENTION").is_some() {
         contention(&stowage, fixture, no_links);

@@ -371,3 +371,31 @@ async fn closing_stdin_ends_the_session_promptly_even_with_a_question_pending() 
     assert!(started.elapsed() < Duration::from_secs(8), "took {:?}", started.elapsed());
     gw.shutdown();
 }
+
+/// URL-mode elicitation: put to a client that declared `elicitation.url`, and its completion
+/// notification follows it there; a client with form-only elicitation is never asked.
+#[tokio::test]
+async fn url_elicitation_reaches_the_client_that_can_take_it_and_its_completion_follows() {
+    let accept: stowage_testkit::ServerRequestHandler =
+        Arc::new(|method, params| (method == "elicitation/create" && params["mode"] == "url").then(|| json!({"action": "accept"})));
+    let gw =
+        start_gateway(vec![fixture_spec("fx", None, T)], rewriter(Arc::new(MemSink::default())), fast_config(), SessionMode::PerClient)
+            .await;
+    let url_client = Client::connect(gw.clone(), Some(accept.clone()), json!({"elicitation": {"form": {}, "url": {}}})).await;
+    let r = url_client.call("elicit_url", json!({})).await;
+    assert_eq!(text(&r), "elicitation: \"accept\"", "{r}");
+    let done = common::eventually(5, || {
+        url_client
+            .notifications
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|n| n["method"] == "notifications/elicitation/complete" && n["params"]["elicitationId"] == "fixture-elicitation-1")
+    })
+    .await;
+    assert!(done, "the completion did not reach the client");
+    let form_only = Client::connect(gw.clone(), Some(accept), json!({"elicitation": {}})).await;
+    let r = form_only.call("elicit_url", json!({})).await;
+    assert!(text(&r).contains("did not declare the elicitation.url capability"), "{r}");
+    gw.shutdown();
+}
