@@ -322,3 +322,34 @@ async fn two_clients_are_kept_apart_as_if_they_had_connected_directly() {
     }
     let _ = http_child.kill().await;
 }
+
+/// One client on a shared upstream session (no auth), over both upstream transports: the
+/// upstream's `roots/list`, asked during a call, reaches the client (session-level over
+/// stdio, on the call's stream over HTTP) and its answer reaches the tool.
+#[tokio::test]
+async fn roots_reach_a_shared_upstream_from_its_only_client() {
+    let (Some(everything), Some(python)) = (require(EVERYTHING), require(PYTHON)) else { return };
+    let (mut http_child, http_url) = everything_over_http(&everything).await;
+    for upstream in [stdio_everything(&everything), TransportSpec::Http { url: http_url, headers: Default::default(), ca_file: None }] {
+        let (gw, url) = gateway(upstream).await;
+        let script = r#"
+import asyncio, sys
+import mcp_types as types
+from mcp import Client
+async def roots(context):
+    return types.ListRootsResult(roots=[types.Root(uri="file:///home/carol", name="carol")])
+async def main():
+    async with Client(sys.argv[1], mode="legacy", list_roots_callback=roots) as c:
+        r = await c.call_tool("get-roots-list", {})
+        print(" ".join(getattr(b, "text", "") for b in r.content))
+asyncio.run(main())
+"#;
+        let (py, u) = (python.clone(), url.clone());
+        let out = tokio::task::spawn_blocking(move || Command::new(py).arg("-c").arg(script).arg(u).output().unwrap()).await.unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(said.contains("file:///home/carol"), "{said}");
+        gw.shutdown();
+    }
+    let _ = http_child.kill().await;
+}

@@ -231,10 +231,10 @@ impl Gateway {
         self.forward(session, u, method, params, outbox).await
     }
 
-    /// The client's roots changed: tell the upstream sessions it uses.
+    /// The client's roots changed: tell the upstream sessions it uses (that declared roots).
     pub(super) fn roots_changed(&self, session: &Session, msg: &Message) {
         for u in &self.upstreams {
-            let conn = if u.mode.is_shared() { u.current() } else { u.client_conn(&session.upstream_key()) };
+            let conn = if u.mode.is_shared() { u.current().filter(|c| !c.is_stateless()) } else { u.client_conn(&session.upstream_key()) };
             if let Some(c) = conn {
                 c.send(msg);
             }
