@@ -133,25 +133,18 @@ impl<I: Index, B: Blobs> Engine<I, B> {
     }
 
     /// The byte limits a put into `scope` is subject to: the artifact's own, then its budgets'
-    /// (session, trace, user, tenant: the order errors name the first exceeded one in).
-    fn byte_limits(&self, scope: &ArtifactScope) -> Vec<Limit> {
-        let mut budgets = self.budgets(scope);
-        // The session's before the trace's, as errors named them before user and tenant
-        // budgets existed.
-        if scope.trace_id.is_some() {
-            budgets.swap(0, 1);
-        }
-        std::iter::once(("max_artifact_bytes", self.config.max_artifact_bytes)).chain(budgets.into_iter().map(|b| b.max_bytes)).collect()
+    /// innermost first (the order in which errors name the first one exceeded).
+    fn byte_limits(&self, budgets: &[Budget]) -> impl Iterator<Item = Limit> {
+        std::iter::once(("max_artifact_bytes", self.config.max_artifact_bytes)).chain(budgets.iter().map(|b| b.max_bytes))
     }
 
     /// Limits that can be judged from the size alone, before any byte is written.
     fn check_size(&self, size: u64, scope: &ArtifactScope) -> Result<()> {
-        for (limit_name, limit) in self.byte_limits(scope) {
-            if size > limit {
-                return Err(StoreError::TooLarge { what: "artifact".into(), size, limit, limit_name });
-            }
+        let budgets = self.budgets(scope);
+        if let Some((limit_name, limit)) = self.byte_limits(&budgets).find(|&(_, limit)| size > limit) {
+            return Err(StoreError::TooLarge { what: "artifact".into(), size, limit, limit_name });
         }
-        for b in self.budgets(scope) {
+        for b in budgets {
             if let Some((name, 0)) = b.max_count {
                 return Err(StoreError::QuotaExceeded { budget: b.name, detail: format!("{name} is 0") });
             }
@@ -162,7 +155,7 @@ impl<I: Index, B: Blobs> Engine<I, B> {
     /// The smallest byte limit a put into `scope` is subject to, so a stream is refused as soon
     /// as it passes it.
     fn stream_limit(&self, scope: &ArtifactScope) -> Limit {
-        self.byte_limits(scope).into_iter().min_by_key(|&(_, limit)| limit).expect("max_artifact_bytes always applies")
+        self.byte_limits(&self.budgets(scope)).min_by_key(|&(_, limit)| limit).expect("max_artifact_bytes always applies")
     }
 
     /// Removes the record and, if it was the blob's last user, the blob. Lock held.

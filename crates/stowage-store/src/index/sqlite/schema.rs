@@ -41,8 +41,9 @@ CREATE TABLE IF NOT EXISTS artifacts (
 );
 CREATE INDEX IF NOT EXISTS artifacts_by_id ON artifacts (id);
 CREATE INDEX IF NOT EXISTS artifacts_by_sha ON artifacts (sha256);
--- Every budget is a prefix of these columns (tenant; tenant+user; …+session; …+trace).
-CREATE INDEX IF NOT EXISTS artifacts_by_scope ON artifacts (tenant_id, user_id, session_id, trace_id);
+-- Every budget is a prefix of the scope columns (tenant; tenant+user; …+session; …+trace);
+-- with the size, a budget's usage is summed from the index alone.
+CREATE INDEX IF NOT EXISTS artifacts_by_scope ON artifacts (tenant_id, user_id, session_id, trace_id, size);
 CREATE INDEX IF NOT EXISTS artifacts_by_expiry ON artifacts (expires_at);
 CREATE TABLE IF NOT EXISTS settings (
     name  TEXT PRIMARY KEY,
@@ -102,7 +103,9 @@ pub(super) fn prepare(conn: &mut Connection, isolation: Isolation) -> Result<Ope
     if recorded != Some(isolation) {
         tx.execute("INSERT OR REPLACE INTO settings (name, value) VALUES ('isolation', ?1)", params![isolation.as_str()])?;
     }
-    tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+    if version != SCHEMA_VERSION {
+        tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+    }
     tx.commit()?;
     Ok(opened)
 }
