@@ -543,64 +543,36 @@ pub async fn size_limits(factory: Factory<'_>, isolation: Isolation) {
 /// the least recently read, FIFO the oldest, `none` refuses naming the limit; and a budget
 /// never evicts outside itself.
 pub async fn eviction_strategies(factory: Factory<'_>, isolation: Isolation) {
-    #[derive(Clone, Copy, Debug)]
-    enum Budget {
-        SessionBytes,
-        SessionCount,
-        TraceBytes,
-        TraceCount,
-        UserBytes,
-        TenantBytes,
-    }
-    let budgets =
-        [Budget::SessionBytes, Budget::SessionCount, Budget::TraceBytes, Budget::TraceCount, Budget::UserBytes, Budget::TenantBytes];
+    let session = ArtifactScope::session("evict").with_tenant("t").with_user("u");
+    // Each budget made tight enough that `a`, `b`, `c` and a neighbour fill it exactly, with
+    // the neighbour inside that budget but outside every narrower one: it fills the budget, and
+    // a narrower budget must never evict it.
+    let same_session = session.clone().with_trace("t2");
+    let other_session = ArtifactScope::session("evict-2").with_tenant("t").with_user("u");
+    let other_user = ArtifactScope::session("evict").with_tenant("t").with_user("u-2");
+    // Outside every budget under test: never evicted.
+    let outsider = ArtifactScope::session("evict").with_tenant("t-2").with_user("u");
+    let scope = session.clone().with_trace("t1");
+    let me = access(&scope);
+    type Tighten = fn(&mut RetentionConfig);
+    let budgets: [(&str, Tighten, &ArtifactScope); 6] = [
+        ("max_session_bytes", |l| l.max_session_bytes = 40, &same_session),
+        ("max_artifacts_per_session", |l| l.max_artifacts_per_session = 4, &same_session),
+        ("max_trace_bytes", |l| l.max_trace_bytes = 30, &same_session),
+        ("max_artifacts_per_trace", |l| l.max_artifacts_per_trace = 3, &same_session),
+        ("max_user_bytes", |l| l.max_user_bytes = 40, &other_session),
+        ("max_tenant_bytes", |l| l.max_tenant_bytes = 40, &other_user),
+    ];
     let strategies = [CleanupStrategy::Lru, CleanupStrategy::Fifo, CleanupStrategy::None];
-    for budget in budgets {
+    for (limit, tighten, neighbour) in budgets {
         for strategy in strategies {
             let mut limits = RetentionConfig { cleanup_strategy: strategy, ..roomy() };
-            let limit = match budget {
-                Budget::SessionBytes => {
-                    limits.max_session_bytes = 40;
-                    "max_session_bytes"
-                }
-                Budget::SessionCount => {
-                    limits.max_artifacts_per_session = 4;
-                    "max_artifacts_per_session"
-                }
-                Budget::TraceBytes => {
-                    limits.max_trace_bytes = 30;
-                    "max_trace_bytes"
-                }
-                Budget::TraceCount => {
-                    limits.max_artifacts_per_trace = 3;
-                    "max_artifacts_per_trace"
-                }
-                Budget::UserBytes => {
-                    limits.max_user_bytes = 40;
-                    "max_user_bytes"
-                }
-                Budget::TenantBytes => {
-                    limits.max_tenant_bytes = 40;
-                    "max_tenant_bytes"
-                }
-            };
+            tighten(&mut limits);
             let store = factory(limits, Arc::new(ManualClock::fixed()), isolation);
-            let session = ArtifactScope::session("evict").with_tenant("t").with_user("u");
-            let scope = session.clone().with_trace("t1");
-            let me = access(&scope);
-            // A neighbour inside the budget under test but outside every narrower one: it
-            // fills the budget, and a narrower budget must never evict it.
-            let neighbour = match budget {
-                Budget::TraceBytes | Budget::TraceCount | Budget::SessionBytes | Budget::SessionCount => session.clone().with_trace("t2"),
-                Budget::UserBytes => ArtifactScope::session("evict-2").with_tenant("t").with_user("u"),
-                Budget::TenantBytes => ArtifactScope::session("evict").with_tenant("t").with_user("u-2"),
-            };
-            // Outside the budget under test altogether: never evicted by it.
-            let outsider = ArtifactScope::session("evict").with_tenant("t-2").with_user("u");
             let a = put(&*store, &[b'a'; 10], &scope).await;
             let b = put(&*store, &[b'b'; 10], &scope).await;
             let c = put(&*store, &[b'c'; 10], &scope).await;
-            let x = put(&*store, &[b'x'; 10], &neighbour).await;
+            let x = put(&*store, &[b'x'; 10], neighbour).await;
             let o = put(&*store, &[b'o'; 10], &outsider).await;
             // Re-putting `a` dedups: no eviction, nothing counted twice, and it is now the most
             // recently used. Then `b` is read, so `c` is least recently used and `a` the oldest.
@@ -613,7 +585,7 @@ pub async fn eviction_strategies(factory: Factory<'_>, isolation: Isolation) {
                 ids_listed(&*store, ListQuery::default()).await.into_iter().map(|s| s.parse::<ArtifactId>().unwrap()).collect::<Vec<_>>()
             };
             let before: BTreeSet<_> = held(store.clone()).await.iter().filter_map(name).collect();
-            assert_eq!(before, BTreeSet::from(["o", "x", "a", "b", "c"]), "{budget:?} {strategy:?}: full but not over");
+            assert_eq!(before, BTreeSet::from(["o", "x", "a", "b", "c"]), "{limit} {strategy:?}: full but not over");
 
             let d = store.put_bytes(Bytes::from(vec![b'd'; 10]), PutOptions::scoped(scope.clone())).await;
             let after: BTreeSet<&str> = held(store.clone()).await.iter().map(|id| name(id).unwrap_or("d")).collect();
@@ -622,13 +594,13 @@ pub async fn eviction_strategies(factory: Factory<'_>, isolation: Isolation) {
                 CleanupStrategy::Fifo => &["o", "x", "b", "c", "d"],
                 CleanupStrategy::None => &["o", "x", "a", "b", "c"],
             };
-            assert_eq!(after, want.iter().copied().collect(), "{budget:?} {strategy:?}");
+            assert_eq!(after, want.iter().copied().collect(), "{limit} {strategy:?}");
             match (strategy, d) {
                 (CleanupStrategy::None, Err(e @ StoreError::QuotaExceeded { .. })) => {
                     let m = e.to_string();
-                    assert!(m.contains(limit) && !m.contains('\n'), "{budget:?}: {m}");
+                    assert!(m.contains(limit) && !m.contains('\n'), "{limit}: {m}");
                 }
-                (CleanupStrategy::None, other) => panic!("{budget:?} none: want QuotaExceeded, got {other:?}"),
+                (CleanupStrategy::None, other) => panic!("{limit} none: want QuotaExceeded, got {other:?}"),
                 (_, r) => {
                     let d = r.expect("eviction makes room");
                     assert_eq!(&store.get(&me, &d.id).await.unwrap()[..], &[b'd'; 10]);
