@@ -125,7 +125,8 @@ impl LinkService {
 
     /// Where a slot opened here is: open, being uploaded to, or done with the stored artifact.
     /// `None` for an unknown or expired slot (and for every slot of a service made with
-    /// [`LinkService::new`]).
+    /// [`LinkService::new`]): a done slot is kept until its expiry, so read the artifact
+    /// before then.
     pub fn slot_state(&self, slot: &str) -> Option<SlotState> {
         self.slots.as_ref()?.state(slot, (self.clock)())
     }
