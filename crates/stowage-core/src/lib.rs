@@ -4,7 +4,8 @@
 //! The main types and how they relate:
 //! - [`ArtifactId`]: a content-addressed identifier, `{namespace}_{sha256 prefix}`;
 //! - [`ArtifactScope`]: who stored an artifact (tenant, user, session) and in which trace;
-//!   the first three form the [`Owner`], the unit of isolation;
+//!   the first three form the [`Owner`]; a store's [`Isolation`] decides whether access is
+//!   per (tenant, user), the default, or per (tenant, user, session);
 //! - [`ArtifactRef`]: the compact, LLM-safe reference handed out after a put;
 //! - [`PutOptions`] and [`ArtifactSink`]: the small contract through which producers
 //!   (the transform pipeline, tools) hand bytes to a store without knowing which one;
@@ -20,7 +21,7 @@ mod sink;
 pub use error::{BoxError, StoreError};
 pub use id::{ARTIFACT_URI_SCHEME, ArtifactId, ID_HASH_HEX_LEN, IdError};
 pub use reference::{ArtifactRef, Timestamp};
-pub use scope::{ArtifactScope, Owner};
+pub use scope::{ArtifactScope, Isolation, Owner};
 pub use sink::{ArtifactSink, PutOptions};
 
 /// Formats a byte count for people: `512 B`, `499.6 KB`, `1.2 GB` (powers of 1024, one decimal).

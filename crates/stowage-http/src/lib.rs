@@ -3,13 +3,26 @@
 //! Routes (mounted by the gateway on its listener, beside `/mcp`):
 //! - `GET|HEAD /artifacts/{id}?token=…` — the bytes, streamed, with ranges and safe headers;
 //! - `GET /artifacts/{id}/meta?token=…` — the ArtifactRef JSON;
-//! - `PUT /uploads/{slot}?token=…` — a single-use, write-only upload slot;
+//! - `PUT /uploads/{slot}?token=…` — a single-use, write-only upload slot, opened by the
+//!   gateway through [`LinkService::open_upload_slot`];
 //! - `GET /healthz`, `GET /readyz`.
 //!
 //! Every refusal is `{"error":{"code","message"}}` with one of the seed's codes
 //! ([`ApiError`]); nothing internal (paths, backend errors) reaches the response.
 //! The token decides the owner: downloads need no bearer header, so a link works from any
-//! HTTP client, and an owner's token can never reach another owner's artifact.
+//! HTTP client, and an owner's token can never reach another owner's artifact. Which of the
+//! token's owner ids count is the store's isolation: by default (tenant, user), so a link
+//! minted in one session of a user opens what the user stored from any other.
+//!
+//! ```no_run
+//! # fn wire(store: std::sync::Arc<dyn stowage_store::ArtifactStore>, signer: std::sync::Arc<stowage_links::LinkSigner>) {
+//! let state = stowage_http::HttpState::new(store, signer);
+//! // Shares the state's store, signer, clock and upload slots: slots it opens are the ones
+//! // `PUT /uploads/{slot}` accepts.
+//! let links: stowage_http::LinkService = state.link_service();
+//! let router = stowage_http::routes(state);
+//! # }
+//! ```
 #![forbid(unsafe_code)]
 
 mod auth;
@@ -28,7 +41,7 @@ use stowage_store::ArtifactStore;
 
 pub use auth::{ApiKeyConfig, AuthConfig, AuthSetupError, Authenticator, Identity, JwtConfig, hash_api_key, require_auth};
 pub use error::ApiError;
-pub use links::LinkService;
+pub use links::{LinkService, SlotRequest, UploadSlot};
 pub use range::{ByteRange, RangeRequest, parse_range};
 pub use upload::{SlotRegistry, SlotSpec, SlotState};
 
@@ -45,6 +58,12 @@ pub struct HttpState {
 impl HttpState {
     pub fn new(store: Arc<dyn ArtifactStore>, signer: Arc<LinkSigner>) -> Self {
         HttpState { store, signer, slots: Arc::new(SlotRegistry::default()), clock: stowage_links::unix_now }
+    }
+
+    /// The [`LinkService`] over this state's store, signer, slot registry and clock (set the
+    /// clock first), so the upload slots it opens are the ones the routes accept.
+    pub fn link_service(&self) -> LinkService {
+        LinkService::with_slots(self.store.clone(), self.signer.clone(), self.slots.clone(), self.clock)
     }
 }
 

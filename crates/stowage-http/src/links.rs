@@ -1,28 +1,73 @@
-//! [`LinkService`]: fresh signed links for an owner's own artifacts.
+//! [`LinkService`]: fresh signed links for an owner's own artifacts, and upload slots.
 //!
 //! The artifact outlives its links, so callers (the gateway's `artifact_url` tool) can ask
 //! for a new one at any time while the artifact lives. The lookup runs *as the caller's
 //! owner*: another owner's id, a guessed id and an expired artifact all give the same
 //! `artifact_not_found`.
+//!
+//! Upload slots ([`LinkService::open_upload_slot`]) are where a tool writes an output blob
+//! (blob chaining): the gateway opens one for the caller's scope and hands the tool a
+//! write-only link; `PUT /uploads/{slot}` stores what arrives as an artifact of that scope. The
+//! slot must live in the same [`SlotRegistry`] as the route, so a `LinkService` that can open
+//! slots comes from [`crate::HttpState::link_service`].
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use stowage_core::{ArtifactId, ArtifactRef, ArtifactScope};
-use stowage_links::{LinkSigner, SignedLink};
+use axum::http::StatusCode;
+use stowage_core::{ArtifactId, ArtifactRef, ArtifactScope, PutOptions};
+use stowage_links::{LinkSigner, MAX_TTL, MIN_TTL, SignedLink};
 use stowage_store::{Access, ArtifactStore};
 
-use crate::ApiError;
+use crate::{ApiError, SlotRegistry, SlotSpec, SlotState};
 
 #[derive(Clone)]
 pub struct LinkService {
     store: Arc<dyn ArtifactStore>,
     signer: Arc<LinkSigner>,
+    /// `None` when built with [`LinkService::new`]: no route would ever see its slots.
+    slots: Option<Arc<SlotRegistry>>,
     clock: fn() -> u64,
 }
 
+/// What an upload slot accepts, for [`LinkService::open_upload_slot`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SlotRequest {
+    /// Largest accepted body, in bytes (at least 1; the store's own limits apply too).
+    pub max_bytes: u64,
+    /// Accepted media types (`image/png`, `image/*`, `*/*`); empty accepts anything. With a
+    /// list, the upload must send a matching `Content-Type`.
+    pub accept: Vec<String>,
+    /// How long the slot and its link live (1 to 60 minutes); default: the links' TTL.
+    pub ttl: Option<Duration>,
+    /// Recorded as the artifact's filename.
+    pub filename: Option<String>,
+    /// The artifact id's namespace (`{namespace}_{sha256 prefix}`), usually the tool's name.
+    pub namespace: Option<String>,
+}
+
+/// An open upload slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadSlot {
+    /// The slot id, for [`LinkService::slot_state`].
+    pub slot: String,
+    /// The write-only link to `PUT` the bytes to; it expires with the slot. The artifact's
+    /// id and `artifact://` URI exist only once the bytes have arrived (ids are content
+    /// addresses): read them from [`SlotState::Done`].
+    pub link: SignedLink,
+}
+
 impl LinkService {
+    /// A service that mints read links only: [`LinkService::open_upload_slot`] refuses, because
+    /// no upload route would share its slots. Use [`crate::HttpState::link_service`] to get one
+    /// that can open slots.
     pub fn new(store: Arc<dyn ArtifactStore>, signer: Arc<LinkSigner>) -> Self {
-        LinkService { store, signer, clock: stowage_links::unix_now }
+        LinkService { store, signer, slots: None, clock: stowage_links::unix_now }
+    }
+
+    /// A service whose upload slots are the ones `slots` holds (what the routes read).
+    pub(crate) fn with_slots(store: Arc<dyn ArtifactStore>, signer: Arc<LinkSigner>, slots: Arc<SlotRegistry>, clock: fn() -> u64) -> Self {
+        LinkService { store, signer, slots: Some(slots), clock }
     }
 
     /// Replaces the clock (Unix seconds), for tests.
@@ -46,5 +91,43 @@ impl LinkService {
     /// A link for an artifact the caller already holds a reference to (just stored for it).
     pub fn link_for(&self, artifact: &ArtifactRef) -> SignedLink {
         self.signer.link_for(artifact, (self.clock)(), None)
+    }
+
+    /// Opens a single-use upload slot whose artifact will belong to `scope` (its owner ids,
+    /// session and trace), and returns its id and write-only link. The link's token carries
+    /// `scope`'s owner ids; only a token with exactly those ids can upload.
+    pub fn open_upload_slot(&self, scope: &ArtifactScope, request: SlotRequest) -> Result<UploadSlot, ApiError> {
+        let Some(slots) = &self.slots else {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "artifact_storage_failed",
+                "upload slots are not available: this link service shares no slot registry with the upload route",
+            ));
+        };
+        let ttl = request.ttl.unwrap_or(self.signer.ttl());
+        if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
+            return Err(ApiError::bad_request(format!("an upload slot lives 1m to 60m, not {}s", ttl.as_secs())));
+        }
+        if request.max_bytes == 0 {
+            return Err(ApiError::bad_request("an upload slot must accept at least 1 byte (max_bytes)"));
+        }
+        let now = (self.clock)();
+        let expires_at = now + ttl.as_secs();
+        let owner = scope.owner();
+        let mut put = PutOptions::scoped(scope.clone());
+        put.filename = request.filename;
+        put.namespace = request.namespace;
+        let spec = SlotSpec { owner: owner.clone(), put, max_bytes: request.max_bytes, accept: request.accept, expires_at };
+        let slot = slots.create(spec, now);
+        let link = self.signer.upload_link(&slot, &owner, now, Some(ttl));
+        Ok(UploadSlot { slot, link })
+    }
+
+    /// Where a slot opened here is: open, being uploaded to, or done with the stored artifact.
+    /// `None` for an unknown or expired slot (and for every slot of a service made with
+    /// [`LinkService::new`]): a done slot is kept until its expiry, so read the artifact
+    /// before then.
+    pub fn slot_state(&self, slot: &str) -> Option<SlotState> {
+        self.slots.as_ref()?.state(slot, (self.clock)())
     }
 }

@@ -1,13 +1,16 @@
 //! `PUT /uploads/{slot}`: write-only, single-use upload slots for output blobs.
 //!
-//! A slot is created server-side (by the blob-chaining step of the gateway) with its owner,
-//! size limit and accepted media types; the client only gets a write token for its id. The
-//! upload streams into the store, so limits are enforced as bytes arrive, and the artifact
-//! appears atomically or not at all. A slot is claimed when an upload starts (a second
-//! concurrent PUT is refused), released if that upload fails, and spent once it succeeds.
+//! A slot is created server-side (by the blob-chaining step of the gateway, through
+//! [`crate::LinkService::open_upload_slot`]) with its owner, size limit, accepted media types
+//! and expiry; the client only gets a write token for its id. The upload streams into the
+//! store, so limits are enforced as bytes arrive, and the artifact appears atomically or not at
+//! all. A slot is claimed when an upload starts (a second concurrent PUT is refused), released
+//! if that upload fails or its client goes away mid-body (a [`SlotClaim`] guard: the handler's
+//! future may simply be dropped), and spent once it succeeds. An expired slot is removed and
+//! answers like one that never existed.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -24,6 +27,8 @@ use crate::{ApiError, HttpState};
 /// What an upload slot accepts and where its artifact goes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SlotSpec {
+    /// Who may upload: a write token must carry exactly these ids (the slot's link is minted
+    /// for them together with the slot, so no other owner has a reason to hold one).
     pub owner: Owner,
     /// Put options for the resulting artifact (scope, namespace, filename, source).
     pub put: PutOptions,
@@ -31,6 +36,8 @@ pub struct SlotSpec {
     pub max_bytes: u64,
     /// Accepted media types (`image/png`, `image/*`, `*/*`); empty accepts anything.
     pub accept: Vec<String>,
+    /// Unix seconds from which the slot is gone (an upload already running may finish).
+    pub expires_at: u64,
 }
 
 /// Where a slot is in its single life.
@@ -41,53 +48,106 @@ pub enum SlotState {
     Done(Box<ArtifactRef>),
 }
 
-/// The server-side table of upload slots.
+/// The server-side table of upload slots. One registry must be shared by whatever opens slots
+/// and the route that receives uploads: [`crate::HttpState::link_service`] does that.
 #[derive(Debug, Default)]
 pub struct SlotRegistry {
     slots: Mutex<HashMap<String, (SlotSpec, SlotState)>>,
 }
 
 impl SlotRegistry {
-    /// Registers a slot under a fresh random id and returns the id.
-    pub fn create(&self, spec: SlotSpec) -> String {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, (SlotSpec, SlotState)>> {
+        // Every change is one assignment under the lock, so a panic elsewhere cannot leave the
+        // table half-updated: poisoning is ignored.
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers a slot under a fresh random id and returns the id. Slots expired at `now`
+    /// (Unix seconds) are dropped on the way, so abandoned slots cannot pile up.
+    pub fn create(&self, spec: SlotSpec, now: u64) -> String {
         let mut raw = [0u8; 16];
         // A slot id is a capability name paired with a token; randomness keeps it unguessable
         // even to someone who sees other slot ids.
         getrandom_fill(&mut raw);
         let id = format!("slot_{}", raw.iter().map(|b| format!("{b:02x}")).collect::<String>());
-        self.slots.lock().expect("slot table").insert(id.clone(), (spec, SlotState::Open));
+        let mut slots = self.lock();
+        // An upload in progress outlives its slot's expiry; only idle slots go.
+        slots.retain(|_, (spec, state)| now < spec.expires_at || *state == SlotState::Uploading);
+        slots.insert(id.clone(), (spec, SlotState::Open));
         id
     }
 
-    /// The slot's state, for the owner that created it.
-    pub fn state(&self, id: &str) -> Option<SlotState> {
-        self.slots.lock().expect("slot table").get(id).map(|(_, s)| s.clone())
+    /// The slot's state at `now`; `None` for an unknown slot or one that has expired (which
+    /// is removed).
+    pub fn state(&self, id: &str, now: u64) -> Option<SlotState> {
+        let mut slots = self.lock();
+        let (spec, state) = slots.get(id)?;
+        if now >= spec.expires_at && *state != SlotState::Uploading {
+            slots.remove(id);
+            return None;
+        }
+        Some(state.clone())
     }
 
-    fn claim(&self, id: &str, owner: &Owner) -> Result<SlotSpec, ApiError> {
-        let mut slots = self.slots.lock().expect("slot table");
-        match slots.get_mut(id) {
-            Some((spec, state)) if &spec.owner == owner => match state {
-                SlotState::Open => {
-                    *state = SlotState::Uploading;
-                    Ok(spec.clone())
-                }
-                SlotState::Uploading => {
-                    Err(ApiError::new(StatusCode::CONFLICT, "bad_request", "an upload to this slot is already in progress"))
-                }
-                SlotState::Done(_) => Err(ApiError::new(StatusCode::CONFLICT, "bad_request", "this upload slot has already been used")),
-            },
-            // Someone else's slot or none at all: indistinguishable.
-            _ => Err(ApiError::not_found()),
+    /// Claims the slot for an upload by `owner` at `now`. The claim goes back to open when the
+    /// returned guard is dropped without [`SlotClaim::done`].
+    pub(crate) fn claim(self: &Arc<Self>, id: &str, owner: &Owner, now: u64) -> Result<SlotClaim, ApiError> {
+        let mut slots = self.lock();
+        let Some((spec, state)) = slots.get_mut(id) else { return Err(ApiError::not_found()) };
+        // Someone else's slot, an expired one or none at all: indistinguishable.
+        if &spec.owner != owner {
+            return Err(ApiError::not_found());
+        }
+        match state {
+            SlotState::Uploading => {
+                Err(ApiError::new(StatusCode::CONFLICT, "bad_request", "an upload to this slot is already in progress"))
+            }
+            _ if now >= spec.expires_at => {
+                slots.remove(id);
+                Err(ApiError::not_found())
+            }
+            SlotState::Done(_) => Err(ApiError::new(StatusCode::CONFLICT, "bad_request", "this upload slot has already been used")),
+            SlotState::Open => {
+                *state = SlotState::Uploading;
+                Ok(SlotClaim { registry: self.clone(), id: id.to_owned(), spec: spec.clone(), done: false })
+            }
         }
     }
+}
 
-    fn finish(&self, id: &str, result: Option<ArtifactRef>) {
-        if let Some((_, state)) = self.slots.lock().expect("slot table").get_mut(id) {
-            *state = match result {
-                Some(r) => SlotState::Done(Box::new(r)),
-                None => SlotState::Open,
-            };
+/// A slot claimed by one upload. Dropped without [`SlotClaim::done`] — the upload failed, or
+/// its client disconnected and the server dropped the handler mid-body — it releases the slot
+/// for another attempt.
+pub(crate) struct SlotClaim {
+    registry: Arc<SlotRegistry>,
+    id: String,
+    spec: SlotSpec,
+    done: bool,
+}
+
+impl SlotClaim {
+    pub fn spec(&self) -> &SlotSpec {
+        &self.spec
+    }
+
+    /// The upload stored `artifact`: the slot is spent.
+    pub fn done(mut self, artifact: ArtifactRef) {
+        self.done = true;
+        if let Some((_, state)) = self.registry.lock().get_mut(&self.id) {
+            *state = SlotState::Done(Box::new(artifact));
+        }
+    }
+}
+
+impl Drop for SlotClaim {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        if let Some((_, state)) = self.registry.lock().get_mut(&self.id)
+            && *state == SlotState::Uploading
+        {
+            *state = SlotState::Open;
         }
     }
 }
@@ -124,11 +184,13 @@ pub(crate) async fn upload(
     body: Body,
 ) -> Result<Response, ApiError> {
     let token = token_param(&uri)?;
-    let claims = state.signer.ring().verify_for(&token, Operation::Write, &slot, (state.clock)())?;
-    let spec = state.slots.claim(&slot, &claims.owner)?;
-    let result = store_upload(&state, &spec, &headers, body).await;
-    state.slots.finish(&slot, result.as_ref().ok().cloned());
-    let r = result?;
+    let now = (state.clock)();
+    let claims = state.signer.ring().verify_for(&token, Operation::Write, &slot, now)?;
+    let claim = state.slots.claim(&slot, &claims.owner, now)?;
+    // On error, or if this future is dropped while the body streams in, `claim` is dropped
+    // and the slot is open again.
+    let r = store_upload(&state, claim.spec(), &headers, body).await?;
+    claim.done(r.clone());
     Ok((StatusCode::CREATED, axum::Json(r)).into_response())
 }
 
@@ -195,6 +257,64 @@ fn too_large(max: u64) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn spec(owner: &Owner, expires_at: u64) -> SlotSpec {
+        SlotSpec { owner: owner.clone(), put: PutOptions::default(), max_bytes: 10, accept: Vec::new(), expires_at }
+    }
+
+    fn artifact() -> ArtifactRef {
+        let sha = "b".repeat(64);
+        let id = stowage_core::ArtifactId::from_content(None, &sha);
+        ArtifactRef {
+            uri: id.uri(),
+            id,
+            mime_type: None,
+            size_bytes: 0,
+            filename: None,
+            sha256: sha,
+            scope: Default::default(),
+            source: Default::default(),
+            created_at: time::OffsetDateTime::UNIX_EPOCH,
+            expires_at: None,
+        }
+    }
+
+    #[test]
+    fn a_claim_dropped_unfinished_reopens_the_slot_and_a_finished_one_spends_it() {
+        let reg = Arc::new(SlotRegistry::default());
+        let owner = Owner { user_id: Some("u".into()), ..Default::default() };
+        let id = reg.create(spec(&owner, 100), 0);
+        let claim = reg.claim(&id, &owner, 1).unwrap();
+        assert_eq!(reg.state(&id, 1), Some(SlotState::Uploading));
+        assert_eq!(reg.claim(&id, &owner, 1).err().map(|e| e.status), Some(StatusCode::CONFLICT), "one upload at a time");
+        drop(claim);
+        assert_eq!(reg.state(&id, 1), Some(SlotState::Open));
+        reg.claim(&id, &owner, 2).unwrap().done(artifact());
+        assert_eq!(reg.state(&id, 2), Some(SlotState::Done(Box::new(artifact()))));
+        assert_eq!(reg.claim(&id, &owner, 3).err().map(|e| e.status), Some(StatusCode::CONFLICT), "single use");
+    }
+
+    #[test]
+    fn expired_and_foreign_slots_look_unknown_and_expired_ones_go() {
+        let reg = Arc::new(SlotRegistry::default());
+        let owner = Owner { user_id: Some("u".into()), ..Default::default() };
+        let other = Owner { user_id: Some("u".into()), session_id: Some("s".into()), ..Default::default() };
+        let id = reg.create(spec(&owner, 100), 0);
+        let unknown = reg.claim("slot_unknown", &owner, 1).err().unwrap();
+        assert_eq!(reg.claim(&id, &other, 1).err(), Some(unknown.clone()), "another owner's slot");
+        assert_eq!(reg.claim(&id, &owner, 100).err(), Some(unknown), "expired");
+        assert_eq!(reg.state(&id, 0), None, "removed on the way");
+
+        // Creating a slot sweeps idle expired ones, but not one whose upload is running.
+        let idle = reg.create(spec(&owner, 100), 0);
+        let busy = reg.create(spec(&owner, 100), 0);
+        let claim = reg.claim(&busy, &owner, 50).unwrap();
+        reg.create(spec(&owner, 300), 200);
+        assert_eq!(reg.lock().len(), 2);
+        assert!(!reg.lock().contains_key(&idle));
+        claim.done(artifact());
+        assert_eq!(reg.state(&busy, 200), None, "spent and expired");
+    }
 
     #[test]
     fn media_type_matching() {

@@ -1,24 +1,35 @@
 //! The HTTP routes as a client meets them, through the real router and a real store: status
 //! codes, the seed's error bodies, the headers that keep artifacts safe on our origin, ranges,
-//! conditional requests, and single-use upload slots.
+//! conditional requests, links under either store isolation, and single-use upload slots —
+//! opened through the `LinkService` and uploaded to over a real loopback connection.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::Value;
-use stowage_core::{ArtifactId, ArtifactRef, ArtifactScope, Owner, PutOptions};
-use stowage_http::{HttpState, SlotSpec, routes};
+use stowage_core::{ArtifactId, ArtifactRef, ArtifactScope, Isolation, Owner, PutOptions};
+use stowage_http::{HttpState, LinkService, SlotRequest, SlotSpec, SlotState, routes};
 use stowage_links::{KeyRing, LinkSigner, LinksConfig, Operation};
-use stowage_store::{ArtifactStore, MemoryStore, RetentionConfig};
+use stowage_store::{Access, ArtifactStore, MemoryStore, RetentionConfig};
+use tokio::io::AsyncWriteExt;
 use tower::ServiceExt;
 
 const NOW: u64 = 1_900_000_000;
 
 fn fixed_now() -> u64 {
     NOW
+}
+
+/// A memory store whose clock reads [`NOW`] too, so artifacts' expiries and links' agree.
+fn store_at_now(isolation: Isolation) -> Arc<dyn ArtifactStore> {
+    let clock = stowage_store::ManualClock::new(time::OffsetDateTime::from_unix_timestamp(NOW as i64).unwrap());
+    Arc::new(MemoryStore::builder().clock(Arc::new(clock)).isolation(isolation).build())
 }
 
 struct World {
@@ -227,14 +238,15 @@ async fn bad_tokens_get_the_right_codes() {
     assert_eq!(status, StatusCode::OK);
 }
 
-/// Isolation over HTTP: a token minted for A, however valid, never reaches B's artifact, and
-/// the refusal is indistinguishable from an id that nobody holds.
+/// Isolation over HTTP: a token minted for user A, however valid, never reaches user B's
+/// artifact, and the refusal is indistinguishable from an id that nobody holds.
 #[tokio::test]
 async fn another_owners_artifact_looks_like_nothing() {
     let w = World::new();
-    let b_scope = ArtifactScope::session("b");
+    let b_scope = ArtifactScope::session("s").with_user("b");
     let rb = w.put(&b_scope, b"only for b", "text/plain", None).await;
-    let a_owner = ArtifactScope::session("a").owner();
+    let a_scope = ArtifactScope::session("s").with_user("a");
+    let a_owner = a_scope.owner();
     let for_b_id = w.token(Operation::Read, rb.id.as_str(), &a_owner, NOW + 60);
     let (status_b, _, body_b) = w.get(&format!("/artifacts/{}?token={for_b_id}", rb.id), &[]).await;
     let ghost: ArtifactId = "art_ffffffffffffffff".parse().unwrap();
@@ -247,10 +259,10 @@ async fn another_owners_artifact_looks_like_nothing() {
     assert_eq!(status, StatusCode::NOT_FOUND);
 
     // Same bytes stored by A as well: A's link serves A's record, B's keeps working.
-    let ra = w.put(&ArtifactScope::session("a"), b"only for b", "text/plain", None).await;
+    let ra = w.put(&a_scope, b"only for b", "text/plain", None).await;
     assert_eq!(ra.id, rb.id, "content-addressed");
     assert_eq!(w.get(&w.link(&ra), &[]).await.0, StatusCode::OK);
-    assert!(w.store.delete(&stowage_store::Access::owner_of(&ra.scope), &ra.id).await.unwrap());
+    assert!(w.store.delete(&Access::owner_of(&ra.scope), &ra.id).await.unwrap());
     let (status, _, body) = w.get(&w.link(&rb), &[]).await;
     assert_eq!((status, body), (StatusCode::OK, b"only for b".to_vec()), "deleting A's copy keeps B's");
 }
@@ -259,12 +271,16 @@ async fn another_owners_artifact_looks_like_nothing() {
 async fn upload_slots_are_single_use_and_write_only() {
     let w = World::new();
     let owner = s1().owner();
-    let slot = w.state.slots.create(SlotSpec {
-        owner: owner.clone(),
-        put: PutOptions::scoped(s1()).filename("out.png"),
-        max_bytes: 1000,
-        accept: vec!["image/*".into()],
-    });
+    let slot = w.state.slots.create(
+        SlotSpec {
+            owner: owner.clone(),
+            put: PutOptions::scoped(s1()).filename("out.png"),
+            max_bytes: 1000,
+            accept: vec!["image/*".into()],
+            expires_at: NOW + 60,
+        },
+        NOW,
+    );
     let wt = w.token(Operation::Write, &slot, &owner, NOW + 60);
     let put = |token: String, mime: &str, body: Vec<u8>| {
         Request::put(format!("/uploads/{slot}?token={token}")).header("content-type", mime).body(Body::from(body)).unwrap()
@@ -286,14 +302,14 @@ async fn upload_slots_are_single_use_and_write_only() {
     assert_eq!(status, StatusCode::CREATED, "{}", String::from_utf8_lossy(&body));
     let r: ArtifactRef = serde_json::from_slice(&body).unwrap();
     assert_eq!((r.mime_type.as_deref(), r.filename.as_deref(), r.size_bytes), (Some("image/png"), Some("out.png"), png.len() as u64));
-    assert_eq!(w.store.get(&stowage_store::Access::Owner(owner.clone()), &r.id).await.unwrap().to_vec(), png);
+    assert_eq!(w.store.get(&Access::Owner(owner.clone()), &r.id).await.unwrap().to_vec(), png);
 
     // Single use.
     let (status, _, body) = w.send(put(wt, "image/png", png.clone())).await;
     assert_eq!(status, StatusCode::CONFLICT);
     assert_eq!(error_code(&body), "bad_request");
     // Another owner's write token for this slot: not found, like any unknown slot.
-    let other = w.token(Operation::Write, &slot, &ArtifactScope::session("x").owner(), NOW + 60);
+    let other = w.token(Operation::Write, &slot, &ArtifactScope::session("x").with_user("x").owner(), NOW + 60);
     assert_eq!(w.send(put(other, "image/png", png)).await.0, StatusCode::NOT_FOUND);
 }
 
@@ -302,4 +318,202 @@ async fn health() {
     let w = World::new();
     assert_eq!(w.get("/healthz", &[]).await.0, StatusCode::OK);
     assert_eq!(w.get("/readyz", &[]).await.0, StatusCode::OK);
+}
+
+/// A link carries (tenant, user, session); the store's isolation decides which count. By
+/// default a link minted in session a reads what the user stored from session b (and a fresh
+/// link can be asked for from any session); with isolated sessions it is an unknown id.
+#[tokio::test]
+async fn links_follow_the_store_isolation() {
+    for isolation in [Isolation::User, Isolation::Session] {
+        let store = store_at_now(isolation);
+        let ring = KeyRing::new([("k1", vec![5u8; 32])]).unwrap();
+        let signer = Arc::new(LinkSigner::new(ring, &LinksConfig::default()));
+        let mut state = HttpState::new(store.clone(), signer.clone());
+        state.clock = fixed_now;
+        let links = state.link_service();
+        let app = routes(state);
+        let get = |uri: String| {
+            let app = app.clone();
+            async move {
+                let resp = app.oneshot(Request::get(uri).body(Body::empty()).unwrap()).await.unwrap();
+                (resp.status(), resp.into_body().collect().await.unwrap().to_bytes().to_vec())
+            }
+        };
+        let in_b = ArtifactScope::session("b").with_tenant("acme").with_user("alice");
+        let in_a = ArtifactScope::session("a").with_tenant("acme").with_user("alice");
+        let r = store.put_bytes(b"stored from b".to_vec().into(), PutOptions::scoped(in_b)).await.unwrap();
+        let from_a = signer.ring().mint(Operation::Read, r.id.as_str(), &in_a.owner(), NOW + 60);
+        let (status, body) = get(format!("/artifacts/{}?token={from_a}", r.id)).await;
+        let ghost = "art_ffffffffffffffff";
+        let for_ghost = signer.ring().mint(Operation::Read, ghost, &in_a.owner(), NOW + 60);
+        let unknown = get(format!("/artifacts/{ghost}?token={for_ghost}")).await;
+        let fresh = links.fresh_link(&in_a, r.id.as_str()).await;
+        match isolation {
+            Isolation::User => {
+                assert_eq!((status, body), (StatusCode::OK, b"stored from b".to_vec()));
+                let (_, link) = fresh.expect("a fresh link from another session of the user");
+                let path = link.url.strip_prefix("http://127.0.0.1:8787").unwrap().to_owned();
+                assert_eq!(get(path).await.0, StatusCode::OK);
+            }
+            Isolation::Session => {
+                assert_eq!((status, body), unknown, "another session's artifact looks like an unknown id");
+                assert_eq!(fresh.unwrap_err(), stowage_http::ApiError::not_found());
+            }
+        }
+    }
+}
+
+/// The clock of the over-HTTP slot test, which moves it past a slot's expiry.
+static SLOT_CLOCK: AtomicU64 = AtomicU64::new(NOW);
+
+fn slot_clock() -> u64 {
+    SLOT_CLOCK.load(Ordering::SeqCst)
+}
+
+/// The routes on a real loopback port, links pointing at it, and the state's `LinkService`.
+struct Served {
+    addr: SocketAddr,
+    store: Arc<dyn ArtifactStore>,
+    signer: Arc<LinkSigner>,
+    links: LinkService,
+    http: reqwest::Client,
+}
+
+impl Served {
+    async fn start(clock: fn() -> u64) -> Served {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let store = store_at_now(Isolation::default());
+        let ring = KeyRing::new([("k1", vec![5u8; 32])]).unwrap();
+        let config = LinksConfig { public_url: format!("http://{addr}"), ..LinksConfig::default() };
+        let signer = Arc::new(LinkSigner::new(ring, &config));
+        let mut state = HttpState::new(store.clone(), signer.clone());
+        state.clock = clock;
+        let links = state.link_service();
+        let app = routes(state);
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Served { addr, store, signer, links, http: reqwest::Client::new() }
+    }
+
+    /// PUTs `body` as `mime` to `url`; the status and the error code or ArtifactRef JSON.
+    async fn put(&self, url: &str, mime: &str, body: Vec<u8>) -> (StatusCode, Value) {
+        let resp = self.http.put(url).header("content-type", mime).body(body).send().await.unwrap();
+        let status = StatusCode::from_u16(resp.status().as_u16()).unwrap();
+        (status, serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap())
+    }
+
+    fn upload_url(&self, slot: &str, owner: &Owner, expires_at: u64) -> String {
+        let token = self.signer.ring().mint(Operation::Write, slot, owner, expires_at);
+        format!("http://{}/uploads/{slot}?token={token}", self.addr)
+    }
+}
+
+#[tokio::test]
+async fn upload_slots_opened_through_the_link_service_work_over_http() {
+    let s = Served::start(slot_clock).await;
+    let alice = ArtifactScope::session("s1").with_tenant("acme").with_user("alice").with_trace("run-7");
+    let request = SlotRequest {
+        max_bytes: 1000,
+        accept: vec!["image/*".into()],
+        ttl: Some(Duration::from_secs(300)),
+        filename: Some("chart.png".into()),
+        namespace: Some("render".into()),
+    };
+    let opened = s.links.open_upload_slot(&alice, request.clone()).unwrap();
+    assert!(opened.link.url.starts_with(&format!("http://{}/uploads/{}?token=v1.", s.addr, opened.slot)), "{}", opened.link.url);
+    assert_eq!(opened.link.expires_at, NOW + 300);
+    assert_eq!(s.links.slot_state(&opened.slot), Some(SlotState::Open));
+
+    // Another owner's token for this slot, even another session of alice's, is refused
+    // exactly like a token for a slot that does not exist.
+    let bob = ArtifactScope::session("s1").with_tenant("acme").with_user("bob").owner();
+    let png = b"\x89PNG\r\n\x1a\n0000000000000000".to_vec();
+    let unknown = s.put(&s.upload_url("slot_00000000000000000000000000000000", &bob, NOW + 60), "image/png", png.clone()).await;
+    assert_eq!(unknown.0, StatusCode::NOT_FOUND);
+    assert_eq!(unknown.1["error"]["code"], "artifact_not_found");
+    assert_eq!(s.put(&s.upload_url(&opened.slot, &bob, NOW + 60), "image/png", png.clone()).await, unknown);
+    let other_session = ArtifactScope::session("s2").with_tenant("acme").with_user("alice").owner();
+    assert_eq!(s.put(&s.upload_url(&opened.slot, &other_session, NOW + 60), "image/png", png.clone()).await, unknown);
+    assert_eq!(s.links.slot_state(&opened.slot), Some(SlotState::Open), "refusals leave the slot open");
+
+    // The upload: stored as alice's artifact, with the slot's filename, namespace and scope.
+    let (status, body) = s.put(&opened.link.url, "image/png", png.clone()).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let r: ArtifactRef = serde_json::from_value(body).unwrap();
+    assert_eq!((r.filename.as_deref(), r.mime_type.as_deref(), r.scope.clone()), (Some("chart.png"), Some("image/png"), alice.clone()));
+    assert!(r.id.as_str().starts_with("render_"), "{}", r.id);
+    assert_eq!(s.links.slot_state(&opened.slot), Some(SlotState::Done(Box::new(r.clone()))));
+    assert_eq!(s.store.get(&Access::owner_of(&alice), &r.id).await.unwrap().to_vec(), png);
+    let download = s.links.link_for(&r);
+    let resp = s.http.get(&download.url).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(resp.bytes().await.unwrap().to_vec(), png);
+
+    // Single use.
+    let (status, body) = s.put(&opened.link.url, "image/png", png.clone()).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (StatusCode::CONFLICT, Some("bad_request")));
+
+    // An expired slot: its link has expired with it; a token that outlives the slot gets the
+    // unknown-slot answer, and the slot is gone.
+    let short = s.links.open_upload_slot(&alice, SlotRequest { ttl: Some(Duration::from_secs(60)), ..request }).unwrap();
+    SLOT_CLOCK.store(NOW + 60, Ordering::SeqCst);
+    let (status, body) = s.put(&short.link.url, "image/png", png.clone()).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (StatusCode::GONE, Some("artifact_url_expired")));
+    let unknown_later =
+        s.put(&s.upload_url("slot_00000000000000000000000000000000", &alice.owner(), NOW + 3600), "image/png", png.clone()).await;
+    assert_eq!(s.put(&s.upload_url(&short.slot, &alice.owner(), NOW + 3600), "image/png", png).await, unknown_later);
+    assert_eq!(unknown_later.0, StatusCode::NOT_FOUND);
+    assert_eq!(s.links.slot_state(&short.slot), None);
+}
+
+/// A client that goes away mid-body must not leave the slot claimed forever: the server drops
+/// the upload, and the slot opens again for a retry.
+#[tokio::test]
+async fn a_client_that_disconnects_mid_body_frees_the_slot() {
+    let s = Served::start(fixed_now).await;
+    let scope = ArtifactScope::session("s1").with_user("carol");
+    let request = SlotRequest { max_bytes: 1 << 20, ..SlotRequest::default() };
+    let opened = s.links.open_upload_slot(&scope, request).unwrap();
+    let path = opened.link.url.strip_prefix(&format!("http://{}", s.addr)).unwrap().to_owned();
+
+    let mut conn = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    let head =
+        format!("PUT {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/octet-stream\r\nContent-Length: 100000\r\n\r\n", s.addr);
+    conn.write_all(head.as_bytes()).await.unwrap();
+    conn.write_all(&[7u8; 10_000]).await.unwrap();
+    conn.flush().await.unwrap();
+    let wait_for = |want: SlotState| {
+        let links = s.links.clone();
+        let slot = opened.slot.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            while links.slot_state(&slot) != Some(want.clone()) {
+                assert!(tokio::time::Instant::now() < deadline, "slot never became {want:?}: {:?}", links.slot_state(&slot));
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    wait_for(SlotState::Uploading).await;
+    drop(conn);
+    wait_for(SlotState::Open).await;
+    assert!(s.store.list(stowage_store::ListQuery::default()).await.unwrap().items.is_empty(), "nothing of the cut upload is stored");
+
+    let (status, body) = s.put(&opened.link.url, "application/octet-stream", vec![7u8; 100_000]).await;
+    assert_eq!(status, StatusCode::CREATED, "the retry succeeds: {body}");
+    assert_eq!(body["size_bytes"], 100_000);
+}
+
+#[tokio::test]
+async fn a_link_service_without_the_routes_registry_opens_no_slots() {
+    let w = World::new();
+    let links = LinkService::new(w.store.clone(), w.signer.clone());
+    let e = links.open_upload_slot(&s1(), SlotRequest { max_bytes: 10, ..SlotRequest::default() }).unwrap_err();
+    assert_eq!((e.status, e.code), (StatusCode::SERVICE_UNAVAILABLE, "artifact_storage_failed"));
+    // Bad requests name what to fix.
+    let links = w.state.link_service();
+    let e = links.open_upload_slot(&s1(), SlotRequest::default()).unwrap_err();
+    assert!(e.message.contains("max_bytes"), "{e:?}");
+    let e = links.open_upload_slot(&s1(), SlotRequest { max_bytes: 10, ttl: Some(Duration::from_secs(7200)), ..SlotRequest::default() });
+    assert!(e.unwrap_err().message.contains("1m to 60m"));
 }

@@ -4,6 +4,9 @@
 //! `<public_url>/uploads/<slot>?token=<token>`. The token is a bearer credential that says
 //! *what* (artifact id or slot), *how* (read or write), *whose* (the owner: tenant, user,
 //! session ids), *until when*, and *which key* signed it, authenticated with HMAC-SHA256.
+//! A token carries all three owner ids whatever the store's isolation; the store decides which
+//! of them grant access (by default tenant and user), so a token stays valid when the store
+//! switches isolation.
 //!
 //! - [`KeyRing`] holds one or more keys: the first signs, all verify (rotation). With no key
 //!   configured, [`KeyRing::load_or_create`] keeps a random key in the store directory.

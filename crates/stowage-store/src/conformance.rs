@@ -4,7 +4,11 @@
 //!
 //! Each check is a public async function that panics on the first violation. Checks that need
 //! particular limits or a movable clock take a [`Factory`], which must return a fresh, empty
-//! store each time it is called. [`run_all`] runs everything.
+//! store each time it is called. [`run_all`] runs everything, under each [`Isolation`].
+//!
+//! Scopes that stand for different owners differ in their user (or tenant), which makes them
+//! different owners under either isolation; scopes that differ in their session only are one
+//! user's sessions, which [`sessions_of_one_user`] checks under each isolation.
 
 use std::collections::BTreeSet;
 use std::pin::Pin;
@@ -17,12 +21,13 @@ use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 
 use crate::{
-    Access, ArtifactId, ArtifactRef, ArtifactScope, ArtifactStore, CleanupStrategy, Clock, DynStore, ListQuery, ManualClock, PutOptions,
-    RetentionConfig, StoreError,
+    Access, ArtifactId, ArtifactRef, ArtifactScope, ArtifactStore, CleanupStrategy, Clock, DynStore, Isolation, ListQuery, ManualClock,
+    PutOptions, RetentionConfig, StoreError,
 };
 
-/// Makes a fresh, empty store with these limits that reads the time from this clock.
-pub type Factory<'a> = &'a (dyn Fn(RetentionConfig, Arc<dyn Clock>) -> DynStore + Send + Sync);
+/// Makes a fresh, empty store with these limits, that reads the time from this clock and
+/// decides access under this isolation.
+pub type Factory<'a> = &'a (dyn Fn(RetentionConfig, Arc<dyn Clock>, Isolation) -> DynStore + Send + Sync);
 
 /// Limits high enough that no check trips them by accident.
 pub fn roomy() -> RetentionConfig {
@@ -31,29 +36,35 @@ pub fn roomy() -> RetentionConfig {
         max_artifact_bytes: 64 << 20,
         max_session_bytes: 1 << 30,
         max_trace_bytes: 1 << 30,
+        max_user_bytes: 1 << 40,
+        max_tenant_bytes: 1 << 40,
         max_artifacts_per_session: 10_000,
         max_artifacts_per_trace: 10_000,
         cleanup_strategy: CleanupStrategy::Lru,
     }
 }
 
-/// Runs every check, each on a fresh store from `factory`.
+/// Runs every check under each isolation, each on a fresh store from `factory`.
 pub async fn run_all(factory: Factory<'_>) {
-    let fresh = || factory(roomy(), Arc::new(ManualClock::fixed()));
-    put_get_delete_list(&*fresh()).await;
-    ranges_and_streaming_reads(&*fresh()).await;
-    put_text_and_put_stream(&*fresh()).await;
-    mime_types(&*fresh()).await;
-    guessed_ids_are_not_found(&*fresh()).await;
-    scope_isolation_with_identical_bytes(&*fresh()).await;
-    operator_sees_every_owner(&*fresh()).await;
-    list_pagination_and_filters(&*fresh()).await;
-    concurrent_puts_and_deletes_of_shared_bytes(&*fresh()).await;
-    dedup_within_an_owner(factory).await;
-    ttl_expiry(factory).await;
-    size_limits(factory).await;
-    eviction_strategies(factory).await;
-    gc_removes_expired(factory).await;
+    for isolation in [Isolation::User, Isolation::Session] {
+        let fresh = || factory(roomy(), Arc::new(ManualClock::fixed()), isolation);
+        put_get_delete_list(&*fresh()).await;
+        ranges_and_streaming_reads(&*fresh()).await;
+        put_text_and_put_stream(&*fresh()).await;
+        mime_types(&*fresh()).await;
+        guessed_ids_are_not_found(&*fresh()).await;
+        scope_isolation_with_identical_bytes(&*fresh(), isolation).await;
+        sessions_of_one_user(&*fresh(), isolation).await;
+        operator_sees_every_owner(&*fresh()).await;
+        list_pagination_and_filters(&*fresh(), isolation).await;
+        concurrent_puts_and_deletes_of_shared_bytes(&*fresh()).await;
+        dedup_within_an_owner(factory, isolation).await;
+        ttl_expiry(factory, isolation).await;
+        size_limits(factory, isolation).await;
+        eviction_strategies(factory, isolation).await;
+        user_and_tenant_budgets(factory, isolation).await;
+        gc_removes_expired(factory, isolation).await;
+    }
 }
 
 fn access(scope: &ArtifactScope) -> Access {
@@ -173,7 +184,7 @@ pub async fn ranges_and_streaming_reads(store: &dyn ArtifactStore) {
         assert!(matches!(e, StoreError::InvalidInput(_)), "open {range:?}: {e}");
     }
     // Ranges on someone else's artifact are NotFound, not InvalidInput: the check is access first.
-    let other = access(&ArtifactScope::session("someone-else"));
+    let other = access(&ArtifactScope::session("ranges").with_user("someone-else"));
     assert_not_found(store.get_range(&other, &r.id, 0..len + 1).await, &r.id, "range for another owner");
 }
 
@@ -263,17 +274,20 @@ pub async fn guessed_ids_are_not_found(store: &dyn ArtifactStore) {
 }
 
 /// The same bytes stored by different owners: one id, separate records, no crossing over.
-pub async fn scope_isolation_with_identical_bytes(store: &dyn ArtifactStore) {
+pub async fn scope_isolation_with_identical_bytes(store: &dyn ArtifactStore, isolation: Isolation) {
     let data = pattern(4096, 3);
-    // Owners that differ in one part each, including set vs unset.
-    let scopes = [
+    // Owners that differ in one part each, including set vs unset and set-but-empty.
+    let mut scopes = vec![
         ArtifactScope::session("s1"),
-        ArtifactScope::session("s2"),
         ArtifactScope::session("s1").with_tenant("t1"),
         ArtifactScope::session("s1").with_user("u1"),
         ArtifactScope::session("s1").with_tenant("t1").with_user("u1"),
-        ArtifactScope::default(),
+        ArtifactScope::session("s1").with_user(""),
+        ArtifactScope::default().with_user("u2"),
     ];
+    if isolation == Isolation::Session {
+        scopes.push(ArtifactScope::session("s2"));
+    }
     let mut refs = Vec::new();
     for s in &scopes {
         refs.push(put(store, &data, s).await);
@@ -293,7 +307,7 @@ pub async fn scope_isolation_with_identical_bytes(store: &dyn ArtifactStore) {
     assert!(store.exists(&access(&traced), &id).await.unwrap());
 
     // An owner that never stored it learns nothing, in every operation.
-    let stranger = ArtifactScope::session("s3");
+    let stranger = ArtifactScope::session("s1").with_user("u3");
     let them = access(&stranger);
     assert_not_found(store.get(&them, &id).await, &id, "stranger get");
     assert_not_found(store.get_range(&them, &id, 0..10).await, &id, "stranger get_range");
@@ -347,7 +361,7 @@ pub async fn operator_sees_every_owner(store: &dyn ArtifactStore) {
 }
 
 /// Listing is oldest first, paginated with an opaque cursor, filtered by owner and trace.
-pub async fn list_pagination_and_filters(store: &dyn ArtifactStore) {
+pub async fn list_pagination_and_filters(store: &dyn ArtifactStore, isolation: Isolation) {
     let scope = ArtifactScope::session("list");
     let owner = Some(scope.owner());
     let mut ids = Vec::new();
@@ -355,7 +369,10 @@ pub async fn list_pagination_and_filters(store: &dyn ArtifactStore) {
         let s = if i % 2 == 0 { scope.clone().with_trace("even") } else { scope.clone() };
         ids.push(put(store, &[i; 10], &s).await.id.to_string());
     }
-    put(store, b"other owner", &ArtifactScope::session("list-other")).await;
+    put(store, b"other owner", &ArtifactScope::session("list").with_user("other")).await;
+    // Another session of the same owner: listed with the owner's under user isolation, but not
+    // with this session's.
+    let other_session = ArtifactScope::session("list-2");
 
     let mut seen = Vec::new();
     let mut query = ListQuery { owner: owner.clone(), limit: 3, ..Default::default() };
@@ -372,11 +389,18 @@ pub async fn list_pagination_and_filters(store: &dyn ArtifactStore) {
     }
     assert_eq!(seen, ids, "every item once, oldest first");
     assert_eq!(pages, 3);
+    let from_other_session = put(store, b"from another session", &other_session).await.id.to_string();
+    let this_session = ListQuery { owner: owner.clone(), session_id: Some("list".into()), ..Default::default() };
+    assert_eq!(ids_listed(store, this_session).await, ids, "listing by session within an owner");
     let all = ids_listed(store, ListQuery { owner: owner.clone(), ..Default::default() }).await;
-    assert_eq!(all, ids, "default limit fits all");
+    let mut want = ids.clone();
+    if isolation == Isolation::User {
+        want.push(from_other_session);
+    }
+    assert_eq!(all, want, "default limit fits all; the owner's other session counts under user isolation only");
     let even = ids_listed(store, ListQuery { owner: owner.clone(), trace_id: Some("even".into()), limit: 2, ..Default::default() }).await;
     assert_eq!(even, ids.iter().step_by(2).cloned().collect::<Vec<_>>());
-    assert_eq!(ids_listed(store, ListQuery::default()).await.len(), 8, "operator listing spans owners");
+    assert_eq!(ids_listed(store, ListQuery::default()).await.len(), 9, "operator listing spans owners");
 
     let e = store.list(ListQuery { cursor: Some("not-a-cursor".into()), ..Default::default() }).await.unwrap_err();
     assert!(matches!(e, StoreError::InvalidInput(_)), "{e}");
@@ -386,7 +410,7 @@ pub async fn list_pagination_and_filters(store: &dyn ArtifactStore) {
 /// bytes (the blob is only removed when no record uses it).
 pub async fn concurrent_puts_and_deletes_of_shared_bytes(store: &dyn ArtifactStore) {
     let data = Bytes::from(pattern(200_000, 5));
-    let scopes: Vec<ArtifactScope> = (0..4).map(|i| ArtifactScope::session(format!("race-{i}"))).collect();
+    let scopes: Vec<ArtifactScope> = (0..4).map(|i| ArtifactScope::session("race").with_user(format!("race-{i}"))).collect();
     for round in 0..24 {
         let putter = &scopes[round % 4];
         let deleter = &scopes[(round + 1) % 4];
@@ -409,11 +433,11 @@ pub async fn concurrent_puts_and_deletes_of_shared_bytes(store: &dyn ArtifactSto
 }
 
 /// Storing the same bytes twice in one owner is one record, counted once.
-pub async fn dedup_within_an_owner(factory: Factory<'_>) {
+pub async fn dedup_within_an_owner(factory: Factory<'_>, isolation: Isolation) {
     let clock = ManualClock::fixed();
     let limits =
         RetentionConfig { max_session_bytes: 50, max_artifacts_per_session: 2, cleanup_strategy: CleanupStrategy::None, ..roomy() };
-    let store = factory(limits, Arc::new(clock.clone()));
+    let store = factory(limits, Arc::new(clock.clone()), isolation);
     let scope = ArtifactScope::session("dedup");
     let first = put(&*store, &[9; 30], &scope).await;
     clock.advance(Duration::from_secs(600));
@@ -436,9 +460,9 @@ pub async fn dedup_within_an_owner(factory: Factory<'_>) {
 
 /// Artifacts expire after their TTL: invisible, reported as expired to their owner, refreshed
 /// by a re-put, removed by gc.
-pub async fn ttl_expiry(factory: Factory<'_>) {
+pub async fn ttl_expiry(factory: Factory<'_>, isolation: Isolation) {
     let clock = ManualClock::fixed();
-    let store = factory(RetentionConfig { ttl: Duration::from_secs(60), ..roomy() }, Arc::new(clock.clone()));
+    let store = factory(RetentionConfig { ttl: Duration::from_secs(60), ..roomy() }, Arc::new(clock.clone()), isolation);
     let scope = ArtifactScope::session("ttl");
     let me = access(&scope);
     let long = put(&*store, b"default ttl", &scope).await;
@@ -460,7 +484,7 @@ pub async fn ttl_expiry(factory: Factory<'_>) {
         assert!(!store.exists(&me, &r.id).await.unwrap());
     }
     // Another owner is told nothing, not even that it expired.
-    assert_not_found(store.get(&access(&ArtifactScope::session("other")), &short.id).await, &short.id, "other owner");
+    assert_not_found(store.get(&access(&ArtifactScope::session("ttl").with_user("other")), &short.id).await, &short.id, "other owner");
     let listed = ids_listed(&*store, ListQuery { owner: Some(scope.owner()), ..Default::default() }).await;
     assert_eq!(listed, vec![long.id.to_string()]);
 
@@ -479,9 +503,9 @@ pub async fn ttl_expiry(factory: Factory<'_>) {
 }
 
 /// Sizes over any limit are refused, before anything is visible; streams stop being read.
-pub async fn size_limits(factory: Factory<'_>) {
+pub async fn size_limits(factory: Factory<'_>, isolation: Isolation) {
     let limits = RetentionConfig { max_artifact_bytes: 100, max_session_bytes: 80, max_trace_bytes: 50, ..roomy() };
-    let store = factory(limits, Arc::new(ManualClock::fixed()));
+    let store = factory(limits, Arc::new(ManualClock::fixed()), isolation);
     let scope = ArtifactScope::session("limits");
     // Another session, so that the session budget does not evict the first fitting put.
     let traced = ArtifactScope::session("limits-traced").with_trace("t");
@@ -515,67 +539,68 @@ pub async fn size_limits(factory: Factory<'_>) {
     assert_eq!(listed.len(), 2, "only the two puts that fit are visible: {listed:?}");
 }
 
-/// What a put that does not fit its budget does, for every budget and strategy.
-pub async fn eviction_strategies(factory: Factory<'_>) {
-    #[derive(Clone, Copy, Debug)]
-    enum Budget {
-        SessionBytes,
-        SessionCount,
-        TraceBytes,
-        TraceCount,
-    }
-    let budgets = [Budget::SessionBytes, Budget::SessionCount, Budget::TraceBytes, Budget::TraceCount];
+/// What a put that does not fit its budget does, for every budget and strategy: LRU evicts
+/// the least recently read, FIFO the oldest, `none` refuses naming the limit; and a budget
+/// never evicts outside itself.
+pub async fn eviction_strategies(factory: Factory<'_>, isolation: Isolation) {
+    let session = ArtifactScope::session("evict").with_tenant("t").with_user("u");
+    // Each budget made tight enough that `a`, `b`, `c` and a neighbour fill it exactly, with
+    // the neighbour inside that budget but outside every narrower one: it fills the budget, and
+    // a narrower budget must never evict it.
+    let same_session = session.clone().with_trace("t2");
+    let other_session = ArtifactScope::session("evict-2").with_tenant("t").with_user("u");
+    let other_user = ArtifactScope::session("evict").with_tenant("t").with_user("u-2");
+    // Outside every budget under test: never evicted.
+    let outsider = ArtifactScope::session("evict").with_tenant("t-2").with_user("u");
+    let scope = session.clone().with_trace("t1");
+    let me = access(&scope);
+    type Tighten = fn(&mut RetentionConfig);
+    let budgets: [(&str, Tighten, &ArtifactScope); 6] = [
+        ("max_session_bytes", |l| l.max_session_bytes = 40, &same_session),
+        ("max_artifacts_per_session", |l| l.max_artifacts_per_session = 4, &same_session),
+        ("max_trace_bytes", |l| l.max_trace_bytes = 30, &same_session),
+        ("max_artifacts_per_trace", |l| l.max_artifacts_per_trace = 3, &same_session),
+        ("max_user_bytes", |l| l.max_user_bytes = 40, &other_session),
+        ("max_tenant_bytes", |l| l.max_tenant_bytes = 40, &other_user),
+    ];
     let strategies = [CleanupStrategy::Lru, CleanupStrategy::Fifo, CleanupStrategy::None];
-    for budget in budgets {
+    for (limit, tighten, neighbour) in budgets {
         for strategy in strategies {
             let mut limits = RetentionConfig { cleanup_strategy: strategy, ..roomy() };
-            match budget {
-                Budget::SessionBytes => limits.max_session_bytes = 40,
-                Budget::SessionCount => limits.max_artifacts_per_session = 4,
-                Budget::TraceBytes => limits.max_trace_bytes = 30,
-                Budget::TraceCount => limits.max_artifacts_per_trace = 3,
-            }
-            let store = factory(limits, Arc::new(ManualClock::fixed()));
-            let session = ArtifactScope::session("evict");
-            let scope = session.clone().with_trace("t1");
-            let me = access(&scope);
+            tighten(&mut limits);
+            let store = factory(limits, Arc::new(ManualClock::fixed()), isolation);
             let a = put(&*store, &[b'a'; 10], &scope).await;
             let b = put(&*store, &[b'b'; 10], &scope).await;
             let c = put(&*store, &[b'c'; 10], &scope).await;
-            // `x` is in the same session but outside trace t1: it fills session budgets, and
-            // trace budgets must never evict it.
-            let x = put(&*store, &[b'x'; 10], &session.clone().with_trace("t2")).await;
+            let x = put(&*store, &[b'x'; 10], neighbour).await;
+            let o = put(&*store, &[b'o'; 10], &outsider).await;
             // Re-putting `a` dedups: no eviction, nothing counted twice, and it is now the most
             // recently used. Then `b` is read, so `c` is least recently used and `a` the oldest.
             assert_eq!(put(&*store, &[b'a'; 10], &scope).await.id, a.id);
             store.get(&me, &b.id).await.unwrap();
-            let name = |id: &ArtifactId| [(&x, "x"), (&a, "a"), (&b, "b"), (&c, "c")].iter().find(|(r, _)| &r.id == id).map(|(_, n)| *n);
+            let name = |id: &ArtifactId| {
+                [(&o, "o"), (&x, "x"), (&a, "a"), (&b, "b"), (&c, "c")].iter().find(|(r, _)| &r.id == id).map(|(_, n)| *n)
+            };
             let held = |store: DynStore| async move {
                 ids_listed(&*store, ListQuery::default()).await.into_iter().map(|s| s.parse::<ArtifactId>().unwrap()).collect::<Vec<_>>()
             };
             let before: BTreeSet<_> = held(store.clone()).await.iter().filter_map(name).collect();
-            assert_eq!(before, BTreeSet::from(["x", "a", "b", "c"]), "{budget:?} {strategy:?}: full but not over");
+            assert_eq!(before, BTreeSet::from(["o", "x", "a", "b", "c"]), "{limit} {strategy:?}: full but not over");
 
             let d = store.put_bytes(Bytes::from(vec![b'd'; 10]), PutOptions::scoped(scope.clone())).await;
             let after: BTreeSet<&str> = held(store.clone()).await.iter().map(|id| name(id).unwrap_or("d")).collect();
             let want: &[&str] = match strategy {
-                CleanupStrategy::Lru => &["x", "a", "b", "d"],
-                CleanupStrategy::Fifo => &["x", "b", "c", "d"],
-                CleanupStrategy::None => &["x", "a", "b", "c"],
+                CleanupStrategy::Lru => &["o", "x", "a", "b", "d"],
+                CleanupStrategy::Fifo => &["o", "x", "b", "c", "d"],
+                CleanupStrategy::None => &["o", "x", "a", "b", "c"],
             };
-            assert_eq!(after, want.iter().copied().collect(), "{budget:?} {strategy:?}");
+            assert_eq!(after, want.iter().copied().collect(), "{limit} {strategy:?}");
             match (strategy, d) {
                 (CleanupStrategy::None, Err(e @ StoreError::QuotaExceeded { .. })) => {
                     let m = e.to_string();
-                    let limit = match budget {
-                        Budget::SessionBytes => "max_session_bytes",
-                        Budget::SessionCount => "max_artifacts_per_session",
-                        Budget::TraceBytes => "max_trace_bytes",
-                        Budget::TraceCount => "max_artifacts_per_trace",
-                    };
-                    assert!(m.contains(limit) && !m.contains('\n'), "{budget:?}: {m}");
+                    assert!(m.contains(limit) && !m.contains('\n'), "{limit}: {m}");
                 }
-                (CleanupStrategy::None, other) => panic!("{budget:?} none: want QuotaExceeded, got {other:?}"),
+                (CleanupStrategy::None, other) => panic!("{limit} none: want QuotaExceeded, got {other:?}"),
                 (_, r) => {
                     let d = r.expect("eviction makes room");
                     assert_eq!(&store.get(&me, &d.id).await.unwrap()[..], &[b'd'; 10]);
@@ -585,12 +610,114 @@ pub async fn eviction_strategies(factory: Factory<'_>) {
     }
 }
 
+/// One user's sessions: under user isolation they share every artifact (and storing the same
+/// bytes again from another session is the same artifact); under session isolation each
+/// session's artifacts are invisible to the others, exactly like ids that never existed.
+pub async fn sessions_of_one_user(store: &dyn ArtifactStore, isolation: Isolation) {
+    let a = ArtifactScope::session("sess-a").with_tenant("t").with_user("u");
+    let b = ArtifactScope::session("sess-b").with_tenant("t").with_user("u");
+    let data = pattern(3000, 7);
+    let r = put(store, &data, &a.clone().with_trace("run-1")).await;
+    let from_b = access(&b);
+    let by_owner = |scope: &ArtifactScope| ListQuery { owner: Some(scope.owner()), ..Default::default() };
+    match isolation {
+        Isolation::User => {
+            assert_eq!(&store.get(&from_b, &r.id).await.expect("another session of the user reads it")[..], &data[..]);
+            assert_eq!(read_body(store, &from_b, &r.id, Some(10..20)).await, &data[10..20]);
+            assert_eq!(store.meta(&from_b, &r.id).await.unwrap(), r);
+            assert!(store.exists(&from_b, &r.id).await.unwrap());
+            assert_eq!(ids_listed(store, by_owner(&b)).await, vec![r.id.to_string()]);
+            // The record keeps the session and trace it was stored from, for grouping.
+            let in_a = ListQuery { session_id: Some("sess-a".into()), ..by_owner(&b) };
+            assert_eq!(ids_listed(store, in_a).await, vec![r.id.to_string()]);
+            let in_b = ListQuery { session_id: Some("sess-b".into()), ..by_owner(&b) };
+            assert!(ids_listed(store, in_b).await.is_empty());
+            let in_run = ListQuery { trace_id: Some("run-1".into()), ..by_owner(&b) };
+            assert_eq!(ids_listed(store, in_run).await, vec![r.id.to_string()]);
+            // The same bytes from session b: one record, the first one.
+            let again = put(store, &data, &b).await;
+            assert_eq!((again.id.clone(), again.scope.clone(), again.created_at), (r.id.clone(), r.scope.clone(), r.created_at));
+            assert_eq!(ids_listed(store, ListQuery::default()).await.len(), 1, "one record for the user");
+            // Deleting from b deletes the user's artifact.
+            assert!(store.delete(&from_b, &r.id).await.unwrap());
+            assert_not_found(store.get(&access(&a), &r.id).await, &r.id, "deleted from the other session");
+        }
+        Isolation::Session => {
+            assert_not_found(store.get(&from_b, &r.id).await, &r.id, "other session get");
+            assert_not_found(store.get_range(&from_b, &r.id, 0..10).await, &r.id, "other session get_range");
+            assert_not_found(store.open(&from_b, &r.id, None).await, &r.id, "other session open");
+            assert_not_found(store.meta(&from_b, &r.id).await, &r.id, "other session meta");
+            assert!(!store.exists(&from_b, &r.id).await.unwrap());
+            assert!(!store.delete(&from_b, &r.id).await.unwrap());
+            assert!(ids_listed(store, by_owner(&b)).await.is_empty());
+            // The same bytes from session b: a record of its own; deleting it keeps a's.
+            let again = put(store, &data, &b).await;
+            assert_eq!((again.id.clone(), again.scope.clone()), (r.id.clone(), b.clone()));
+            assert_eq!(ids_listed(store, ListQuery::default()).await.len(), 2);
+            assert!(store.delete(&from_b, &r.id).await.unwrap());
+            assert_eq!(&store.get(&access(&a), &r.id).await.unwrap()[..], &data[..]);
+        }
+    }
+}
+
+/// User budgets sum a user's sessions, tenant budgets a tenant's users; a single artifact larger
+/// than either is refused outright; other users and tenants are never touched.
+pub async fn user_and_tenant_budgets(factory: Factory<'_>, isolation: Isolation) {
+    let scope = |tenant: &str, user: &str, session: &str| ArtifactScope::session(session).with_tenant(tenant).with_user(user);
+
+    // Refused outright, naming the limit, before anything is stored.
+    let limits = RetentionConfig { max_user_bytes: 25, max_tenant_bytes: 35, ..roomy() };
+    let store = factory(limits.clone(), Arc::new(ManualClock::fixed()), isolation);
+    for (size, limit) in [(26, "max_user_bytes"), (36, "max_user_bytes")] {
+        let e = store.put_bytes(Bytes::from(vec![1; size]), PutOptions::scoped(scope("t", "u", "s"))).await.unwrap_err();
+        assert!(matches!(e, StoreError::TooLarge { limit_name, .. } if limit_name == limit), "{size}: {e}");
+    }
+    let limits_tenant_first = RetentionConfig { max_user_bytes: 100, max_tenant_bytes: 35, ..roomy() };
+    let store = factory(limits_tenant_first, Arc::new(ManualClock::fixed()), isolation);
+    let e = store.put_bytes(Bytes::from(vec![1; 36]), PutOptions::scoped(scope("t", "u", "s"))).await.unwrap_err();
+    assert!(matches!(e, StoreError::TooLarge { limit_name: "max_tenant_bytes", .. }), "{e}");
+    let endless = CountingReader { total: u64::MAX, sent: Arc::new(AtomicU64::new(0)) };
+    let e = store.put_stream(Box::pin(endless), PutOptions::scoped(scope("t", "u", "s"))).await.unwrap_err();
+    assert!(matches!(e, StoreError::TooLarge { limit_name: "max_tenant_bytes", .. }), "a stream stops at the tightest limit: {e}");
+    assert!(ids_listed(&*store, ListQuery::default()).await.is_empty());
+
+    // Without eviction: the budgets add up across sessions and users, and refuse by name.
+    let store = factory(RetentionConfig { cleanup_strategy: CleanupStrategy::None, ..limits }, Arc::new(ManualClock::fixed()), isolation);
+    put(&*store, &[b'1'; 10], &scope("t", "u", "s1")).await;
+    put(&*store, &[b'2'; 10], &scope("t", "u", "s2")).await;
+    let e = store.put_bytes(Bytes::from(vec![b'3'; 10]), PutOptions::scoped(scope("t", "u", "s3"))).await.unwrap_err();
+    let m = e.to_string();
+    assert!(m.starts_with("user u is full:") && m.contains("max_user_bytes = 25") && !m.contains("max_artifacts"), "{m}");
+    put(&*store, &[b'4'; 10], &scope("t", "v", "s1")).await;
+    let e = store.put_bytes(Bytes::from(vec![b'5'; 10]), PutOptions::scoped(scope("t", "w", "s1"))).await.unwrap_err();
+    assert!(e.to_string().starts_with("tenant t is full:") && e.to_string().contains("max_tenant_bytes = 35"), "{e}");
+    // Another tenant has its own budget; a scope without a tenant shares the tenant-less one.
+    put(&*store, &[b'5'; 10], &scope("t2", "w", "s1")).await;
+    put(&*store, &[b'6'; 10], &ArtifactScope::session("s1").with_user("w")).await;
+    assert_eq!(ids_listed(&*store, ListQuery::default()).await.len(), 5);
+
+    // With LRU, a full tenant evicts its least recently used artifact, whoever's it is, and
+    // never another tenant's.
+    let lru = RetentionConfig { max_tenant_bytes: 30, ..roomy() };
+    let store = factory(lru, Arc::new(ManualClock::fixed()), isolation);
+    let other_user = put(&*store, &[b'a'; 10], &scope("t", "v", "s1")).await;
+    let mine = put(&*store, &[b'b'; 10], &scope("t", "u", "s1")).await;
+    let other_tenant = put(&*store, &[b'c'; 10], &scope("t2", "v", "s1")).await;
+    let read = put(&*store, &[b'd'; 10], &scope("t", "u", "s2")).await;
+    store.get(&access(&scope("t", "v", "s1")), &other_user.id).await.unwrap();
+    store.get(&access(&scope("t", "u", "s2")), &read.id).await.unwrap();
+    let new = put(&*store, &[b'e'; 10], &scope("t", "w", "s1")).await;
+    let held: BTreeSet<String> = ids_listed(&*store, ListQuery::default()).await.into_iter().collect();
+    let want: BTreeSet<String> = [&other_user, &other_tenant, &read, &new].iter().map(|r| r.id.to_string()).collect();
+    assert_eq!(held, want, "the least recently used of the tenant ({}) went", mine.id);
+}
+
 /// gc removes expired records and reports them; live ones are untouched.
-pub async fn gc_removes_expired(factory: Factory<'_>) {
+pub async fn gc_removes_expired(factory: Factory<'_>, isolation: Isolation) {
     let clock = ManualClock::fixed();
-    let store = factory(RetentionConfig { ttl: Duration::from_secs(60), ..roomy() }, Arc::new(clock.clone()));
-    let a = ArtifactScope::session("gc-a");
-    let b = ArtifactScope::session("gc-b");
+    let store = factory(RetentionConfig { ttl: Duration::from_secs(60), ..roomy() }, Arc::new(clock.clone()), isolation);
+    let a = ArtifactScope::session("gc").with_user("gc-a");
+    let b = ArtifactScope::session("gc").with_user("gc-b");
     let old = put(&*store, b"old bytes", &a).await;
     put(&*store, b"old bytes", &b).await;
     clock.advance(Duration::from_secs(30));

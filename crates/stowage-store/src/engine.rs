@@ -1,6 +1,12 @@
 //! The store logic every backend shares: ids, dedup, owner isolation, expiry, budgets and
 //! eviction, crash repair. Written once, generic over an [`Index`] and a [`Blobs`].
 //!
+//! Access: a record is keyed by its owner's [`Owner::access_key`] under the store's
+//! [`Isolation`] — (tenant, user) by default, (tenant, user, session) when sessions are
+//! isolated — so the key decides both who can see a record and what counts as "the same owner
+//! storing the same bytes again" (dedup). Budgets are independent of the isolation: they group
+//! records by the scope ids every record keeps ([`Group`]): per trace, session, user and tenant.
+//!
 //! Concurrency: staging (writing and hashing the bytes) runs without any lock, so puts proceed
 //! in parallel. Everything that decides which records and blobs exist — dedup, eviction,
 //! publishing a blob, inserting its row, deleting a row and then its blob if unreferenced,
@@ -15,12 +21,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use stowage_core::{ArtifactId, ArtifactRef, ArtifactScope, PutOptions, StoreError};
+use stowage_core::{ArtifactId, ArtifactRef, ArtifactScope, Isolation, Owner, PutOptions, StoreError};
 
 use crate::blobs::{BlobInfo, Blobs, BoxReader, Limit, Staged, check_range};
 use crate::clock::Clock;
 use crate::failpoint::{Failpoints, PutStep};
-use crate::index::{EvictOrder, Index, ListFilter, Usage};
+use crate::index::{EvictOrder, Group, Index, Level, ListFilter, Usage};
 use crate::record::{Record, floor_secs, to_nanos};
 use crate::{Access, ArtifactReader, ArtifactStore, CleanupStrategy, GcReport, ListPage, ListQuery, Result, RetentionConfig};
 
@@ -39,15 +45,44 @@ pub(crate) struct Engine<I, B> {
     /// The last LRU tick handed out: ticks are the clock in nanoseconds, forced to increase
     /// strictly so that two accesses within one clock reading are still ordered.
     last_tick: AtomicI64,
+    isolation: Isolation,
+}
+
+/// How an engine is set up besides its index and blobs.
+pub(crate) struct Settings {
+    pub config: RetentionConfig,
+    pub clock: Arc<dyn Clock>,
+    pub failpoints: Failpoints,
+    pub isolation: Isolation,
+    /// The largest LRU tick the index holds.
+    pub last_tick: i64,
 }
 
 impl<I: Index, B: Blobs> Engine<I, B> {
-    pub fn new(index: I, blobs: B, config: RetentionConfig, clock: Arc<dyn Clock>, failpoints: Failpoints, last_tick: i64) -> Self {
-        Engine { index, blobs, config, clock, failpoints, lock: tokio::sync::Mutex::new(()), last_tick: AtomicI64::new(last_tick) }
+    pub fn new(index: I, blobs: B, settings: Settings) -> Self {
+        let Settings { config, clock, failpoints, isolation, last_tick } = settings;
+        Engine {
+            index,
+            blobs,
+            config,
+            clock,
+            failpoints,
+            lock: tokio::sync::Mutex::new(()),
+            last_tick: AtomicI64::new(last_tick),
+            isolation,
+        }
     }
 
     pub fn config(&self) -> &RetentionConfig {
         &self.config
+    }
+
+    pub fn isolation(&self) -> Isolation {
+        self.isolation
+    }
+
+    fn key(&self, owner: &Owner) -> String {
+        owner.access_key(self.isolation)
     }
 
     fn now(&self) -> i64 {
@@ -62,27 +97,57 @@ impl<I: Index, B: Blobs> Engine<I, B> {
         now.max(prev.saturating_add(1))
     }
 
+    /// Every budget a put into `scope` must fit, innermost first: its trace (when it has
+    /// one), its session, its user, its tenant.
+    fn budgets(&self, scope: &ArtifactScope) -> Vec<Budget> {
+        let c = &self.config;
+        let group = |level| Group { level, scope: scope.clone() };
+        let mut budgets = Vec::with_capacity(4);
+        if let Some(trace) = &scope.trace_id {
+            budgets.push(Budget {
+                name: format!("trace {trace}"),
+                group: group(Level::Trace),
+                max_bytes: ("max_trace_bytes", c.max_trace_bytes),
+                max_count: Some(("max_artifacts_per_trace", c.max_artifacts_per_trace)),
+            });
+        }
+        budgets.push(Budget {
+            name: budget_name("session", &scope.session_id),
+            group: group(Level::Session),
+            max_bytes: ("max_session_bytes", c.max_session_bytes),
+            max_count: Some(("max_artifacts_per_session", c.max_artifacts_per_session)),
+        });
+        budgets.push(Budget {
+            name: budget_name("user", &scope.user_id),
+            group: group(Level::User),
+            max_bytes: ("max_user_bytes", c.max_user_bytes),
+            max_count: None,
+        });
+        budgets.push(Budget {
+            name: budget_name("tenant", &scope.tenant_id),
+            group: group(Level::Tenant),
+            max_bytes: ("max_tenant_bytes", c.max_tenant_bytes),
+            max_count: None,
+        });
+        budgets
+    }
+
+    /// The byte limits a put into `scope` is subject to: the artifact's own, then its budgets'
+    /// innermost first (the order in which errors name the first one exceeded).
+    fn byte_limits(&self, budgets: &[Budget]) -> impl Iterator<Item = Limit> {
+        std::iter::once(("max_artifact_bytes", self.config.max_artifact_bytes)).chain(budgets.iter().map(|b| b.max_bytes))
+    }
+
     /// Limits that can be judged from the size alone, before any byte is written.
     fn check_size(&self, size: u64, scope: &ArtifactScope) -> Result<()> {
-        let c = &self.config;
-        let mut limits: Vec<Limit> = vec![("max_artifact_bytes", c.max_artifact_bytes), ("max_session_bytes", c.max_session_bytes)];
-        if scope.trace_id.is_some() {
-            limits.push(("max_trace_bytes", c.max_trace_bytes));
+        let budgets = self.budgets(scope);
+        if let Some((limit_name, limit)) = self.byte_limits(&budgets).find(|&(_, limit)| size > limit) {
+            return Err(StoreError::TooLarge { what: "artifact".into(), size, limit, limit_name });
         }
-        for (limit_name, limit) in limits {
-            if size > limit {
-                return Err(StoreError::TooLarge { what: "artifact".into(), size, limit, limit_name });
+        for b in budgets {
+            if let Some((name, 0)) = b.max_count {
+                return Err(StoreError::QuotaExceeded { budget: b.name, detail: format!("{name} is 0") });
             }
-        }
-        let zero_count = if c.max_artifacts_per_session == 0 {
-            Some((session_budget(scope), "max_artifacts_per_session"))
-        } else if c.max_artifacts_per_trace == 0 {
-            scope.trace_id.as_ref().map(|t| (format!("trace {t}"), "max_artifacts_per_trace"))
-        } else {
-            None
-        };
-        if let Some((budget, name)) = zero_count {
-            return Err(StoreError::QuotaExceeded { budget, detail: format!("{name} is 0") });
         }
         Ok(())
     }
@@ -90,14 +155,7 @@ impl<I: Index, B: Blobs> Engine<I, B> {
     /// The smallest byte limit a put into `scope` is subject to, so a stream is refused as soon
     /// as it passes it.
     fn stream_limit(&self, scope: &ArtifactScope) -> Limit {
-        let c = &self.config;
-        let mut limit = ("max_artifact_bytes", c.max_artifact_bytes);
-        for (name, l) in [("max_session_bytes", c.max_session_bytes), ("max_trace_bytes", c.max_trace_bytes)] {
-            if l < limit.1 && (name != "max_trace_bytes" || scope.trace_id.is_some()) {
-                limit = (name, l);
-            }
-        }
-        limit
+        self.byte_limits(&self.budgets(scope)).min_by_key(|&(_, limit)| limit).expect("max_artifact_bytes always applies")
     }
 
     /// Removes the record and, if it was the blob's last user, the blob. Lock held.
@@ -112,10 +170,10 @@ impl<I: Index, B: Blobs> Engine<I, B> {
         if self.index.sha_in_use(sha256).await? { Ok(0) } else { self.blobs.delete(sha256).await }
     }
 
-    /// Removes expired records (of one owner, or all) and their unused blobs. Lock held.
-    async fn purge_expired(&self, now: i64, owner_key: Option<&str>) -> Result<(u64, u64)> {
+    /// Removes expired records (of one group, or all) and their unused blobs. Lock held.
+    async fn purge_expired(&self, now: i64, group: Option<&Group>) -> Result<(u64, u64)> {
         let (mut records, mut freed) = (0, 0);
-        for rec in self.index.expired(now, owner_key).await? {
+        for rec in self.index.expired(now, group).await? {
             let (removed, f) = self.remove_record(&rec.owner_key, &rec.id).await?;
             records += u64::from(removed.is_some());
             freed += f;
@@ -125,16 +183,17 @@ impl<I: Index, B: Blobs> Engine<I, B> {
 
     /// Chooses the records to evict so that a put of `size` bytes fits one budget, after
     /// `chosen` (already picked for another budget) are gone. Lock held.
-    async fn plan_eviction(&self, budget: Budget<'_>, size: u64, chosen: &[Record]) -> Result<Vec<Record>> {
-        let usage = self.index.usage(budget.owner_key, budget.trace_id).await?;
-        let in_budget = |r: &Record| budget.trace_id.is_none_or(|t| r.scope.trace_id.as_deref() == Some(t));
+    async fn plan_eviction(&self, budget: &Budget, size: u64, chosen: &[Record]) -> Result<Vec<Record>> {
+        let usage = self.index.usage(&budget.group).await?;
         let mut bytes = usage.bytes;
         let mut count = usage.count;
-        for r in chosen.iter().filter(|r| in_budget(r)) {
+        for r in chosen.iter().filter(|r| budget.group.contains(r)) {
             bytes = bytes.saturating_sub(r.size);
             count = count.saturating_sub(1);
         }
-        let fits = |bytes: u64, count: u64| bytes.saturating_add(size) <= budget.max_bytes && count < budget.max_count;
+        let fits = |bytes: u64, count: u64| {
+            bytes.saturating_add(size) <= budget.max_bytes.1 && budget.max_count.is_none_or(|(_, max)| count < max)
+        };
         if fits(bytes, count) {
             return Ok(Vec::new());
         }
@@ -144,7 +203,7 @@ impl<I: Index, B: Blobs> Engine<I, B> {
             CleanupStrategy::None => return Err(budget.full(Usage { bytes, count }, size, "cleanup_strategy is none")),
         };
         let mut victims = Vec::new();
-        for r in self.index.eviction_order(budget.owner_key, budget.trace_id, order).await? {
+        for r in self.index.eviction_order(&budget.group, order).await? {
             if fits(bytes, count) {
                 break;
             }
@@ -167,8 +226,7 @@ impl<I: Index, B: Blobs> Engine<I, B> {
         let complete = staged.head.len() as u64 == staged.size;
         let mime = opts.mime_type.clone().unwrap_or_else(|| crate::mime::sniff(&staged.head, complete));
         let id = ArtifactId::from_content(opts.namespace.as_deref(), &staged.sha256);
-        let owner_key = opts.scope.owner().key();
-        let trace_id = opts.scope.trace_id.clone();
+        let owner_key = self.key(&opts.scope.owner());
         let ttl = opts.ttl.unwrap_or(self.config.ttl);
 
         let _guard = self.lock.lock().await;
@@ -176,45 +234,32 @@ impl<I: Index, B: Blobs> Engine<I, B> {
         let tick = self.tick(now);
         let expires_at = floor_secs(now.saturating_add(duration_nanos(ttl)));
         // Expired records are invisible: they must not count against budgets nor be "found"
-        // by the dedup below.
-        self.purge_expired(now, Some(&owner_key)).await?;
+        // by the dedup below. The tenant holds every budget this put is subject to (and the
+        // owner's own records).
+        self.purge_expired(now, Some(&Group { level: Level::Tenant, scope: opts.scope.clone() })).await?;
 
         if let Some(existing) = self.index.get(&owner_key, &id).await? {
             if existing.sha256 != staged.sha256 {
                 return Err(StoreError::IdCollision { id, existing: existing.sha256, incoming: staged.sha256 });
             }
-            // Same bytes, same owner: one record. Refresh it rather than count it twice; and if
-            // its blob went missing, this put's bytes repair it.
+            // Same bytes, same owner (under user isolation: another session of the same user):
+            // one record, whose scope stays that of its first put. Refresh it rather than count
+            // it twice; and if its blob went missing, this put's bytes repair it.
             if self.blobs.size(&staged.sha256).await? != Some(staged.size) {
                 self.blobs.commit(staged).await?;
             }
             let expires_at = existing.expires_at.map_or(expires_at, |e| e.max(expires_at));
-            self.index.touch(&owner_key, &id, tick, Some(expires_at)).await?;
+            self.index.refresh(&owner_key, &id, tick, expires_at).await?;
             return Ok(Record { last_access: tick, expires_at: Some(expires_at), ..existing }.to_ref());
         }
 
+        // Innermost budget first, each counting what the ones before chose to evict. Nothing
+        // is removed until every budget has a plan, so a refusal leaves everything in place.
         let mut victims = Vec::new();
-        if let Some(trace) = trace_id.as_deref() {
-            let budget = Budget {
-                name: format!("trace {trace}"),
-                owner_key: &owner_key,
-                trace_id: Some(trace),
-                max_bytes: self.config.max_trace_bytes,
-                max_count: self.config.max_artifacts_per_trace,
-                limit_names: ("max_trace_bytes", "max_artifacts_per_trace"),
-            };
-            victims = self.plan_eviction(budget, staged.size, &[]).await?;
+        for budget in self.budgets(&opts.scope) {
+            let more = self.plan_eviction(&budget, staged.size, &victims).await?;
+            victims.extend(more);
         }
-        let budget = Budget {
-            name: session_budget(&opts.scope),
-            owner_key: &owner_key,
-            trace_id: None,
-            max_bytes: self.config.max_session_bytes,
-            max_count: self.config.max_artifacts_per_session,
-            limit_names: ("max_session_bytes", "max_artifacts_per_session"),
-        };
-        let more = self.plan_eviction(budget, staged.size, &victims).await?;
-        victims.extend(more);
         for v in &victims {
             self.remove_record(&v.owner_key, &v.id).await?;
         }
@@ -256,7 +301,7 @@ impl<I: Index, B: Blobs> Engine<I, B> {
     async fn resolve(&self, access: &Access, id: &ArtifactId) -> Result<Record> {
         let now = self.now();
         let found = match access {
-            Access::Owner(owner) => self.index.get(&owner.key(), id).await?,
+            Access::Owner(owner) => self.index.get(&self.key(owner), id).await?,
             // The same id under several owners names the same bytes; any unexpired one will do.
             Access::Operator => {
                 let all = self.index.get_all(id).await?;
@@ -271,43 +316,44 @@ impl<I: Index, B: Blobs> Engine<I, B> {
         Ok(rec)
     }
 
-    /// [`Self::resolve`], then records the access for LRU.
+    /// [`Self::resolve`], then records the access for LRU (the index may defer writing it).
     async fn resolve_and_touch(&self, access: &Access, id: &ArtifactId) -> Result<Record> {
         let mut rec = self.resolve(access, id).await?;
         rec.last_access = self.tick(self.now());
-        self.index.touch(&rec.owner_key, &rec.id, rec.last_access, None).await?;
+        self.index.record_access(&rec.owner_key, &rec.id, rec.last_access).await?;
         Ok(rec)
     }
 }
 
-/// One budget a put must fit: a trace within an owner, or the owner's session.
-struct Budget<'a> {
+/// One budget a put must fit: a byte limit, and for traces and sessions a count limit, over the
+/// records of one group.
+struct Budget {
     name: String,
-    owner_key: &'a str,
-    trace_id: Option<&'a str>,
-    max_bytes: u64,
-    max_count: u64,
-    limit_names: (&'static str, &'static str),
+    group: Group,
+    max_bytes: Limit,
+    max_count: Option<Limit>,
 }
 
-impl Budget<'_> {
+impl Budget {
     fn full(&self, usage: Usage, size: u64, why: &str) -> StoreError {
+        let (bytes_name, max_bytes) = self.max_bytes;
+        let count = self.max_count.map(|(name, max)| format!(" and {name} = {max}")).unwrap_or_default();
         StoreError::QuotaExceeded {
             budget: self.name.clone(),
             detail: format!(
-                "it holds {} bytes in {} artifacts and a put of {size} bytes must stay within {} = {} and {} = {}; {why}",
-                usage.bytes, usage.count, self.limit_names.0, self.max_bytes, self.limit_names.1, self.max_count
+                "it holds {} bytes in {} artifacts and a put of {size} bytes must stay within {bytes_name} = {max_bytes}{count}; {why}",
+                usage.bytes, usage.count
             ),
         }
     }
 }
 
-/// What the session budget is called in errors. Without a session id, the budget covers
-/// everything the (tenant, user) owner stores without one.
-fn session_budget(scope: &ArtifactScope) -> String {
-    match &scope.session_id {
-        Some(s) => format!("session {s}"),
-        None => "the session-less owner".to_owned(),
+/// What a budget is called in errors: `session s1`, or for a scope without that id the budget
+/// everything stored without one shares (within the enclosing user and tenant).
+fn budget_name(kind: &str, id: &Option<String>) -> String {
+    match id {
+        Some(id) => format!("{kind} {id}"),
+        None => format!("the {kind}-less budget"),
     }
 }
 
@@ -374,7 +420,7 @@ impl<I: Index, B: Blobs> ArtifactStore for Engine<I, B> {
 
     async fn delete(&self, access: &Access, id: &ArtifactId) -> Result<bool> {
         let owners: Vec<String> = match access {
-            Access::Owner(o) => vec![o.key()],
+            Access::Owner(o) => vec![self.key(o)],
             Access::Operator => self.index.get_all(id).await?.into_iter().map(|r| r.owner_key).collect(),
         };
         let _guard = self.lock.lock().await;
@@ -397,7 +443,7 @@ impl<I: Index, B: Blobs> ArtifactStore for Engine<I, B> {
         };
         let after = query.cursor.as_deref().map(decode_cursor).transpose()?.unwrap_or(0);
         let filter =
-            ListFilter { owner_key: query.owner.as_ref().map(|o| o.key()), session_id: query.session_id, trace_id: query.trace_id };
+            ListFilter { owner_key: query.owner.as_ref().map(|o| self.key(o)), session_id: query.session_id, trace_id: query.trace_id };
         let mut records = self.index.list(&filter, after, self.now(), limit + 1).await?;
         let next = if records.len() > limit {
             records.truncate(limit);
@@ -410,6 +456,7 @@ impl<I: Index, B: Blobs> ArtifactStore for Engine<I, B> {
 
     async fn gc(&self) -> Result<GcReport> {
         let _guard = self.lock.lock().await;
+        self.index.flush_accesses().await?;
         let mut report = GcReport::default();
         let (expired, freed) = self.purge_expired(self.now(), None).await?;
         report.expired_records = expired;
@@ -447,7 +494,14 @@ mod tests {
     use crate::index::MemoryIndex;
 
     fn engine(config: RetentionConfig) -> Engine<MemoryIndex, MemoryBlobs> {
-        Engine::new(MemoryIndex::default(), MemoryBlobs::default(), config, Arc::new(ManualClock::fixed()), Failpoints::default(), 0)
+        let settings = Settings {
+            config,
+            clock: Arc::new(ManualClock::fixed()),
+            failpoints: Failpoints::default(),
+            isolation: Isolation::User,
+            last_tick: 0,
+        };
+        Engine::new(MemoryIndex::default(), MemoryBlobs::default(), settings)
     }
 
     #[tokio::test]
@@ -461,7 +515,7 @@ mod tests {
         let other_sha = sha256_hex(b"something else");
         let forged = Record {
             seq: 0,
-            owner_key: scope.owner().key(),
+            owner_key: e.key(&scope.owner()),
             id: id.clone(),
             sha256: other_sha.clone(),
             size: 14,
@@ -501,7 +555,7 @@ mod tests {
         let tenant_only = ArtifactScope::default().with_tenant("t");
         e.put_bytes(Bytes::from_static(b"one"), PutOptions::scoped(tenant_only.clone())).await.unwrap();
         let err = e.put_bytes(Bytes::from_static(b"two"), PutOptions::scoped(tenant_only)).await.unwrap_err();
-        assert!(err.to_string().starts_with("the session-less owner is full:"), "{err}");
+        assert!(err.to_string().starts_with("the session-less budget is full:"), "{err}");
         // Another owner has its own budget.
         e.put_bytes(Bytes::from_static(b"two"), PutOptions::scoped(ArtifactScope::session("s"))).await.unwrap();
     }

@@ -39,6 +39,8 @@ pub(crate) struct Failpoints(Option<FailpointHook>);
 pub(crate) struct Crash(pub PutStep);
 
 impl Failpoints {
+    /// Only FsStore takes a hook; the other stores use `Failpoints::default()`.
+    #[cfg(feature = "sqlite")]
     pub fn new(hook: Option<FailpointHook>) -> Self {
         Failpoints(hook)
     }

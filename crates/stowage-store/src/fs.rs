@@ -12,12 +12,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use stowage_core::StoreError;
+use stowage_core::{Isolation, StoreError};
 
 use crate::blobs::FsBlobs;
 use crate::clock::{Clock, SystemClock};
 use crate::delegate::delegate_store;
-use crate::engine::Engine;
+use crate::engine::{Engine, Settings};
 use crate::failpoint::{FailpointHook, Failpoints};
 use crate::index::SqliteIndex;
 use crate::{Result, RetentionConfig};
@@ -51,6 +51,7 @@ impl FsStore {
             clock: Arc::new(SystemClock),
             gc_grace: DEFAULT_GC_GRACE,
             failpoints: None,
+            isolation: Isolation::default(),
         }
     }
 
@@ -60,6 +61,10 @@ impl FsStore {
 
     pub fn retention(&self) -> &RetentionConfig {
         self.engine.config()
+    }
+
+    pub fn isolation(&self) -> Isolation {
+        self.engine.isolation()
     }
 }
 
@@ -76,6 +81,7 @@ pub struct FsStoreBuilder {
     clock: Arc<dyn Clock>,
     gc_grace: Duration,
     failpoints: Option<FailpointHook>,
+    isolation: Isolation,
 }
 
 impl FsStoreBuilder {
@@ -98,6 +104,16 @@ impl FsStoreBuilder {
         self
     }
 
+    /// Which owner ids decide access: [`Isolation::User`] (tenant and user, the default) or
+    /// [`Isolation::Session`] (tenant, user and session). A setting of the store rather than of
+    /// its retention, because it decides what the index's records are keyed by: opening an
+    /// existing store under the other isolation re-keys every record once (merging one user's
+    /// copies of the same artifact from several sessions when going to `User`).
+    pub fn isolation(mut self, isolation: Isolation) -> Self {
+        self.isolation = isolation;
+        self
+    }
+
     /// Installs a failpoint hook (crash tests only).
     #[doc(hidden)]
     pub fn failpoints(mut self, hook: FailpointHook) -> Self {
@@ -113,9 +129,10 @@ impl FsStoreBuilder {
         std::fs::create_dir_all(&dir).map_err(|e| StoreError::backend("create store directory", dir.display().to_string(), e))?;
         let failpoints = Failpoints::new(self.failpoints);
         let blobs = FsBlobs::open(&dir, failpoints.clone(), self.gc_grace)?;
-        let index = SqliteIndex::open(&dir.join("index.sqlite"))?;
+        let index = SqliteIndex::open(&dir.join("index.sqlite"), self.isolation)?;
         let last_tick = index.max_last_access()?;
-        let engine = Engine::new(index, blobs, self.retention, self.clock, failpoints, last_tick);
+        let settings = Settings { config: self.retention, clock: self.clock, failpoints, isolation: self.isolation, last_tick };
+        let engine = Engine::new(index, blobs, settings);
         Ok(FsStore { engine, dir })
     }
 }

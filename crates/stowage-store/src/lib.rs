@@ -15,7 +15,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Backends: [`FsStore`] (files + SQLite, the default), [`MemoryStore`], and [`NoOpStore`]
+//! Backends: [`FsStore`] (files + SQLite, the default; feature `sqlite`, on by default),
+//! [`MemoryStore`], and [`NoOpStore`]
 //! (keeps nothing; seed RFC 7.4). The first two share one engine that holds all the policy —
 //! content ids, per-owner isolation, dedup, expiry, budgets and eviction, crash repair — over
 //! two small internal traits, an index of records and a blob store keyed by sha256, so a new
@@ -28,8 +29,10 @@
 //!
 //! Access is explicit in every read or delete: an [`Access`] is either the [`Owner`] asking
 //! for its own artifacts, or the local [`Access::Operator`] (the CLI, which already has the
-//! files). A request for another owner's artifact is answered exactly like a request for an
-//! id that never existed.
+//! files). Which of the owner's ids count is the store's [`Isolation`], chosen when it is
+//! built: (tenant, user) by default, so a user reaches what it stored from any session, or
+//! (tenant, user, session). A request for another owner's artifact is answered exactly like a
+//! request for an id that never existed.
 #![forbid(unsafe_code)]
 
 mod blobs;
@@ -39,6 +42,7 @@ pub mod conformance;
 mod delegate;
 mod engine;
 mod failpoint;
+#[cfg(feature = "sqlite")]
 mod fs;
 mod index;
 mod memory;
@@ -57,11 +61,12 @@ use tokio::io::AsyncRead;
 pub use clock::{Clock, ManualClock, SystemClock};
 #[doc(hidden)]
 pub use failpoint::{FailpointHook, PutStep};
+#[cfg(feature = "sqlite")]
 pub use fs::{DEFAULT_GC_GRACE, FsStore, FsStoreBuilder};
-pub use memory::MemoryStore;
+pub use memory::{MemoryStore, MemoryStoreBuilder};
 pub use noop::{NOOP_WARNING, NoOpStore};
 pub use retention::{CleanupStrategy, RetentionConfig};
-pub use stowage_core::{ArtifactId, ArtifactRef, ArtifactScope, ArtifactSink, Owner, PutOptions, StoreError};
+pub use stowage_core::{ArtifactId, ArtifactRef, ArtifactScope, ArtifactSink, Isolation, Owner, PutOptions, StoreError};
 
 /// A shared, type-erased store: what the CLI and the server hold.
 pub type DynStore = std::sync::Arc<dyn ArtifactStore>;
@@ -95,7 +100,9 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 /// Who is asking.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Access {
-    /// An owner asking for its own artifacts; it sees nothing else.
+    /// An owner asking for its own artifacts; it sees nothing else. The store compares the
+    /// ids its [`Isolation`] names, so the session id of an [`Owner`] (from a request or a link
+    /// token) only matters in a store that isolates sessions.
     Owner(Owner),
     /// The local operator (the `stowage artifacts` CLI): sees every owner's artifacts. Never
     /// constructed from network input.
@@ -125,9 +132,10 @@ impl std::fmt::Debug for ArtifactReader {
 /// Which artifacts to list.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ListQuery {
-    /// `None` lists every owner's artifacts (operator use only); `Some` lists exactly one owner's.
+    /// `None` lists every owner's artifacts (operator use only); `Some` lists what exactly that
+    /// owner can access (under user isolation: the user's artifacts from every session).
     pub owner: Option<Owner>,
-    /// Operator convenience: only artifacts whose scope has this session id.
+    /// Only artifacts whose scope has this session id (one session's within an owner's).
     pub session_id: Option<String>,
     /// Only artifacts recorded under this trace.
     pub trace_id: Option<String>,

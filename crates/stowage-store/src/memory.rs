@@ -3,11 +3,13 @@
 
 use std::sync::Arc;
 
+use stowage_core::Isolation;
+
 use crate::RetentionConfig;
 use crate::blobs::MemoryBlobs;
 use crate::clock::{Clock, SystemClock};
 use crate::delegate::delegate_store;
-use crate::engine::Engine;
+use crate::engine::{Engine, Settings};
 use crate::failpoint::Failpoints;
 use crate::index::MemoryIndex;
 
@@ -31,17 +33,60 @@ pub struct MemoryStore {
 
 impl MemoryStore {
     pub fn new(retention: RetentionConfig) -> Self {
-        Self::with_clock(retention, Arc::new(SystemClock))
+        Self::builder().retention(retention).build()
     }
 
     /// A store that reads the time from `clock` (tests pass a [`crate::ManualClock`]).
     pub fn with_clock(retention: RetentionConfig, clock: Arc<dyn Clock>) -> Self {
-        let engine = Engine::new(MemoryIndex::default(), MemoryBlobs::default(), retention, clock, Failpoints::default(), 0);
-        MemoryStore { engine }
+        Self::builder().retention(retention).clock(clock).build()
+    }
+
+    pub fn builder() -> MemoryStoreBuilder {
+        MemoryStoreBuilder { retention: RetentionConfig::default(), clock: Arc::new(SystemClock), isolation: Isolation::default() }
     }
 
     pub fn retention(&self) -> &RetentionConfig {
         self.engine.config()
+    }
+
+    pub fn isolation(&self) -> Isolation {
+        self.engine.isolation()
+    }
+}
+
+/// Options for a [`MemoryStore`]: the same as [`crate::FsStoreBuilder`]'s that apply in memory.
+pub struct MemoryStoreBuilder {
+    retention: RetentionConfig,
+    clock: Arc<dyn Clock>,
+    isolation: Isolation,
+}
+
+impl MemoryStoreBuilder {
+    pub fn retention(mut self, retention: RetentionConfig) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Which owner ids decide access (default [`Isolation::User`]: tenant and user).
+    pub fn isolation(mut self, isolation: Isolation) -> Self {
+        self.isolation = isolation;
+        self
+    }
+
+    pub fn build(self) -> MemoryStore {
+        let settings = Settings {
+            config: self.retention,
+            clock: self.clock,
+            failpoints: Failpoints::default(),
+            isolation: self.isolation,
+            last_tick: 0,
+        };
+        MemoryStore { engine: Engine::new(MemoryIndex::default(), MemoryBlobs::default(), settings) }
     }
 }
 

@@ -1,14 +1,19 @@
 //! Retention limits (seed RFC 7.1): TTL, size and count budgets, and what to do when full.
+//!
+//! Budgets nest: a trace lies in a session, a session in a user, a user in a tenant, and a put
+//! must fit every one of them. Which owner ids decide *access* is not a retention matter but
+//! the store's isolation (`FsStoreBuilder::isolation`, `[store] isolate_sessions`): budgets
+//! group records by their scope ids whatever the isolation.
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// What to do when a put would push a session or trace over its budget.
+/// What to do when a put would push a trace, session, user or tenant over its budget.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CleanupStrategy {
-    /// Evict the least recently used artifacts of that session or trace until the put fits.
+    /// Evict the least recently used artifacts of that budget until the put fits.
     #[default]
     Lru,
     /// Evict the oldest artifacts first.
@@ -27,13 +32,19 @@ pub struct RetentionConfig {
     pub ttl: Duration,
     /// Largest single artifact, in bytes.
     pub max_artifact_bytes: u64,
-    /// Total bytes one session may hold. Budgets belong to the owner (tenant, user, session);
-    /// for a scope without a session id, the owner's session-less artifacts share this budget
-    /// (and `max_artifacts_per_session`) as if they were one session.
+    /// Total bytes one session may hold: the artifacts recorded with that session id within
+    /// one (tenant, user). For a scope without a session id, the user's session-less artifacts
+    /// share this budget (and `max_artifacts_per_session`) as if they were one session; the
+    /// same holds for user-less and tenant-less scopes in the budgets below.
     pub max_session_bytes: u64,
     /// Total bytes one trace may hold: the artifacts recorded with that trace id within one
-    /// owner.
+    /// session.
     pub max_trace_bytes: u64,
+    /// Total bytes one user may hold, over all of its sessions (within one tenant).
+    pub max_user_bytes: u64,
+    /// Total bytes one tenant may hold, over all of its users. Eviction for this budget may
+    /// remove another user's artifacts of the same tenant: it is the tenant's space that is full.
+    pub max_tenant_bytes: u64,
     /// How many artifacts one session may hold.
     pub max_artifacts_per_session: u64,
     /// How many artifacts one trace may hold.
@@ -43,13 +54,17 @@ pub struct RetentionConfig {
 
 impl Default for RetentionConfig {
     /// The seed's defaults: 1 h TTL, 50 MB per artifact, 500 MB per session, 100 MB per trace,
-    /// 1000 artifacts per session, 100 per trace, LRU eviction.
+    /// 1000 artifacts per session, 100 per trace, LRU eviction. The seed has no user or tenant
+    /// budget; ours default to 2 GiB per user (four full sessions) and 10 GiB per tenant, which
+    /// on a single-user machine (no tenant, no user) caps the whole store at 2 GiB.
     fn default() -> Self {
         RetentionConfig {
             ttl: Duration::from_secs(3600),
             max_artifact_bytes: 50 * 1024 * 1024,
             max_session_bytes: 500 * 1024 * 1024,
             max_trace_bytes: 100 * 1024 * 1024,
+            max_user_bytes: 2 * 1024 * 1024 * 1024,
+            max_tenant_bytes: 10 * 1024 * 1024 * 1024,
             max_artifacts_per_session: 1000,
             max_artifacts_per_trace: 100,
             cleanup_strategy: CleanupStrategy::Lru,
@@ -68,6 +83,7 @@ mod tests {
         assert_eq!(c.max_artifact_bytes, 52_428_800);
         assert_eq!(c.max_session_bytes, 524_288_000);
         assert_eq!(c.max_trace_bytes, 104_857_600);
+        assert_eq!((c.max_user_bytes, c.max_tenant_bytes), (2_147_483_648, 10_737_418_240));
         assert_eq!((c.max_artifacts_per_session, c.max_artifacts_per_trace), (1000, 100));
         assert_eq!(c.cleanup_strategy, CleanupStrategy::Lru);
     }

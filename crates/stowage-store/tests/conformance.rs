@@ -5,11 +5,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use stowage_store::conformance::{self, Factory};
-use stowage_store::{Clock, DynStore, FsStore, MemoryStore, RetentionConfig};
+use stowage_store::{Clock, DynStore, FsStore, Isolation, MemoryStore, RetentionConfig};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_store_conforms() {
-    let factory = |r: RetentionConfig, c: Arc<dyn Clock>| -> DynStore { Arc::new(MemoryStore::with_clock(r, c)) };
+    let factory = |r: RetentionConfig, c: Arc<dyn Clock>, i: Isolation| -> DynStore {
+        Arc::new(MemoryStore::builder().retention(r).clock(c).isolation(i).build())
+    };
     conformance::run_all(&factory).await;
 }
 
@@ -17,10 +19,10 @@ async fn memory_store_conforms() {
 async fn fs_store_conforms() {
     let root = tempfile::tempdir().unwrap();
     let n = AtomicUsize::new(0);
-    let factory = |r: RetentionConfig, c: Arc<dyn Clock>| -> DynStore {
+    let factory = |r: RetentionConfig, c: Arc<dyn Clock>, i: Isolation| -> DynStore {
         // Every store gets its own directory under one temp root, removed at the end.
         let dir = root.path().join(n.fetch_add(1, Ordering::SeqCst).to_string());
-        Arc::new(FsStore::builder(dir).retention(r).clock(c).gc_grace(Duration::ZERO).open().unwrap())
+        Arc::new(FsStore::builder(dir).retention(r).clock(c).isolation(i).gc_grace(Duration::ZERO).open().unwrap())
     };
     let factory: Factory<'_> = &factory;
     conformance::run_all(factory).await;

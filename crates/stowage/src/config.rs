@@ -46,11 +46,16 @@ pub struct StoreConfig {
     pub backend: Backend,
     /// Directory of the `fs` backend. Relative paths are relative to the working directory.
     pub dir: PathBuf,
+    /// Whether each session only sees its own artifacts. Off (the default), an artifact
+    /// belongs to its tenant and user and every session of that user reaches it; on, access
+    /// is per (tenant, user, session). Switching it on an existing `fs` store re-keys its
+    /// index the next time the store opens.
+    pub isolate_sessions: bool,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        StoreConfig { backend: Backend::Fs, dir: PathBuf::from(DEFAULT_STORE_DIR) }
+        StoreConfig { backend: Backend::Fs, dir: PathBuf::from(DEFAULT_STORE_DIR), isolate_sessions: false }
     }
 }
 
@@ -134,6 +139,16 @@ mod tests {
         let file: toml::Table = toml::from_str(text).unwrap();
         let defaults = toml::Table::try_from(Config::default()).unwrap();
         assert_eq!(file, defaults, "examples/stowage.toml and the defaults differ");
+    }
+
+    #[test]
+    fn store_isolation_and_user_and_tenant_budgets_parse() {
+        let text = "[store]\nisolate_sessions = true\n[retention]\nmax_user_bytes = 10\nmax_tenant_bytes = 20\n";
+        let c = Config::parse(text, Path::new("f")).unwrap();
+        assert!(c.store.isolate_sessions);
+        assert_eq!((c.retention.max_user_bytes, c.retention.max_tenant_bytes), (10, 20));
+        let err = Config::parse("[store]\nisolate_sessions = \"yes\"\n", Path::new("f")).unwrap_err().to_string();
+        assert!(err.starts_with("f:2: ") && err.contains("bool"), "{err}");
     }
 
     #[test]

@@ -4,9 +4,12 @@
 //! the engine's lock, which is what makes "is this blob still referenced?" and "publish this
 //! blob" atomic with respect to each other.
 
+// Only FsStore writes blobs as files, and FsStore needs the SQLite index.
+#[cfg(feature = "sqlite")]
 mod fs;
 mod memory;
 
+#[cfg(feature = "sqlite")]
 pub(crate) use fs::FsBlobs;
 pub(crate) use memory::MemoryBlobs;
 

@@ -9,7 +9,7 @@ use std::sync::{Mutex, MutexGuard};
 use async_trait::async_trait;
 use stowage_core::ArtifactId;
 
-use super::{BlobUse, EvictOrder, Index, ListFilter, Usage};
+use super::{BlobUse, EvictOrder, Group, Index, ListFilter, Usage};
 use crate::Result;
 use crate::record::Record;
 
@@ -33,8 +33,11 @@ impl MemoryIndex {
     }
 }
 
-fn in_scope(r: &Record, owner_key: &str, trace_id: Option<&str>) -> bool {
-    r.owner_key == owner_key && trace_id.is_none_or(|t| r.scope.trace_id.as_deref() == Some(t))
+impl Inner {
+    fn get_mut(&mut self, owner_key: &str, id: &ArtifactId) -> Option<&mut Record> {
+        let seq = *self.by_key.get(&(owner_key.to_owned(), id.clone()))?;
+        self.by_seq.get_mut(&seq)
+    }
 }
 
 #[async_trait]
@@ -57,14 +60,18 @@ impl Index for MemoryIndex {
         Ok(record)
     }
 
-    async fn touch(&self, owner_key: &str, id: &ArtifactId, last_access: i64, expires_at: Option<i64>) -> Result<()> {
-        let mut inner = self.lock();
-        let seq = inner.by_key.get(&(owner_key.to_owned(), id.clone())).copied();
-        if let Some(r) = seq.and_then(|seq| inner.by_seq.get_mut(&seq)) {
-            r.last_access = last_access;
-            if expires_at.is_some() {
-                r.expires_at = expires_at;
-            }
+    /// Applied at once: in memory an update costs no more than remembering it.
+    async fn record_access(&self, owner_key: &str, id: &ArtifactId, last_access: i64) -> Result<()> {
+        if let Some(r) = self.lock().get_mut(owner_key, id) {
+            r.last_access = r.last_access.max(last_access);
+        }
+        Ok(())
+    }
+
+    async fn refresh(&self, owner_key: &str, id: &ArtifactId, last_access: i64, expires_at: i64) -> Result<()> {
+        if let Some(r) = self.lock().get_mut(owner_key, id) {
+            r.last_access = r.last_access.max(last_access);
+            r.expires_at = Some(expires_at);
         }
         Ok(())
     }
@@ -77,19 +84,19 @@ impl Index for MemoryIndex {
         Ok(inner.by_seq.remove(&seq))
     }
 
-    async fn usage(&self, owner_key: &str, trace_id: Option<&str>) -> Result<Usage> {
+    async fn usage(&self, group: &Group) -> Result<Usage> {
         let inner = self.lock();
         let mut u = Usage::default();
-        for r in inner.by_seq.values().filter(|r| in_scope(r, owner_key, trace_id)) {
+        for r in inner.by_seq.values().filter(|r| group.contains(r)) {
             u.bytes += r.size;
             u.count += 1;
         }
         Ok(u)
     }
 
-    async fn eviction_order(&self, owner_key: &str, trace_id: Option<&str>, order: EvictOrder) -> Result<Vec<Record>> {
+    async fn eviction_order(&self, group: &Group, order: EvictOrder) -> Result<Vec<Record>> {
         let inner = self.lock();
-        let mut v: Vec<Record> = inner.by_seq.values().filter(|r| in_scope(r, owner_key, trace_id)).cloned().collect();
+        let mut v: Vec<Record> = inner.by_seq.values().filter(|r| group.contains(r)).cloned().collect();
         if order == EvictOrder::LeastRecentlyUsed {
             v.sort_by_key(|r| (r.last_access, r.seq));
         }
@@ -113,8 +120,8 @@ impl Index for MemoryIndex {
             .collect())
     }
 
-    async fn expired(&self, now: i64, owner_key: Option<&str>) -> Result<Vec<Record>> {
-        Ok(self.lock().by_seq.values().filter(|r| r.is_expired(now) && owner_key.is_none_or(|k| r.owner_key == k)).cloned().collect())
+    async fn expired(&self, now: i64, group: Option<&Group>) -> Result<Vec<Record>> {
+        Ok(self.lock().by_seq.values().filter(|r| r.is_expired(now) && group.is_none_or(|g| g.contains(r))).cloned().collect())
     }
 
     async fn sha_in_use(&self, sha256: &str) -> Result<bool> {

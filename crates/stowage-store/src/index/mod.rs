@@ -3,15 +3,21 @@
 //! An index knows nothing about bytes; [`crate::blobs`] knows nothing about owners. The engine
 //! ([`crate::engine`]) combines one of each and holds all the policy, so a new backend pair
 //! (say Postgres + S3) implements only these storage primitives.
+//!
+//! Records are keyed by `(owner_key, id)`, where the owner key is
+//! [`stowage_core::Owner::access_key`] under the store's isolation; budgets select records by
+//! their scope ids instead ([`Group`]), which stay on every record whatever the isolation.
 
 mod memory;
+#[cfg(feature = "sqlite")]
 mod sqlite;
 
 pub(crate) use memory::MemoryIndex;
+#[cfg(feature = "sqlite")]
 pub(crate) use sqlite::SqliteIndex;
 
 use async_trait::async_trait;
-use stowage_core::ArtifactId;
+use stowage_core::{ArtifactId, ArtifactScope};
 
 use crate::Result;
 use crate::record::Record;
@@ -25,11 +31,42 @@ pub(crate) enum EvictOrder {
     OldestFirst,
 }
 
-/// Bytes and records held by an owner, or by one trace within it.
+/// Bytes and records held by one budget's [`Group`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Usage {
     pub bytes: u64,
     pub count: u64,
+}
+
+/// How many of a scope's ids, in the order tenant, user, session, trace, a [`Group`] compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Level {
+    Tenant = 1,
+    User = 2,
+    Session = 3,
+    Trace = 4,
+}
+
+/// The records one budget covers: those whose scope has the same ids as `scope` up to `level`
+/// (an unset id matches only unset ids). Nested: every trace lies in one session, every session
+/// in one user, every user in one tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Group {
+    pub level: Level,
+    pub scope: ArtifactScope,
+}
+
+impl Group {
+    /// The scope's ids this group compares, outermost first.
+    pub fn ids(&self) -> impl Iterator<Item = &Option<String>> {
+        let s = &self.scope;
+        [&s.tenant_id, &s.user_id, &s.session_id, &s.trace_id].into_iter().take(self.level as usize)
+    }
+
+    pub fn contains(&self, r: &Record) -> bool {
+        let theirs = [&r.scope.tenant_id, &r.scope.user_id, &r.scope.session_id, &r.scope.trace_id];
+        self.ids().zip(theirs).all(|(mine, theirs)| mine == theirs)
+    }
 }
 
 /// What a listing selects. `owner_key: None` is every owner.
@@ -60,23 +97,33 @@ pub(crate) trait Index: Send + Sync + 'static {
     /// Inserts a record for a new (owner, id); returns it with its `seq` assigned.
     async fn insert(&self, record: Record) -> Result<Record>;
 
-    /// Records an access and, when given, a new expiry.
-    async fn touch(&self, owner_key: &str, id: &ArtifactId, last_access: i64, expires_at: Option<i64>) -> Result<()>;
+    /// Records a read for LRU order. An index may defer the write (SQLite batches them), but
+    /// every later [`Index::eviction_order`] must see it.
+    async fn record_access(&self, owner_key: &str, id: &ArtifactId, last_access: i64) -> Result<()>;
+
+    /// Writes deferred accesses now (gc calls it, so that a store's state on disk is current).
+    async fn flush_accesses(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Records an access and a new expiry at once (a re-put of the same bytes), immediately.
+    async fn refresh(&self, owner_key: &str, id: &ArtifactId, last_access: i64, expires_at: i64) -> Result<()>;
 
     /// Removes the owner's record of `id`, returning it.
     async fn delete(&self, owner_key: &str, id: &ArtifactId) -> Result<Option<Record>>;
 
-    /// What the owner (or one trace of it) holds.
-    async fn usage(&self, owner_key: &str, trace_id: Option<&str>) -> Result<Usage>;
+    /// What the group holds, expired records included (the engine purges them first).
+    async fn usage(&self, group: &Group) -> Result<Usage>;
 
-    /// The owner's records (or one trace's), in eviction order.
-    async fn eviction_order(&self, owner_key: &str, trace_id: Option<&str>, order: EvictOrder) -> Result<Vec<Record>>;
+    /// The group's records in eviction order. Least-recently-used order counts every access
+    /// recorded so far, deferred or not.
+    async fn eviction_order(&self, group: &Group, order: EvictOrder) -> Result<Vec<Record>>;
 
     /// Records matching `filter` with `seq > after`, not expired at `now`, oldest first.
     async fn list(&self, filter: &ListFilter, after: i64, now: i64, limit: usize) -> Result<Vec<Record>>;
 
-    /// Records expired at `now`, of one owner or of all.
-    async fn expired(&self, now: i64, owner_key: Option<&str>) -> Result<Vec<Record>>;
+    /// Records expired at `now`, of one group or of all.
+    async fn expired(&self, now: i64, group: Option<&Group>) -> Result<Vec<Record>>;
 
     /// Whether any record (of any owner, expired or not) uses the blob `sha256`.
     async fn sha_in_use(&self, sha256: &str) -> Result<bool>;
