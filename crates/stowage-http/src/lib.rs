@@ -5,7 +5,8 @@
 //! - `GET /artifacts/{id}/meta?token=…` — the ArtifactRef JSON;
 //! - `PUT /uploads/{slot}?token=…` — a single-use, write-only upload slot, opened by the
 //!   gateway through [`LinkService::open_upload_slot`];
-//! - `GET /healthz`, `GET /readyz`.
+//! - `GET /healthz`; `GET /readyz` (503 with a JSON body naming what is not ready: the store,
+//!   or what the [`HttpState::readiness`] check reports, such as a gateway's down upstreams).
 //!
 //! Every refusal is `{"error":{"code","message"}}` with one of the seed's codes
 //! ([`ApiError`]); nothing internal (paths, backend errors) reaches the response.
@@ -53,11 +54,17 @@ pub struct HttpState {
     pub slots: Arc<SlotRegistry>,
     /// Unix seconds; injectable so tests can expire links without sleeping.
     pub clock: fn() -> u64,
+    /// More for `/readyz` to check, set once whoever knows it exists (the gateway, after it
+    /// starts): `(name, why it is not ready)` for each part that is not.
+    pub readiness: Arc<std::sync::OnceLock<ReadinessCheck>>,
 }
+
+/// A readiness check: what is not ready, and why.
+pub type ReadinessCheck = Arc<dyn Fn() -> Vec<(String, String)> + Send + Sync>;
 
 impl HttpState {
     pub fn new(store: Arc<dyn ArtifactStore>, signer: Arc<LinkSigner>) -> Self {
-        HttpState { store, signer, slots: Arc::new(SlotRegistry::default()), clock: stowage_links::unix_now }
+        HttpState { store, signer, slots: Arc::new(SlotRegistry::default()), clock: stowage_links::unix_now, readiness: Arc::default() }
     }
 
     /// The [`LinkService`] over this state's store, signer, slot registry and clock (set the
@@ -78,9 +85,22 @@ pub fn routes(state: HttpState) -> Router {
         .with_state(state)
 }
 
-/// Ready when the store answers a trivial listing.
-async fn ready(axum::extract::State(state): axum::extract::State<HttpState>) -> Result<&'static str, ApiError> {
+/// Ready when the store answers a trivial listing and the readiness check reports nothing.
+async fn ready(axum::extract::State(state): axum::extract::State<HttpState>) -> axum::response::Response {
+    use axum::response::IntoResponse;
     let query = stowage_store::ListQuery { owner: Some(Default::default()), limit: 1, ..Default::default() };
-    state.store.list(query).await.map_err(ApiError::from)?;
-    Ok("ready\n")
+    let mut not_ready = serde_json::Map::new();
+    if let Err(e) = state.store.list(query).await {
+        not_ready.insert("store".into(), serde_json::Value::String(e.code().to_owned()));
+    }
+    if let Some(check) = state.readiness.get() {
+        for (name, why) in check() {
+            not_ready.insert(name, serde_json::Value::String(why));
+        }
+    }
+    if not_ready.is_empty() {
+        return "ready\n".into_response();
+    }
+    let body = serde_json::json!({"ready": false, "not_ready": not_ready});
+    (axum::http::StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
 }

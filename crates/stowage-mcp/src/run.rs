@@ -37,6 +37,8 @@ pub struct RunOptions {
     pub extra_routes: Option<axum::Router>,
     /// Stdio mode: a bound loopback listener for `extra_routes`, so links work over stdio.
     pub links_listener: Option<tokio::net::TcpListener>,
+    /// Where `/readyz` (in `extra_routes`) learns which upstreams are down.
+    pub readiness: Option<Arc<std::sync::OnceLock<stowage_http::ReadinessCheck>>>,
     /// Middleware-free description of the store for the banner (`fs .stowage`).
     pub store_label: String,
     /// Bearer authentication on `/mcp` (HTTP only); `None` leaves it open.
@@ -78,6 +80,15 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
     if let Some(links) = opts.links {
         gw.set_link_service(links);
     }
+    if let Some(r) = &opts.readiness {
+        let weak = Arc::downgrade(&gw);
+        let check: stowage_http::ReadinessCheck = Arc::new(move || {
+            weak.upgrade()
+                .map(|g| g.unready_upstreams().into_iter().map(|(n, why)| (format!("upstream {n}"), why)).collect())
+                .unwrap_or_default()
+        });
+        let _ = r.set(check);
+    }
     let result = match &opts.mode {
         Mode::Stdio => {
             let links_addr = match (opts.links_listener, opts.extra_routes) {
@@ -103,8 +114,13 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
             if let Some(extra) = opts.extra_routes {
                 app = app.merge(extra);
             }
-            gw.wait_ready(Duration::from_secs(10)).await;
-            eprint!("{}", banner(&gw, &opts.mode, Some(addr), &opts.store_label));
+            // Served at once (health, readiness and clients that retry need not wait for a slow
+            // or dead upstream); the banner follows when every upstream is up, or after 10 s.
+            let (bgw, mode, label) = (gw.clone(), opts.mode.clone(), opts.store_label.clone());
+            tokio::spawn(async move {
+                bgw.wait_ready(Duration::from_secs(10)).await;
+                eprint!("{}", banner(&bgw, &mode, Some(addr), &label));
+            });
             axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await.map_err(RunError::Serve)
         }
     };

@@ -216,10 +216,51 @@ fn authenticated_gateway_isolates_users() {
     let (status, _) = hijack.rpc("tools/call", json!({"name": "artifact_url", "arguments": {"id": id}}));
     assert_eq!(status, 404);
 
-    // Alice's own second session is a different owner too: sessions are isolated.
+    // Alice's own second session is still alice: users own artifacts, sessions group them.
     let mut alice2 = Client::new(port, "alice-secret-key-0123456789");
     alice2.init();
-    assert_eq!(alice2.call("artifact_url", json!({"id": id}))["structuredContent"]["error"]["code"], "artifact_not_found");
+    let again = alice2.call("artifact_url", json!({"id": id}));
+    assert_ne!(again["isError"], true, "{again}");
+    let (status, _, body) = http(port, "GET", &path_of(again["structuredContent"]["url"].as_str().unwrap()), &[], None);
+    assert_eq!((status, body == pdf), (200, true));
+}
+
+/// With `[store] isolate_sessions = true`, each session is an owner of its own again: the same
+/// user's second session is told nothing of the first's artifacts.
+#[test]
+fn isolate_sessions_walls_sessions_off() {
+    let server = start(&format!("[store]\nisolate_sessions = true\n\n{}", auth_config()));
+    let mut alice = Client::new(server.port, "alice-secret-key-0123456789");
+    alice.init();
+    let id = alice.call("get_report", json!({}))["structuredContent"]["assets"][0]["id"].as_str().unwrap().to_owned();
+    assert_ne!(alice.call("artifact_url", json!({"id": id}))["isError"], true);
+    let mut alice2 = Client::new(server.port, "alice-secret-key-0123456789");
+    alice2.init();
+    let theirs = alice2.call("artifact_url", json!({"id": id}));
+    let ghost = alice2.call("artifact_url", json!({"id": "get_report_0000000000000000"}));
+    assert_eq!(theirs["structuredContent"]["error"]["code"], "artifact_not_found");
+    assert_eq!(theirs, ghost);
+}
+
+/// `/readyz` says 503 while a configured upstream is down, and names it and why; the dead
+/// upstream does not hold up serving.
+#[test]
+fn readyz_names_a_down_upstream() {
+    let started = Instant::now();
+    let server = start("[gateway.servers.ghost]\ncommand = \"/nonexistent/ghost-server\"\n\n[gateway.servers.fine]\ncommand = \"true\"\n");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, _, body) = http(server.port, "GET", "/readyz", &[], None);
+        let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        if status == 503
+            && v["not_ready"]["upstream ghost"].as_str().is_some_and(|why| why.contains("cannot run /nonexistent/ghost-server"))
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{status} {}", String::from_utf8_lossy(&body));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(started.elapsed() < Duration::from_secs(5), "serving waited for the dead upstream: {:?}", started.elapsed());
 }
 
 #[test]

@@ -142,6 +142,7 @@ pub(super) async fn refresh_loop(gw: Weak<Gateway>, index: usize) {
         let Some(gw) = gw.upgrade() else { return };
         gw.refresh(index).await;
         if std::mem::take(&mut first) {
+            gw.upstreams[index].listed.store(true, std::sync::atomic::Ordering::SeqCst);
             gw.ready.send_modify(|n| *n += 1);
             continue;
         }

@@ -53,6 +53,9 @@ use crate::routes::CallRoutes;
 use crate::session::{Caller, Session, SessionKind, Sessions};
 use crate::upstream::{InProcessFactory, Upstream, UpstreamEnv};
 
+/// How long a request that needs the catalog waits for upstreams that are still starting.
+const STARTUP_WAIT: Duration = Duration::from_secs(10);
+
 /// Everything a gateway is built from.
 pub struct GatewayOptions {
     pub config: GatewayConfig,
@@ -172,6 +175,17 @@ impl Gateway {
         let mut rx = self.ready.subscribe();
         let _ = tokio::time::timeout(timeout, rx.wait_for(|r| *r >= n)).await;
         *rx.borrow()
+    }
+
+    /// Waits (up to `timeout`) until no upstream is still starting: each has its lists in the
+    /// catalog or is down. Requests that read the catalog wait for this, so a client that
+    /// connects the moment the gateway listens sees every tool, while a dead upstream holds
+    /// nobody up.
+    pub async fn wait_settled(&self, timeout: Duration) {
+        let deadline = std::time::Instant::now() + timeout;
+        while !self.upstreams.iter().all(|u| u.settled()) && std::time::Instant::now() < deadline && !self.shutdown.is_cancelled() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Enables the gateway's own `artifact_url` tool.
@@ -314,6 +328,11 @@ impl Gateway {
         let params = msg.params_value();
         let id = msg.id.clone().unwrap_or(Value::Null);
         let ok = |v: Value| Ok(Message::response(Value::Null, &v));
+        // Capabilities and lists come from the upstreams: a request that arrives while one is
+        // still starting waits for it (a down one holds nobody up).
+        if method != "ping" {
+            self.wait_settled(STARTUP_WAIT).await;
+        }
         match method.as_str() {
             "initialize" => ok(self.initialize(session, &params)),
             "server/discover" => self.discover(session, &params, id),

@@ -124,6 +124,8 @@ pub struct Upstream {
     clients: Mutex<HashMap<String, Arc<OnceCell<Arc<Conn>>>>>,
     /// Set when the catalog should fetch this upstream's lists again.
     pub stale: ListsStale,
+    /// Whether the catalog has this upstream's lists (from its first connection on).
+    pub listed: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -145,6 +147,7 @@ impl Upstream {
             listen: Mutex::new(ListenState::default()),
             clients: Mutex::new(HashMap::new()),
             stale: ListsStale::default(),
+            listed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -154,6 +157,11 @@ impl Upstream {
 
     pub fn health(&self) -> Health {
         self.health.borrow().clone()
+    }
+
+    /// Whether the upstream is past starting: its lists are in the catalog, or it is down.
+    pub fn settled(&self) -> bool {
+        self.listed.load(std::sync::atomic::Ordering::SeqCst) || matches!(self.health(), Health::Down { .. })
     }
 
     /// The upstream's initialize result, once connected.

@@ -102,6 +102,7 @@ pub async fn run(ctx: ServeContext<'_>, args: ServeArgs) -> anyhow::Result<()> {
     }
     let mut extra_routes = None;
     let mut link_service = None;
+    let mut readiness = None;
     if matches!(mode, Mode::Http { .. }) || links_listener.is_some() {
         links.validate().map_err(anyhow::Error::msg)?;
         let ring = links.key_ring(ctx.store_dir).context("cannot load the link-signing key")?;
@@ -109,8 +110,12 @@ pub async fn run(ctx: ServeContext<'_>, args: ServeArgs) -> anyhow::Result<()> {
         if links.resource_link_uri == stowage_links::ResourceLinkUri::Signed {
             rewriter.links = Some(Arc::new(SignedLinks(signer.clone())));
         }
-        link_service = Some(stowage_http::LinkService::new(ctx.store.clone(), signer.clone()));
-        extra_routes = Some(stowage_http::routes(stowage_http::HttpState::new(ctx.store.clone(), signer)));
+        // One state: the link service opens the upload slots the routes accept, and /readyz
+        // learns the gateway's upstreams once it runs.
+        let state = stowage_http::HttpState::new(ctx.store.clone(), signer);
+        link_service = Some(state.link_service());
+        readiness = Some(state.readiness.clone());
+        extra_routes = Some(stowage_http::routes(state));
     }
     let demo: stowage_mcp::InProcessFactory = Arc::new(|| {
         let (from_server, to_server) = stowage_demo::spawn_in_process();
@@ -124,6 +129,7 @@ pub async fn run(ctx: ServeContext<'_>, args: ServeArgs) -> anyhow::Result<()> {
         in_process: Some(demo),
         extra_routes,
         links_listener,
+        readiness,
         store_label: ctx.store_label,
         auth,
         links: link_service,
