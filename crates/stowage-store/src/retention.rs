@@ -50,6 +50,11 @@ pub struct RetentionConfig {
     /// How many artifacts one trace may hold.
     pub max_artifacts_per_trace: u64,
     pub cleanup_strategy: CleanupStrategy,
+    /// How often `stowage serve` runs garbage collection (expired artifacts of every owner,
+    /// orphaned blobs, crash leftovers). Puts only purge the putting owner's expired records;
+    /// this is what frees the rest.
+    #[serde(with = "humantime_serde")]
+    pub gc_interval: Duration,
 }
 
 impl Default for RetentionConfig {
@@ -67,6 +72,7 @@ impl Default for RetentionConfig {
             max_tenant_bytes: 10 * 1024 * 1024 * 1024,
             max_artifacts_per_session: 1000,
             max_artifacts_per_trace: 100,
+            gc_interval: Duration::from_secs(600),
             cleanup_strategy: CleanupStrategy::Lru,
         }
     }

@@ -87,6 +87,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 store,
                 store_dir: &config.store.dir,
                 store_label,
+                gc_interval: config.retention.gc_interval,
             };
             cmd::serve::run(ctx, args).await
         }

@@ -312,3 +312,23 @@ fn resource_link_uri_switch() {
     assert!(link["uri"].as_str().unwrap().starts_with("artifact://"), "{link}");
     assert!(result["structuredContent"]["assets"][0]["artifactUri"].as_str().unwrap().starts_with("artifact://"));
 }
+
+/// `serve` collects garbage on a timer (`retention.gc_interval`): an expired artifact's blob
+/// leaves the disk without anyone putting or reading anything.
+#[test]
+fn serve_collects_expired_artifacts_on_a_timer() {
+    let server = start(&format!("[retention]\nttl = \"3s\"\ngc_interval = \"1s\"\n\n{}", auth_config()));
+    let mut alice = Client::new(server.port, "alice-secret-key-0123456789");
+    alice.init();
+    assert!(alice.call("get_report", json!({}))["structuredContent"]["assets"][0]["id"].is_string());
+    let blobs = |dir: &std::path::Path| -> usize {
+        std::fs::read_dir(dir.join("store/blobs"))
+            .map_or(0, |d| d.flatten().map(|sub| std::fs::read_dir(sub.path()).map_or(0, |f| f.count())).sum())
+    };
+    assert_eq!(blobs(server.dir.path()), 1, "the PDF is on disk");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while blobs(server.dir.path()) > 0 {
+        assert!(Instant::now() < deadline, "gc did not remove the expired artifact");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

@@ -57,9 +57,12 @@ pub struct ServeContext<'a> {
     /// The store directory (for the link-signing key) and how to name the store in the banner.
     pub store_dir: &'a std::path::Path,
     pub store_label: String,
+    /// How often the store is garbage-collected while serving (`retention.gc_interval`).
+    pub gc_interval: std::time::Duration,
 }
 
 pub async fn run(ctx: ServeContext<'_>, args: ServeArgs) -> anyhow::Result<()> {
+    tokio::spawn(collect_garbage(ctx.store.clone(), ctx.gc_interval));
     let upstreams = stowage_mcp::config::collect_upstreams(ctx.gateway, args.mcp_config.as_deref(), &args.command)?;
     // Images are stored with their width and height, for assets[].
     let sink = stowage_mcp::pipeline::with_dimensions(crate::wiring::sink(ctx.store.clone()));
@@ -149,6 +152,28 @@ impl LinkMinter for SignedLinks {
             .format(&time::format_description::well_known::Rfc3339)
             .ok()?;
         Some((link.url, expires))
+    }
+}
+
+/// Runs the store's gc every `every` while serving: puts purge only their own owner's expired
+/// artifacts, so without this another owner's expired ones (and crash leftovers) would stay.
+/// A failed run is logged and tried again next time; it never stops the gateway.
+async fn collect_garbage(store: Arc<dyn ArtifactStore>, every: std::time::Duration) {
+    let mut tick = tokio::time::interval(every.max(std::time::Duration::from_secs(1)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await; // the first tick is immediate: the store was just opened
+    loop {
+        tick.tick().await;
+        match store.gc().await {
+            Ok(r) => {
+                metrics::counter!("stowage_gc_runs_total", "outcome" => "ok").increment(1);
+                tracing::info!(target: "stowage::store", expired = r.expired_records, orphans = r.orphan_blobs, dangling = r.dangling_records, temp_files = r.temp_files, bytes_freed = r.bytes_freed, "gc");
+            }
+            Err(e) => {
+                metrics::counter!("stowage_gc_runs_total", "outcome" => "error").increment(1);
+                tracing::warn!(target: "stowage::store", "gc failed, will retry: {e}");
+            }
+        }
     }
 }
 
