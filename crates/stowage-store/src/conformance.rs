@@ -41,6 +41,7 @@ pub fn roomy() -> RetentionConfig {
         max_artifacts_per_session: 10_000,
         max_artifacts_per_trace: 10_000,
         cleanup_strategy: CleanupStrategy::Lru,
+        ..RetentionConfig::default()
     }
 }
 
