@@ -200,7 +200,7 @@ impl Session {
     /// Idempotent: transports register a request as soon as it is read, before handing it to
     /// a task, so a cancellation that follows right behind it is never missed.
     pub fn begin(&self, id: &Id) -> CancellationToken {
-        self.inflight.lock().entry(id_key(id)).or_insert_with(|| self.closed.child_token()).clone()
+        self.inflight.lock().entry(id_key(id)).or_default().clone()
     }
 
     pub fn end(&self, id: &Id) {
@@ -218,8 +218,10 @@ impl Session {
         token.inspect(CancellationToken::cancel).is_some()
     }
 
-    /// Ends the session: requests waiting for the client fail at once, and the session's own
-    /// upstream connections are closed by their upstream's sweeper.
+    /// Ends the session's side towards the client: requests waiting for the client fail at
+    /// once, and nothing more is sent to it. Requests the client made may still finish; the
+    /// session's own upstream connections close once nothing is in flight on them (or at once
+    /// through `Gateway::close_session`).
     pub fn close(&self) {
         self.closed.cancel();
         self.client_pending.lock().clear();

@@ -399,3 +399,33 @@ async fn url_elicitation_reaches_the_client_that_can_take_it_and_its_completion_
     assert!(text(&r).contains("did not declare the elicitation.url capability"), "{r}");
     gw.shutdown();
 }
+
+/// A piped batch (`requests | stowage serve --stdio`): input ends at once, yet a call still
+/// running is answered within the grace, on a per-client upstream session too.
+#[tokio::test]
+async fn a_piped_batch_gets_its_answers_after_input_ends() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let gw =
+        start_gateway(vec![fixture_spec("fx", None, T)], rewriter(Arc::new(MemSink::default())), fast_config(), SessionMode::PerClient)
+            .await;
+    let (client_end, gw_end) = tokio::io::duplex(1 << 16);
+    let (gr, gwr) = tokio::io::split(gw_end);
+    let served = tokio::spawn(stowage_mcp::serve_stdio(gw.clone(), gr, gwr));
+    let (mut cr, mut cw) = tokio::io::split(client_end);
+    for msg in [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "slow", "arguments": {"ms": 800}}}),
+    ] {
+        cw.write_all(format!("{msg}\n").as_bytes()).await.unwrap();
+    }
+    cw.shutdown().await.unwrap();
+    drop(cw);
+    tokio::time::timeout(Duration::from_secs(10), served).await.expect("ended within the grace").unwrap().unwrap();
+    let mut out = String::new();
+    cr.read_to_string(&mut out).await.unwrap();
+    let answer: Value =
+        out.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).find(|m| m["id"] == 2).expect("the slow call was answered");
+    assert_eq!(answer["result"]["content"][0]["text"], "slept 800 ms", "{answer}");
+    gw.shutdown();
+}

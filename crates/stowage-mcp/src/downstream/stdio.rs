@@ -96,10 +96,11 @@ where
     };
     // End of input: nothing can reach the client's answers any more, so whatever waits for
     // them fails now; what is still running gets a short grace to answer (a piped batch of
-    // requests expects its answers), then the session ends.
-    gw.close_session(&session);
+    // requests expects its answers), then the session and its upstream sessions end.
+    session.close();
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, async { while tasks.join_next().await.is_some() {} }).await;
     tasks.shutdown().await;
+    gw.close_session(&session);
     drop(outbox);
     drop(session);
     match writer_task.await {

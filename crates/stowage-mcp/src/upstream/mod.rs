@@ -282,7 +282,7 @@ impl Upstream {
         self.clients.lock().retain(|_, cell| {
             let Some(c) = cell.get() else { return true };
             let orphaned = matches!(&c.role, ConnRole::Client { session: Some(s), .. } if s.upgrade().is_none_or(|s| s.is_closed()));
-            let keep = !c.is_closed() && !orphaned && (c.busy() || c.idle_for() < idle);
+            let keep = !c.is_closed() && (c.busy() || (!orphaned && c.idle_for() < idle));
             if !keep {
                 c.close();
             }
