@@ -94,24 +94,7 @@ async fn python_client_default_and_legacy_through_gateway_to_everything_over_std
 #[tokio::test]
 async fn python_client_through_gateway_to_everything_over_http() {
     let (Some(everything), Some(python)) = (require(EVERYTHING), require(PYTHON)) else { return };
-    let port = free_port();
-    let mut child = tokio::process::Command::new("node")
-        .arg(&everything)
-        .arg("streamableHttp")
-        .env("PORT", port.to_string())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    // Wait for it to listen.
-    let up = format!("http://127.0.0.1:{port}/mcp");
-    for _ in 0..100 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (mut child, up) = everything_over_http(&everything).await;
     let (gw, url) = gateway(TransportSpec::Http { url: up, headers: Default::default(), ca_file: None }).await;
     let o = drive_with_python(&python, &url, "auto").await;
     check_observations(&o);

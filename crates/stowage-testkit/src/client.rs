@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::{mpsc, oneshot};
 
 /// Answers a server-initiated request: `Some(result)`, or `None` for a -32601 error.
@@ -36,20 +36,12 @@ pub struct RpcClient {
 
 impl RpcClient {
     /// Starts reading `reader` and writing `writer`; `on_request` answers what the server asks.
-    pub fn connect<R, W>(reader: R, mut writer: W, on_request: Option<ServerRequestHandler>) -> RpcClient
+    pub fn connect<R, W>(reader: R, writer: W, on_request: Option<ServerRequestHandler>) -> RpcClient
     where
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
     {
-        let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
-        tokio::spawn(async move {
-            while let Some(mut line) = rx.recv().await {
-                line.push(b'\n');
-                if writer.write_all(&line).await.is_err() || writer.flush().await.is_err() {
-                    break;
-                }
-            }
-        });
+        let (tx, _) = crate::spawn_line_writer(writer);
         let pending: Arc<Mutex<HashMap<String, oneshot::Sender<Value>>>> = Arc::default();
         let notifications: Arc<Mutex<Vec<Value>>> = Arc::default();
         let received: Arc<Mutex<Vec<Received>>> = Arc::default();

@@ -21,6 +21,26 @@ pub use stowage_demo::samples;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+/// Writes each line it is sent to `writer`, newline-terminated and flushed, until the sender
+/// is gone or the pipe breaks: one writer per pipe, so lines never interleave.
+pub(crate) fn spawn_line_writer<W: AsyncWrite + Unpin + Send + 'static>(
+    mut writer: W,
+) -> (mpsc::UnboundedSender<Vec<u8>>, tokio::task::JoinHandle<()>) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let task = tokio::spawn(async move {
+        while let Some(mut line) = rx.recv().await {
+            line.push(b'\n');
+            if writer.write_all(&line).await.is_err() || writer.flush().await.is_err() {
+                break;
+            }
+        }
+    });
+    (tx, task)
+}
+
 /// The path of the `stowage-fixture` binary, built first if it is missing or older than this
 /// crate's sources (`cargo test -p stowage-mcp` alone does not build another package's bins).
 pub fn fixture_bin() -> PathBuf {

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::{mpsc, oneshot};
 
 /// JSON-RPC error codes the fixtures answer with.
@@ -88,21 +88,13 @@ fn error(id: &Value, code: i64, message: &str) -> Value {
 }
 
 /// Serves `handler` until the reader closes.
-pub async fn serve<R, W, H>(reader: R, mut writer: W, handler: Arc<H>)
+pub async fn serve<R, W, H>(reader: R, writer: W, handler: Arc<H>)
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
     H: Handler,
 {
-    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Vec<u8>>();
-    let writer_task = tokio::spawn(async move {
-        while let Some(mut line) = out_rx.recv().await {
-            line.push(b'\n');
-            if writer.write_all(&line).await.is_err() || writer.flush().await.is_err() {
-                break;
-            }
-        }
-    });
+    let (out_tx, writer_task) = crate::spawn_line_writer(writer);
     let peer = Peer { out: out_tx, pending: Arc::default(), next: Arc::new(AtomicU64::new(1)) };
     let mut reader = BufReader::with_capacity(1 << 20, reader);
     let mut line = Vec::new();
