@@ -332,3 +332,29 @@ fn serve_collects_expired_artifacts_on_a_timer() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// Without `[auth]`, every client is the one local user: what one session (or one stateless
+/// 2026-07-28 request) stored, another session finds and downloads.
+#[test]
+fn without_auth_every_client_is_the_local_user() {
+    let server = start("");
+    let mut first = Client::new(server.port, "ignored");
+    first.init();
+    let result = first.call("get_report", json!({}));
+    let id = result["structuredContent"]["assets"][0]["id"].as_str().unwrap().to_owned();
+    let mut second = Client::new(server.port, "ignored");
+    second.init();
+    let fresh = second.call("artifact_url", json!({"id": id}));
+    assert_ne!(fresh["isError"], true, "{fresh}");
+    let (status, _, body) = http(server.port, "GET", &path_of(fresh["structuredContent"]["url"].as_str().unwrap()), &[], None);
+    assert_eq!(status, 200);
+    assert!(body.starts_with(b"%PDF-"));
+    // A stateless request: no session at all, the same user.
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}});
+    let body = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "artifact_url", "arguments": {"id": id}, "_meta": meta}}).to_string();
+    let (status, _, out) =
+        http(server.port, "POST", "/mcp", &[("Content-Type", "application/json"), ("Accept", "application/json")], Some(body.as_bytes()));
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(status, 200);
+    assert_ne!(v["result"]["isError"], true, "{v}");
+}
