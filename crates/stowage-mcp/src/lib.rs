@@ -22,6 +22,7 @@
 #![forbid(unsafe_code)]
 
 pub mod config;
+mod cpu_pool;
 mod downstream;
 pub mod error;
 pub mod events;

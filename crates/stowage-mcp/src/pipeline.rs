@@ -4,9 +4,10 @@
 //! (`structuredContent.assets[]`, signed URIs), leaving alone the blocks the pipeline already
 //! wrote.
 //!
-//! A result of [`OFF_RUNTIME_BYTES`] or more is transformed on the blocking pool, not on a
-//! runtime worker: a 50 MB result takes tens of milliseconds of CPU, and on a 2-core machine
-//! two of them at once would otherwise stall every small call behind them.
+//! A result of [`OFF_RUNTIME_BYTES`] or more is transformed on the gateway's CPU pool
+//! ([`crate::cpu_pool`]), not on a runtime worker: a 50 MB result takes tens of milliseconds
+//! of CPU, and on a 2-core machine two of them at once would otherwise stall every small call
+//! behind them.
 
 use std::sync::Arc;
 
@@ -37,23 +38,20 @@ impl PipelineOffloader {
             input.output_schema = ctx.output_schema.as_ref();
             return self.pipeline.transform_json_text(&input, raw).await.map_err(failed);
         }
-        // The blocking thread drives the pipeline's own awaits (store writes) with the
-        // runtime's handle; the store's file IO goes to the blocking pool as usual.
+        // The pool thread drives the pipeline's own awaits (store writes) with the runtime's
+        // handle; the store's file IO goes to tokio's blocking pool as usual.
         let (tool, scope, schema) = (ctx.tool.clone(), ctx.scope.clone(), ctx.output_schema.clone());
         let pipeline = self.pipeline.clone();
         let handle = tokio::runtime::Handle::current();
-        let job = tokio::task::spawn_blocking(move || {
+        // A panic in the pipeline is a bug: `run` passes it on, and it fails this call only
+        // (the gateway answers it with an internal error).
+        crate::cpu_pool::run(move || {
             let mut input = TransformInput::new(&tool, &scope);
             input.output_schema = schema.as_ref();
             handle.block_on(pipeline.transform_json_text(&input, raw))
-        });
-        match job.await {
-            Ok(r) => r.map_err(failed),
-            // A panic in the pipeline is a bug: passed on, it fails this call only (the
-            // gateway answers it with an internal error).
-            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            Err(e) => Err(OffloadError { code: "artifact_storage_failed", message: format!("the transform was stopped: {e}") }),
-        }
+        })
+        .await
+        .map_err(failed)
     }
 }
 

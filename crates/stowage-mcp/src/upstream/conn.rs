@@ -325,14 +325,11 @@ pub(crate) async fn read_loop(
             None => break "closed".to_owned(),
         };
         // The line is given up: a big result keeps its memory (no second 50 MB copy). Parsing
-        // a big line takes tens of milliseconds of CPU: it runs on the blocking pool, so the
+        // a big line takes tens of milliseconds of CPU: it runs on the CPU pool, so the
         // runtime's workers keep serving small calls meanwhile (the reader waits, which keeps
         // this upstream's messages in order).
         let parsed = if line.len() >= crate::jsonrpc::IN_PLACE_FROM {
-            match tokio::task::spawn_blocking(move || Message::parse_owned(line)).await {
-                Ok(p) => p,
-                Err(e) => break format!("could not parse a message: {e}"),
-            }
+            crate::cpu_pool::run(move || Message::parse_owned(line)).await
         } else {
             Message::parse_owned(line)
         };
