@@ -429,3 +429,16 @@ async fn a_piped_batch_gets_its_answers_after_input_ends() {
     assert_eq!(answer["result"]["content"][0]["text"], "slept 800 ms", "{answer}");
     gw.shutdown();
 }
+
+/// An upstream's stderr can hold anything: a line that is not UTF-8 and a 20 MB line are read
+/// (lossily, cut) and the upstream keeps working; nothing stops draining it.
+#[tokio::test]
+async fn an_upstream_stderr_of_garbage_and_giant_lines_does_not_stop_it() {
+    let c = Client::start(vec![fixture_spec("fx", None, T)], Arc::new(MemSink::default()), fast_config(), None).await;
+    for _ in 0..3 {
+        let r = c.call("stderr_noise", json!({"bytes": 20_000_000})).await;
+        assert_eq!(text(&r), "wrote 20000000 bytes to stderr", "{r}");
+    }
+    assert_eq!(text(&c.call("echo", json!({"message": "alive"})).await), "alive");
+    assert!(c.gateway.unready_upstreams().is_empty(), "the upstream died: {:?}", c.gateway.unready_upstreams());
+}

@@ -18,6 +18,7 @@
 //! | `elicit_url` | a URL-mode elicitation, then `notifications/elicitation/complete` |
 //! | `progress_burst` | `n` progress notifications, then the result: ordering |
 //! | `not_object` | a `tools/call` result that is a bare string of `bytes` characters |
+//! | `stderr_noise` | writes a non-UTF-8 line and a `bytes`-long line to stderr, then answers |
 //! | `task_image` | task-capable (`task` param): the task's result is a 1 MB PNG image block |
 //!
 //! `STOWAGE_FIXTURE_STATELESS=1` makes it a 2026-07-28-only server: it refuses `initialize`,
@@ -160,6 +161,7 @@ impl Handler for Fixture {
                 tool("elicit_url", json!({})),
                 tool("progress_burst", json!({"n": {"type": "integer"}})),
                 tool("not_object", json!({"bytes": {"type": "integer"}})),
+                tool("stderr_noise", json!({"bytes": {"type": "integer"}})),
                 {"name": "task_image", "inputSchema": {"type": "object"}, "execution": {"taskSupport": "optional"}},
             ]}),
             "tools/call" => match name {
@@ -292,6 +294,15 @@ impl Handler for Fixture {
                 "not_object" => {
                     let n = args.get("bytes").and_then(Value::as_u64).unwrap_or(100_000) as usize;
                     Value::String(STANDARD.encode(vec![7u8; n * 3 / 4]))
+                }
+                "stderr_noise" => {
+                    let n = args.get("bytes").and_then(Value::as_u64).unwrap_or(1 << 20) as usize;
+                    let mut err = std::io::stderr().lock();
+                    let _ = err.write_all(b"not utf-8: \xff\xfe\xfd\n");
+                    let _ = err.write_all(&vec![b'e'; n]);
+                    let _ = err.write_all(b"\nafter the long line\n");
+                    let _ = err.flush();
+                    text_result(format!("wrote {n} bytes to stderr"))
                 }
                 "task_image" if params.get("task").is_some() => {
                     let id = format!("task-{}", self.tasks.lock().unwrap().len() + 1);
