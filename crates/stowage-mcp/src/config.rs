@@ -33,6 +33,13 @@ pub struct GatewayConfig {
     pub request_timeout_secs: u64,
     /// Largest single JSON-RPC message accepted from a peer, in bytes.
     pub max_message_bytes: usize,
+    /// HTTP: largest request body a client may POST to `/mcp`, enforced as it streams in.
+    /// Requests are small (results are what is big), so this is far below
+    /// `max_message_bytes`: four parallel oversized requests cost at most 4 × this much.
+    pub max_request_bytes: usize,
+    /// HTTP: sessions one identity (tenant and user) may hold open at once; past it,
+    /// `initialize` is refused until one ends (DELETE, or idle expiry).
+    pub max_sessions_per_identity: usize,
     /// First delay before restarting a failed upstream; doubles up to `restart_backoff_max_ms`.
     pub restart_backoff_initial_ms: u64,
     pub restart_backoff_max_ms: u64,
@@ -73,6 +80,8 @@ impl Default for GatewayConfig {
             allowed_origins: Vec::new(),
             request_timeout_secs: 300,
             max_message_bytes: crate::framing::DEFAULT_MAX_LINE_BYTES,
+            max_request_bytes: 16 << 20,
+            max_sessions_per_identity: 64,
             restart_backoff_initial_ms: 200,
             restart_backoff_max_ms: 30_000,
             metrics: true,

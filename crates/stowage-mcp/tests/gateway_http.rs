@@ -419,3 +419,71 @@ async fn an_oversized_http_upstream_reply_fails_its_call_at_once() {
     }
     gw.shutdown();
 }
+
+/// Requests are refused past `gateway.max_request_bytes` with a JSON-RPC error naming it, and
+/// an identity cannot open sessions without end.
+#[tokio::test]
+async fn request_bodies_and_sessions_per_identity_are_capped() {
+    let config = stowage_mcp::config::GatewayConfig { max_request_bytes: 64 * 1024, max_sessions_per_identity: 2, ..fast_config() };
+    let (gw, url) = start_with(None, config).await;
+    let sid = initialize(&url).await;
+    let big = rpc(2, "tools/call", json!({"name": "echo", "arguments": {"message": "m".repeat(100_000)}}));
+    let (status, _, msgs) = post(&url, Some(&sid), BOTH, big).await;
+    assert_eq!(status, 413);
+    assert!(msgs[0]["error"]["message"].as_str().unwrap().contains("65536 byte limit (gateway.max_request_bytes)"), "{msgs:?}");
+    // The second session is fine, the third is refused with what to do.
+    initialize(&url).await;
+    let init =
+        rpc(1, "initialize", json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}));
+    let (status, _, msgs) = post(&url, None, BOTH, init.clone()).await;
+    assert_eq!(status, 429);
+    assert!(msgs[0]["error"]["message"].as_str().unwrap().contains("max_sessions_per_identity"), "{msgs:?}");
+    // Ending one makes room.
+    let ended = reqwest::Client::new().delete(&url).header("mcp-session-id", &sid).send().await.unwrap();
+    assert_eq!(ended.status().as_u16(), 200);
+    assert_eq!(post(&url, None, BOTH, init).await.0, 200);
+    gw.shutdown();
+}
+
+/// Over HTTP/2 the host is in `:authority`, not a Host header: a loopback client is let in,
+/// and a foreign authority is still refused.
+#[tokio::test]
+async fn http2_requests_are_checked_by_their_authority() {
+    let (gw, url) = start(None).await;
+    let client = reqwest::Client::builder().http2_prior_knowledge().build().unwrap();
+    let init =
+        rpc(1, "initialize", json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}));
+    let r = client.post(&url).header("content-type", "application/json").header("accept", BOTH).body(init).send().await.unwrap();
+    assert_eq!(r.version(), reqwest::Version::HTTP_2);
+    assert_eq!(r.status().as_u16(), 200, "{}", r.text().await.unwrap());
+    let port = url.split(':').nth(2).unwrap().split('/').next().unwrap();
+    let foreign = format!("http://evil.example:{port}/mcp");
+    let r = client
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("host", format!("evil.example:{port}"))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 403, "{foreign}");
+    gw.shutdown();
+}
+
+/// A session that never opened its standalone stream has nothing queued for it: the first GET
+/// starts with what happens from then on.
+#[tokio::test]
+async fn notifications_queue_only_for_sessions_that_listen() {
+    let (gw, url) = start(None).await;
+    let sid = initialize(&url).await;
+    // A crash and restart: every listening session is told its tools may have changed.
+    let (_, _, msgs) = post(&url, Some(&sid), BOTH, rpc(2, "tools/call", json!({"name": "crash", "arguments": {}}))).await;
+    assert!(msgs.last().unwrap().get("error").is_some(), "{msgs:?}");
+    assert!(common::eventually(10, || gw.unready_upstreams().is_empty()).await);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let stream = sse_request(&url, &sid).send().await.unwrap();
+    let mut body = stream.bytes_stream();
+    let early = tokio::time::timeout(Duration::from_millis(700), read_events(&mut body, |d| d.contains("list_changed"))).await;
+    assert!(early.is_err(), "a notification was queued for a session that was not listening: {early:?}");
+    gw.shutdown();
+}

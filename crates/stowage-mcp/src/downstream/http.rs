@@ -6,7 +6,7 @@
 //!   accepts `text/event-stream`, else with a JSON body. Notifications and responses get 202.
 //!   A request without a session that is not `initialize` is served statelessly (the
 //!   2026-07-28 revision), as a one-request session of the caller. A body over
-//!   `max_message_bytes` is refused with a JSON-RPC error naming the limit, and at most
+//!   `max_request_bytes` is refused with a JSON-RPC error naming the limit, and at most
 //!   [`MAX_IN_FLIGHT`] requests of one session run at once.
 //! - `GET /mcp` opens the session's standalone stream for messages not tied to a request, or,
 //!   with `Last-Event-ID`, resumes any of the session's streams ([`super::streams`]).
@@ -58,8 +58,9 @@ const PRIMING_SINCE: &str = "2025-11-25";
 struct HttpSession {
     session: Arc<Session>,
     hub: Arc<StreamHub>,
-    /// The standalone stream's number in `hub`.
-    standalone: u64,
+    /// The standalone stream's number in `hub`, once the client has opened it with a `GET`:
+    /// until then nothing queues for a client that does not listen.
+    standalone: Mutex<Option<u64>>,
     last_seen: Mutex<Instant>,
     permits: Arc<Semaphore>,
 }
@@ -106,7 +107,7 @@ pub fn router_with_auth(gw: Arc<Gateway>, listen: &str, auth: Option<Arc<Authent
     }
     let origins = gw.config.allowed_origins.iter().map(|o| o.trim_end_matches('/').to_ascii_lowercase()).collect();
     let metrics_on = gw.config.metrics;
-    let max_body = gw.config.max_message_bytes;
+    let max_body = gw.config.max_request_bytes;
     let resume =
         ResumeSettings { window: Duration::from_millis(gw.config.resume_window_ms), max_buffer_bytes: gw.config.replay_buffer_bytes };
     let retry = Duration::from_millis(gw.config.sse_retry_ms);
@@ -130,7 +131,15 @@ pub fn router_with_auth(gw: Arc<Gateway>, listen: &str, auth: Option<Arc<Authent
 /// Host/Origin allow-list (DNS-rebinding protection).
 async fn guard_origin(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let headers = req.headers();
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("").to_ascii_lowercase();
+    // HTTP/2 carries the host in the `:authority` pseudo-header, which lands in the URI, not
+    // in a Host header.
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| req.uri().authority().map(|a| a.as_str().to_owned()))
+        .unwrap_or_default()
+        .to_ascii_lowercase();
     if !host_allowed(&host, &st.hosts) {
         return forbidden(&format!("host {host:?} is not allowed (set gateway.allowed_hosts)"));
     }
@@ -193,11 +202,11 @@ async fn post_mcp(
     let body = match body {
         Ok(b) => b,
         Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            let limit = st.gw.config.max_message_bytes;
+            let limit = st.gw.config.max_request_bytes;
             return json_rpc_error(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 code::INVALID_REQUEST,
-                &format!("request body over the {limit} byte limit (gateway.max_message_bytes)"),
+                &format!("request body over the {limit} byte limit (gateway.max_request_bytes)"),
             );
         }
         Err(e) => return json_rpc_error(e.status(), code::INVALID_REQUEST, &e.body_text()),
@@ -224,13 +233,30 @@ async fn post_mcp(
             _ => return json_rpc_error(StatusCode::NOT_FOUND, code::INVALID_REQUEST, "unknown or expired session"),
         },
         (_, true) => {
-            let (outbox, rx) = Outbox::channel();
-            let session = st.gw.open_session(SessionKind::Http, caller(identity.as_ref()), Some(outbox));
+            let who = caller(identity.as_ref());
+            let cap = st.gw.config.max_sessions_per_identity;
+            let open = st
+                .sessions
+                .lock()
+                .values()
+                .filter(|hs| hs.session.scope.tenant_id == who.tenant && hs.session.scope.user_id == who.user)
+                .count();
+            if open >= cap {
+                let message = format!(
+                    "this identity already has {open} sessions open (gateway.max_sessions_per_identity = {cap}); end one with DELETE /mcp or let it expire"
+                );
+                return json_rpc_error(StatusCode::TOO_MANY_REQUESTS, code::INVALID_REQUEST, &message);
+            }
+            let session = st.gw.open_session(SessionKind::Http, who, None);
             let hub = Arc::new(StreamHub::new(st.resume));
-            // Nobody listens yet: what arrives waits in the buffer for the first GET.
-            let (standalone, _) = hub.open(rx, false, None);
             let permits = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-            let hs = Arc::new(HttpSession { session: session.clone(), hub, standalone, last_seen: Mutex::new(Instant::now()), permits });
+            let hs = Arc::new(HttpSession {
+                session: session.clone(),
+                hub,
+                standalone: Mutex::new(None),
+                last_seen: Mutex::new(Instant::now()),
+                permits,
+            });
             st.sessions.lock().insert(session.id.clone(), hs.clone());
             let id = session.id.clone();
             (session, Some(hs), Some(id))
@@ -407,10 +433,23 @@ async fn get_mcp(State(st): State<AppState>, identity: Option<Extension<Identity
             Err(e) => json_rpc_error(StatusCode::BAD_REQUEST, code::INVALID_REQUEST, &e.to_string()),
         };
     }
-    // A new GET replaces an earlier one (whose connection may be half dead).
+    // The first GET opens the standalone stream; a later one replaces the earlier connection
+    // (which may be half dead) and gets what arrived while nobody was attached.
     let priming = speaks_at_least(&hs.session, PRIMING_SINCE);
-    match hs.hub.reattach(hs.standalone, priming) {
-        Some(attached) => sse_response(Some(hs.standalone), attached, st.retry),
+    let mut standalone = hs.standalone.lock();
+    let number = match *standalone {
+        Some(n) => n,
+        None => {
+            let (outbox, rx) = Outbox::channel();
+            let (n, attached) = hs.hub.open(rx, priming, None);
+            hs.session.set_notify(Some(outbox));
+            *standalone = Some(n);
+            return sse_response(Some(n), attached, st.retry);
+        }
+    };
+    drop(standalone);
+    match hs.hub.reattach(number, priming) {
+        Some(attached) => sse_response(Some(number), attached, st.retry),
         None => json_rpc_error(StatusCode::NOT_FOUND, code::INVALID_REQUEST, "unknown or expired session"),
     }
 }
