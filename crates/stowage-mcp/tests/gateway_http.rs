@@ -479,7 +479,7 @@ async fn notifications_queue_only_for_sessions_that_listen() {
     // A crash and restart: every listening session is told its tools may have changed.
     let (_, _, msgs) = post(&url, Some(&sid), BOTH, rpc(2, "tools/call", json!({"name": "crash", "arguments": {}}))).await;
     assert!(msgs.last().unwrap().get("error").is_some(), "{msgs:?}");
-    assert!(common::eventually(10, || gw.unready_upstreams().is_empty()).await);
+    assert!(eventually(10, || gw.unready_upstreams().is_empty()).await);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let stream = sse_request(&url, &sid).send().await.unwrap();
     let mut body = stream.bytes_stream();
