@@ -137,7 +137,12 @@ impl SessionMode {
 pub struct ServerConfig {
     pub command: Option<String>,
     pub args: Vec<String>,
+    /// Variables added to a stdio child's environment, which is otherwise minimal: `PATH`,
+    /// `HOME`, `LANG`, `TMPDIR` and the like, never the gateway's own variables.
     pub env: BTreeMap<String, String>,
+    /// Give the stdio child the gateway's whole environment (still without the variables that
+    /// hold link-signing or JWT secrets) instead of the minimal one.
+    pub inherit_env: bool,
     pub cwd: Option<PathBuf>,
     pub url: Option<String>,
     /// Extra HTTP headers sent to a `url` upstream.
@@ -176,11 +181,14 @@ pub enum ConfigError {
 /// How an upstream is reached, validated.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TransportSpec {
+    /// A child process. It gets a minimal environment (`upstream::stdio::BASE_ENV`) plus
+    /// `env`, or, with `inherit_env`, the gateway's own minus its secrets.
     Stdio {
         command: String,
         args: Vec<String>,
         env: BTreeMap<String, String>,
         cwd: Option<PathBuf>,
+        inherit_env: bool,
     },
     Http {
         url: String,
@@ -189,6 +197,13 @@ pub enum TransportSpec {
     },
     /// The bundled demo server, run in-process.
     Demo,
+}
+
+impl TransportSpec {
+    /// A stdio child with no extra environment, run where the gateway runs.
+    pub fn stdio(command: impl Into<String>, args: Vec<String>) -> TransportSpec {
+        TransportSpec::Stdio { command: command.into(), args, env: BTreeMap::new(), cwd: None, inherit_env: false }
+    }
 }
 
 /// A validated upstream, ready to start.
@@ -251,7 +266,13 @@ impl ServerConfig {
                 if command.trim().is_empty() {
                     return Err(err("command is empty".into()));
                 }
-                TransportSpec::Stdio { command: command.clone(), args: self.args.clone(), env: self.env.clone(), cwd: self.cwd.clone() }
+                TransportSpec::Stdio {
+                    command: command.clone(),
+                    args: self.args.clone(),
+                    env: self.env.clone(),
+                    cwd: self.cwd.clone(),
+                    inherit_env: self.inherit_env,
+                }
             }
             (None, Some(url)) => {
                 if !(url.starts_with("http://") || url.starts_with("https://")) {
@@ -322,6 +343,7 @@ pub fn parse_mcp_servers(text: &str, path: &Path) -> Result<Vec<(String, ServerC
                 command: entry.command,
                 args: entry.args,
                 env: entry.env,
+                inherit_env: entry.inherit_env,
                 cwd: entry.cwd,
                 url,
                 headers,
@@ -361,11 +383,13 @@ struct McpServerEntry {
     disabled: bool,
     #[serde(default, rename = "sessionMode")]
     session_mode: Option<SessionMode>,
+    #[serde(default, rename = "inheritEnv")]
+    inherit_env: bool,
 }
 
 /// The keys of an `mcpServers` entry that Stowage reads.
 const MCP_SERVER_KEYS: &[&str] =
-    &["command", "args", "env", "cwd", "url", "serverUrl", "type", "headers", "bearerToken", "disabled", "sessionMode"];
+    &["command", "args", "env", "cwd", "url", "serverUrl", "type", "headers", "bearerToken", "disabled", "sessionMode", "inheritEnv"];
 
 /// The key `key` was probably meant to be, when it is not one we read but is one or two edits
 /// away from one (other hosts' own keys are further from ours, and stay ignored).

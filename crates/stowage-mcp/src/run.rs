@@ -37,6 +37,8 @@ pub struct RunOptions {
     pub extra_routes: Option<axum::Router>,
     /// Stdio mode: a bound loopback listener for `extra_routes`, so links work over stdio.
     pub links_listener: Option<tokio::net::TcpListener>,
+    /// Environment variables holding secrets, kept from every upstream.
+    pub secret_env: Vec<String>,
     /// Where `/readyz` (in `extra_routes`) learns which upstreams are down.
     pub readiness: Option<Arc<std::sync::OnceLock<stowage_http::ReadinessCheck>>>,
     /// Middleware-free description of the store for the banner (`fs .stowage`).
@@ -76,6 +78,7 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
         rewriter: opts.rewriter,
         in_process: opts.in_process,
         default_session_mode,
+        secret_env: opts.secret_env,
     });
     if let Some(links) = opts.links {
         gw.set_link_service(links);

@@ -22,11 +22,7 @@ async fn conformance_suite_passes_through_the_gateway() {
         return;
     };
     let fixture = stowage_testkit::conformance_fixture_bin().display().to_string();
-    let spec = UpstreamSpec::new(
-        "conformance",
-        TransportSpec::Stdio { command: fixture, args: vec![], env: Default::default(), cwd: None },
-        Duration::from_secs(30),
-    );
+    let spec = UpstreamSpec::new("conformance", TransportSpec::stdio(fixture, vec![]), Duration::from_secs(30));
     let gw =
         common::start_gateway(vec![spec], rewriter(Arc::new(MemSink::default())), fast_config(), stowage_mcp::SessionMode::Shared).await;
     let addr = stowage_mcp::run::spawn_http(gw.clone(), "127.0.0.1:0").await.unwrap();

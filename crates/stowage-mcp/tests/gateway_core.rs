@@ -40,11 +40,7 @@ async fn a_panic_answers_its_request_and_everything_else_carries_on() {
 /// An upstream that cannot start answers every call at once, naming itself and why.
 #[tokio::test]
 async fn a_call_to_a_dead_upstream_answers_at_once_with_its_last_failure() {
-    let dead = UpstreamSpec::new(
-        "ghost",
-        TransportSpec::Stdio { command: "/nonexistent/ghost-server".into(), args: vec![], env: Default::default(), cwd: None },
-        Duration::from_secs(300),
-    );
+    let dead = UpstreamSpec::new("ghost", TransportSpec::stdio("/nonexistent/ghost-server", vec![]), Duration::from_secs(300));
     let specs = vec![fixture_spec("fx", None, T), dead];
     let gw = stowage_mcp::Gateway::start(stowage_mcp::GatewayOptions::new(fast_config(), specs, rewriter(Arc::new(MemSink::default()))));
     assert_eq!(gw.wait_ready(Duration::from_secs(2)).await, 1);
@@ -68,11 +64,7 @@ async fn a_call_to_a_dead_upstream_answers_at_once_with_its_last_failure() {
         TransportSpec::Http { url: format!("http://127.0.0.1:{port}/mcp"), headers: Default::default(), ca_file: None },
         Duration::from_secs(300),
     );
-    let ghost = UpstreamSpec::new(
-        "ghost",
-        TransportSpec::Stdio { command: "/nonexistent/ghost-server".into(), args: vec![], env: Default::default(), cwd: None },
-        Duration::from_secs(300),
-    );
+    let ghost = UpstreamSpec::new("ghost", TransportSpec::stdio("/nonexistent/ghost-server", vec![]), Duration::from_secs(300));
     for (spec, name, why) in [(ghost, "ghost", "cannot run /nonexistent/ghost-server"), (nobody, "gone", "unreachable")] {
         let gw = stowage_mcp::Gateway::start(stowage_mcp::GatewayOptions::new(
             fast_config(),
@@ -93,11 +85,7 @@ async fn a_call_to_a_dead_upstream_answers_at_once_with_its_last_failure() {
 /// A stdio upstream that dies during the handshake is reported as such.
 #[tokio::test]
 async fn an_upstream_that_dies_during_start_up_says_so() {
-    let spec = UpstreamSpec::new(
-        "quits",
-        TransportSpec::Stdio { command: "sh".into(), args: vec!["-c".into(), "exit 7".into()], env: Default::default(), cwd: None },
-        Duration::from_secs(300),
-    );
+    let spec = UpstreamSpec::new("quits", TransportSpec::stdio("sh", vec!["-c".into(), "exit 7".into()]), Duration::from_secs(300));
     let gw =
         stowage_mcp::Gateway::start(stowage_mcp::GatewayOptions::new(fast_config(), vec![spec], rewriter(Arc::new(MemSink::default()))));
     assert!(common::eventually(5, || gw.unready_upstreams().first().is_some_and(|u| u.1 != "still starting")).await);

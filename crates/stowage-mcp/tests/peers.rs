@@ -37,12 +37,7 @@ async fn gateway(upstream: TransportSpec) -> (Arc<Gateway>, String) {
 }
 
 fn stdio_everything(script: &std::path::Path) -> TransportSpec {
-    TransportSpec::Stdio {
-        command: "node".into(),
-        args: vec![script.display().to_string(), "stdio".into()],
-        env: Default::default(),
-        cwd: None,
-    }
+    TransportSpec::stdio("node", vec![script.display().to_string(), "stdio".into()])
 }
 
 /// Runs the Python driver and checks what it saw.

@@ -66,11 +66,14 @@ pub struct GatewayOptions {
     /// The session mode of upstreams that do not set one: `per_client` when clients
     /// authenticate (a shared deployment), else `shared`.
     pub default_session_mode: SessionMode,
+    /// Environment variables that hold the gateway's secrets (link-signing keys, the JWT
+    /// secret): never passed to an upstream, even one that inherits the environment.
+    pub secret_env: Vec<String>,
 }
 
 impl GatewayOptions {
     pub fn new(config: GatewayConfig, upstreams: Vec<UpstreamSpec>, rewriter: Rewriter) -> Self {
-        GatewayOptions { config, upstreams, rewriter, in_process: None, default_session_mode: SessionMode::Shared }
+        GatewayOptions { config, upstreams, rewriter, in_process: None, default_session_mode: SessionMode::Shared, secret_env: Vec::new() }
     }
 }
 
@@ -104,7 +107,7 @@ pub struct Gateway {
 impl Gateway {
     /// Starts every upstream's supervisor and the gateway's own tasks.
     pub fn start(opts: GatewayOptions) -> Arc<Gateway> {
-        let GatewayOptions { config, upstreams: specs, rewriter, in_process, default_session_mode } = opts;
+        let GatewayOptions { config, upstreams: specs, rewriter, in_process, default_session_mode, secret_env } = opts;
         let shutdown = CancellationToken::new();
         let (initiated_tx, initiated_rx) = mpsc::channel(inbound::QUEUE);
         let backoff = (
@@ -127,6 +130,7 @@ impl Gateway {
             max_message_bytes: config.max_message_bytes,
             backoff,
             in_process,
+            secret_env,
             client_idle: Duration::from_secs(config.upstream_session_idle_secs.max(1)),
             max_client_sessions: config.max_upstream_sessions.max(1),
         };

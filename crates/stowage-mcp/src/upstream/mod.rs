@@ -65,6 +65,8 @@ pub struct UpstreamEnv {
     /// (first delay, longest delay) between restarts.
     pub backoff: (Duration, Duration),
     pub in_process: Option<InProcessFactory>,
+    /// Environment variables holding the gateway's secrets: never passed to a child.
+    pub secret_env: Vec<String>,
     /// Client-session connections: idle time before one is closed, and how many per upstream.
     pub client_idle: Duration,
     pub max_client_sessions: usize,
@@ -412,10 +414,17 @@ impl Upstream {
 
     fn open_link(&self) -> Result<Link, String> {
         match &self.spec.transport {
-            TransportSpec::Stdio { command, args, env, cwd } => {
-                stdio::spawn(&self.spec.name, command, args, env, cwd.as_ref(), self.env.max_message_bytes)
-                    .map_err(|e| format!("cannot run {command}: {e}"))
-            }
+            TransportSpec::Stdio { command, args, env, cwd, inherit_env } => stdio::spawn(
+                &self.spec.name,
+                command,
+                args,
+                env,
+                *inherit_env,
+                &self.env.secret_env,
+                cwd.as_ref(),
+                self.env.max_message_bytes,
+            )
+            .map_err(|e| format!("cannot run {command}: {e}")),
             TransportSpec::Http { url, headers, ca_file } => {
                 http::connect(&self.spec.name, url, headers, ca_file.as_deref(), self.env.max_message_bytes)
             }

@@ -43,17 +43,53 @@ impl Drop for ChildGuard {
     }
 }
 
+/// Variables of the gateway's environment a child gets by default: what a program needs to
+/// find its tools, its home, its locale and a temp dir — the same kind of set MCP hosts give
+/// the servers they start. Everything else (API keys, the link-signing secret, cloud
+/// credentials) stays with the gateway unless the server's config passes it in `env`.
+pub const BASE_ENV: &[&str] =
+    &["PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "TEMP", "TMP", "TERM"];
+
+/// The environment of a child: the base set (or, with `inherit`, all of `ours` except
+/// `secrets`), then the configured `env` on top.
+pub fn child_env(
+    ours: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+    configured: &BTreeMap<String, String>,
+    inherit: bool,
+    secrets: &[String],
+) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    let mut out: Vec<(std::ffi::OsString, std::ffi::OsString)> = ours
+        .filter(|(k, _)| {
+            let k = k.to_string_lossy();
+            if inherit { !secrets.iter().any(|s| *s == k) } else { BASE_ENV.contains(&k.as_ref()) }
+        })
+        .collect();
+    out.retain(|(k, _)| !configured.contains_key(k.to_string_lossy().as_ref()));
+    out.extend(configured.iter().map(|(k, v)| (k.into(), v.into())));
+    out
+}
+
 /// Starts `command` and returns a link to it.
+#[allow(clippy::too_many_arguments)]
 pub fn spawn(
     name: &str,
     command: &str,
     args: &[String],
     env: &BTreeMap<String, String>,
+    inherit_env: bool,
+    secrets: &[String],
     cwd: Option<&PathBuf>,
     max_message_bytes: usize,
 ) -> std::io::Result<Link> {
     let mut cmd = Command::new(command);
-    cmd.args(args).envs(env).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true).process_group(0);
+    cmd.args(args)
+        .env_clear()
+        .envs(child_env(std::env::vars_os(), env, inherit_env, secrets))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .process_group(0);
     if let Some(dir) = cwd {
         cmd.current_dir(dir);
     }
@@ -176,4 +212,36 @@ where
         }
     });
     Link { tx: out_tx, rx: in_rx, guard: None, http: None }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+        pairs.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect()
+    }
+
+    #[test]
+    fn a_child_gets_a_minimal_environment_plus_its_own_never_our_secrets() {
+        let ours = vars(&[
+            ("PATH", "/bin"),
+            ("HOME", "/root"),
+            ("AWS_SECRET_ACCESS_KEY", "aws"),
+            ("STOWAGE_LINK_SECRET", "s3cret"),
+            ("LANG", "C.UTF-8"),
+        ]);
+        let configured: BTreeMap<String, String> =
+            [("API_TOKEN".to_owned(), "t".to_owned()), ("LANG".to_owned(), "de_DE.UTF-8".to_owned())].into();
+        let secrets = vec!["STOWAGE_LINK_SECRET".to_owned()];
+        let mut got = child_env(ours.clone().into_iter(), &configured, false, &secrets);
+        got.sort();
+        assert_eq!(got, vars(&[("API_TOKEN", "t"), ("HOME", "/root"), ("LANG", "de_DE.UTF-8"), ("PATH", "/bin")]));
+        let mut inherited = child_env(ours.into_iter(), &configured, true, &secrets);
+        inherited.sort();
+        assert_eq!(
+            inherited,
+            vars(&[("API_TOKEN", "t"), ("AWS_SECRET_ACCESS_KEY", "aws"), ("HOME", "/root"), ("LANG", "de_DE.UTF-8"), ("PATH", "/bin")])
+        );
+    }
 }

@@ -19,7 +19,7 @@ pub fn fixture_spec(name: &str, log: Option<&std::path::Path>, timeout: Duration
         env.insert("STOWAGE_FIXTURE_LOG".to_owned(), l.display().to_string());
     }
     let command = fixture_bin().display().to_string();
-    UpstreamSpec::new(name, TransportSpec::Stdio { command, args: vec![], env, cwd: None }, timeout)
+    UpstreamSpec::new(name, TransportSpec::Stdio { command, args: vec![], env, cwd: None, inherit_env: false }, timeout)
 }
 
 /// The production rewrite step: the transform pipeline with default settings.

@@ -18,6 +18,7 @@
 //! | `elicit_url` | a URL-mode elicitation, then `notifications/elicitation/complete` |
 //! | `progress_burst` | `n` progress notifications, then the result: ordering |
 //! | `not_object` | a `tools/call` result that is a bare string of `bytes` characters |
+//! | `env` | the names of the variables in the fixture's environment, sorted |
 //! | `stderr_noise` | writes a non-UTF-8 line and a `bytes`-long line to stderr, then answers |
 //! | `task_image` | task-capable (`task` param): the task's result is a 1 MB PNG image block |
 //!
@@ -162,6 +163,7 @@ impl Handler for Fixture {
                 tool("progress_burst", json!({"n": {"type": "integer"}})),
                 tool("not_object", json!({"bytes": {"type": "integer"}})),
                 tool("stderr_noise", json!({"bytes": {"type": "integer"}})),
+                tool("env", json!({})),
                 {"name": "task_image", "inputSchema": {"type": "object"}, "execution": {"taskSupport": "optional"}},
             ]}),
             "tools/call" => match name {
@@ -294,6 +296,11 @@ impl Handler for Fixture {
                 "not_object" => {
                     let n = args.get("bytes").and_then(Value::as_u64).unwrap_or(100_000) as usize;
                     Value::String(STANDARD.encode(vec![7u8; n * 3 / 4]))
+                }
+                "env" => {
+                    let mut names: Vec<String> = std::env::vars_os().map(|(k, _)| k.to_string_lossy().into_owned()).collect();
+                    names.sort();
+                    text_result(names.join(" "))
                 }
                 "stderr_noise" => {
                     let n = args.get("bytes").and_then(Value::as_u64).unwrap_or(1 << 20) as usize;

@@ -132,6 +132,7 @@ pub async fn run(ctx: ServeContext<'_>, args: ServeArgs) -> anyhow::Result<()> {
         in_process: Some(demo),
         extra_routes,
         links_listener,
+        secret_env: secret_env_vars(&ctx),
         readiness,
         store_label: ctx.store_label,
         auth,
@@ -153,6 +154,15 @@ impl LinkMinter for SignedLinks {
             .ok()?;
         Some((link.url, expires))
     }
+}
+
+/// The environment variables that hold this gateway's secrets: link-signing keys, the JWT
+/// secret, HTTP upstreams' bearer tokens. No upstream child ever gets them.
+fn secret_env_vars(ctx: &ServeContext<'_>) -> Vec<String> {
+    let links = ctx.links.keys.iter().filter_map(|k| k.secret_env.clone());
+    let jwt = ctx.auth.jwt.as_ref().and_then(|j| j.hs256_secret_env.clone());
+    let bearers = ctx.gateway.servers.values().filter_map(|s| s.bearer_token_env.clone());
+    links.chain(jwt).chain(bearers).collect()
 }
 
 /// Runs the store's gc every `every` while serving: puts purge only their own owner's expired
