@@ -54,7 +54,14 @@ pub fn fast_config() -> GatewayConfig {
 /// its tools.
 pub async fn start_gateway(specs: Vec<UpstreamSpec>, rewriter: Rewriter, config: GatewayConfig, mode: SessionMode) -> Arc<Gateway> {
     stowage_mcp::metrics::install();
-    let gw = Gateway::start(GatewayOptions { config, upstreams: specs, rewriter, in_process: Some(demo()), default_session_mode: mode });
+    let gw = Gateway::start(GatewayOptions {
+        config,
+        upstreams: specs,
+        rewriter,
+        in_process: Some(demo()),
+        default_session_mode: mode,
+        secret_env: Vec::new(),
+    });
     let ready = gw.wait_ready(Duration::from_secs(20)).await;
     assert_eq!(ready, gw.upstreams.len(), "upstreams did not become ready");
     gw
