@@ -22,7 +22,9 @@
 //! the order the upstream sent them.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Weak};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::Mutex;
 use serde_json::Value;
@@ -55,7 +57,20 @@ pub enum Attribution {
     Nobody,
 }
 
+/// Takes the heavy parts out of a payload an upstream sends outside a result (log data,
+/// progress messages, error data) before it reaches a client: the same pipeline as results,
+/// under the receiving client's scope. Set by the gateway once it has its rewriter.
+pub trait Scrubber: Send + Sync {
+    fn scrub<'a>(&'a self, session: &'a Session, upstream: &'a str, payload: Value) -> Pin<Box<dyn Future<Output = Value> + Send + 'a>>;
+}
+
+/// Payloads smaller than this cannot hold base64 over the inline threshold or a string past
+/// the size net: they go through untouched, on the fast path.
+pub const SCRUB_FROM: usize = 1024;
+
 pub struct CallRoutes {
+    /// Set once at start (the gateway builds its rewriter before its upstreams connect).
+    pub scrubber: OnceLock<Arc<dyn Scrubber>>,
     sessions: Arc<Sessions>,
     calls: Mutex<HashMap<(u64, u64), ActiveCall>>,
     progress: Mutex<HashMap<String, (Value, Outbox)>>,
@@ -66,7 +81,13 @@ pub struct CallRoutes {
 
 impl CallRoutes {
     pub fn new(sessions: Arc<Sessions>) -> CallRoutes {
-        CallRoutes { sessions, calls: Mutex::default(), progress: Mutex::default(), elicitations: Mutex::default() }
+        CallRoutes {
+            scrubber: OnceLock::new(),
+            sessions,
+            calls: Mutex::default(),
+            progress: Mutex::default(),
+            elicitations: Mutex::default(),
+        }
     }
 
     /// Registers the gateway's request `request` on connection `conn` as `session`'s call.
@@ -141,6 +162,39 @@ impl CallRoutes {
             Some(s) if !s.is_closed() => Attribution::Session(s),
             _ => Attribution::Nobody,
         }
+    }
+
+    /// [`Self::deliver`], scrubbing a large payload first (see [`Scrubber`]): still in order
+    /// with the connection's other messages, since the reader waits for it.
+    pub async fn deliver_scrubbed(&self, conn: &Conn, origin: Origin, msg: Message) -> bool {
+        let method = msg.method.as_deref().unwrap_or_default();
+        let small = msg.params.as_ref().is_none_or(|p| p.len() < SCRUB_FROM);
+        let scrubber = self.scrubber.get().cloned();
+        let (Some(scrubber), false, "notifications/progress" | "notifications/message") = (scrubber, small, method) else {
+            return self.deliver(conn, origin, &msg);
+        };
+        // Whose scope the artifacts go under: the client the message is for.
+        let session = if method == "notifications/progress" {
+            let token = msg.params_value().get("progressToken").and_then(Value::as_str).unwrap_or("").to_owned();
+            self.progress_owner(&token)
+        } else {
+            match self.attribute(conn, origin, method) {
+                Attribution::Call(t) => Some(t.session),
+                Attribution::Session(s) => Some(s),
+                Attribution::Nobody => None,
+            }
+        };
+        let Some(session) = session else { return self.deliver(conn, origin, &msg) };
+        let params = scrubber.scrub(&session, &conn.name, msg.params_value()).await;
+        let clean = Message::notification(method, Some(&params));
+        self.deliver(conn, origin, &clean)
+    }
+
+    /// The session of the call that owns the gateway's progress token `mine`.
+    fn progress_owner(&self, mine: &str) -> Option<Arc<Session>> {
+        let (_, outbox) = self.progress.lock().get(mine).cloned()?;
+        let calls = self.calls.lock();
+        calls.values().find(|c| c.outbox.same_stream(&outbox)).and_then(|c| c.session.upgrade())
     }
 
     /// Delivers a notification that belongs to a client's call or session: progress and log

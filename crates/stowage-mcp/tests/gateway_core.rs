@@ -430,3 +430,34 @@ async fn an_upstream_stderr_of_garbage_and_giant_lines_does_not_stop_it() {
     assert_eq!(text(&c.call("echo", json!({"message": "alive"})).await), "alive");
     assert!(c.gateway.unready_upstreams().is_empty(), "the upstream died: {:?}", c.gateway.unready_upstreams());
 }
+
+/// Base64 leaves log data, progress messages and JSON-RPC error data too, through the same
+/// pipeline, before they reach the client: what the client receives is a stub, and the bytes
+/// are in the store under the client's scope.
+#[tokio::test]
+async fn base64_leaves_logs_progress_and_error_data_too() {
+    let sink = Arc::new(MemSink::default());
+    let c = Client::start(vec![fixture_spec("fx", None, T)], sink.clone(), fast_config(), None).await;
+    let pdf_b64_start = "JVBERi0";
+    assert_eq!(text(&c.call("heavy_log", json!({})).await), "logged a pdf");
+    let progress = c.request("tools/call", json!({"name": "heavy_progress", "arguments": {}, "_meta": {"progressToken": "p"}})).await;
+    assert_eq!(text(&progress), "progressed with a pdf");
+    let error = c.call("heavy_error", json!({})).await;
+    assert_eq!(error["error"]["message"], "failed, report attached", "{error}");
+    let data = error["error"]["data"]["report"].as_str().unwrap();
+    assert!(data.contains("artifact://") && !data.contains(pdf_b64_start), "{data}");
+    assert!(common::eventually(5, || c.notifications.lock().unwrap().len() >= 2).await);
+    let notes = c.notifications.lock().unwrap().clone();
+    let log = notes.iter().find(|n| n["method"] == "notifications/message").expect("the log message");
+    let progress = notes.iter().find(|n| n["method"] == "notifications/progress").expect("the progress");
+    for n in [log, progress] {
+        let s = n.to_string();
+        assert!(!s.contains(pdf_b64_start) && s.contains("artifact://") && s.len() < 2_000, "{s}");
+    }
+    assert_eq!(progress["params"]["progressToken"], "p");
+    // Three PDFs stored, each under this client's session.
+    let items = sink.items.lock().unwrap();
+    let pdfs: Vec<_> = items.values().filter(|(b, _)| b.starts_with(b"%PDF")).collect();
+    assert_eq!(pdfs.len(), 3);
+    assert!(pdfs.iter().all(|(_, o)| o.scope.user_id.as_deref() == Some("local")));
+}

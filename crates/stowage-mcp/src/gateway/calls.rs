@@ -356,6 +356,75 @@ impl Gateway {
     }
 }
 
+impl Gateway {
+    /// Runs an upstream's payload that is not a result (log data, a progress message, error
+    /// data) through the pipeline under `session`'s scope, so base64 and huge strings leave it
+    /// like they leave results. A store failure drops the payload's content rather than let it
+    /// through: never a fallback to inline base64.
+    pub(super) async fn scrub(&self, session: &Session, upstream: &str, what: &str, payload: Value) -> Value {
+        let ctx = CallContext { tool: what.to_owned(), upstream: upstream.to_owned(), scope: session.scope.clone(), output_schema: None };
+        match self.rewriter.offloader_for(upstream).offload(&ctx, payload.to_string()).await {
+            Ok(off) => {
+                for a in &off.report.artifacts {
+                    self.events.publish(GatewayEvent::Offloaded {
+                        call: 0,
+                        owner: EventOwner::from(&session.scope),
+                        tool: what.to_owned(),
+                        id: a.id.clone(),
+                        uri: a.uri.clone(),
+                        mime_type: a.mime_type.clone(),
+                        size: a.size_bytes,
+                        sha256: a.sha256.clone(),
+                        pointer: a.pointer.clone(),
+                        layer: a.layer,
+                    });
+                }
+                off.value
+            }
+            Err(e) => {
+                self.events.publish(GatewayEvent::StoreFailed {
+                    call: 0,
+                    owner: EventOwner::from(&session.scope),
+                    tool: what.to_owned(),
+                    fatal: true,
+                    message: e.to_string(),
+                });
+                json!({"stowage": format!("{}: the {what} from upstream {upstream} was too heavy to relay and could not be stored: {}", e.code, e.message)})
+            }
+        }
+    }
+
+    /// A relayed JSON-RPC error whose `data` is large goes through [`Gateway::scrub`].
+    pub(super) async fn scrub_error(&self, session: &Session, upstream: &str, reply: &mut Message) {
+        let Some(err) = reply.error.as_ref().filter(|e| e.len() >= crate::routes::SCRUB_FROM) else { return };
+        let Ok(mut v) = serde_json::from_str::<Value>(err.get()) else { return };
+        if let Some(data) = v.get_mut("data").map(Value::take) {
+            v["data"] = self.scrub(session, upstream, "error", data).await;
+        }
+        reply.error = Some(crate::jsonrpc::to_raw(&v));
+    }
+}
+
+/// The gateway as the upstream readers' [`crate::routes::Scrubber`] (weakly held: the readers
+/// live inside the gateway).
+pub(super) struct GatewayScrubber(pub(super) std::sync::Weak<Gateway>);
+
+impl crate::routes::Scrubber for GatewayScrubber {
+    fn scrub<'a>(
+        &'a self,
+        session: &'a Session,
+        upstream: &'a str,
+        payload: Value,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Value> + Send + 'a>> {
+        Box::pin(async move {
+            match self.0.upgrade() {
+                Some(gw) => gw.scrub(session, upstream, "notification", payload).await,
+                None => payload,
+            }
+        })
+    }
+}
+
 fn ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1000.0
 }

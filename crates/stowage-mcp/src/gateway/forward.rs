@@ -96,6 +96,7 @@ impl Gateway {
             self.routes.begin_call(conn.id, out.id, session, outbox, crate::inputs::current());
             reply = out.wait(deadline.saturating_duration_since(Instant::now())).await.map_err(|e: CallError| GatewayError::from(e))?;
         }
+        self.scrub_error(session, upstream.name(), &mut reply).await;
         Ok(reply)
     }
 

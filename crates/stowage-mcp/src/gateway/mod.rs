@@ -164,6 +164,8 @@ impl Gateway {
             fault: Mutex::new(None),
         });
         crate::metrics::spawn_recorder(gw.events.subscribe(), gw.shutdown.clone());
+        let scrubber: Arc<dyn crate::routes::Scrubber> = Arc::new(calls::GatewayScrubber(Arc::downgrade(&gw)));
+        let _ = gw.routes.scrubber.set(scrubber);
         for u in &gw.upstreams {
             tokio::spawn(u.clone().supervise());
             tokio::spawn(catalog::refresh_loop(Arc::downgrade(&gw), u.index));

@@ -353,7 +353,10 @@ pub(crate) async fn read_loop(
                     }
                 }
             }
-            Kind::Notification if routes.deliver(&conn, origin, &msg) => {}
+            // In-call progress and logs go straight to their client (in order with the reply).
+            Kind::Notification if matches!(msg.method.as_deref(), Some("notifications/progress" | "notifications/message")) => {
+                routes.deliver_scrubbed(&conn, origin, msg).await;
+            }
             Kind::Request | Kind::Notification => {
                 if initiated.send(Initiated { conn: conn.clone(), msg, origin }).await.is_err() {
                     break "was closed by the gateway".to_owned();

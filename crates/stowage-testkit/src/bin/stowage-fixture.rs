@@ -18,6 +18,7 @@
 //! | `elicit_url` | a URL-mode elicitation, then `notifications/elicitation/complete` |
 //! | `progress_burst` | `n` progress notifications, then the result: ordering |
 //! | `not_object` | a `tools/call` result that is a bare string of `bytes` characters |
+//! | `heavy_log`, `heavy_progress`, `heavy_error` | a 50 KB base64 PDF in a log message's data, a progress message, or a JSON-RPC error's data |
 //! | `env` | the names of the variables in the fixture's environment, sorted |
 //! | `stderr_noise` | writes a non-UTF-8 line and a `bytes`-long line to stderr, then answers |
 //! | `task_image` | task-capable (`task` param): the task's result is a 1 MB PNG image block |
@@ -164,6 +165,9 @@ impl Handler for Fixture {
                 tool("not_object", json!({"bytes": {"type": "integer"}})),
                 tool("stderr_noise", json!({"bytes": {"type": "integer"}})),
                 tool("env", json!({})),
+                tool("heavy_log", json!({})),
+                tool("heavy_progress", json!({})),
+                tool("heavy_error", json!({})),
                 {"name": "task_image", "inputSchema": {"type": "object"}, "execution": {"taskSupport": "optional"}},
             ]}),
             "tools/call" => match name {
@@ -296,6 +300,24 @@ impl Handler for Fixture {
                 "not_object" => {
                     let n = args.get("bytes").and_then(Value::as_u64).unwrap_or(100_000) as usize;
                     Value::String(STANDARD.encode(vec![7u8; n * 3 / 4]))
+                }
+                "heavy_log" => {
+                    let pdf = STANDARD.encode(samples::pdf(50_000, "Log"));
+                    peer.notify("notifications/message", json!({"level": "debug", "logger": "fixture", "data": {"attachment": pdf}}));
+                    text_result("logged a pdf")
+                }
+                "heavy_progress" => {
+                    let pdf = STANDARD.encode(samples::pdf(50_000, "Progress"));
+                    if let Some(t) = params.pointer("/_meta/progressToken") {
+                        peer.notify("notifications/progress", json!({"progressToken": t, "progress": 1, "total": 2, "message": pdf}));
+                    }
+                    text_result("progressed with a pdf")
+                }
+                "heavy_error" => {
+                    let pdf = STANDARD.encode(samples::pdf(50_000, "Error"));
+                    let line = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32000, "message": "failed, report attached", "data": {"report": pdf}}});
+                    peer.send_raw(line.to_string().into_bytes());
+                    return Ok(None);
                 }
                 "env" => {
                     let mut names: Vec<String> = std::env::vars_os().map(|(k, _)| k.to_string_lossy().into_owned()).collect();
