@@ -37,9 +37,11 @@ fn tableau_pdf_under_1kb_and_artifacts_get_is_byte_identical() {
     let mut gw = Command::new(&stowage)
         .args(["serve", "--stdio", "--no-links", "--store"])
         .arg(&store)
-        .arg("--")
+        // Upstreams get a minimal environment: the fixture's log path is handed to it by `env`,
+        // which then becomes the fixture (same pid).
+        .args(["--", "env"])
+        .arg(format!("STOWAGE_FIXTURE_LOG={}", log.display()))
         .arg(stowage_testkit::fixture_bin())
-        .env("STOWAGE_FIXTURE_LOG", &log)
         .env("STOWAGE_LOG", "warn")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
