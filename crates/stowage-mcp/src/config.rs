@@ -37,6 +37,13 @@ pub struct GatewayConfig {
     /// Requests are small (results are what is big), so this is far below
     /// `max_message_bytes`: four parallel oversized requests cost at most 4 × this much.
     pub max_request_bytes: usize,
+    /// HTTP: a client must send a request's headers within this long (from its first byte,
+    /// or, on a kept-alive connection, from the previous response); slower ones are cut off.
+    pub http_header_timeout_secs: u64,
+    /// HTTP: the longest pause allowed between two chunks of a request body.
+    pub http_body_timeout_secs: u64,
+    /// HTTP/2: an idle connection whose keep-alive ping goes unanswered this long is closed.
+    pub http_idle_timeout_secs: u64,
     /// HTTP: sessions one identity (tenant and user) may hold open at once; past it,
     /// `initialize` is refused until one ends (DELETE, or idle expiry).
     pub max_sessions_per_identity: usize,
@@ -82,6 +89,9 @@ impl Default for GatewayConfig {
             max_message_bytes: crate::framing::DEFAULT_MAX_LINE_BYTES,
             max_request_bytes: 16 << 20,
             max_sessions_per_identity: 64,
+            http_header_timeout_secs: 10,
+            http_body_timeout_secs: 30,
+            http_idle_timeout_secs: 120,
             restart_backoff_initial_ms: 200,
             restart_backoff_max_ms: 30_000,
             metrics: true,
@@ -99,6 +109,16 @@ impl Default for GatewayConfig {
 impl GatewayConfig {
     pub fn request_timeout(&self) -> Duration {
         Duration::from_secs(self.request_timeout_secs.max(1))
+    }
+
+    /// The HTTP listener's timeouts.
+    pub fn http_timeouts(&self) -> crate::downstream::listener::HttpTimeouts {
+        let secs = |s: u64| Duration::from_secs(s.max(1));
+        crate::downstream::listener::HttpTimeouts {
+            headers: secs(self.http_header_timeout_secs),
+            body: secs(self.http_body_timeout_secs),
+            idle: secs(self.http_idle_timeout_secs),
+        }
     }
 }
 

@@ -97,7 +97,7 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
             let links_addr = match (opts.links_listener, opts.extra_routes) {
                 (Some(listener), Some(routes)) => {
                     let addr = listener.local_addr().ok();
-                    tokio::spawn(async move { axum::serve(listener, routes).await });
+                    tokio::spawn(crate::downstream::listener::serve(listener, routes, gw.config.http_timeouts(), std::future::pending()));
                     addr
                 }
                 _ => None,
@@ -124,7 +124,7 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
                 bgw.wait_ready(Duration::from_secs(10)).await;
                 eprint!("{}", banner(&bgw, &mode, Some(addr), &label));
             });
-            axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await.map_err(RunError::Serve)
+            crate::downstream::listener::serve(listener, app, gw.config.http_timeouts(), shutdown_signal()).await.map_err(RunError::Serve)
         }
     };
     gw.shutdown();
@@ -147,11 +147,12 @@ pub async fn spawn_http_with(
 ) -> std::io::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
+    let timeouts = gw.config.http_timeouts();
     let mut app = crate::downstream::http::router_with_auth(gw, &addr.to_string(), auth);
     if let Some(extra) = extra {
         app = app.merge(extra);
     }
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    tokio::spawn(crate::downstream::listener::serve(listener, app, timeouts, std::future::pending()));
     Ok(addr)
 }
 

@@ -487,3 +487,33 @@ async fn notifications_queue_only_for_sessions_that_listen() {
     assert!(early.is_err(), "a notification was queued for a session that was not listening: {early:?}");
     gw.shutdown();
 }
+
+/// A client that sends its headers or its body too slowly is cut off, so slow connections
+/// cannot pile up.
+#[tokio::test]
+async fn slow_headers_and_stalled_bodies_are_cut_off() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let config = stowage_mcp::config::GatewayConfig { http_header_timeout_secs: 1, http_body_timeout_secs: 1, ..fast_config() };
+    let (gw, url) = start_with(None, config).await;
+    let addr = url.trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
+    // Headers that never end.
+    let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    slow.write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n").await.unwrap();
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), slow.read_to_end(&mut buf)).await;
+    assert!(read.is_ok(), "a connection with unfinished headers was kept open past the timeout");
+    // A body that stalls half way.
+    let mut stalled = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    stalled
+        .write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"jsonrpc\":")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), stalled.read_to_end(&mut buf)).await;
+    assert!(read.is_ok(), "a stalled body was waited for past the timeout");
+    let text = String::from_utf8_lossy(&buf);
+    assert!(text.is_empty() || text.starts_with("HTTP/1.1 408") || text.starts_with("HTTP/1.1 400"), "{text}");
+    // A normal client is unaffected.
+    assert_eq!(post(&url, None, BOTH, rpc(1, "ping", json!({}))).await.0, 200);
+    gw.shutdown();
+}

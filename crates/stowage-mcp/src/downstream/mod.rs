@@ -5,5 +5,6 @@
 //!   stateless 2026-07-28 requests), plus `/metrics`, with DNS-rebinding protection.
 
 pub mod http;
+pub mod listener;
 pub mod stdio;
 pub mod streams;
