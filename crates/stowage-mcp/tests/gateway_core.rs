@@ -461,3 +461,20 @@ async fn base64_leaves_logs_progress_and_error_data_too() {
     assert_eq!(pdfs.len(), 3);
     assert!(pdfs.iter().all(|(_, o)| o.scope.user_id.as_deref() == Some("local")));
 }
+
+/// A storm of `list_changed` from an upstream costs one refetch of its lists, not one each.
+#[tokio::test]
+async fn a_storm_of_list_changes_is_one_refetch() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("fixture.log");
+    let c = Client::start(vec![fixture_spec("fx", Some(&log), T)], Arc::new(MemSink::default()), fast_config(), None).await;
+    let lists = || common::read_log(&log).lines().filter(|l| l.starts_with("tools/list")).count();
+    let before = lists();
+    assert_eq!(text(&c.call("list_storm", json!({"n": 200})).await), "announced 200 list changes");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let refetches = lists() - before;
+    assert!((1..=2).contains(&refetches), "{refetches} refetches for 200 list changes");
+    // Clients are told, a bounded number of times.
+    let told = c.notifications.lock().unwrap().iter().filter(|n| n["method"] == "notifications/tools/list_changed").count();
+    assert!((1..=2).contains(&told), "{told} list_changed notifications reached the client");
+}

@@ -517,3 +517,48 @@ async fn slow_headers_and_stalled_bodies_are_cut_off() {
     assert_eq!(post(&url, None, BOTH, rpc(1, "ping", json!({}))).await.0, 200);
     gw.shutdown();
 }
+
+fn peak_rss_mb() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0)
+        / 1024
+}
+
+/// Four parallel 100 MB requests are refused as they stream in, each at the request limit:
+/// the gateway never holds them (its process, this test's, grows by far less than 400 MB).
+#[tokio::test]
+async fn four_parallel_100_mb_requests_do_not_reach_a_gigabyte() {
+    let (gw, url) = start(None).await;
+    let sid = initialize(&url).await;
+    let before = peak_rss_mb();
+    let send = |url: String, sid: String| async move {
+        // 100 MB, streamed from a generator: the client side holds one chunk at a time.
+        let chunk = bytes::Bytes::from(vec![b' '; 1 << 20]);
+        let head = futures::stream::once(async {
+            Ok::<_, std::io::Error>(bytes::Bytes::from_static(b"{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"ping\",\"params\":{\"pad\":\""))
+        });
+        let body = head.chain(futures::stream::iter((0..100).map(move |_| Ok(chunk.clone()))));
+        let r = reqwest::Client::new()
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("accept", BOTH)
+            .header("mcp-session-id", sid)
+            .body(reqwest::Body::wrap_stream(body))
+            .send()
+            .await;
+        match r {
+            Ok(r) => r.status().as_u16(),
+            Err(_) => 413, // the gateway may close the connection as soon as it has answered
+        }
+    };
+    let results = futures::future::join_all((0..4).map(|_| send(url.clone(), sid.clone()))).await;
+    assert!(results.iter().all(|s| *s == 413), "{results:?}");
+    let grew = peak_rss_mb().saturating_sub(before);
+    assert!(grew < 300, "the process grew by {grew} MB for four refused 100 MB requests");
+    gw.shutdown();
+}

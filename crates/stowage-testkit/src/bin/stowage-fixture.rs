@@ -19,6 +19,7 @@
 //! | `progress_burst` | `n` progress notifications, then the result: ordering |
 //! | `not_object` | a `tools/call` result that is a bare string of `bytes` characters |
 //! | `heavy_log`, `heavy_progress`, `heavy_error` | a 50 KB base64 PDF in a log message's data, a progress message, or a JSON-RPC error's data |
+//! | `list_storm` | sends `n` `notifications/tools/list_changed` in a row |
 //! | `env` | the names of the variables in the fixture's environment, sorted |
 //! | `stderr_noise` | writes a non-UTF-8 line and a `bytes`-long line to stderr, then answers |
 //! | `task_image` | task-capable (`task` param): the task's result is a 1 MB PNG image block |
@@ -165,6 +166,7 @@ impl Handler for Fixture {
                 tool("not_object", json!({"bytes": {"type": "integer"}})),
                 tool("stderr_noise", json!({"bytes": {"type": "integer"}})),
                 tool("env", json!({})),
+                tool("list_storm", json!({"n": {"type": "integer"}})),
                 tool("heavy_log", json!({})),
                 tool("heavy_progress", json!({})),
                 tool("heavy_error", json!({})),
@@ -318,6 +320,13 @@ impl Handler for Fixture {
                     let line = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32000, "message": "failed, report attached", "data": {"report": pdf}}});
                     peer.send_raw(line.to_string().into_bytes());
                     return Ok(None);
+                }
+                "list_storm" => {
+                    let n = args.get("n").and_then(Value::as_u64).unwrap_or(100);
+                    for _ in 0..n {
+                        peer.notify("notifications/tools/list_changed", json!({}));
+                    }
+                    text_result(format!("announced {n} list changes"))
                 }
                 "env" => {
                     let mut names: Vec<String> = std::env::vars_os().map(|(k, _)| k.to_string_lossy().into_owned()).collect();
