@@ -48,6 +48,8 @@ mod index;
 mod memory;
 mod mime;
 mod noop;
+#[cfg(feature = "sqlite")]
+mod private;
 mod record;
 mod retention;
 
@@ -65,6 +67,8 @@ pub use failpoint::{FailpointHook, PutStep};
 pub use fs::{DEFAULT_GC_GRACE, FsStore, FsStoreBuilder};
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 pub use noop::{NOOP_WARNING, NoOpStore};
+#[cfg(feature = "sqlite")]
+pub use private::{DIR_MODE, FILE_MODE, LooseEntry, PermissionReport};
 pub use retention::{CleanupStrategy, RetentionConfig};
 pub use stowage_core::{ArtifactId, ArtifactRef, ArtifactScope, ArtifactSink, Isolation, Owner, PutOptions, StoreError};
 

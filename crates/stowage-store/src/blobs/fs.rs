@@ -124,7 +124,7 @@ impl FsBlobs {
         let blobs_dir = dir.join("blobs");
         let tmp_dir = dir.join("tmp");
         for d in [&blobs_dir, &tmp_dir] {
-            std::fs::create_dir_all(d).map_err(io_err("create store directory", d))?;
+            crate::private::create_dir(d).map_err(io_err("create store directory", d))?;
         }
         Ok(FsBlobs { blobs_dir, tmp_dir, in_flight: InFlight::default(), counter: AtomicU64::new(0), failpoints, temp_grace })
     }
@@ -143,9 +143,12 @@ impl FsBlobs {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
         let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         let path = self.tmp_dir.join(format!("put-{}-{nanos}-{n}.tmp", std::process::id()));
-        let file = std::fs::OpenOptions::new().write(true).create_new(true).open(&path).map_err(io_err("create temp file", &path))?;
+        let file = crate::private::new_file_options().open(&path).map_err(io_err("create temp file", &path))?;
         self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).insert(path.clone());
-        Ok((TempFile { path, in_flight: self.in_flight.clone(), remove_on_drop: true }, file))
+        let temp = TempFile { path, in_flight: self.in_flight.clone(), remove_on_drop: true };
+        // The blob is this file renamed, so its mode is the blob's: owner-only, exactly.
+        crate::private::set_file_mode(&file).map_err(io_err("create temp file", &temp.path))?;
+        Ok((temp, file))
     }
 
     /// Turns a failed temp write into the put's error; a crash leaves the file behind.
@@ -272,10 +275,8 @@ impl Blobs for FsBlobs {
         let mut temp = staged.pending;
         spawn_blocking(move || -> Result<()> {
             let shard = dest.parent().unwrap_or(&blobs_dir).to_path_buf();
-            match std::fs::create_dir(&shard) {
-                Ok(()) => sync_dir(&blobs_dir).map_err(io_err("sync directory", &blobs_dir))?,
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(io_err("create blob directory", &shard)(e)),
+            if crate::private::create_dir(&shard).map_err(io_err("create blob directory", &shard))? {
+                sync_dir(&blobs_dir).map_err(io_err("sync directory", &blobs_dir))?;
             }
             // Renaming over an existing blob is fine: the content is identical (same sha256),
             // and it also repairs a blob that was truncated behind our back.
