@@ -481,7 +481,11 @@ impl<I: Index, B: Blobs> ArtifactStore for Engine<I, B> {
             report.bytes_freed += self.blobs.delete(&b.sha256).await?;
             report.orphan_blobs += 1;
         }
-        report.temp_files = self.blobs.clean_temp().await?;
+        let temp = self.blobs.clean_temp().await?;
+        report.temp_files = temp.found;
+        report.temp_bytes = temp.found_bytes;
+        report.temp_files_removed = temp.removed;
+        report.temp_bytes_removed = temp.removed_bytes;
         Ok(report)
     }
 }

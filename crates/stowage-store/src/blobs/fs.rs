@@ -22,7 +22,8 @@ use stowage_core::StoreError;
 use tokio::task::spawn_blocking;
 
 use super::{
-    BlobInfo, Blobs, BoxReader, Limit, Staged, check_range, extend_head, read_chunk, read_stream_error, sha256_hex, stream_too_large,
+    BlobInfo, Blobs, BoxReader, Limit, Staged, TempSweep, check_range, extend_head, read_chunk, read_stream_error, sha256_hex,
+    stream_too_large,
 };
 use crate::Result;
 use crate::failpoint::{Crash, Failpoints, PutStep};
@@ -408,31 +409,40 @@ impl Blobs for FsBlobs {
         .map_err(join_err("list blobs"))?
     }
 
-    async fn clean_temp(&self) -> Result<u64> {
+    async fn clean_temp(&self) -> Result<TempSweep> {
         let dir = self.tmp_dir.clone();
         let in_flight = self.in_flight.clone();
         let grace = self.temp_grace;
-        spawn_blocking(move || -> Result<u64> {
-            let mut removed = 0;
+        spawn_blocking(move || -> Result<TempSweep> {
+            let mut sweep = TempSweep::default();
             for entry in std::fs::read_dir(&dir).map_err(io_err("list temp files", &dir))? {
                 let entry = entry.map_err(io_err("list temp files", &dir))?;
                 let path = entry.path();
                 if in_flight.lock().unwrap_or_else(|e| e.into_inner()).contains(&path) {
                     continue;
                 }
+                // Gone since the listing (its writer renamed or removed it): not a leftover.
+                let Ok(meta) = entry.metadata() else { continue };
+                if !meta.is_file() {
+                    continue;
+                }
+                sweep.found += 1;
+                sweep.found_bytes += meta.len();
                 // Another process may be writing this file right now; only files nobody has
                 // touched for the grace period are taken as abandoned.
-                let Ok(meta) = entry.metadata() else { continue };
                 if age(&meta) < grace {
                     continue;
                 }
                 match std::fs::remove_file(&path) {
-                    Ok(()) => removed += 1,
+                    Ok(()) => {
+                        sweep.removed += 1;
+                        sweep.removed_bytes += meta.len();
+                    }
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                     Err(e) => return Err(io_err("remove temp file", &path)(e)),
                 }
             }
-            Ok(removed)
+            Ok(sweep)
         })
         .await
         .map_err(join_err("clean temp files"))?
