@@ -27,6 +27,7 @@
 #![forbid(unsafe_code)]
 
 mod auth;
+mod conditional;
 mod download;
 mod error;
 mod links;
