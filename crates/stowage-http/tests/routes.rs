@@ -296,10 +296,19 @@ async fn upload_slots_are_single_use_and_write_only() {
     assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{}", String::from_utf8_lossy(&body));
     let (status, _, body) = w.send(put(wt.clone(), "image/png", vec![1u8; 5000])).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{}", String::from_utf8_lossy(&body));
+    // A list that starts with an accepted type, a wildcard, garbage: the uploader's mistake,
+    // refused with what to send instead (regression: `image/png,text/html` passed `image/*`).
+    for bad in ["image/png,text/html", "image/*", "image/png; x=\"", &format!("image/{}", "p".repeat(300))] {
+        let (status, _, body) = w.send(put(wt.clone(), bad, png.clone())).await;
+        assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{bad}: {}", String::from_utf8_lossy(&body));
+        let message: Value = serde_json::from_slice(&body).unwrap();
+        assert!(message["error"]["message"].as_str().unwrap().contains("send"), "{message}");
+    }
     let listed = w.store.list(stowage_store::ListQuery { owner: Some(owner.clone()), ..Default::default() }).await.unwrap();
     assert!(listed.items.is_empty(), "refused uploads leave nothing behind");
 
-    let (status, _, body) = w.send(put(wt.clone(), "image/png", png.clone())).await;
+    // A valid type is recorded as its parsed essence.
+    let (status, _, body) = w.send(put(wt.clone(), "Image/PNG; name=\"a.html\"", png.clone())).await;
     assert_eq!(status, StatusCode::CREATED, "{}", String::from_utf8_lossy(&body));
     let r: ArtifactRef = serde_json::from_slice(&body).unwrap();
     assert_eq!((r.mime_type.as_deref(), r.filename.as_deref(), r.size_bytes), (Some("image/png"), Some("out.png"), png.len() as u64));
