@@ -9,17 +9,20 @@
 //! - [`ArtifactRef`]: the compact, LLM-safe reference handed out after a put;
 //! - [`PutOptions`] and [`ArtifactSink`]: the small contract through which producers
 //!   (the transform pipeline, tools) hand bytes to a store without knowing which one;
-//! - [`StoreError`]: the one error enum every store speaks.
+//! - [`StoreError`]: the one error enum every store speaks;
+//! - [`normalize_media_type`]: the one rule for what media type an artifact may carry.
 #![forbid(unsafe_code)]
 
 mod error;
 mod id;
+mod media_type;
 mod reference;
 mod scope;
 mod sink;
 
 pub use error::{BoxError, StoreError};
 pub use id::{ARTIFACT_URI_SCHEME, ArtifactId, ID_HASH_HEX_LEN, IdError};
+pub use media_type::{MAX_MEDIA_TYPE_LEN, MediaTypeError, media_type_essence, normalize_media_type};
 pub use reference::{ArtifactRef, Timestamp};
 pub use scope::{ArtifactScope, Isolation, Owner};
 pub use sink::{ArtifactSink, PutOptions};

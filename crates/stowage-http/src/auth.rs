@@ -1,9 +1,18 @@
 //! Authentication on `/mcp`: static API keys (stored hashed) and JWT bearer tokens.
 //!
-//! The resulting [`Identity`] becomes the artifact scope's owner: `user_id` is the JWT `sub`
-//! (or the API key's configured user, else its id), `tenant_id` an optional claim. Artifact
+//! The resulting [`Identity`] becomes the artifact scope's owner. API keys and JWTs are
+//! separate identity spaces, so that whoever controls an identity provider's `sub` values
+//! cannot become an API key's user (or the other way round): the user id is
+//! `key:<user>` for an API key (its configured `user`, else its `id`) and `jwt:<sub>` for a
+//! JWT, and no two credentials of different kinds ever produce the same (tenant, user). The
+//! tenant is the API key's `tenant`, or the JWT claim named by `tenant_claim`. Artifact
 //! *downloads* never go through here — their signed link is the credential — so no auth token
 //! ever has to appear in a URL.
+//!
+//! A JWT is accepted only with a valid signature by a configured key and algorithm, an `exp`
+//! in the future and an `nbf` (when present) in the past, both within `leeway_secs`, a
+//! non-empty string `sub`, and — when `issuer` or `audience` is configured — an `iss` or
+//! `aud` that is present and matches (a token without them, or with `null`, is refused).
 //!
 //! API keys are long random strings, so a single SHA-256 is the right hash for them (a slow
 //! password hash buys nothing against 128+ bits of entropy and would cost every request).
@@ -52,10 +61,10 @@ pub struct ApiKeyConfig {
 pub struct JwtConfig {
     /// Accepted algorithms, any of HS256, RS256, ES256.
     pub algorithms: Vec<String>,
-    /// Required `iss`.
+    /// When set, every token must carry an `iss` equal to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub issuer: Option<String>,
-    /// Required `aud` (one of).
+    /// When not empty, every token must carry an `aud` naming one of these.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub audience: Vec<String>,
     /// Environment variable holding the HS256 shared secret.
@@ -70,7 +79,7 @@ pub struct JwtConfig {
     /// Claim holding the tenant id, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant_claim: Option<String>,
-    /// Allowed clock skew in seconds for `exp`/`nbf`.
+    /// Allowed clock skew in seconds for `exp` and `nbf`.
     #[serde(default = "default_leeway")]
     pub leeway_secs: u64,
 }
@@ -79,12 +88,31 @@ fn default_leeway() -> u64 {
     30
 }
 
+/// Prefix of the user id of every API-key identity (`key:ci-bot`).
+pub const API_KEY_USER_PREFIX: &str = "key:";
+/// Prefix of the user id of every JWT identity (`jwt:<sub>`).
+pub const JWT_USER_PREFIX: &str = "jwt:";
+
 /// Who is calling, as far as artifact ownership is concerned.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Identity {
+    /// `key:<user>` or `jwt:<sub>`: the two kinds of credential never share a user id.
     pub user_id: Option<String>,
     pub tenant_id: Option<String>,
     pub api_key_id: Option<String>,
+}
+
+impl Identity {
+    /// The identity of a verified API key.
+    pub fn api_key(key: &ApiKeyConfig) -> Identity {
+        let user = key.user.as_deref().unwrap_or(&key.id);
+        Identity { user_id: Some(format!("{API_KEY_USER_PREFIX}{user}")), tenant_id: key.tenant.clone(), api_key_id: Some(key.id.clone()) }
+    }
+
+    /// The identity of a verified JWT with subject `sub`.
+    pub fn jwt(sub: &str, tenant: Option<String>) -> Identity {
+        Identity { user_id: Some(format!("{JWT_USER_PREFIX}{sub}")), tenant_id: tenant, api_key_id: None }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -139,11 +167,7 @@ impl Authenticator {
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         for (k, hash) in &self.api_keys {
             if bool::from(digest.ct_eq(hash)) {
-                return Ok(Identity {
-                    user_id: Some(k.user.clone().unwrap_or_else(|| k.id.clone())),
-                    tenant_id: k.tenant.clone(),
-                    api_key_id: Some(k.id.clone()),
-                });
+                return Ok(Identity::api_key(k));
             }
         }
         Err("invalid credentials".into())
@@ -201,15 +225,22 @@ impl JwtVerifier {
         let mut validation = Validation::new(algorithms[0]);
         validation.algorithms = algorithms;
         validation.leeway = c.leeway_secs;
-        validation.set_required_spec_claims(&["exp", "sub"]);
+        // jsonwebtoken leaves `nbf` unchecked unless asked, and checks `iss` and `aud` only
+        // when the token has them: a configured issuer or audience must also be required, or a
+        // token that simply omits the claim (or sets it to null) passes.
+        validation.validate_nbf = true;
+        let mut required = vec!["exp", "sub"];
         if let Some(iss) = &c.issuer {
             validation.set_issuer(&[iss]);
+            required.push("iss");
         }
         if c.audience.is_empty() {
             validation.validate_aud = false;
         } else {
             validation.set_audience(&c.audience);
+            required.push("aud");
         }
+        validation.set_required_spec_claims(&required);
         Ok(JwtVerifier { keys, validation, tenant_claim: c.tenant_claim.clone() })
     }
 
@@ -228,18 +259,23 @@ impl JwtVerifier {
             match jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(token, key, &validation) {
                 Ok(data) => {
                     let claims = data.claims;
-                    let sub = claims.get("sub").and_then(|v| v.as_str()).map(str::to_owned);
+                    // `sub` is required, so it is a string; an empty one names nobody.
+                    let sub = claims.get("sub").and_then(|v| v.as_str()).filter(|s| !s.is_empty());
+                    let Some(sub) = sub else {
+                        return Err("jwt has an empty sub claim; issue tokens whose sub names the user".into());
+                    };
                     let tenant = self.tenant_claim.as_ref().and_then(|c| claims.get(c)).and_then(|v| v.as_str()).map(str::to_owned);
-                    return Ok(Identity { user_id: sub, tenant_id: tenant, api_key_id: None });
+                    return Ok(Identity::jwt(sub, tenant));
                 }
                 Err(e) => {
                     use jsonwebtoken::errors::ErrorKind as K;
                     last = match e.kind() {
-                        K::ExpiredSignature => "jwt expired".into(),
-                        K::InvalidAudience => "jwt audience not accepted".into(),
-                        K::InvalidIssuer => "jwt issuer not accepted".into(),
-                        K::ImmatureSignature => "jwt not valid yet".into(),
-                        K::MissingRequiredClaim(c) => format!("jwt lacks the {c} claim"),
+                        K::ExpiredSignature => "jwt expired; get a fresh token".into(),
+                        K::InvalidAudience => "jwt audience not accepted; request a token for this gateway's audience".into(),
+                        K::InvalidIssuer => "jwt issuer not accepted; use a token from the configured issuer".into(),
+                        K::ImmatureSignature => "jwt not valid yet (its nbf is in the future); check the clocks or wait".into(),
+                        K::MissingRequiredClaim(c) => format!("jwt lacks the {c} claim, which this gateway requires"),
+                        K::InvalidClaimFormat(c) => format!("jwt claim {c} is malformed; it must be a number of seconds"),
                         _ => "invalid jwt signature".into(),
                     };
                     // An expired or wrong-audience token with a valid signature is final.

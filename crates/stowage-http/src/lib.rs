@@ -27,6 +27,7 @@
 #![forbid(unsafe_code)]
 
 mod auth;
+mod conditional;
 mod download;
 mod error;
 mod links;
@@ -40,7 +41,10 @@ use axum::routing::{get, put};
 use stowage_links::LinkSigner;
 use stowage_store::ArtifactStore;
 
-pub use auth::{ApiKeyConfig, AuthConfig, AuthSetupError, Authenticator, Identity, JwtConfig, hash_api_key, require_auth};
+pub use auth::{
+    API_KEY_USER_PREFIX, ApiKeyConfig, AuthConfig, AuthSetupError, Authenticator, Identity, JWT_USER_PREFIX, JwtConfig, hash_api_key,
+    require_auth,
+};
 pub use error::ApiError;
 pub use links::{LinkService, SlotRequest, UploadSlot};
 pub use range::{ByteRange, RangeRequest, parse_range};

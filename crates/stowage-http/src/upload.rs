@@ -17,7 +17,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use futures::TryStreamExt;
-use stowage_core::{ArtifactRef, Owner, PutOptions, StoreError};
+use stowage_core::{ArtifactRef, Owner, PutOptions, StoreError, normalize_media_type};
 use stowage_links::Operation;
 use tokio_util::io::StreamReader;
 
@@ -195,14 +195,19 @@ pub(crate) async fn upload(
 }
 
 async fn store_upload(state: &HttpState, spec: &SlotSpec, headers: &HeaderMap, body: Body) -> Result<ArtifactRef, ApiError> {
-    let mime = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    // The uploader controls its Content-Type, so a list, a wildcard or garbage is its mistake
+    // to fix: refused here rather than left to the store, which would type the bytes itself.
+    let mime = match headers.get(header::CONTENT_TYPE) {
+        None => None,
+        Some(v) => {
+            let claimed = v.to_str().map_err(|_| unsupported("Content-Type is not ASCII; send a single type/subtype".into()))?;
+            // An empty header says as little as none.
+            if claimed.trim().is_empty() { None } else { Some(normalize_media_type(claimed).map_err(|e| unsupported(e.to_string()))?) }
+        }
+    };
     if let Some(m) = &mime {
         if !accepts(&spec.accept, m) {
-            return Err(ApiError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "bad_request",
-                format!("this slot accepts {}, not {m}", spec.accept.join(", ")),
-            ));
+            return Err(unsupported(format!("this slot accepts {}, not {m}", spec.accept.join(", "))));
         }
     } else if !spec.accept.is_empty() {
         return Err(ApiError::bad_request(format!("set Content-Type; this slot accepts {}", spec.accept.join(", "))));
@@ -228,13 +233,17 @@ async fn store_upload(state: &HttpState, spec: &SlotSpec, headers: &HeaderMap, b
     });
     let mut opts = spec.put.clone();
     if opts.mime_type.is_none() {
-        opts.mime_type = mime.filter(|m| !m.is_empty());
+        opts.mime_type = mime;
     }
     match state.store.put_stream(Box::pin(StreamReader::new(stream)), opts).await {
         Ok(r) => Ok(r),
         Err(StoreError::Backend { source, .. }) if is_too_large(source.as_ref()) => Err(too_large(max)),
         Err(e) => Err(e.into()),
     }
+}
+
+fn unsupported(message: String) -> ApiError {
+    ApiError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "bad_request", message)
 }
 
 fn is_too_large(e: &(dyn std::error::Error + 'static)) -> bool {

@@ -1,6 +1,8 @@
 //! JWT and API-key authentication with real keys generated for the test (RSA 2048 and EC P-256
-//! by openssl), checked the way a client would meet them: accepted identities, and refusals
-//! for expired tokens, wrong audiences, wrong issuers, foreign keys and unknown keys.
+//! by openssl, an HS256 secret from the environment), checked the way a client would meet
+//! them: accepted identities, and refusals for expired and not-yet-valid tokens, missing,
+//! null or wrong issuers and audiences, foreign keys and unknown keys; and API keys and JWTs
+//! as separate identity spaces.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -59,10 +61,13 @@ fn jwt_config(keys: &Keys) -> JwtConfig {
     }
 }
 
+/// Marks a claim to leave out of the token (a JSON `null` stays in it, as `null`).
+const ABSENT: &str = "<absent>";
+
 fn claims(overrides: serde_json::Value) -> serde_json::Value {
     let mut c = json!({"sub": "user-1", "iss": "https://idp.example", "aud": "stowage", "exp": now() + 300, "org": "acme"});
     for (k, v) in overrides.as_object().unwrap() {
-        if v.is_null() {
+        if v == ABSENT {
             c.as_object_mut().unwrap().remove(k);
         } else {
             c[k] = v.clone();
@@ -71,10 +76,11 @@ fn claims(overrides: serde_json::Value) -> serde_json::Value {
     c
 }
 
-fn sign(alg: Algorithm, pem: &[u8], c: &serde_json::Value) -> String {
+fn sign(alg: Algorithm, key: &[u8], c: &serde_json::Value) -> String {
     let key = match alg {
-        Algorithm::RS256 => EncodingKey::from_rsa_pem(pem).unwrap(),
-        Algorithm::ES256 => EncodingKey::from_ec_pem(pem).unwrap(),
+        Algorithm::RS256 => EncodingKey::from_rsa_pem(key).unwrap(),
+        Algorithm::ES256 => EncodingKey::from_ec_pem(key).unwrap(),
+        Algorithm::HS256 => EncodingKey::from_secret(key),
         _ => unreachable!(),
     };
     encode(&Header::new(alg), c, &key).unwrap()
@@ -88,7 +94,7 @@ fn bearer(t: &str) -> String {
 fn jwt_identities_and_refusals() {
     let k = keys();
     let auth = Authenticator::new(&AuthConfig { api_keys: vec![], jwt: Some(jwt_config(&k)) }).unwrap().unwrap();
-    let want = Identity { user_id: Some("user-1".into()), tenant_id: Some("acme".into()), api_key_id: None };
+    let want = Identity { user_id: Some("jwt:user-1".into()), tenant_id: Some("acme".into()), api_key_id: None };
 
     let rs = sign(Algorithm::RS256, &k.rsa_private, &claims(json!({})));
     assert_eq!(auth.authenticate(Some(&bearer(&rs))).unwrap(), want);
@@ -99,7 +105,7 @@ fn jwt_identities_and_refusals() {
         ("expired", sign(Algorithm::RS256, &k.rsa_private, &claims(json!({"exp": now() - 10}))), "expired"),
         ("wrong audience", sign(Algorithm::RS256, &k.rsa_private, &claims(json!({"aud": "someone-else"}))), "audience"),
         ("wrong issuer", sign(Algorithm::RS256, &k.rsa_private, &claims(json!({"iss": "https://evil.example"}))), "issuer"),
-        ("no sub", sign(Algorithm::RS256, &k.rsa_private, &claims(json!({"sub": null}))), "sub"),
+        ("no sub", sign(Algorithm::RS256, &k.rsa_private, &claims(json!({"sub": ABSENT}))), "sub"),
         ("foreign key", sign(Algorithm::RS256, &k.other_rsa_private, &claims(json!({}))), "signature"),
     ] {
         let err = auth.authenticate(Some(&bearer(&token))).unwrap_err();
@@ -134,7 +140,7 @@ fn jwks_file_selects_keys_by_kid() {
     let mut header = Header::new(Algorithm::RS256);
     header.kid = Some("kid-1".into());
     let token = encode(&header, &claims(json!({})), &enc).unwrap();
-    assert_eq!(auth.authenticate(Some(&bearer(&token))).unwrap().user_id.as_deref(), Some("user-1"));
+    assert_eq!(auth.authenticate(Some(&bearer(&token))).unwrap().user_id.as_deref(), Some("jwt:user-1"));
     header.kid = Some("kid-2".into());
     let token = encode(&header, &claims(json!({})), &enc).unwrap();
     assert!(auth.authenticate(Some(&bearer(&token))).is_err(), "unknown kid");
@@ -155,7 +161,7 @@ fn api_keys_are_checked_by_hash() {
     .unwrap();
     assert_eq!(
         auth.authenticate(Some("Bearer sk-live-123456")).unwrap(),
-        Identity { user_id: Some("ci-bot".into()), tenant_id: Some("acme".into()), api_key_id: Some("ci-bot".into()) }
+        Identity { user_id: Some("key:ci-bot".into()), tenant_id: Some("acme".into()), api_key_id: Some("ci-bot".into()) }
     );
     assert!(auth.authenticate(Some("Bearer sk-live-1234567")).is_err());
     assert!(auth.authenticate(Some("Bearer ")).is_err());
@@ -166,4 +172,152 @@ fn api_keys_are_checked_by_hash() {
     };
     assert!(Authenticator::new(&bad).err().unwrap().to_string().contains("64 hex digits"));
     assert!(Authenticator::new(&AuthConfig::default()).unwrap().is_none(), "no auth configured");
+}
+
+/// Every way a token can fail the claims checks, for one algorithm and key, against
+/// [`jwt_config`] with a 30 s leeway: each case is (what, claim overrides, expected word in
+/// the refusal, or `None` when the token must be accepted).
+fn check_claims(auth: &Authenticator, alg: Algorithm, key: &[u8]) {
+    let t = now();
+    let cases: Vec<(&str, serde_json::Value, Option<&str>)> = vec![
+        ("all claims good", json!({}), None),
+        // Regression: a configured issuer or audience was only compared when the token had
+        // the claim, so leaving it out (or sending null) passed.
+        ("no iss", json!({"iss": ABSENT}), Some("lacks the iss claim")),
+        ("null iss", json!({"iss": null}), Some("lacks the iss claim")),
+        ("numeric iss", json!({"iss": 7}), Some("lacks the iss claim")),
+        ("wrong iss", json!({"iss": "https://evil.example"}), Some("issuer not accepted")),
+        ("no aud", json!({"aud": ABSENT}), Some("lacks the aud claim")),
+        ("null aud", json!({"aud": null}), Some("lacks the aud claim")),
+        ("empty aud list", json!({"aud": []}), Some("audience not accepted")),
+        ("wrong aud", json!({"aud": "someone-else"}), Some("audience not accepted")),
+        ("aud list without ours", json!({"aud": ["a", "b"]}), Some("audience not accepted")),
+        ("aud list with ours", json!({"aud": ["a", "stowage"]}), None),
+        // Regression: nbf was never checked.
+        ("nbf in the future", json!({"nbf": t + 300}), Some("not valid yet")),
+        ("nbf just past the leeway", json!({"nbf": t + 60}), Some("not valid yet")),
+        ("nbf within the leeway", json!({"nbf": t + 10}), None),
+        ("nbf in the past", json!({"nbf": t - 10}), None),
+        ("nbf not a number", json!({"nbf": "soon"}), Some("nbf is malformed")),
+        ("exp within the leeway", json!({"exp": t - 10}), None),
+        ("exp past the leeway", json!({"exp": t - 60}), Some("expired")),
+        ("no exp", json!({"exp": ABSENT}), Some("lacks the exp claim")),
+        ("no sub", json!({"sub": ABSENT}), Some("lacks the sub claim")),
+        ("null sub", json!({"sub": null}), Some("lacks the sub claim")),
+        ("numeric sub", json!({"sub": 42}), Some("lacks the sub claim")),
+        ("empty sub", json!({"sub": ""}), Some("empty sub")),
+    ];
+    for (what, overrides, refusal) in cases {
+        let token = sign(alg, key, &claims(overrides));
+        let got = auth.authenticate(Some(&bearer(&token)));
+        match (refusal, got) {
+            (None, Ok(id)) => assert_eq!(id.user_id.as_deref(), Some("jwt:user-1"), "{alg:?} {what}"),
+            (Some(word), Err(e)) => {
+                assert!(e.contains(word), "{alg:?} {what}: {e}");
+                assert!(!e.contains('\n'), "{e}");
+            }
+            (want, got) => panic!("{alg:?} {what}: wanted refusal {want:?}, got {got:?}"),
+        }
+    }
+}
+
+#[test]
+fn rs256_and_es256_claims_are_all_enforced() {
+    let k = keys();
+    let mut c = jwt_config(&k);
+    c.leeway_secs = 30;
+    let auth = Authenticator::new(&AuthConfig { api_keys: vec![], jwt: Some(c) }).unwrap().unwrap();
+    check_claims(&auth, Algorithm::RS256, &k.rsa_private);
+    check_claims(&auth, Algorithm::ES256, &k.ec_private);
+}
+
+/// The HS256 secret is read from the environment variable the config names, and setting a
+/// variable in this process is not allowed (`unsafe` in edition 2024, forbidden here), so the
+/// HS256 checks run in a child started with it set.
+const HS256_ENV: &str = "STOWAGE_TEST_HS256_SECRET";
+const HS256_SECRET: &str = "a-shared-secret-of-at-least-32-bytes!";
+
+#[test]
+#[ignore = "the child half of hs256_claims_are_all_enforced"]
+fn hs256_child() {
+    if std::env::var(HS256_ENV).is_err() {
+        return;
+    }
+    let c = JwtConfig {
+        algorithms: vec!["HS256".into()],
+        issuer: Some("https://idp.example".into()),
+        audience: vec!["stowage".into()],
+        hs256_secret_env: Some(HS256_ENV.into()),
+        public_key_files: vec![],
+        jwks_file: None,
+        tenant_claim: Some("org".into()),
+        leeway_secs: 30,
+    };
+    let auth = Authenticator::new(&AuthConfig { api_keys: vec![], jwt: Some(c) }).unwrap().unwrap();
+    check_claims(&auth, Algorithm::HS256, HS256_SECRET.as_bytes());
+    let forged = sign(Algorithm::HS256, b"another-secret-of-at-least-32-bytes!!", &claims(json!({})));
+    assert!(auth.authenticate(Some(&bearer(&forged))).unwrap_err().contains("signature"));
+    println!("hs256 checks passed");
+}
+
+#[test]
+fn hs256_claims_are_all_enforced() {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "hs256_child", "--ignored", "--nocapture", "--test-threads=1"])
+        .env(HS256_ENV, HS256_SECRET)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.contains("hs256 checks passed"), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn without_a_configured_issuer_or_audience_tokens_need_neither() {
+    let k = keys();
+    let mut c = jwt_config(&k);
+    c.issuer = None;
+    c.audience.clear();
+    let auth = Authenticator::new(&AuthConfig { api_keys: vec![], jwt: Some(c) }).unwrap().unwrap();
+    let bare = sign(Algorithm::ES256, &k.ec_private, &claims(json!({"iss": ABSENT, "aud": ABSENT})));
+    assert_eq!(auth.authenticate(Some(&bearer(&bare))).unwrap().user_id.as_deref(), Some("jwt:user-1"));
+    // An audience in the token that nobody configured to accept is still no reason to refuse.
+    let any = sign(Algorithm::ES256, &k.ec_private, &claims(json!({"iss": "whoever"})));
+    assert!(auth.authenticate(Some(&bearer(&any))).is_ok());
+}
+
+/// Regression: a JWT whose `sub` equalled an API key's user became that user, with all its
+/// artifacts. The two kinds of credential now live in separate user-id spaces.
+#[test]
+fn api_keys_and_jwts_never_share_an_identity() {
+    let k = keys();
+    let key = |id: &str, user: Option<&str>, secret: &str| ApiKeyConfig {
+        id: id.into(),
+        sha256: hash_api_key(secret),
+        user: user.map(str::to_owned),
+        tenant: Some("acme".into()),
+    };
+    let auth = Authenticator::new(&AuthConfig {
+        api_keys: vec![key("user-1", None, "sk-one-0123456789"), key("bot", Some("jwt:user-1"), "sk-two-0123456789")],
+        jwt: Some(jwt_config(&k)),
+    })
+    .unwrap()
+    .unwrap();
+    let by_key = auth.authenticate(Some("Bearer sk-one-0123456789")).unwrap();
+    let by_jwt = auth.authenticate(Some(&bearer(&sign(Algorithm::RS256, &k.rsa_private, &claims(json!({})))))).unwrap();
+    // Same tenant, same name, different users.
+    assert_eq!((by_key.tenant_id.as_deref(), by_jwt.tenant_id.as_deref()), (Some("acme"), Some("acme")));
+    assert_eq!(by_key.user_id.as_deref(), Some("key:user-1"));
+    assert_eq!(by_jwt.user_id.as_deref(), Some("jwt:user-1"));
+    // Neither side can name its way into the other's space: a key whose user is spelled like a
+    // JWT identity, or a JWT whose sub is spelled like a key identity, stays in its own.
+    let spelled = auth.authenticate(Some("Bearer sk-two-0123456789")).unwrap();
+    assert_eq!(spelled.user_id.as_deref(), Some("key:jwt:user-1"));
+    assert_ne!(spelled.user_id, by_jwt.user_id);
+    let sneaky = sign(Algorithm::RS256, &k.rsa_private, &claims(json!({"sub": "key:user-1"})));
+    let sneaky = auth.authenticate(Some(&bearer(&sneaky))).unwrap();
+    assert_eq!(sneaky.user_id.as_deref(), Some("jwt:key:user-1"));
+    assert_ne!(sneaky.user_id, by_key.user_id);
+    // The prefixes are public so the gateway and its docs can name them.
+    assert!(by_key.user_id.unwrap().starts_with(stowage_http::API_KEY_USER_PREFIX));
+    assert!(by_jwt.user_id.unwrap().starts_with(stowage_http::JWT_USER_PREFIX));
 }

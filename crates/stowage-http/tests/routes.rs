@@ -1,7 +1,8 @@
 //! The HTTP routes as a client meets them, through the real router and a real store: status
 //! codes, the seed's error bodies, the headers that keep artifacts safe on our origin, ranges,
 //! conditional requests, links under either store isolation, and single-use upload slots —
-//! opened through the `LinkService` and uploaded to over a real loopback connection.
+//! opened through the `LinkService` and uploaded to over a real loopback connection; and what
+//! a browser may do with bytes whose claimed media type lies.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -295,10 +296,19 @@ async fn upload_slots_are_single_use_and_write_only() {
     assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{}", String::from_utf8_lossy(&body));
     let (status, _, body) = w.send(put(wt.clone(), "image/png", vec![1u8; 5000])).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{}", String::from_utf8_lossy(&body));
+    // A list that starts with an accepted type, a wildcard, garbage: the uploader's mistake,
+    // refused with what to send instead (regression: `image/png,text/html` passed `image/*`).
+    for bad in ["image/png,text/html", "image/*", "image/png; x=\"", &format!("image/{}", "p".repeat(300))] {
+        let (status, _, body) = w.send(put(wt.clone(), bad, png.clone())).await;
+        assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{bad}: {}", String::from_utf8_lossy(&body));
+        let message: Value = serde_json::from_slice(&body).unwrap();
+        assert!(message["error"]["message"].as_str().unwrap().contains("send"), "{message}");
+    }
     let listed = w.store.list(stowage_store::ListQuery { owner: Some(owner.clone()), ..Default::default() }).await.unwrap();
     assert!(listed.items.is_empty(), "refused uploads leave nothing behind");
 
-    let (status, _, body) = w.send(put(wt.clone(), "image/png", png.clone())).await;
+    // A valid type is recorded as its parsed essence.
+    let (status, _, body) = w.send(put(wt.clone(), "Image/PNG; name=\"a.html\"", png.clone())).await;
     assert_eq!(status, StatusCode::CREATED, "{}", String::from_utf8_lossy(&body));
     let r: ArtifactRef = serde_json::from_slice(&body).unwrap();
     assert_eq!((r.mime_type.as_deref(), r.filename.as_deref(), r.size_bytes), (Some("image/png"), Some("out.png"), png.len() as u64));
@@ -516,4 +526,261 @@ async fn a_link_service_without_the_routes_registry_opens_no_slots() {
     assert!(e.message.contains("max_bytes"), "{e:?}");
     let e = links.open_upload_slot(&s1(), SlotRequest { max_bytes: 10, ttl: Some(Duration::from_secs(7200)), ..SlotRequest::default() });
     assert!(e.unwrap_err().message.contains("1m to 60m"));
+}
+
+/// A store that serves every record with the media type an older version recorded as given
+/// (before the store normalized types), so the download route's own parsing is what is tested.
+struct LegacyTypes {
+    inner: Arc<dyn ArtifactStore>,
+    raw: std::sync::Mutex<std::collections::HashMap<ArtifactId, String>>,
+}
+
+#[async_trait::async_trait]
+impl ArtifactStore for LegacyTypes {
+    async fn put_bytes(&self, data: axum::body::Bytes, opts: PutOptions) -> stowage_store::Result<ArtifactRef> {
+        let raw = opts.mime_type.clone();
+        let r = self.inner.put_bytes(data, opts).await?;
+        if let Some(raw) = raw {
+            self.raw.lock().unwrap().insert(r.id.clone(), raw);
+        }
+        Ok(r)
+    }
+    async fn put_stream(
+        &self,
+        reader: std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>,
+        opts: PutOptions,
+    ) -> stowage_store::Result<ArtifactRef> {
+        self.inner.put_stream(reader, opts).await
+    }
+    async fn get(&self, access: &Access, id: &ArtifactId) -> stowage_store::Result<axum::body::Bytes> {
+        self.inner.get(access, id).await
+    }
+    async fn get_range(&self, access: &Access, id: &ArtifactId, range: std::ops::Range<u64>) -> stowage_store::Result<axum::body::Bytes> {
+        self.inner.get_range(access, id, range).await
+    }
+    async fn open(
+        &self,
+        access: &Access,
+        id: &ArtifactId,
+        range: Option<std::ops::Range<u64>>,
+    ) -> stowage_store::Result<stowage_store::ArtifactReader> {
+        self.inner.open(access, id, range).await
+    }
+    async fn meta(&self, access: &Access, id: &ArtifactId) -> stowage_store::Result<ArtifactRef> {
+        let mut r = self.inner.meta(access, id).await?;
+        if let Some(raw) = self.raw.lock().unwrap().get(id) {
+            r.mime_type = Some(raw.clone());
+        }
+        Ok(r)
+    }
+    async fn exists(&self, access: &Access, id: &ArtifactId) -> stowage_store::Result<bool> {
+        self.inner.exists(access, id).await
+    }
+    async fn delete(&self, access: &Access, id: &ArtifactId) -> stowage_store::Result<bool> {
+        self.inner.delete(access, id).await
+    }
+    async fn list(&self, query: stowage_store::ListQuery) -> stowage_store::Result<stowage_store::ListPage> {
+        self.inner.list(query).await
+    }
+    async fn gc(&self) -> stowage_store::Result<stowage_store::GcReport> {
+        self.inner.gc().await
+    }
+}
+
+fn png() -> Vec<u8> {
+    let mut b = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0".to_vec();
+    b.extend((0..200u8).map(|i| i.wrapping_mul(7) & 0x3f));
+    b
+}
+
+const PAGE: &[u8] = b"<html><body><h1>Your session expired</h1><form action=https://evil.example>";
+
+/// Regression: `image/png,text/html` was stored and sent back as given, and Chromium, which
+/// takes the last type of a list, rendered the bytes as a page on the gateway's origin.
+#[tokio::test]
+async fn claimed_media_types_never_make_a_page() {
+    let w = World::new();
+    let mut png_then_page = png();
+    png_then_page.extend_from_slice(PAGE);
+    let overlong = format!("image/{}", "p".repeat(300));
+    // (claimed type, bytes, served Content-Type, inline?)
+    let cases: Vec<(&str, Vec<u8>, &str, bool)> = vec![
+        ("image/png", png(), "image/png", true),
+        ("IMAGE/PNG; name=\"x.html\"", png(), "image/png", true),
+        // The store drops the bad claim and types the bytes itself.
+        ("image/png,text/html", png(), "image/png", true),
+        ("image/png,text/html", PAGE.to_vec(), "text/html", false),
+        ("text/html, image/png", PAGE.to_vec(), "text/html", false),
+        (&overlong, png(), "image/png", true),
+        // The type is right for the magic bytes, but a page follows them.
+        ("image/png", png_then_page.clone(), "image/png", false),
+        // A type that claims to be passive over bytes that are a page.
+        ("image/png", PAGE.to_vec(), "image/png", false),
+        ("text/plain", b"<script>alert(1)</script>".to_vec(), "text/plain", false),
+        ("application/json", b"  function steal() { return document.cookie }".to_vec(), "application/json", false),
+        ("text/plain; charset=utf-8", b"just words".to_vec(), "text/plain; charset=utf-8", true),
+        // Every type we do not know is a download.
+        ("application/x-shockwave-flash", b"FWS".to_vec(), "application/x-shockwave-flash", false),
+        ("multipart/x-mixed-replace; boundary=x", b"--x".to_vec(), "multipart/x-mixed-replace", false),
+    ];
+    // One owner per case: the same owner's same bytes would dedup to the first record.
+    for (i, (claimed, bytes, served, inline)) in cases.into_iter().enumerate() {
+        let r = w.put(&s1().with_user(format!("u{i}")), &bytes, claimed, Some("file")).await;
+        let (status, h, body) = w.get(&w.link(&r), &[]).await;
+        assert_eq!((status, body), (StatusCode::OK, bytes), "{claimed}");
+        assert_eq!(h["content-type"], served, "{claimed}");
+        let disposition = h["content-disposition"].to_str().unwrap();
+        let want = if inline { "inline;" } else { "attachment;" };
+        assert!(disposition.starts_with(want), "{claimed}: {disposition}");
+        assert_eq!(h["x-content-type-options"], "nosniff");
+        assert!(h["content-security-policy"].to_str().unwrap().starts_with("sandbox"));
+    }
+}
+
+/// Records stored before the store normalized media types may hold anything: the route
+/// parses them again and serves what does not parse as a download of octet-stream.
+#[tokio::test]
+async fn records_with_raw_media_types_are_parsed_again_at_download() {
+    let mut w = World::new();
+    let legacy: Arc<dyn ArtifactStore> = Arc::new(LegacyTypes { inner: w.store.clone(), raw: Default::default() });
+    w.store = legacy.clone();
+    w.state.store = legacy;
+    let long = format!("image/png; x={}", "y".repeat(300));
+    for (i, (raw, bytes, served, inline)) in [
+        ("image/png,text/html", png(), "application/octet-stream", false),
+        ("image/png\r\nSet-Cookie: a=b", png(), "application/octet-stream", false),
+        ("*/*", png(), "application/octet-stream", false),
+        (long.as_str(), png(), "application/octet-stream", false),
+        ("Image/PNG; name=evil.html", png(), "image/png", true),
+        ("image/png", PAGE.to_vec(), "image/png", false),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let scope = s1().with_user(format!("u{i}"));
+        let r = w.put(&scope, &bytes, raw, None).await;
+        assert_eq!(w.store.meta(&Access::owner_of(&scope), &r.id).await.unwrap().mime_type.as_deref(), Some(raw), "the record is raw");
+        let (status, h, _) = w.get(&w.link(&r), &[]).await;
+        assert_eq!(status, StatusCode::OK, "{raw:?}");
+        assert_eq!(h["content-type"], served, "{raw:?}");
+        assert_eq!(h["content-disposition"].to_str().unwrap().starts_with("inline;"), inline, "{raw:?}");
+        assert!(h.get("set-cookie").is_none());
+    }
+}
+
+#[tokio::test]
+async fn download_names_lose_bidi_and_control_characters() {
+    let w = World::new();
+    let r = w.put(&s1(), b"MZ not really", "application/octet-stream", Some("invoice\u{202e}fdp.exe\r\n")).await;
+    let (_, h, _) = w.get(&w.link(&r), &[]).await;
+    let d = h["content-disposition"].to_str().unwrap();
+    assert_eq!(d, "attachment; filename=\"invoicefdp.exe__\"; filename*=UTF-8''invoicefdp.exe__");
+}
+
+#[tokio::test]
+async fn conditional_requests_follow_rfc_9110() {
+    let w = World::new();
+    let bytes: Vec<u8> = (0..100u8).collect();
+    let r = w.put(&s1(), &bytes, "application/octet-stream", None).await;
+    let path = w.link(&r);
+    let etag = format!("\"{}\"", r.sha256);
+    let (_, h, _) = w.get(&path, &[]).await;
+    let modified = h["last-modified"].to_str().unwrap().to_owned();
+    assert_eq!(
+        httpdate::parse_http_date(&modified).unwrap(),
+        std::time::UNIX_EPOCH + Duration::from_secs(r.created_at.unix_timestamp() as u64)
+    );
+    let earlier = httpdate::fmt_http_date(httpdate::parse_http_date(&modified).unwrap() - Duration::from_secs(60));
+    let later = httpdate::fmt_http_date(httpdate::parse_http_date(&modified).unwrap() + Duration::from_secs(60));
+
+    // If-Range: a piece only of the representation the client has; otherwise all of it.
+    // Regression: a stale If-Range still got a 206 of the new bytes.
+    for (if_range, want) in [(etag.as_str(), StatusCode::PARTIAL_CONTENT), (modified.as_str(), StatusCode::PARTIAL_CONTENT)] {
+        let (status, h, body) = w.get(&path, &[("range", "bytes=0-9"), ("if-range", if_range)]).await;
+        assert_eq!((status, body.len()), (want, 10), "{if_range}");
+        assert_eq!(h["content-range"], "bytes 0-9/100");
+    }
+    for stale in ["\"an-older-etag\"", &format!("W/{etag}"), &earlier, "not a validator"] {
+        let (status, h, body) = w.get(&path, &[("range", "bytes=0-9"), ("if-range", stale)]).await;
+        assert_eq!((status, body), (StatusCode::OK, bytes.clone()), "{stale}");
+        assert!(h.get("content-range").is_none());
+        assert_eq!(h["content-length"], "100");
+    }
+
+    // If-Match and If-Unmodified-Since: regression, both were ignored.
+    for (name, value) in [("if-match", "\"an-older-etag\""), ("if-match", &format!("W/{etag}")), ("if-unmodified-since", &earlier)] {
+        for range in [None, Some("bytes=0-9")] {
+            let mut headers = vec![(name, value)];
+            headers.extend(range.map(|r| ("range", r)));
+            let (status, h, body) = w.get(&path, &headers).await;
+            assert_eq!(status, StatusCode::PRECONDITION_FAILED, "{name}: {value}");
+            assert_eq!(h["content-type"], "application/json");
+            assert!(h.get("content-disposition").is_none());
+            assert_eq!(error_code(&body), "bad_request");
+            assert_eq!(h["etag"], etag.as_str());
+        }
+    }
+    for (name, value) in
+        [("if-match", etag.as_str()), ("if-match", "*"), ("if-unmodified-since", &modified), ("if-unmodified-since", &later)]
+    {
+        let (status, _, body) = w.get(&path, &[(name, value)]).await;
+        assert_eq!((status, body.len()), (StatusCode::OK, 100), "{name}: {value}");
+    }
+    // If-Modified-Since, and If-None-Match over it.
+    let (status, _, _) = w.get(&path, &[("if-modified-since", &modified)]).await;
+    assert_eq!(status, StatusCode::NOT_MODIFIED);
+    let (status, _, _) = w.get(&path, &[("if-modified-since", &earlier)]).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _, _) = w.get(&path, &[("if-modified-since", &modified), ("if-none-match", "\"other\"")]).await;
+    assert_eq!(status, StatusCode::OK);
+
+    // 416: the body is a JSON error and is labelled as one, not as the artifact.
+    let r2 = w.put(&s1(), &png(), "image/png", Some("a.png")).await;
+    let (status, h, body) = w.get(&w.link(&r2), &[("range", "bytes=5000-")]).await;
+    assert_eq!(status, StatusCode::RANGE_NOT_SATISFIABLE);
+    assert_eq!(h["content-type"], "application/json");
+    assert!(h.get("content-disposition").is_none());
+    assert_eq!(h["content-range"], format!("bytes */{}", r2.size_bytes).as_str());
+    assert_eq!(error_code(&body), "bad_request");
+}
+
+/// A raw HTTP/1.1 exchange, to see exactly the headers hyper writes: (status, headers).
+async fn raw_exchange(addr: SocketAddr, request: &str) -> (u16, Vec<(String, String)>) {
+    use tokio::io::AsyncReadExt;
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let head = text.split("\r\n\r\n").next().unwrap();
+    let mut lines = head.lines();
+    let status = lines.next().unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
+    let headers = lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned())).collect();
+    (status, headers)
+}
+
+/// Regression: a 304 to HEAD said `Content-Length: 0`, which claims the artifact is empty.
+#[tokio::test]
+async fn a_304_never_claims_the_artifact_is_empty() {
+    let s = Served::start(fixed_now).await;
+    let scope = s1();
+    let r = s.store.put_bytes(vec![9u8; 4321].into(), PutOptions::scoped(scope.clone())).await.unwrap();
+    let url = s.signer.artifact_link(&r.id, &scope.owner(), NOW, None).url;
+    let path = url.split_once(&s.addr.to_string()).unwrap().1.to_owned();
+    let etag = format!("\"{}\"", r.sha256);
+    for method in ["HEAD", "GET"] {
+        let req = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\nIf-None-Match: {etag}\r\nConnection: close\r\n\r\n", s.addr);
+        let (status, headers) = raw_exchange(s.addr, &req).await;
+        assert_eq!(status, 304, "{method}");
+        let lengths: Vec<&str> = headers.iter().filter(|(k, _)| k == "content-length").map(|(_, v)| v.as_str()).collect();
+        // RFC 9110 §8.6: absent, or the length a 200 would have sent.
+        assert!(lengths.is_empty() || lengths == ["4321"], "{method}: {headers:?}");
+        assert!(headers.iter().any(|(k, v)| k == "etag" && *v == etag), "{method}: {headers:?}");
+        assert!(!headers.iter().any(|(k, _)| k == "content-type" || k == "content-disposition"), "{method}: {headers:?}");
+    }
+    // And a plain HEAD states the real length.
+    let req = format!("HEAD {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", s.addr);
+    let (status, headers) = raw_exchange(s.addr, &req).await;
+    assert_eq!(status, 200);
+    assert!(headers.iter().any(|(k, v)| k == "content-length" && v == "4321"), "{headers:?}");
 }

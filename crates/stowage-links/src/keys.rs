@@ -98,7 +98,7 @@ impl KeyRing {
                 KeyRing::new(keys).map_err(|e| file_err(e.to_string()))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                std::fs::create_dir_all(dir).map_err(|e| file_err(e.to_string()))?;
+                create_private_dir_all(dir).map_err(|e| file_err(e.to_string()))?;
                 let mut secret = [0u8; 32];
                 getrandom::fill(&mut secret).map_err(|e| KeyError::Random(e.to_string()))?;
                 let mut id_bytes = [0u8; 4];
@@ -152,6 +152,31 @@ impl KeyRing {
             return Err(TokenError::Forbidden);
         }
         Ok(claims)
+    }
+}
+
+/// Creates the store directory the key lives in, when the key is made before the store is
+/// opened: owner-only (0700) like every directory the store creates (stowage-store's
+/// `private` module, which this crate does not depend on), and set exactly so that no umask
+/// opens it up. Missing parents are made the usual way; an existing directory keeps its mode.
+fn create_private_dir_all(dir: &Path) -> std::io::Result<()> {
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    let mut builder = std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    match builder.create(dir) {
+        Ok(()) => {
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        Err(e) => Err(e),
     }
 }
 
@@ -297,6 +322,30 @@ mod tests {
         }
         std::fs::write(dir.path().join(KEY_FILE_NAME), "garbage").unwrap();
         let err = KeyRing::load_or_create(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("links.key") && !err.contains('\n'), "{err}");
+    }
+
+    /// The key is often the first thing made in a new store directory (`sign-url`, or
+    /// `serve` before the store opens): that directory is owner-only too, whatever the umask.
+    #[cfg(unix)]
+    #[test]
+    fn a_store_directory_made_for_the_key_is_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let dir = tmp.path().join("parent").join(".stowage");
+        KeyRing::load_or_create(&dir).unwrap();
+        assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+        // An existing directory keeps the mode its owner chose.
+        let shared = tmp.path().join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o750)).unwrap();
+        KeyRing::load_or_create(&shared).unwrap();
+        assert_eq!(std::fs::metadata(&shared).unwrap().permissions().mode() & 0o777, 0o750);
+        // A parent that is a file is a one-line error naming the key file.
+        let file = tmp.path().join("file");
+        std::fs::write(&file, b"x").unwrap();
+        let err = KeyRing::load_or_create(&file.join("store")).unwrap_err().to_string();
         assert!(err.contains("links.key") && !err.contains('\n'), "{err}");
     }
 }

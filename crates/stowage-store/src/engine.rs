@@ -224,7 +224,7 @@ impl<I: Index, B: Blobs> Engine<I, B> {
     /// crash before the row leaves nothing visible.
     async fn put_staged(&self, staged: Staged<B::Pending>, opts: PutOptions) -> Result<ArtifactRef> {
         let complete = staged.head.len() as u64 == staged.size;
-        let mime = opts.mime_type.clone().unwrap_or_else(|| crate::mime::sniff(&staged.head, complete));
+        let mime = crate::mime::media_type(opts.mime_type.as_deref(), &staged.head, complete);
         let id = ArtifactId::from_content(opts.namespace.as_deref(), &staged.sha256);
         let owner_key = self.key(&opts.scope.owner());
         let ttl = opts.ttl.unwrap_or(self.config.ttl);
@@ -481,7 +481,11 @@ impl<I: Index, B: Blobs> ArtifactStore for Engine<I, B> {
             report.bytes_freed += self.blobs.delete(&b.sha256).await?;
             report.orphan_blobs += 1;
         }
-        report.temp_files = self.blobs.clean_temp().await?;
+        let temp = self.blobs.clean_temp().await?;
+        report.temp_files = temp.found;
+        report.temp_bytes = temp.found_bytes;
+        report.temp_files_removed = temp.removed;
+        report.temp_bytes_removed = temp.removed_bytes;
         Ok(report)
     }
 }

@@ -7,6 +7,9 @@
 //! <dir>/blobs/ab/ab12…      one file per distinct content, named by its sha256
 //! <dir>/tmp/                puts in progress
 //! ```
+//!
+//! Everything the store creates is its owner's alone (directories 0700, files 0600, set
+//! explicitly whatever the umask); see [`FsStore::check_permissions`] for stores made before.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -65,6 +68,19 @@ impl FsStore {
 
     pub fn isolation(&self) -> Isolation {
         self.engine.isolation()
+    }
+
+    /// Checks the modes of an existing store directory without opening it: which entries
+    /// (the directory, the index and its WAL files, `links.key`, blobs, temp files) let group
+    /// or other local users in. A store this version creates is private (directories 0700,
+    /// files 0600, whatever the umask); one made by an older version, copied, or opened up by
+    /// hand may not be, and is left as it is: the report says what to fix and how.
+    ///
+    /// Walks the whole store (one `lstat` per entry), so call it once at start-up, off the
+    /// async runtime for a big store. Always private on non-Unix systems.
+    pub fn check_permissions(dir: impl AsRef<Path>) -> Result<crate::PermissionReport> {
+        let dir = dir.as_ref();
+        crate::private::check(dir).map_err(|e| StoreError::backend("check store permissions", dir.display().to_string(), e))
     }
 }
 
@@ -126,10 +142,13 @@ impl FsStoreBuilder {
         if dir.exists() && !dir.is_dir() {
             return Err(StoreError::backend("open store", dir.display().to_string(), "not a directory"));
         }
-        std::fs::create_dir_all(&dir).map_err(|e| StoreError::backend("create store directory", dir.display().to_string(), e))?;
+        crate::private::create_dir_all(&dir).map_err(|e| StoreError::backend("create store directory", dir.display().to_string(), e))?;
         let failpoints = Failpoints::new(self.failpoints);
         let blobs = FsBlobs::open(&dir, failpoints.clone(), self.gc_grace)?;
-        let index = SqliteIndex::open(&dir.join("index.sqlite"), self.isolation)?;
+        let index_path = dir.join("index.sqlite");
+        crate::private::precreate_file(&index_path)
+            .map_err(|e| StoreError::backend("create index", index_path.display().to_string(), e))?;
+        let index = SqliteIndex::open(&index_path, self.isolation)?;
         let last_tick = index.max_last_access()?;
         let settings = Settings { config: self.retention, clock: self.clock, failpoints, isolation: self.isolation, last_tick };
         let engine = Engine::new(index, blobs, settings);

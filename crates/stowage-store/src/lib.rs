@@ -48,6 +48,8 @@ mod index;
 mod memory;
 mod mime;
 mod noop;
+#[cfg(feature = "sqlite")]
+mod private;
 mod record;
 mod retention;
 
@@ -65,6 +67,8 @@ pub use failpoint::{FailpointHook, PutStep};
 pub use fs::{DEFAULT_GC_GRACE, FsStore, FsStoreBuilder};
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 pub use noop::{NOOP_WARNING, NoOpStore};
+#[cfg(feature = "sqlite")]
+pub use private::{DIR_MODE, FILE_MODE, LooseEntry, PermissionReport};
 pub use retention::{CleanupStrategy, RetentionConfig};
 pub use stowage_core::{ArtifactId, ArtifactRef, ArtifactScope, ArtifactSink, Isolation, Owner, PutOptions, StoreError};
 
@@ -163,8 +167,17 @@ pub struct GcReport {
     pub orphan_blobs: u64,
     /// Records removed because their blob was missing or the wrong size.
     pub dangling_records: u64,
-    /// Leftover temporary files from interrupted writes.
+    /// Leftover temporary files of interrupted writes found, whether removed or not (puts
+    /// in flight in this process are not leftovers and are not counted).
     pub temp_files: u64,
+    /// Their total size in bytes.
+    pub temp_bytes: u64,
+    /// How many of them were removed: those untouched for the store's grace period. The
+    /// others may still be being written by another process sharing the store; a later gc
+    /// removes them once they are that old.
+    pub temp_files_removed: u64,
+    /// The size of the removed temp files (not part of `bytes_freed`).
+    pub temp_bytes_removed: u64,
     /// Bytes of blob storage freed.
     pub bytes_freed: u64,
 }

@@ -129,7 +129,10 @@ async fn gc_spares_fresh_temp_files_and_puts_in_flight() {
     std::fs::create_dir_all(dir.join("tmp")).unwrap();
     std::fs::write(dir.join("tmp").join("put-other-process.tmp"), b"half a blob").unwrap();
     let store = FsStore::open(dir, RetentionConfig::default()).unwrap();
-    assert_eq!(store.gc().await.unwrap().temp_files, 0, "fresh temp files are left to their writer");
+    let report = store.gc().await.unwrap();
+    // Found and reported, but left to their writer.
+    assert_eq!((report.temp_files, report.temp_bytes, report.temp_files_removed, report.temp_bytes_removed), (1, 11, 0, 0), "{report:?}");
+    assert!(dir.join("tmp").join("put-other-process.tmp").exists());
     drop(store);
 
     // With no grace, an abandoned file goes, but a put in flight in this process does not.
@@ -152,10 +155,53 @@ async fn gc_spares_fresh_temp_files_and_puts_in_flight() {
     };
     tokio::task::spawn_blocking(move || reached_rx.recv().unwrap()).await.unwrap();
     let report = store.gc().await.unwrap();
-    assert_eq!(report.temp_files, 1, "only the abandoned file: {report:?}");
+    assert_eq!((report.temp_files, report.temp_files_removed), (1, 1), "only the abandoned file: {report:?}");
     resume_tx.send(()).unwrap();
     let r = putting.await.unwrap().expect("the put in flight completes");
     assert_eq!(&store.get(&Access::owner_of(&scope), &r.id).await.unwrap()[..], b"in flight");
+}
+
+/// Regression: gc right after a crash said `temp_files: 0` while the crashed puts' temp
+/// files (40 MB of them) sat in `tmp/`, because it counted only what it removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_after_a_crash_reports_the_temp_files_it_found_and_removes_only_old_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let crash = Arc::new(AtomicBool::new(true));
+    let hook = {
+        let crash = crash.clone();
+        Arc::new(move |at: PutStep| at == PutStep::AfterFsync && crash.load(Ordering::SeqCst))
+    };
+    let store = FsStore::builder(dir).failpoints(hook).open().unwrap();
+    for i in 0..4u8 {
+        store.put_bytes(Bytes::from(vec![i; 10 << 20]), PutOptions::default()).await.unwrap_err();
+    }
+    crash.store(false, Ordering::SeqCst);
+    let temps = files_in(&dir.join("tmp"));
+    assert_eq!(temps.len(), 4);
+    // Two of them were abandoned long ago (an earlier crash); two just now.
+    let old = std::time::SystemTime::now() - Duration::from_secs(2 * 3600);
+    for t in &temps[..2] {
+        std::fs::File::options().write(true).open(t).unwrap().set_modified(old).unwrap();
+    }
+
+    let report = store.gc().await.unwrap();
+    let mb10 = 10u64 << 20;
+    assert_eq!(
+        (report.temp_files, report.temp_bytes, report.temp_files_removed, report.temp_bytes_removed),
+        (4, 4 * mb10, 2, 2 * mb10),
+        "{report:?}"
+    );
+    assert_eq!(report.bytes_freed, 0, "temp files are not blob storage: {report:?}");
+    assert_eq!(files_in(&dir.join("tmp")), temps[2..].to_vec(), "the fresh ones stay for their writer");
+    // The JSON the CLI prints says the same.
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!((json["temp_files"].as_u64(), json["temp_files_removed"].as_u64()), (Some(4), Some(2)));
+    assert_eq!(json["temp_bytes"].as_u64(), Some(4 * mb10));
+
+    // A second gc finds the two that are left and still keeps them.
+    let again = store.gc().await.unwrap();
+    assert_eq!((again.temp_files, again.temp_files_removed, again.temp_bytes), (2, 0, 2 * mb10), "{again:?}");
 }
 
 #[test]

@@ -162,6 +162,35 @@ fn rm_and_gc() {
     assert!(gc.get("expired_records").is_some(), "{gc}");
 }
 
+/// Regression: after a crash gc said `temp_files: 0` while the crashed put's temp file sat in
+/// the store, because it counted only the files old enough to remove.
+#[test]
+fn gc_reports_the_temp_files_it_found_and_those_it_removed() {
+    let env = Env::new();
+    let f = env.file("a.txt", b"makes the store");
+    env.put(&[f.to_str().unwrap()]);
+    let tmp = env.store().join("tmp");
+    std::fs::write(tmp.join("put-1-1-0.tmp"), vec![0u8; 40_000]).unwrap();
+    let old = tmp.join("put-1-1-1.tmp");
+    std::fs::write(&old, vec![0u8; 1000]).unwrap();
+    let two_hours_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+    std::fs::File::options().write(true).open(&old).unwrap().set_modified(two_hours_ago).unwrap();
+
+    let out = env.ok(&["artifacts", "gc"]);
+    let gc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((&gc["temp_files"], &gc["temp_bytes"]), (&Value::from(2), &Value::from(41_000)), "{gc}");
+    assert_eq!((&gc["temp_files_removed"], &gc["temp_bytes_removed"]), (&Value::from(1), &Value::from(1000)), "{gc}");
+    let note = String::from_utf8_lossy(&out.stderr);
+    assert!(note.contains("kept 1 recent temp file(s)") && note.contains("grace period"), "{note}");
+    assert_eq!(note.trim_end().lines().count(), 1, "{note}");
+    assert!(!old.exists() && tmp.join("put-1-1-0.tmp").exists());
+
+    // Nothing kept: nothing said.
+    std::fs::remove_file(tmp.join("put-1-1-0.tmp")).unwrap();
+    let out = env.ok(&["artifacts", "gc"]);
+    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 #[test]
 fn bad_input_gets_one_line_errors_and_writes_nothing() {
     let env = Env::new();

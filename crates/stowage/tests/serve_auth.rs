@@ -2,7 +2,8 @@
 //! demo upstream: /mcp refuses missing and wrong credentials, an authenticated user's
 //! offloaded PDF is downloadable through the signed link in its result, `artifact_url` mints
 //! fresh links for the caller's own artifacts only, and one user can neither reach another's
-//! artifacts nor use another's session.
+//! artifacts nor use another's session; API keys and JWTs are separate identity spaces, and
+//! the store `serve` makes is its owner's alone.
 //!
 //! Isolation tests for every path to an artifact live here and in
 //! `crates/stowage-http/tests/routes.rs` (HTTP links); new paths (MCP resources) join them.
@@ -357,4 +358,98 @@ fn without_auth_every_client_is_the_local_user() {
     let v: Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(status, 200);
     assert_ne!(v["result"]["isError"], true, "{v}");
+}
+
+/// Runs `openssl` in `dir`; the tests that need keys and signatures use it (scripts/test
+/// installs it).
+fn openssl(dir: &std::path::Path, args: &[&str], stdin: Option<&[u8]>) -> Vec<u8> {
+    let mut child = Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("openssl is installed (scripts/test installs it)");
+    child.stdin.take().unwrap().write_all(stdin.unwrap_or_default()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    out.stdout
+}
+
+/// An RS256 JWT signed by `dir/rsa.pem`, made the way any issuer makes one: base64url header
+/// and claims, and an RSASSA-PKCS1-v1_5 SHA-256 signature over them (`openssl dgst -sign`).
+fn rs256(dir: &std::path::Path, claims: &Value) -> String {
+    use base64::Engine;
+    let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+    let input = format!("{}.{}", b64(br#"{"alg":"RS256","typ":"JWT"}"#), b64(claims.to_string().as_bytes()));
+    let signature = openssl(dir, &["dgst", "-sha256", "-sign", "rsa.pem"], Some(input.as_bytes()));
+    format!("{input}.{}", b64(&signature))
+}
+
+/// Regression: a JWT whose `sub` equalled an API key's user became that user, artifacts and
+/// all. API keys are `key:<user>` and JWTs `jwt:<sub>` now, so they never meet.
+#[test]
+fn a_jwt_named_like_an_api_key_user_gets_none_of_its_artifacts() {
+    let keys = tempfile::tempdir().unwrap();
+    openssl(keys.path(), &["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "rsa.pem"], None);
+    openssl(keys.path(), &["pkey", "-in", "rsa.pem", "-pubout", "-out", "rsa.pub.pem"], None);
+    let config = format!(
+        "{}\n[auth.jwt]\nalgorithms = [\"RS256\"]\nissuer = \"https://idp.example\"\naudience = [\"stowage\"]\npublic_key_files = [{:?}]\n",
+        auth_config(),
+        keys.path().join("rsa.pub.pem").to_str().unwrap()
+    );
+    let server = start(&config);
+    let exp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 300;
+    let jwt = |claims: Value| rs256(keys.path(), &claims);
+
+    let mut alice_key = Client::new(server.port, "alice-secret-key-0123456789");
+    alice_key.init();
+    let id = alice_key.call("get_report", json!({}))["structuredContent"]["assets"][0]["id"].as_str().unwrap().to_owned();
+
+    // A token from the identity provider for a user who happens to be called "alice".
+    let mut alice_jwt = Client::new(server.port, &jwt(json!({"sub": "alice", "iss": "https://idp.example", "aud": "stowage", "exp": exp})));
+    alice_jwt.init();
+    let theirs = alice_jwt.call("artifact_url", json!({"id": id}));
+    let ghost = alice_jwt.call("artifact_url", json!({"id": "get_report_0000000000000000"}));
+    assert_eq!(theirs["structuredContent"]["error"]["code"], "artifact_not_found", "{theirs}");
+    assert_eq!(theirs, ghost, "the key user's artifact must look like a missing one");
+    // The JWT user is a user in its own right: its own artifacts work.
+    let own = alice_jwt.call("get_report", json!({}))["structuredContent"]["assets"][0]["id"].as_str().unwrap().to_owned();
+    assert_ne!(alice_jwt.call("artifact_url", json!({"id": own}))["isError"], true);
+    // And the API key user cannot reach the JWT user's copy by id either: same bytes, same
+    // id, separate records.
+    let fresh = alice_key.call("artifact_url", json!({"id": own}));
+    assert_ne!(fresh["isError"], true, "the key user still has its own record of the same report: {fresh}");
+
+    // A configured issuer and audience are required, not merely compared when present.
+    for (what, claims) in [
+        ("no iss", json!({"sub": "carol", "aud": "stowage", "exp": exp})),
+        ("null aud", json!({"sub": "carol", "iss": "https://idp.example", "aud": null, "exp": exp})),
+        ("nbf in an hour", json!({"sub": "carol", "iss": "https://idp.example", "aud": "stowage", "exp": exp, "nbf": exp + 3300})),
+    ] {
+        let (status, _) = Client::new(server.port, &jwt(claims)).rpc("initialize", json!({}));
+        assert_eq!(status, 401, "{what}");
+    }
+}
+
+/// The store `serve` creates, with the link key, the index and a blob in it, is readable by
+/// its owner only, whatever the umask of the shell that started it.
+#[test]
+fn the_store_serve_creates_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let server = start("");
+    let mut c = Client::new(server.port, "ignored");
+    c.init();
+    let r = c.call("get_report", json!({}));
+    let sha = r["structuredContent"]["assets"][0]["sha256"].as_str().unwrap().to_owned();
+    let store = server.dir.path().join("store");
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    for dir in [store.clone(), store.join("blobs"), store.join("tmp"), store.join("blobs").join(&sha[..2])] {
+        assert_eq!(mode(&dir), 0o700, "{}", dir.display());
+    }
+    for file in [store.join("index.sqlite"), store.join("links.key"), store.join("blobs").join(&sha[..2]).join(&sha)] {
+        assert_eq!(mode(&file), 0o600, "{}", file.display());
+    }
+    assert!(stowage_store::FsStore::check_permissions(&store).unwrap().is_private());
 }

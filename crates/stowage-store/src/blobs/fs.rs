@@ -22,7 +22,8 @@ use stowage_core::StoreError;
 use tokio::task::spawn_blocking;
 
 use super::{
-    BlobInfo, Blobs, BoxReader, Limit, Staged, check_range, extend_head, read_chunk, read_stream_error, sha256_hex, stream_too_large,
+    BlobInfo, Blobs, BoxReader, Limit, Staged, TempSweep, check_range, extend_head, read_chunk, read_stream_error, sha256_hex,
+    stream_too_large,
 };
 use crate::Result;
 use crate::failpoint::{Crash, Failpoints, PutStep};
@@ -124,7 +125,7 @@ impl FsBlobs {
         let blobs_dir = dir.join("blobs");
         let tmp_dir = dir.join("tmp");
         for d in [&blobs_dir, &tmp_dir] {
-            std::fs::create_dir_all(d).map_err(io_err("create store directory", d))?;
+            crate::private::create_dir(d).map_err(io_err("create store directory", d))?;
         }
         Ok(FsBlobs { blobs_dir, tmp_dir, in_flight: InFlight::default(), counter: AtomicU64::new(0), failpoints, temp_grace })
     }
@@ -143,9 +144,12 @@ impl FsBlobs {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
         let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         let path = self.tmp_dir.join(format!("put-{}-{nanos}-{n}.tmp", std::process::id()));
-        let file = std::fs::OpenOptions::new().write(true).create_new(true).open(&path).map_err(io_err("create temp file", &path))?;
+        let file = crate::private::new_file_options().open(&path).map_err(io_err("create temp file", &path))?;
         self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).insert(path.clone());
-        Ok((TempFile { path, in_flight: self.in_flight.clone(), remove_on_drop: true }, file))
+        let temp = TempFile { path, in_flight: self.in_flight.clone(), remove_on_drop: true };
+        // The blob is this file renamed, so its mode is the blob's: owner-only, exactly.
+        crate::private::set_file_mode(&file).map_err(io_err("create temp file", &temp.path))?;
+        Ok((temp, file))
     }
 
     /// Turns a failed temp write into the put's error; a crash leaves the file behind.
@@ -272,10 +276,8 @@ impl Blobs for FsBlobs {
         let mut temp = staged.pending;
         spawn_blocking(move || -> Result<()> {
             let shard = dest.parent().unwrap_or(&blobs_dir).to_path_buf();
-            match std::fs::create_dir(&shard) {
-                Ok(()) => sync_dir(&blobs_dir).map_err(io_err("sync directory", &blobs_dir))?,
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(io_err("create blob directory", &shard)(e)),
+            if crate::private::create_dir(&shard).map_err(io_err("create blob directory", &shard))? {
+                sync_dir(&blobs_dir).map_err(io_err("sync directory", &blobs_dir))?;
             }
             // Renaming over an existing blob is fine: the content is identical (same sha256),
             // and it also repairs a blob that was truncated behind our back.
@@ -407,31 +409,40 @@ impl Blobs for FsBlobs {
         .map_err(join_err("list blobs"))?
     }
 
-    async fn clean_temp(&self) -> Result<u64> {
+    async fn clean_temp(&self) -> Result<TempSweep> {
         let dir = self.tmp_dir.clone();
         let in_flight = self.in_flight.clone();
         let grace = self.temp_grace;
-        spawn_blocking(move || -> Result<u64> {
-            let mut removed = 0;
+        spawn_blocking(move || -> Result<TempSweep> {
+            let mut sweep = TempSweep::default();
             for entry in std::fs::read_dir(&dir).map_err(io_err("list temp files", &dir))? {
                 let entry = entry.map_err(io_err("list temp files", &dir))?;
                 let path = entry.path();
                 if in_flight.lock().unwrap_or_else(|e| e.into_inner()).contains(&path) {
                     continue;
                 }
+                // Gone since the listing (its writer renamed or removed it): not a leftover.
+                let Ok(meta) = entry.metadata() else { continue };
+                if !meta.is_file() {
+                    continue;
+                }
+                sweep.found += 1;
+                sweep.found_bytes += meta.len();
                 // Another process may be writing this file right now; only files nobody has
                 // touched for the grace period are taken as abandoned.
-                let Ok(meta) = entry.metadata() else { continue };
                 if age(&meta) < grace {
                     continue;
                 }
                 match std::fs::remove_file(&path) {
-                    Ok(()) => removed += 1,
+                    Ok(()) => {
+                        sweep.removed += 1;
+                        sweep.removed_bytes += meta.len();
+                    }
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                     Err(e) => return Err(io_err("remove temp file", &path)(e)),
                 }
             }
-            Ok(removed)
+            Ok(sweep)
         })
         .await
         .map_err(join_err("clean temp files"))?

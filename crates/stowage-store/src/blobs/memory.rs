@@ -10,7 +10,8 @@ use sha2::{Digest, Sha256};
 use stowage_core::StoreError;
 
 use super::{
-    BlobInfo, Blobs, BoxReader, Limit, Staged, extend_head, read_chunk, read_stream_error, sha256_hex_off_thread, stream_too_large,
+    BlobInfo, Blobs, BoxReader, Limit, Staged, TempSweep, extend_head, read_chunk, read_stream_error, sha256_hex_off_thread,
+    stream_too_large,
 };
 use crate::Result;
 use crate::mime::SNIFF_LEN;
@@ -93,7 +94,8 @@ impl Blobs for MemoryBlobs {
         Ok(self.lock().iter().map(|(k, v)| BlobInfo { sha256: k.clone(), size: v.len() as u64, recent: false }).collect())
     }
 
-    async fn clean_temp(&self) -> Result<u64> {
-        Ok(0)
+    async fn clean_temp(&self) -> Result<TempSweep> {
+        // Puts are staged in memory: nothing survives a crash to be swept.
+        Ok(TempSweep::default())
     }
 }

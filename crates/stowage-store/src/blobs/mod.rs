@@ -84,8 +84,20 @@ pub(crate) trait Blobs: Send + Sync + 'static {
     /// Every blob, for gc.
     async fn list(&self) -> Result<Vec<BlobInfo>>;
 
-    /// Removes leftovers of interrupted writes; returns how many.
-    async fn clean_temp(&self) -> Result<u64>;
+    /// Removes leftovers of interrupted writes that are older than the grace period; says
+    /// what it found and what it removed.
+    async fn clean_temp(&self) -> Result<TempSweep>;
+}
+
+/// What [`Blobs::clean_temp`] found and removed. Both are reported: a gc right after a crash
+/// finds the crashed put's temp file but, inside the grace period, must leave it, and a report
+/// of "0 temp files" then would hide megabytes sitting on disk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct TempSweep {
+    pub found: u64,
+    pub found_bytes: u64,
+    pub removed: u64,
+    pub removed_bytes: u64,
 }
 
 /// sha256 of `data` as lowercase hex.

@@ -93,6 +93,17 @@ pub async fn run(store: &dyn ArtifactStore, cmd: ArtifactsCommand) -> anyhow::Re
         }
         ArtifactsCommand::Gc => {
             let report = store.gc().await?;
+            // Temp files inside the grace period may belong to a put another process is
+            // running; say that they were seen and kept, so a full tmp/ is never a mystery.
+            let kept = report.temp_files.saturating_sub(report.temp_files_removed);
+            if kept > 0 {
+                let bytes = human_size(report.temp_bytes.saturating_sub(report.temp_bytes_removed));
+                // The CLI opens the store with the default grace (wiring.rs sets none).
+                let grace = humantime::format_duration(stowage_store::DEFAULT_GC_GRACE);
+                eprintln!(
+                    "gc: kept {kept} recent temp file(s) ({bytes}) that another process may still be writing; run gc again once they are older than the grace period ({grace}) to remove them"
+                );
+            }
             print_json(&report)
         }
     }
