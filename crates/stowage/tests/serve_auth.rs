@@ -453,3 +453,40 @@ fn the_store_serve_creates_is_private() {
     }
     assert!(stowage_store::FsStore::check_permissions(&store).unwrap().is_private());
 }
+
+/// A store left readable by others (made by an older Stowage, or copied in with a loose umask)
+/// is served as it is, but the operator is told on stderr what is loose and how to fix it.
+#[test]
+fn a_loose_existing_store_is_reported_at_start() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    std::fs::create_dir(&store).unwrap();
+    std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let log = dir.path().join("stderr.log");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stowage"))
+        .args(["--store", store.to_str().unwrap(), "serve", "--listen", &format!("127.0.0.1:{port}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let warned = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("chmod -R go=") || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut up = 0;
+    while up != 200 && Instant::now() < deadline {
+        up = std::net::TcpStream::connect(("127.0.0.1", port)).map_or(0, |_| http(port, "GET", "/healthz", &[], None).0);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(warned.contains("readable by other local users") && warned.contains(&format!("chmod -R go= {}", store.display())), "{warned}");
+    assert_eq!(up, 200, "a loose store is a warning, not a refusal");
+}

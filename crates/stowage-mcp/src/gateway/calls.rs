@@ -117,7 +117,8 @@ impl Gateway {
         let mut params = json!({"name": name, "arguments": arguments});
         let outbox = match opts.progress {
             Some(o) => {
-                let token = opts.progress_token.unwrap_or_else(|| json!(format!("in-process-{}", self.next_token.fetch_add(1, Ordering::Relaxed))));
+                let token =
+                    opts.progress_token.unwrap_or_else(|| json!(format!("in-process-{}", self.next_token.fetch_add(1, Ordering::Relaxed))));
                 params["_meta"] = json!({"progressToken": token});
                 o
             }

@@ -62,6 +62,8 @@ pub struct ServeContext<'a> {
 }
 
 pub async fn run(ctx: ServeContext<'_>, args: ServeArgs) -> anyhow::Result<()> {
+    // Walking a big store takes a while; serving does not wait for it.
+    tokio::spawn(warn_if_store_is_loose(ctx.store_dir.to_path_buf()));
     tokio::spawn(collect_garbage(ctx.store.clone(), ctx.gc_interval));
     let upstreams = stowage_mcp::config::collect_upstreams(ctx.gateway, args.mcp_config.as_deref(), &args.command)?;
     // Images are stored with their width and height, for assets[].
@@ -165,6 +167,21 @@ fn secret_env_vars(ctx: &ServeContext<'_>) -> Vec<String> {
     links.chain(jwt).chain(bearers).collect()
 }
 
+/// An embedded store made by an older Stowage (or copied in with a loose umask) may be readable
+/// by other local users; serving goes on, since tightening someone's directory behind their back
+/// is not ours to do, but the operator is told which entries and how to fix them.
+async fn warn_if_store_is_loose(dir: PathBuf) {
+    if !dir.is_dir() {
+        return;
+    }
+    match tokio::task::spawn_blocking(move || stowage_store::FsStore::check_permissions(&dir)).await {
+        Ok(Ok(report)) if !report.is_private() => tracing::warn!(target: "stowage::store", "{report}"),
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::warn!(target: "stowage::store", "cannot check the store's permissions: {e}"),
+        Err(e) => tracing::warn!(target: "stowage::store", "the store permission check failed: {e}"),
+    }
+}
+
 /// Runs the store's gc every `every` while serving: puts purge only their own owner's expired
 /// artifacts, so without this another owner's expired ones (and crash leftovers) would stay.
 /// A failed run is logged and tried again next time; it never stops the gateway.
@@ -177,7 +194,7 @@ async fn collect_garbage(store: Arc<dyn ArtifactStore>, every: std::time::Durati
         match store.gc().await {
             Ok(r) => {
                 metrics::counter!("stowage_gc_runs_total", "outcome" => "ok").increment(1);
-                tracing::info!(target: "stowage::store", expired = r.expired_records, orphans = r.orphan_blobs, dangling = r.dangling_records, temp_files = r.temp_files, bytes_freed = r.bytes_freed, "gc");
+                tracing::info!(target: "stowage::store", expired = r.expired_records, orphans = r.orphan_blobs, dangling = r.dangling_records, temp_files = r.temp_files, temp_files_removed = r.temp_files_removed, temp_bytes = r.temp_bytes, bytes_freed = r.bytes_freed, "gc");
             }
             Err(e) => {
                 metrics::counter!("stowage_gc_runs_total", "outcome" => "error").increment(1);
