@@ -482,7 +482,7 @@ fn a_loose_existing_store_is_reported_at_start() {
     };
     let mut up = 0;
     while up != 200 && Instant::now() < deadline {
-        up = std::net::TcpStream::connect(("127.0.0.1", port)).map_or(0, |_| http(port, "GET", "/healthz", &[], None).0);
+        up = TcpStream::connect(("127.0.0.1", port)).map_or(0, |_| http(port, "GET", "/healthz", &[], None).0);
         std::thread::sleep(Duration::from_millis(50));
     }
     child.kill().unwrap();
