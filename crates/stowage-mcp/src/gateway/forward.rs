@@ -23,17 +23,21 @@ use crate::upstream::{CallError, Conn, result_value};
 /// How many `input_required` rounds one call may take with a stateless upstream.
 const MAX_INPUT_ROUNDS: usize = 16;
 
-/// Removes a finished call's routing entries, also when its future is dropped.
+/// Removes a finished call's routing entries, also when its future is dropped or it fails
+/// before reaching its upstream: a progress mapping left behind would hold the client's
+/// outbox, and with it the client's response stream, open forever.
 struct Cleanup<'a> {
     gw: &'a Gateway,
-    conn: u64,
-    request: u64,
+    /// The upstream connection and request id, once the request was sent.
+    call: Option<(u64, u64)>,
     token: Option<String>,
 }
 
 impl Drop for Cleanup<'_> {
     fn drop(&mut self) {
-        self.gw.routes.end_call(self.conn, self.request);
+        if let Some((conn, request)) = self.call {
+            self.gw.routes.end_call(conn, request);
+        }
         if let Some(t) = &self.token {
             self.gw.routes.unmap_progress(t);
         }
@@ -56,17 +60,17 @@ impl Gateway {
         let deadline = Instant::now() + timeout;
         strip_envelope(&mut params);
         // Progress tokens are mapped to gateway-unique ones: an upstream connection may be shared.
-        let mut token = None;
+        let mut cleanup = Cleanup { gw: self, call: None, token: None };
         if let Some(original) = params.pointer("/_meta/progressToken").cloned() {
             let mine = format!("stowage-p{}", self.next_token.fetch_add(1, Ordering::Relaxed));
             params["_meta"]["progressToken"] = json!(mine);
             self.routes.map_progress(mine.clone(), original, outbox);
-            token = Some(mine);
+            cleanup.token = Some(mine);
         }
         let conn = upstream.connection_for(session, timeout).await?;
         let out = conn.start(method, Some(to_raw(&params))).await?;
         self.routes.begin_call(conn.id, out.id, session, outbox, crate::inputs::current());
-        let mut cleanup = Cleanup { gw: self, conn: conn.id, request: out.id, token };
+        cleanup.call = Some((conn.id, out.id));
         let mut reply = out.wait(deadline.saturating_duration_since(Instant::now())).await?;
         // A stateless upstream asks for input by answering `input_required`: put each request
         // to the client (as a request, or as our own input_required for a 2026-07-28 client)
@@ -91,9 +95,11 @@ impl Gateway {
                 }
             }
             let out = conn.start(method, Some(to_raw(&params))).await?;
-            self.routes.end_call(cleanup.conn, cleanup.request);
-            cleanup.request = out.id;
+            if let Some((conn, request)) = cleanup.call.take() {
+                self.routes.end_call(conn, request);
+            }
             self.routes.begin_call(conn.id, out.id, session, outbox, crate::inputs::current());
+            cleanup.call = Some((conn.id, out.id));
             reply = out.wait(deadline.saturating_duration_since(Instant::now())).await.map_err(|e: CallError| GatewayError::from(e))?;
         }
         self.scrub_error(session, upstream.name(), &mut reply).await;

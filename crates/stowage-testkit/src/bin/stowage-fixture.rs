@@ -170,6 +170,7 @@ impl Handler for Fixture {
                 tool("heavy_log", json!({})),
                 tool("heavy_progress", json!({})),
                 tool("heavy_error", json!({})),
+                tool("odd_media", json!({})),
                 {"name": "task_image", "inputSchema": {"type": "object"}, "execution": {"taskSupport": "optional"}},
             ]}),
             "tools/call" => match name {
@@ -320,6 +321,18 @@ impl Handler for Fixture {
                     let line = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32000, "message": "failed, report attached", "data": {"report": pdf}}});
                     peer.send_raw(line.to_string().into_bytes());
                     return Ok(None);
+                }
+                "odd_media" => {
+                    // A PNG claimed as a list of types, and an HTML page claimed with an overlong
+                    // type: what a hostile or sloppy upstream sends to get active content shown
+                    // inline at the gateway's origin.
+                    let page =
+                        format!("<!DOCTYPE html><html><body><script>alert(document.cookie)</script>{}</body></html>", " ".repeat(4096));
+                    let overlong = format!("text/plain; x={}", "a".repeat(300));
+                    json!({"content": [
+                        {"type": "image", "mimeType": "image/png,text/html", "data": STANDARD.encode(samples::png(300, 200))},
+                        {"type": "resource", "resource": {"uri": "file:///page.txt", "mimeType": overlong, "blob": STANDARD.encode(page)}},
+                    ]})
                 }
                 "list_storm" => {
                     let n = args.get("n").and_then(Value::as_u64).unwrap_or(100);
