@@ -599,3 +599,29 @@ fn transform_json_entry_matches_value_entry() {
     let bad = block_on(p.transform_json_text(&TransformInput::new("t", &scope), "{nope".repeat(20_000))).unwrap_err();
     assert_eq!(bad.code(), "bad_request");
 }
+
+// ---------------------------------------------------------------- entry points and fast paths
+
+/// The fast JSON path's reported crash, end to end: a string over 64 KiB beside one that
+/// unescapes to a placeholder (`"\u0000\u0073towage-lifted:0"`), at the top level and inside
+/// a text block's JSON. Both JSON entry points answer, as the value entry point does.
+#[test]
+fn escaped_placeholder_beside_a_long_string_passes() {
+    let long = "x".repeat(70_000);
+    let crafted = r#""\u0000\u0073towage-lifted:0""#;
+    let top = format!(r#"{{"content": [{{"type": "text", "text": "{long}"}}, {{"type": "text", "text": {crafted}}}], "isError": false}}"#);
+    let inner = format!(r#"{{"a": "{long}", "b": {crafted}, "c": "JVBERi0xLjQ="}}"#);
+    let embedded = serde_json::to_string(&json!({"content": [{"type": "text", "text": inner}]})).unwrap();
+    let scope = stowage_core::ArtifactScope::session("s1");
+    let input = TransformInput::new("t", &scope);
+    for text in [top, embedded] {
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let p = Pipeline::new(TransformConfig::default(), MemorySink::new());
+        let want = block_on(p.transform(&input, v)).unwrap();
+        let from_bytes = block_on(p.transform_json(&input, text.clone().into_bytes())).unwrap();
+        let from_text = block_on(p.transform_json_text(&input, text.clone())).unwrap();
+        assert_eq!(from_bytes.value, want.value);
+        assert_eq!(from_text.value, want.value);
+        assert!(serde_json::to_string(&want.value).unwrap().contains("stowage-lifted:0"));
+    }
+}
