@@ -25,7 +25,7 @@ use crate::layers::hook::CommandHook;
 use crate::layers::{self, is_call_tool_result};
 use crate::report::{Layer, TransformReport};
 use crate::tokens;
-use crate::work::{Docs, StoreCtx, commit};
+use crate::work::{Docs, Payload, StoreCtx, commit};
 use crate::{TransformConfig, TransformError};
 
 /// What the pipeline knows about one call.
@@ -175,6 +175,9 @@ impl Pipeline {
             opts.namespace = Some(ns.to_owned());
         }
         let store = StoreCtx { sink: self.sink.as_ref(), opts: &opts, tool: input.tool_name };
+        // Binaries decoded by L4 and L3 are hashed on a second core while they are decoded
+        // when the sink would otherwise hash them itself, on this one, afterwards.
+        let hash = self.sink.prefers_sha256();
 
         // Per-step timings at debug level (STOWAGE_LOG=stowage_transform=debug): where a slow
         // result spends its time.
@@ -191,7 +194,7 @@ impl Pipeline {
             let index = index.filter(|_| outcome == Custom::Unchanged);
             let mut docs = Docs::expand(value, 2, index);
             lap("expand");
-            let offs = layers::fields::collect(&mut docs, cfg, input.tool_name, &mut report);
+            let offs = layers::fields::collect(&mut docs, cfg, input.tool_name, &mut report, hash);
             lap("fields");
             commit(&mut docs, offs, &store, &mut report).await?;
             lap("fields store");
@@ -201,7 +204,7 @@ impl Pipeline {
             let offs = layers::typed::collect(&mut docs, cfg, &mut report);
             commit(&mut docs, offs, &store, &mut report).await?;
             lap("schema, links, typed");
-            let offs = layers::base64::collect(&mut docs, cfg, &mut report);
+            let offs = layers::base64::collect(&mut docs, cfg, &mut report, hash);
             lap("base64");
             commit(&mut docs, offs, &store, &mut report).await?;
             lap("base64 store");
@@ -257,7 +260,7 @@ impl Pipeline {
             let preview = layers::size::preview(value, self.config.size_net.preview_items, 0);
             let schema = layers::size::infer_schema(value, 0);
             let size = text.len() as u64;
-            match store.put(text.into_bytes().into(), Some("application/json".into()), None, Layer::Clamp, "", Default::default()).await {
+            match store.put(Payload::Text(text), Some("application/json".into()), None, Layer::Clamp, "", Default::default()).await {
                 Ok(r) => {
                     let summary =
                         format!("Tool result of {original_chars} characters ({}) stored as {}", stowage_core::human_size(size), r.uri);

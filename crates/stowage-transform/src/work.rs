@@ -186,13 +186,23 @@ fn looks_like_json_container(s: &str) -> bool {
 #[derive(Debug)]
 pub(crate) enum Payload {
     Bytes(Bytes),
+    /// Bytes whose sha256 was computed while they were made (for a sink that prefers it).
+    Digested(Bytes, [u8; 32]),
     Text(String),
 }
 
 impl Payload {
+    /// Decoded bytes, with their digest if one was computed.
+    pub fn new(bytes: Vec<u8>, sha256: Option<[u8; 32]>) -> Payload {
+        match sha256 {
+            Some(d) => Payload::Digested(bytes.into(), d),
+            None => Payload::Bytes(bytes.into()),
+        }
+    }
+
     pub fn len(&self) -> usize {
         match self {
-            Payload::Bytes(b) => b.len(),
+            Payload::Bytes(b) | Payload::Digested(b, _) => b.len(),
             Payload::Text(t) => t.len(),
         }
     }
@@ -251,10 +261,10 @@ pub(crate) struct StoreCtx<'a> {
 }
 
 impl StoreCtx<'_> {
-    /// Stores bytes with this run's scope and namespace.
+    /// Stores a payload with this run's scope and namespace, handing over its sha256 if known.
     pub async fn put(
         &self,
-        data: Bytes,
+        payload: Payload,
         mime: Option<String>,
         filename: Option<String>,
         layer: Layer,
@@ -270,7 +280,11 @@ impl StoreCtx<'_> {
         opts.source.insert("pointer".into(), pointer.into());
         opts.source.insert("layer".into(), serde_json::to_value(layer).expect("layer serialises"));
         opts.source.extend(extra);
-        self.sink.put_bytes(data, opts).await
+        match payload {
+            Payload::Bytes(b) => self.sink.put_bytes(b, opts).await,
+            Payload::Digested(b, d) => self.sink.put_bytes_sha256(b, d, opts).await,
+            Payload::Text(t) => self.sink.put_bytes(Bytes::from(t), opts).await,
+        }
     }
 }
 
@@ -285,11 +299,7 @@ pub(crate) async fn commit(
     let mut stored = 0;
     for (seq, off) in offloads.into_iter().enumerate() {
         let pointer = docs.report_pointer(off.doc, &off.ptr);
-        let data = match off.payload {
-            Payload::Bytes(b) => b,
-            Payload::Text(t) => Bytes::from(t),
-        };
-        let result = store.put(data, off.mime.clone(), off.filename.clone(), off.layer, &pointer, off.source).await;
+        let result = store.put(off.payload, off.mime.clone(), off.filename.clone(), off.layer, &pointer, off.source).await;
         let r = match result {
             Ok(r) => r,
             Err(source) if off.fatal => {
