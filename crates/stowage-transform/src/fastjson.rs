@@ -10,16 +10,17 @@
 //! begins) falls back to plain serde_json, so results and errors are exactly serde's.
 //!
 //! **No input makes this panic, by construction.** Everything that can fail is checked while
-//! the source is still intact: every escape is decoded once while lifting; the skeleton is
-//! parsed and its placeholders verified (each lifted string's exactly once, as a value, never
-//! in a key); the other long strings are unescaped into their own memory; the longest one's
-//! UTF-8 is known good. Only then is the source consumed, by steps that cannot fail. (A tool
-//! result with one string over 64 KiB and another spelling a placeholder,
-//! `"\u0000\u0073towage-lifted:0"`, used to reach an `expect` here.)
+//! the source is still intact: bytes are checked to be UTF-8 first (then parsed as text, so
+//! every later step is a `String` operation); every escape is decoded once while lifting; the
+//! skeleton is parsed and its placeholders verified (each lifted string's exactly once, as a
+//! value, never in a key); the other long strings are unescaped into their own memory. Only
+//! then is the source consumed, by steps that cannot fail. (A tool result with one string over
+//! 64 KiB and another spelling a placeholder, `"\u0000\u0073towage-lifted:0"`, used to reach an
+//! `expect` here.)
 //!
 //! Each long string is read as few times as possible, since on this class of machine every
-//! pass over 50 MB costs 4–7 ms: one scan finds its end, checks for control characters and
-//! non-ASCII bytes, and validates (and remembers) its escapes; unescaping then copies it once.
+//! pass over 50 MB costs 4–7 ms: one scan finds its end, checks for control characters, and
+//! validates (and remembers) its escapes; cutting it out of the source then moves it once.
 //! The longest string of a parse can also come with a [`StringIndex`]: when it was JSON text
 //! inside a JSON string (a text block's JSON), every quote, backslash and control character
 //! in it came from an escape, so unescaping learns where they all are and parsing it as JSON
@@ -95,12 +96,12 @@ pub fn parse_owned_indexed(src: Vec<u8>) -> Result<(Value, Option<StringIndex>),
 /// that was only trying (is this string JSON?) loses nothing. Succeeds exactly when serde_json
 /// does, with the same value.
 pub fn parse_string(src: String) -> Result<Value, String> {
-    string_at(src, BIG, None).map(|(v, _)| v)
+    parse_string_indexed(src).map(|(v, _)| v)
 }
 
 /// [`parse_string`], and the longest string's [`StringIndex`] when it has one.
 pub fn parse_string_indexed(src: String) -> Result<(Value, Option<StringIndex>), String> {
-    string_at(src, BIG, None)
+    string_at(src, BIG, None, false).map_err(Failed::into_source)
 }
 
 /// [`parse_string_indexed`] for a string an earlier parse indexed: the same result, without
@@ -108,15 +109,15 @@ pub fn parse_string_indexed(src: String) -> Result<(Value, Option<StringIndex>),
 /// check); one of another length is ignored.
 pub fn parse_string_with_index(src: String, index: &StringIndex) -> Result<(Value, Option<StringIndex>), String> {
     if index.len != src.len() {
-        return string_at(src, BIG, None);
+        return parse_string_indexed(src);
     }
     debug_assert!(index.stops == all_stops(src.as_bytes()), "string index for another string");
-    string_at(src, BIG, Some(&index.stops))
+    string_at(src, BIG, Some(&index.stops), false).map_err(Failed::into_source)
 }
 
 fn parse_at(src: &[u8], big: usize) -> Result<Value, serde_json::Error> {
     if src.len() >= big
-        && let Some(lift) = lift(src, big, &mut Scan::<false>)
+        && let Some(lift) = lift(src, big, &mut Scan)
         && let Some(mut p) = prepare(src, &lift, None)
     {
         put_back(&mut p.value, &mut p.strings);
@@ -126,49 +127,92 @@ fn parse_at(src: &[u8], big: usize) -> Result<Value, serde_json::Error> {
 }
 
 fn owned_at(src: Vec<u8>, big: usize) -> Result<(Value, Option<StringIndex>), serde_json::Error> {
-    let fallback = |src: &[u8]| serde_json::from_slice(src).map(|v| (v, None));
     if src.len() < big {
-        return fallback(&src);
+        return serde_json::from_slice(&src).map(|v| (v, None));
     }
-    let Some(lift) = lift(&src, big, &mut Scan::<true>) else { return fallback(&src) };
-    let l = &lift.strings[lift.longest];
-    // The longest string becomes a `String` in the source's own memory, after which the source
-    // is gone: its UTF-8 must be known good first. The scan saw whether it is all ASCII; only
-    // a string that is not needs this extra pass.
-    if !l.ascii && std::str::from_utf8(&src[l.range.clone()]).is_err() {
-        return fallback(&src);
-    }
-    let Some(mut p) = prepare(&src, &lift, Some(lift.longest)) else { return fallback(&src) };
-    match unescape_in_place(src, l) {
-        Some((s, stops)) => {
-            let index = index_for(&p.value, lift.longest, &s, stops);
-            p.strings[lift.longest] = s;
-            put_back(&mut p.value, &mut p.strings);
-            Ok((p.value, index))
-        }
-        // Cannot happen: lift decoded every escape of this string and its UTF-8 was checked
-        // above. The source is gone by now, so say so rather than guess at a value.
-        None => Err(serde::de::Error::custom("internal error: a validated long string did not unescape")),
+    // Checked once, up front (~4 ms for 50 MB): the same pass a `String` made of the longest
+    // string would cost afterwards, and serde_json refuses what fails it anyway, with its own
+    // error. From here on, everything is a `String` operation.
+    match String::from_utf8(src) {
+        Ok(text) => match string_at(text, big, None, true) {
+            Ok(parsed) => Ok(parsed),
+            Err(Failed::Serde(_, e)) => Err(e),
+            // Cannot happen (see `unescape_in_place`). The source is gone by now, so say so
+            // rather than guess at a value.
+            Err(Failed::Lost) => Err(serde::de::Error::custom("internal error: a validated long string did not unescape")),
+        },
+        Err(e) => serde_json::from_slice(e.as_bytes()).map(|v| (v, None)),
     }
 }
 
-fn string_at(src: String, big: usize, known: Option<&[usize]>) -> Result<(Value, Option<StringIndex>), String> {
-    let fallback = |src: String| serde_json::from_str(&src).map(|v| (v, None)).map_err(|_| src);
+/// Why [`string_at`] gave no value: serde_json's answer for the untouched source, or (when it
+/// could not happen) the source lost.
+enum Failed {
+    Serde(String, serde_json::Error),
+    Lost,
+}
+
+impl Failed {
+    /// The source back, for the `String` entry points; they never parse in place, so it is
+    /// never lost (were it, an empty string, which no caller takes for JSON).
+    fn into_source(self) -> String {
+        match self {
+            Failed::Serde(src, _) => src,
+            Failed::Lost => String::new(),
+        }
+    }
+}
+
+/// Parses `src`; `known`: its stops, from a [`StringIndex`]. With `in_place`, a longest string
+/// dense with escapes is unescaped in the source's memory (no second allocation the size of
+/// it), at the price of the source if that could fail (it cannot; see `unescape_in_place`).
+fn string_at(src: String, big: usize, known: Option<&[usize]>, in_place: bool) -> Result<(Value, Option<StringIndex>), Failed> {
+    let fallback = |src: String| match serde_json::from_str(&src) {
+        Ok(v) => Ok((v, None)),
+        Err(e) => Err(Failed::Serde(src, e)),
+    };
     if src.len() < big {
         return fallback(src);
     }
     let lifted = match known {
         Some(stops) => lift(src.as_bytes(), big, &mut Known { stops }),
-        None => lift(src.as_bytes(), big, &mut Scan::<false>),
+        None => lift(src.as_bytes(), big, &mut Scan),
     };
     let Some(lift) = lifted else { return fallback(src) };
     let Some(mut p) = prepare(src.as_bytes(), &lift, Some(lift.longest)) else { return fallback(src) };
-    let Some(cut) = plan_cut(&src, &lift.strings[lift.longest]) else { return fallback(src) };
-    let (s, stops) = cut.apply(src);
+    let l = &lift.strings[lift.longest];
+    let (s, stops) = if in_place && dense(l) {
+        unescape_in_place(src.into_bytes(), l).ok_or(Failed::Lost)?
+    } else {
+        let Some(cut) = plan_cut(&src, l) else { return fallback(src) };
+        cut.apply(src)
+    };
     let index = index_for(&p.value, lift.longest, &s, stops);
     p.strings[lift.longest] = s;
     put_back(&mut p.value, &mut p.strings);
     Ok((p.value, index))
+}
+
+/// Whether a string's escapes are spread so widely that cutting it out ([`plan_cut`]) would
+/// copy most of it (say 50 MB of JSON text, every quote escaped): more than a tenth of it
+/// outside its longest run between escapes, the point past which allocating and copying that
+/// part costs more than unescaping in place and checking the UTF-8 of the result.
+fn dense(l: &Lifted) -> bool {
+    if l.escapes.is_empty() {
+        return false;
+    }
+    if l.more_escapes {
+        return true;
+    }
+    let r = &l.range;
+    let mut runs = l.escapes.iter().copied().chain(std::iter::once(r.end));
+    let (mut longest, mut from) = (0, r.start);
+    for k in &mut runs {
+        longest = longest.max(k.saturating_sub(from));
+        // The next run starts after this escape; its length does not matter for a bound.
+        from = k + 2;
+    }
+    r.len() - longest.min(r.len()) > r.len() / 10
 }
 
 /// The index of the longest string `s` (lifted string `n` of the skeleton `v`), when its stops
@@ -216,8 +260,6 @@ struct Lifted {
     /// `more_escapes`. Empty: the string has none.
     escapes: Vec<usize>,
     more_escapes: bool,
-    /// All its bytes are ASCII (so it is valid UTF-8 whatever its escapes).
-    ascii: bool,
 }
 
 /// A source with its long strings lifted out.
@@ -236,26 +278,19 @@ struct Lift {
 trait Stops {
     /// The first quote at or after `from`: outside strings nothing else matters.
     fn quote(&mut self, src: &[u8], from: usize) -> Option<usize>;
-    /// The first quote, backslash or control character at or after `from`. Where the caller
-    /// needs to know whether a string is ASCII, ORs every byte passed over into `high`;
-    /// otherwise sets its top bit (not known).
-    fn special(&mut self, src: &[u8], from: usize, high: &mut u8) -> Option<usize>;
+    /// The first quote, backslash or control character at or after `from`.
+    fn special(&mut self, src: &[u8], from: usize) -> Option<usize>;
 }
 
-/// Scans; with `ASCII`, also for non-ASCII bytes (which costs the scan ~10%, so only
-/// [`parse_owned`], which needs it, asks).
-struct Scan<const ASCII: bool>;
+struct Scan;
 
-impl<const ASCII: bool> Stops for Scan<ASCII> {
+impl Stops for Scan {
     fn quote(&mut self, src: &[u8], from: usize) -> Option<usize> {
         memchr(b'"', src.get(from..)?).map(|i| from + i)
     }
 
-    fn special(&mut self, src: &[u8], from: usize, high: &mut u8) -> Option<usize> {
-        if !ASCII {
-            *high = 0x80;
-        }
-        find_special::<ASCII>(src.get(from..)?, high).map(|i| from + i)
+    fn special(&mut self, src: &[u8], from: usize) -> Option<usize> {
+        find_special(src.get(from..)?).map(|i| from + i)
     }
 }
 
@@ -279,9 +314,7 @@ impl Stops for Known<'_> {
         self.stops.first().copied()
     }
 
-    fn special(&mut self, _: &[u8], from: usize, high: &mut u8) -> Option<usize> {
-        // Unknown here, and not needed: known stops come with `String`s, valid UTF-8 already.
-        *high = 0x80;
+    fn special(&mut self, _: &[u8], from: usize) -> Option<usize> {
         self.skip_before(from);
         self.stops.first().copied()
     }
@@ -307,10 +340,9 @@ fn lift(src: &[u8], big: usize, stops: &mut impl Stops) -> Option<Lift> {
         let start = q + 1;
         let mut i = start;
         let mut more_escapes = false;
-        let mut high = 0u8;
         escapes.clear();
         let end = loop {
-            let j = stops.special(src, i, &mut high)?;
+            let j = stops.special(src, i)?;
             match *src.get(j)? {
                 b'"' => break j,
                 b'\\' => {
@@ -336,7 +368,7 @@ fn lift(src: &[u8], big: usize, stops: &mut impl Stops) -> Option<Lift> {
             if strings.get(longest).is_none_or(|l| end - start > l.range.len()) {
                 longest = strings.len();
             }
-            strings.push(Lifted { range: start..end, escapes: std::mem::take(&mut escapes), more_escapes, ascii: high < 0x80 });
+            strings.push(Lifted { range: start..end, escapes: std::mem::take(&mut escapes), more_escapes });
             copied = end;
         }
         pos = end + 1;
@@ -424,11 +456,11 @@ fn next_escape(raw: &[u8], base: usize, l: &Lifted, known: &mut std::slice::Iter
     }
 }
 
-/// Unescapes the lifted string `l` into the start of `buf` and returns it as the string, with
-/// its stops when all its escapes were remembered. Its escapes were decoded by [`lift`], which
-/// also remembered where they are, and its UTF-8 was checked, so nothing here fails (each
-/// step still says `None` rather than panic); the string is read once here (copied, escape by
-/// escape), and once more by `String::from_utf8`.
+/// Unescapes the lifted string `l` of the text `buf` into the start of `buf` and returns it as
+/// the string, with its stops when all its escapes were remembered. `buf` was UTF-8 and [`lift`]
+/// decoded every escape, so nothing here fails (each step still says `None` rather than
+/// panic): the runs between escapes stay whole characters, each escape becomes one. The string
+/// is read once here (copied, escape by escape), and once more by `String::from_utf8`.
 fn unescape_in_place(mut buf: Vec<u8>, l: &Lifted) -> Option<(String, Option<Vec<usize>>)> {
     let r = l.range.clone();
     let (mut i, mut w) = (r.start, 0);
@@ -604,43 +636,27 @@ fn special(b: u8) -> bool {
     (b == b'"') | (b == b'\\') | (b < 0x20)
 }
 
-/// The first quote, backslash or control character in `s`, with `ASCII` ORing the bytes
-/// before it into `high`: one pass that does what a `memchr2` for the ends, a control-character
-/// check and an ASCII check would do in three. A branch-free fold per 64-byte block vectorises; only the
-/// block that has one is searched byte by byte. (Hand-written: memchr has no "any byte below
-/// 0x20" search, and a second pass over 50 MB costs more than this whole scan.)
-fn find_special<const ASCII: bool>(s: &[u8], high: &mut u8) -> Option<usize> {
+/// The first quote, backslash or control character in `s`: one pass that does what a
+/// `memchr2` for the ends and a separate control-character check would do in two. A
+/// branch-free fold per 64-byte block vectorises; only the block that has one is searched byte
+/// by byte. (Hand-written: memchr has no "any byte below 0x20" search, and a second pass over
+/// 50 MB costs more than this whole scan.)
+fn find_special(s: &[u8]) -> Option<usize> {
     const BLOCK: usize = 64;
-    let or = |bytes: &[u8]| if ASCII { bytes.iter().fold(0, |a, &b| a | b) } else { 0 };
     // Short strings (most keys and values) end within a few bytes.
     let head = s.len().min(16);
     if let Some(i) = s[..head].iter().position(|&b| special(b)) {
-        *high |= or(&s[..i]);
         return Some(i);
     }
-    *high |= or(&s[..head]);
     let mut at = head;
     let mut blocks = s[head..].chunks_exact(BLOCK);
     for block in &mut blocks {
-        let (mut stop, mut hi) = (false, 0u8);
-        for &b in block {
-            stop |= special(b);
-            if ASCII {
-                hi |= b;
-            }
+        if block.iter().fold(false, |acc, &b| acc | special(b)) {
+            return block.iter().position(|&b| special(b)).map(|i| at + i);
         }
-        if stop {
-            let i = block.iter().position(|&b| special(b)).unwrap_or(BLOCK);
-            *high |= or(&block[..i]);
-            return Some(at + i);
-        }
-        *high |= hi;
         at += BLOCK;
     }
-    let rest = blocks.remainder();
-    let i = rest.iter().position(|&b| special(b));
-    *high |= or(&rest[..i.unwrap_or(rest.len())]);
-    i.map(|i| at + i)
+    blocks.remainder().iter().position(|&b| special(b)).map(|i| at + i)
 }
 
 fn hex4(b: &[u8]) -> Option<u32> {
@@ -665,7 +681,7 @@ mod tests {
         let owned = owned_at(text.to_vec(), big);
         assert_eq!(owned.as_ref().map(|(v, _)| v.clone()).map_err(|e| e.to_string()), serde, "owned: …{}", String::from_utf8_lossy(at));
         let Ok(s) = String::from_utf8(text.to_vec()) else { return };
-        match (string_at(s.clone(), big, None), &serde) {
+        match (string_at(s.clone(), big, None, false).map_err(Failed::into_source), &serde) {
             (Ok((a, index)), Ok(b)) => {
                 assert_eq!(&a, b, "string: …{}", String::from_utf8_lossy(at));
                 check_index(&a, index.as_ref(), big);
@@ -685,8 +701,8 @@ mod tests {
         let s = v.pointer(index.pointer()).and_then(Value::as_str).expect("an index points at a string");
         assert!(index.is_for(index.pointer(), s));
         assert_eq!(index.stops, all_stops(s.as_bytes()));
-        let scanned = string_at(s.to_owned(), big, None).map(|(v, _)| v);
-        let known = string_at(s.to_owned(), big, Some(&index.stops)).map(|(v, _)| v);
+        let scanned = string_at(s.to_owned(), big, None, false).map(|(v, _)| v).map_err(Failed::into_source);
+        let known = string_at(s.to_owned(), big, Some(&index.stops), false).map(|(v, _)| v).map_err(Failed::into_source);
         assert_eq!(scanned, known);
     }
 
@@ -756,6 +772,25 @@ mod tests {
         let mut bad = format!("[\"{big}").into_bytes();
         bad.extend_from_slice(b"\xff\xfe\"]");
         check_all(&bad, BIG);
+    }
+
+    /// The longest string keeps the source's memory, whether it is cut out (few escapes, the
+    /// Tableau shape) or unescaped in place (escapes everywhere, say a big JSON text in a text
+    /// block): a 50 MB payload never costs a second 50 MB allocation.
+    #[test]
+    fn the_longest_string_keeps_the_source_memory() {
+        let sparse = json!({"content": "QUJD".repeat(BIG), "name": "n"}).to_string();
+        let dense = json!({"rows": vec![json!({"k": "v\n"}); BIG / 8]}).to_string();
+        for inner in [sparse, dense] {
+            let text = serde_json::to_string(&json!({"content": [{"type": "text", "text": inner}]})).unwrap();
+            let bytes = text.clone().into_bytes();
+            let at = bytes.as_ptr();
+            let v = parse_owned(bytes).unwrap();
+            assert_eq!(v["content"][0]["text"].as_str().unwrap().as_ptr(), at, "parse_owned copied");
+            let at = text.as_ptr();
+            let v = parse_string(text).unwrap();
+            assert_eq!(v["content"][0]["text"].as_str().unwrap().as_ptr(), at, "parse_string copied");
+        }
     }
 
     /// The reported crash: one string over 64 KiB and another that unescapes to a
