@@ -205,11 +205,10 @@ fn dense(l: &Lifted) -> bool {
         return true;
     }
     let r = &l.range;
-    let mut runs = l.escapes.iter().copied().chain(std::iter::once(r.end));
     let (mut longest, mut from) = (0, r.start);
-    for k in &mut runs {
+    for k in l.escapes.iter().copied().chain(std::iter::once(r.end)) {
         longest = longest.max(k.saturating_sub(from));
-        // The next run starts after this escape; its length does not matter for a bound.
+        // The next run starts after this escape (at least 2 bytes; close enough for a bound).
         from = k + 2;
     }
     r.len() - longest.min(r.len()) > r.len() / 10
