@@ -2,7 +2,9 @@
 //! result with nothing heavy, and the 50 MB case for reference (the CLI figure, with process
 //! start and the store, is measured by `benches/cli_bench.sh`).
 //!
-//! Run: `cargo bench -p stowage-transform --bench pipeline`.
+//! Run: `cargo bench -p stowage-transform --bench pipeline`. To compare two versions on the
+//! shared machine, build each (`--no-run`) and alternate them with `benches/ab_inproc.sh`; end
+//! to end, `benches/cli_ab.py`, `cli_bench.sh` and `cli_steps.sh` (BENCHMARKS.md, session 3).
 
 use std::sync::Arc;
 

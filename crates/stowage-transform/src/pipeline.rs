@@ -25,7 +25,7 @@ use crate::layers::hook::CommandHook;
 use crate::layers::{self, is_call_tool_result};
 use crate::report::{Layer, TransformReport};
 use crate::tokens;
-use crate::work::{Docs, StoreCtx, commit};
+use crate::work::{Docs, Payload, StoreCtx, commit};
 use crate::{TransformConfig, TransformError};
 
 /// What the pipeline knows about one call.
@@ -113,12 +113,12 @@ impl Pipeline {
         };
         // The buffer's memory becomes the longest string (the 50 MB text block), no copy.
         let started = std::time::Instant::now();
-        let value: Value = crate::fastjson::parse_owned(json).map_err(TransformError::InvalidJson)?;
+        let (value, index) = crate::fastjson::parse_owned_indexed(json).map_err(TransformError::InvalidJson)?;
         tracing::debug!(step = "parse", ms = started.elapsed().as_secs_f64() * 1e3, "transform step");
         let tokens_in = tokens_in.unwrap_or_else(|| {
             if self.config.tokens.enabled { (bytes_in.div_ceil(tokens::ESTIMATE_BYTES_PER_TOKEN), true) } else { (0, false) }
         });
-        self.run(input, value, bytes_in, tokens_in).await
+        self.run(input, value, index, bytes_in, tokens_in).await
     }
 
     /// [`Self::transform_json`] for text already known to be UTF-8 (the gateway's results):
@@ -131,17 +131,17 @@ impl Pipeline {
             None
         };
         let started = std::time::Instant::now();
-        // `parse_string` gives up (returning the text) on what it cannot do in place, such as
-        // a very long object key: serde_json then decides, with its own error if any.
-        let value: Value = match crate::fastjson::parse_string(json) {
-            Ok(v) => v,
-            Err(json) => serde_json::from_str(&json).map_err(TransformError::InvalidJson)?,
+        // `parse_string` fails exactly when serde_json does, and then returns the text, so
+        // serde_json can say why.
+        let (value, index) = match crate::fastjson::parse_string_indexed(json) {
+            Ok(parsed) => parsed,
+            Err(json) => (serde_json::from_str(&json).map_err(TransformError::InvalidJson)?, None),
         };
         tracing::debug!(step = "parse", ms = started.elapsed().as_secs_f64() * 1e3, "transform step");
         let tokens_in = tokens_in.unwrap_or_else(|| {
             if self.config.tokens.enabled { (bytes_in.div_ceil(tokens::ESTIMATE_BYTES_PER_TOKEN), true) } else { (0, false) }
         });
-        self.run(input, value, bytes_in, tokens_in).await
+        self.run(input, value, index, bytes_in, tokens_in).await
     }
 
     /// Transforms a result given as a JSON value.
@@ -154,13 +154,16 @@ impl Pipeline {
         } else {
             (bytes_in.div_ceil(tokens::ESTIMATE_BYTES_PER_TOKEN), true)
         };
-        self.run(input, value, bytes_in, tokens_in).await
+        self.run(input, value, None, bytes_in, tokens_in).await
     }
 
+    /// `index`: what parsing the result learnt about its longest string (see
+    /// [`crate::fastjson::StringIndex`]), used only while the value is as parsed.
     async fn run(
         &self,
         input: &TransformInput<'_>,
         value: Value,
+        index: Option<crate::fastjson::StringIndex>,
         bytes_in: u64,
         tokens_in: (u64, bool),
     ) -> Result<TransformOutput, TransformError> {
@@ -172,6 +175,9 @@ impl Pipeline {
             opts.namespace = Some(ns.to_owned());
         }
         let store = StoreCtx { sink: self.sink.as_ref(), opts: &opts, tool: input.tool_name };
+        // Binaries decoded by L4 and L3 are hashed on a second core while they are decoded
+        // when the sink would otherwise hash them itself, on this one, afterwards.
+        let hash = self.sink.prefers_sha256();
 
         // Per-step timings at debug level (STOWAGE_LOG=stowage_transform=debug): where a slow
         // result spends its time.
@@ -181,13 +187,14 @@ impl Pipeline {
             t = std::time::Instant::now();
         };
         // L5.
-        let (mut value, is_final) = self.custom_layer(input, value, &mut report).await;
+        let (mut value, outcome) = self.custom_layer(input, value, &mut report).await;
         lap("custom");
 
-        if !is_final {
-            let mut docs = Docs::expand(value, 2);
+        if outcome != Custom::Final {
+            let index = index.filter(|_| outcome == Custom::Unchanged);
+            let mut docs = Docs::expand(value, 2, index);
             lap("expand");
-            let offs = layers::fields::collect(&mut docs, cfg, input.tool_name, &mut report);
+            let offs = layers::fields::collect(&mut docs, cfg, input.tool_name, &mut report, hash);
             lap("fields");
             commit(&mut docs, offs, &store, &mut report).await?;
             lap("fields store");
@@ -197,7 +204,7 @@ impl Pipeline {
             let offs = layers::typed::collect(&mut docs, cfg, &mut report);
             commit(&mut docs, offs, &store, &mut report).await?;
             lap("schema, links, typed");
-            let offs = layers::base64::collect(&mut docs, cfg, &mut report);
+            let offs = layers::base64::collect(&mut docs, cfg, &mut report, hash);
             lap("base64");
             commit(&mut docs, offs, &store, &mut report).await?;
             lap("base64 store");
@@ -218,18 +225,22 @@ impl Pipeline {
         Ok(TransformOutput { value, report })
     }
 
-    async fn custom_layer(&self, input: &TransformInput<'_>, mut value: Value, report: &mut TransformReport) -> (Value, bool) {
+    async fn custom_layer(&self, input: &TransformInput<'_>, mut value: Value, report: &mut TransformReport) -> (Value, Custom) {
         let ctx = CustomContext { tool_name: input.tool_name, scope: input.scope, sink: self.sink.as_ref() };
         let hook: Option<&dyn CustomTransformer> = self.hook.as_ref().map(|h| h as &dyn CustomTransformer);
+        let mut outcome = Custom::Unchanged;
         for t in self.custom.iter().map(|b| b.as_ref()).chain(hook) {
             match t.transform(&ctx, &value).await {
                 Ok(CustomOutcome::Unchanged) => {}
-                Ok(CustomOutcome::Replace(v)) => value = v,
-                Ok(CustomOutcome::Final(v)) => return (v, true),
+                Ok(CustomOutcome::Replace(v)) => {
+                    value = v;
+                    outcome = Custom::Replaced;
+                }
+                Ok(CustomOutcome::Final(v)) => return (v, Custom::Final),
                 Err(e) => report.warn(Layer::Custom, None, format!("{} failed, result passed on unchanged: {e}", t.name())),
             }
         }
-        (value, false)
+        (value, outcome)
     }
 
     /// Applies the observation clamp; returns the final compact JSON text.
@@ -249,7 +260,7 @@ impl Pipeline {
             let preview = layers::size::preview(value, self.config.size_net.preview_items, 0);
             let schema = layers::size::infer_schema(value, 0);
             let size = text.len() as u64;
-            match store.put(text.into_bytes().into(), Some("application/json".into()), None, Layer::Clamp, "", Default::default()).await {
+            match store.put(Payload::Text(text), Some("application/json".into()), None, Layer::Clamp, "", Default::default()).await {
                 Ok(r) => {
                     let summary =
                         format!("Tool result of {original_chars} characters ({}) stored as {}", stowage_core::human_size(size), r.uri);
@@ -283,6 +294,15 @@ impl Pipeline {
         report.clamped = true;
         text
     }
+}
+
+/// What the custom layer (L5) did to the result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Custom {
+    Unchanged,
+    Replaced,
+    /// Replaced, and no other layer may run.
+    Final,
 }
 
 /// Length of the compact JSON of `v`, without building it.

@@ -10,8 +10,17 @@ use bytes::Bytes;
 use sha2::{Digest, Sha256};
 use stowage_core::{ArtifactId, ArtifactRef, ArtifactSink, PutOptions, StoreError};
 
-fn reference(data: &[u8], opts: PutOptions) -> ArtifactRef {
-    let sha = hex::encode(Sha256::digest(data));
+/// The reference for `data`, whose sha256 is `sha256` when the producer computed it (checked
+/// in debug builds, so the tests catch a wrong digest; benchmarks trust it, as a store would).
+fn reference(data: &[u8], sha256: Option<[u8; 32]>, opts: PutOptions) -> ArtifactRef {
+    let digest: [u8; 32] = match sha256 {
+        Some(d) => {
+            debug_assert!(d[..] == Sha256::digest(data)[..], "the producer's sha256 is not the bytes'");
+            d
+        }
+        None => Sha256::digest(data).into(),
+    };
+    let sha = hex::encode(digest);
     let id = ArtifactId::from_content(opts.namespace.as_deref(), &sha);
     ArtifactRef {
         uri: id.uri(),
@@ -59,16 +68,31 @@ impl MemorySink {
     }
 }
 
-#[async_trait]
-impl ArtifactSink for MemorySink {
-    async fn put_bytes(&self, data: Bytes, opts: PutOptions) -> Result<ArtifactRef, StoreError> {
+impl MemorySink {
+    fn put(&self, data: Bytes, sha256: Option<[u8; 32]>, opts: PutOptions) -> Result<ArtifactRef, StoreError> {
         let mut items = self.items.lock().expect("not poisoned");
         if self.limit.is_some_and(|l| items.len() >= l) {
             return Err(StoreError::QuotaExceeded { budget: "test trace".into(), detail: format!("{} artifacts", items.len()) });
         }
-        let r = reference(&data, opts);
+        let r = reference(&data, sha256, opts);
         items.insert(r.id.to_string(), (r.clone(), data));
         Ok(r)
+    }
+}
+
+#[async_trait]
+impl ArtifactSink for MemorySink {
+    async fn put_bytes(&self, data: Bytes, opts: PutOptions) -> Result<ArtifactRef, StoreError> {
+        self.put(data, None, opts)
+    }
+
+    /// Hashing is the only work a put does here, so a digest computed alongside is welcome.
+    fn prefers_sha256(&self) -> bool {
+        true
+    }
+
+    async fn put_bytes_sha256(&self, data: Bytes, sha256: [u8; 32], opts: PutOptions) -> Result<ArtifactRef, StoreError> {
+        self.put(data, Some(sha256), opts)
     }
 }
 
@@ -79,14 +103,27 @@ pub struct NoopSink;
 #[async_trait]
 impl ArtifactSink for NoopSink {
     async fn put_bytes(&self, data: Bytes, opts: PutOptions) -> Result<ArtifactRef, StoreError> {
-        let mut r = reference(&data, opts);
-        r.source.insert("truncated".into(), true.into());
-        r.source.insert("warning".into(), "Content not stored (no ArtifactStore configured)".into());
-        Ok(r)
+        Ok(NoopSink::noted(reference(&data, None, opts)))
     }
 
     fn is_noop(&self) -> bool {
         true
+    }
+
+    fn prefers_sha256(&self) -> bool {
+        true
+    }
+
+    async fn put_bytes_sha256(&self, data: Bytes, sha256: [u8; 32], opts: PutOptions) -> Result<ArtifactRef, StoreError> {
+        Ok(NoopSink::noted(reference(&data, Some(sha256), opts)))
+    }
+}
+
+impl NoopSink {
+    fn noted(mut r: ArtifactRef) -> ArtifactRef {
+        r.source.insert("truncated".into(), true.into());
+        r.source.insert("warning".into(), "Content not stored (no ArtifactStore configured)".into());
+        r
     }
 }
 

@@ -10,7 +10,9 @@
 //! JSON that sits inside a string (the Tableau server's JSON text in a text block) is parsed
 //! once, up front, into its own [`Doc`] so every layer sees inside it; at the end each changed
 //! document is serialised back into its parent's string, innermost first, and an unchanged one
-//! gets its original text back (kept when it is small) so nothing changes needlessly.
+//! gets its original text back (kept when it is small) so nothing changes needlessly. When the
+//! parse of a document indexed its longest string ([`StringIndex`]), that string is parsed
+//! without being scanned again.
 
 use std::cmp::Reverse;
 
@@ -19,6 +21,7 @@ use serde_json::{Map, Value};
 use stowage_core::{ArtifactRef, ArtifactSink, PutOptions};
 
 use crate::TransformError;
+use crate::fastjson::StringIndex;
 use crate::path::{push_index, push_key, split_last};
 use crate::report::{ArtifactRecord, Layer, TransformReport};
 use crate::stub::{self, TemplateVars};
@@ -41,6 +44,8 @@ pub(crate) struct Doc {
     original: Option<String>,
     pub changed: bool,
     depth: usize,
+    /// The index its parse made of its longest string, while `value` is as parsed.
+    index: Option<StringIndex>,
 }
 
 /// The result split into documents.
@@ -51,18 +56,20 @@ pub(crate) struct Docs {
 
 impl Docs {
     /// Splits `root` into documents, parsing JSON found in strings of at least `min_len` bytes.
-    pub fn expand(root: Value, min_len: usize) -> Docs {
-        let mut docs = vec![Doc { value: root, parent: None, prefix: String::new(), original: None, changed: false, depth: 0 }];
+    /// `index`, if any, came from the parse of `root`, which must be unchanged since.
+    pub fn expand(root: Value, min_len: usize, index: Option<StringIndex>) -> Docs {
+        let mut docs = vec![Doc { value: root, parent: None, prefix: String::new(), original: None, changed: false, depth: 0, index }];
         let mut i = 0;
         while i < docs.len() {
+            let index = docs[i].index.take();
             if docs[i].depth < MAX_EMBED_DEPTH {
                 let mut found = Vec::new();
                 let mut ptr = String::new();
-                find_embedded(&mut docs[i].value, &mut ptr, min_len, &mut found);
-                for (ptr, value, original) in found {
+                find_embedded(&mut docs[i].value, &mut ptr, min_len, index.as_ref(), &mut found);
+                for Embedded { ptr, value, original, index } in found {
                     let prefix = format!("{}{}#", docs[i].prefix, ptr);
                     let depth = docs[i].depth + 1;
-                    docs.push(Doc { value, parent: Some((i, ptr)), prefix, original, changed: false, depth });
+                    docs.push(Doc { value, parent: Some((i, ptr)), prefix, original, changed: false, depth, index });
                 }
             }
             i += 1;
@@ -116,19 +123,36 @@ impl Docs {
     }
 }
 
-fn find_embedded(value: &mut Value, ptr: &mut String, min_len: usize, found: &mut Vec<(String, Value, Option<String>)>) {
+/// A JSON document found in a string of another.
+struct Embedded {
+    ptr: String,
+    value: Value,
+    original: Option<String>,
+    index: Option<StringIndex>,
+}
+
+fn find_embedded(value: &mut Value, ptr: &mut String, min_len: usize, index: Option<&StringIndex>, found: &mut Vec<Embedded>) {
     match value {
         Value::String(s) if s.len() >= min_len.max(2) && looks_like_json_container(s) => {
             if s.len() <= KEEP_ORIGINAL_MAX {
                 if let Ok(parsed @ (Value::Object(_) | Value::Array(_))) = crate::fastjson::parse(s.as_bytes()) {
-                    found.push((ptr.clone(), parsed, Some(std::mem::take(s))));
+                    found.push(Embedded { ptr: ptr.clone(), value: parsed, original: Some(std::mem::take(s)), index: None });
                 }
             } else {
                 // Large: parse in place (the string's memory becomes its longest string);
-                // the original is not kept, a changed or not document is re-serialised.
-                match crate::fastjson::parse_string(std::mem::take(s)) {
-                    Ok(parsed @ (Value::Object(_) | Value::Array(_))) => found.push((ptr.clone(), parsed, None)),
-                    Ok(other) => *s = serde_json::to_string(&other).expect("serialises"),
+                // the original is not kept, a changed or not document is re-serialised. The
+                // text block of a 50 MB result was indexed when the result was parsed: no
+                // second scan of it.
+                let text = std::mem::take(s);
+                let parsed = match index.filter(|x| x.is_for(ptr, &text)) {
+                    Some(x) => crate::fastjson::parse_string_with_index(text, x),
+                    None => crate::fastjson::parse_string_indexed(text),
+                };
+                match parsed {
+                    Ok((parsed @ (Value::Object(_) | Value::Array(_)), index)) => {
+                        found.push(Embedded { ptr: ptr.clone(), value: parsed, original: None, index })
+                    }
+                    Ok((other, _)) => *s = serde_json::to_string(&other).expect("serialises"),
                     Err(original) => *s = original,
                 }
             }
@@ -137,7 +161,7 @@ fn find_embedded(value: &mut Value, ptr: &mut String, min_len: usize, found: &mu
             let len = ptr.len();
             for (i, item) in items.iter_mut().enumerate() {
                 push_index(ptr, i);
-                find_embedded(item, ptr, min_len, found);
+                find_embedded(item, ptr, min_len, index, found);
                 ptr.truncate(len);
             }
         }
@@ -145,7 +169,7 @@ fn find_embedded(value: &mut Value, ptr: &mut String, min_len: usize, found: &mu
             let len = ptr.len();
             for (k, item) in map.iter_mut() {
                 push_key(ptr, k);
-                find_embedded(item, ptr, min_len, found);
+                find_embedded(item, ptr, min_len, index, found);
                 ptr.truncate(len);
             }
         }
@@ -162,13 +186,23 @@ fn looks_like_json_container(s: &str) -> bool {
 #[derive(Debug)]
 pub(crate) enum Payload {
     Bytes(Bytes),
+    /// Bytes whose sha256 was computed while they were made (for a sink that prefers it).
+    Digested(Bytes, [u8; 32]),
     Text(String),
 }
 
 impl Payload {
+    /// Decoded bytes, with their digest if one was computed.
+    pub fn new(bytes: Vec<u8>, sha256: Option<[u8; 32]>) -> Payload {
+        match sha256 {
+            Some(d) => Payload::Digested(bytes.into(), d),
+            None => Payload::Bytes(bytes.into()),
+        }
+    }
+
     pub fn len(&self) -> usize {
         match self {
-            Payload::Bytes(b) => b.len(),
+            Payload::Bytes(b) | Payload::Digested(b, _) => b.len(),
             Payload::Text(t) => t.len(),
         }
     }
@@ -227,10 +261,10 @@ pub(crate) struct StoreCtx<'a> {
 }
 
 impl StoreCtx<'_> {
-    /// Stores bytes with this run's scope and namespace.
+    /// Stores a payload with this run's scope and namespace, handing over its sha256 if known.
     pub async fn put(
         &self,
-        data: Bytes,
+        payload: Payload,
         mime: Option<String>,
         filename: Option<String>,
         layer: Layer,
@@ -246,7 +280,11 @@ impl StoreCtx<'_> {
         opts.source.insert("pointer".into(), pointer.into());
         opts.source.insert("layer".into(), serde_json::to_value(layer).expect("layer serialises"));
         opts.source.extend(extra);
-        self.sink.put_bytes(data, opts).await
+        match payload {
+            Payload::Bytes(b) => self.sink.put_bytes(b, opts).await,
+            Payload::Digested(b, d) => self.sink.put_bytes_sha256(b, d, opts).await,
+            Payload::Text(t) => self.sink.put_bytes(Bytes::from(t), opts).await,
+        }
     }
 }
 
@@ -261,11 +299,7 @@ pub(crate) async fn commit(
     let mut stored = 0;
     for (seq, off) in offloads.into_iter().enumerate() {
         let pointer = docs.report_pointer(off.doc, &off.ptr);
-        let data = match off.payload {
-            Payload::Bytes(b) => b,
-            Payload::Text(t) => Bytes::from(t),
-        };
-        let result = store.put(data, off.mime.clone(), off.filename.clone(), off.layer, &pointer, off.source).await;
+        let result = store.put(off.payload, off.mime.clone(), off.filename.clone(), off.layer, &pointer, off.source).await;
         let r = match result {
             Ok(r) => r,
             Err(source) if off.fatal => {
@@ -382,7 +416,7 @@ mod tests {
     fn expand_and_collapse_round_trip() {
         let inner = json!({"a": [1, 2, {"deeper": "{\"x\": 1}"}], "b": "text"});
         let root = json!({"content": [{"type": "text", "text": serde_json::to_string_pretty(&inner).unwrap()}], "n": "[not json"});
-        let docs = Docs::expand(root.clone(), 2);
+        let docs = Docs::expand(root.clone(), 2, None);
         assert_eq!(docs.docs.len(), 3);
         assert_eq!(docs.docs[1].prefix, "/content/0/text#");
         assert_eq!(docs.docs[2].prefix, "/content/0/text#/a/2/deeper#");
@@ -394,7 +428,7 @@ mod tests {
     #[test]
     fn changed_docs_are_reserialised() {
         let root = json!({"text": "{\"k\": \"v\"}"});
-        let mut docs = Docs::expand(root, 2);
+        let mut docs = Docs::expand(root, 2, None);
         *docs.docs[1].value.pointer_mut("/k").unwrap() = json!("w");
         docs.docs[1].changed = true;
         assert_eq!(docs.collapse(), json!({"text": "{\"k\":\"w\"}"}));

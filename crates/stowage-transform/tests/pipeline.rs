@@ -599,3 +599,80 @@ fn transform_json_entry_matches_value_entry() {
     let bad = block_on(p.transform_json_text(&TransformInput::new("t", &scope), "{nope".repeat(20_000))).unwrap_err();
     assert_eq!(bad.code(), "bad_request");
 }
+
+// ---------------------------------------------------------------- entry points and fast paths
+
+/// Forwards puts to a memory sink but, like the filesystem store, does not ask for digests:
+/// the pipeline must then leave hashing to it.
+struct HashesItself(Arc<MemorySink>);
+
+#[async_trait::async_trait]
+impl stowage_core::ArtifactSink for HashesItself {
+    async fn put_bytes(
+        &self,
+        data: bytes::Bytes,
+        opts: stowage_core::PutOptions,
+    ) -> Result<stowage_core::ArtifactRef, stowage_core::StoreError> {
+        self.0.put_bytes(data, opts).await
+    }
+}
+
+/// A result whose text block is over 1 MiB of JSON around a 3 MB PDF goes through the fast
+/// paths (the text block parsed through the index its first parse made, the PDF hashed while
+/// it is decoded): every entry point, a sink that hashes by itself, and a custom transformer
+/// that replaces the value (so the index must not be used) all give the same result.
+#[test]
+fn large_results_are_the_same_from_every_entry() {
+    let v = tableau_result(&fake_pdf(3_000_000));
+    let text = serde_json::to_string(&v).unwrap();
+    let scope = stowage_core::ArtifactScope::session("s1");
+    let same = |_: &str, v: &Value| -> Result<CustomOutcome, stowage_transform::BoxError> { Ok(CustomOutcome::Replace(v.clone())) };
+    for tool in ["download_workbook", "t"] {
+        let input = TransformInput::new(tool, &scope);
+        let sink = MemorySink::new();
+        let p = Pipeline::new(TransformConfig::default(), sink.clone());
+        let want = block_on(p.transform(&input, v.clone())).unwrap();
+        assert_eq!(want.report.artifacts.len(), 1, "{tool}");
+        let a = &want.report.artifacts[0];
+        assert_eq!((a.size_bytes, a.pointer.as_str()), (3_000_000, "/content/0/text#/content"));
+        assert_eq!(a.sha256, sha256_hex(&sink.get(&a.id).unwrap()));
+        let from_bytes = block_on(p.transform_json(&input, text.clone().into_bytes())).unwrap();
+        let from_text = block_on(p.transform_json_text(&input, text.clone())).unwrap();
+        assert_eq!(from_bytes.value, want.value, "{tool}");
+        assert_eq!(from_text.value, want.value, "{tool}");
+        assert_eq!(from_bytes.report.artifacts, want.report.artifacts, "{tool}");
+        assert_eq!(from_text.report, from_bytes.report, "{tool}");
+
+        let plain = Pipeline::new(TransformConfig::default(), Arc::new(HashesItself(MemorySink::new())));
+        let out = block_on(plain.transform_json(&input, text.clone().into_bytes())).unwrap();
+        assert_eq!((out.value, out.report.artifacts), (want.value.clone(), want.report.artifacts.clone()), "{tool}");
+
+        let custom = Pipeline::new(TransformConfig::default(), MemorySink::new()).with_custom(Box::new(same));
+        let out = block_on(custom.transform_json_text(&input, text.clone())).unwrap();
+        assert_eq!((out.value, out.report.artifacts), (want.value.clone(), want.report.artifacts.clone()), "{tool}");
+    }
+}
+
+/// The fast JSON path's reported crash, end to end: a string over 64 KiB beside one that
+/// unescapes to a placeholder (`"\u0000\u0073towage-lifted:0"`), at the top level and inside
+/// a text block's JSON. Both JSON entry points answer, as the value entry point does.
+#[test]
+fn escaped_placeholder_beside_a_long_string_passes() {
+    let long = "x".repeat(70_000);
+    let crafted = r#""\u0000\u0073towage-lifted:0""#;
+    let top = format!(r#"{{"content": [{{"type": "text", "text": "{long}"}}, {{"type": "text", "text": {crafted}}}], "isError": false}}"#);
+    let inner = format!(r#"{{"a": "{long}", "b": {crafted}, "c": "JVBERi0xLjQ="}}"#);
+    let embedded = serde_json::to_string(&json!({"content": [{"type": "text", "text": inner}]})).unwrap();
+    let scope = stowage_core::ArtifactScope::session("s1");
+    let input = TransformInput::new("t", &scope);
+    for text in [top, embedded] {
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let p = Pipeline::new(TransformConfig::default(), MemorySink::new());
+        let want = block_on(p.transform(&input, v)).unwrap();
+        let from_bytes = block_on(p.transform_json(&input, text.clone().into_bytes())).unwrap();
+        let from_text = block_on(p.transform_json_text(&input, text.clone())).unwrap();
+        assert_eq!(from_bytes.value, want.value);
+        assert_eq!(from_text.value, want.value);
+        assert!(serde_json::to_string(&want.value).unwrap().contains("stowage-lifted:0"));
+    }
+}

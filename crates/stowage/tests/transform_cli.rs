@@ -208,3 +208,41 @@ summary = "Page {n} of '{title}' ({size_human}) at {uri}"
     assert_eq!(layers, ["field_rule", "schema_field"]);
     assert_eq!(report["artifacts"][0]["ref"]["scope"]["session_id"], "s1");
 }
+
+/// Regression: a result with one string over 64 KiB and another that unescapes to the fast
+/// JSON parser's placeholder (`"\u0000\u0073towage-lifted:0"`) used to panic the parser. The
+/// command answers: exit 0, valid JSON out, the crafted string passed through as text; the
+/// same inside a text block's JSON.
+#[test]
+fn escaped_placeholder_beside_a_long_string_answers() {
+    let env = Env::new();
+    let long = "x".repeat(70_000);
+    let crafted = r#""\u0000\u0073towage-lifted:0""#;
+    let top = format!(r#"{{"content": [{{"type": "text", "text": "{long}"}}, {{"type": "text", "text": {crafted}}}]}}"#);
+    let inner = format!(r#"{{"a": "{long}", "b": {crafted}}}"#);
+    let embedded = serde_json::to_string(&json!({"content": [{"type": "text", "text": inner}]})).unwrap();
+    for (name, text) in [("top.json", top), ("embedded.json", embedded)] {
+        let input = env.file(name, text.as_bytes());
+        let out = env.run(&["transform", "--report", "report.json", input.to_str().unwrap()]);
+        let result = ok(&out);
+        assert!(result.to_string().contains(r"\u0000stowage-lifted:0"), "{name}: {result}");
+        assert_eq!(env.report()["warnings"], json!([]), "{name}");
+    }
+}
+
+/// A file big enough to be read by two threads comes through whole: the PDF read back from
+/// the store is the one that went in.
+#[test]
+fn big_input_file_is_read_whole() {
+    let env = Env::new();
+    let pdf = fake_pdf(7_000_000); // 9.3 MB of base64 in the file
+    let input = env.file("big.json", &tableau(&pdf));
+    assert!(std::fs::metadata(&input).unwrap().len() > 8 << 20);
+    let out = env.run(&["transform", "--tool", "download_workbook", "--report", "report.json", input.to_str().unwrap()]);
+    let result = ok(&out);
+    assert_eq!(result["content"][1]["type"], "resource_link");
+    let id = env.report()["artifacts"][0]["id"].as_str().unwrap().to_owned();
+    let got = env.run(&["artifacts", "get", &id, "-o", "back.pdf"]);
+    assert!(got.status.success(), "{}", String::from_utf8_lossy(&got.stderr));
+    assert!(std::fs::read(env.path("back.pdf")).unwrap() == pdf);
+}

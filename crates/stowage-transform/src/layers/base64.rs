@@ -24,6 +24,7 @@ use std::sync::OnceLock;
 use base64::Engine as _;
 use base64::engine::general_purpose::GeneralPurposeConfig;
 use base64::engine::{DecodePaddingMode, Simd};
+use sha2::{Digest, Sha256};
 
 use crate::TransformConfig;
 use crate::layers::WalkCx as Cx;
@@ -308,41 +309,72 @@ pub(crate) fn shape_probe(s: &str) -> Option<Probe> {
     })
 }
 
+/// Decoded bytes, and their sha256 when it was computed while decoding.
+#[derive(Debug)]
+pub(crate) struct Decoded {
+    pub bytes: Vec<u8>,
+    pub sha256: Option<[u8; 32]>,
+}
+
+/// Hashing alongside decoding starts a thread (~50 µs); below this many decoded bytes the sink
+/// may as well hash them itself.
+const HASH_ALONGSIDE_MIN: u64 = 1 << 20;
+
 /// Decodes a probed string whole, reusing its memory: 4 KiB-aligned chunks are copied to a
 /// small buffer and decoded to the front of the same allocation (output never overtakes
 /// input). A 50 MB string thus needs no second 37 MB allocation, whose first touch alone
 /// would cost ~25 ms here. On failure the string is restored exactly (full base64 groups
 /// re-encode to the same characters) and returned with the error.
-pub(crate) fn decode_owned(s: String, p: &Probe) -> Result<Vec<u8>, (String, base64::DecodeError)> {
+///
+/// With `hash` (the sink prefers a digest, see `ArtifactSink::prefers_sha256`) a large value's
+/// sha256 is computed on a second thread as the decoded bytes come out: hashing 37 MB takes
+/// ~25 ms and decoding it ~6 ms, so the two together take as long as the hash alone.
+pub(crate) fn decode_owned(s: String, p: &Probe, hash: bool) -> Result<Decoded, (String, base64::DecodeError)> {
     if p.wrapped {
-        let sh = shape(&s).expect("probed");
+        let Some(sh) = shape(&s) else { return Err((s, base64::DecodeError::InvalidLength(0))) };
         return match decode_all(&sh) {
-            Ok(b) => Ok(b),
+            Ok(bytes) => Ok(Decoded { bytes, sha256: None }),
             Err(e) => Err((s, e)),
         };
     }
+    let hash = hash && p.decoded_len >= HASH_ALONGSIDE_MIN;
     let mut buf = s.into_bytes();
     let header = buf[..p.body.start].to_vec();
     let mut tmp = vec![0u8; IN_PLACE_CHUNK];
-    let mut result = in_place(&mut buf, &mut tmp, p.body.clone(), p.alphabet, &header);
+    let mut result = in_place(&mut buf, &mut tmp, p.body.clone(), p.alphabet, &header, hash);
     if result.is_err() && p.ambiguous {
         let other = match p.alphabet {
             Alphabet::Standard => Alphabet::UrlSafe,
             Alphabet::UrlSafe => Alphabet::Standard,
         };
-        result = in_place(&mut buf, &mut tmp, p.body.clone(), other, &header);
+        result = in_place(&mut buf, &mut tmp, p.body.clone(), other, &header, hash);
     }
     match result {
-        Ok(n) => {
+        Ok((n, sha256)) => {
             buf.truncate(n);
-            Ok(buf)
+            Ok(Decoded { bytes: buf, sha256 })
         }
-        Err(e) => Err((String::from_utf8(buf).expect("restored to the original string"), e)),
+        // Restored to the original string, so valid UTF-8 again; were it not, the lossy
+        // conversion still returns a string rather than panicking.
+        Err(e) => Err((String::from_utf8(buf).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()), e)),
     }
 }
 
 /// Input characters per in-place step (a multiple of 4).
 const IN_PLACE_CHUNK: usize = 64 * 1024;
+
+/// Decoded bytes are handed to the hashing thread in pieces of at least this size: fewer
+/// wake-ups, and still small next to a 37 MB hash.
+const HAND_OUT_MIN: usize = 1 << 20;
+
+/// Where an in-place decode stopped: the chunk `r..end` did not decode; `written` bytes of
+/// output came before it.
+struct Stopped {
+    error: base64::DecodeError,
+    r: usize,
+    end: usize,
+    written: usize,
+}
 
 fn in_place(
     buf: &mut [u8],
@@ -350,44 +382,94 @@ fn in_place(
     body: std::ops::Range<usize>,
     alphabet: Alphabet,
     header: &[u8],
-) -> Result<usize, base64::DecodeError> {
+    hash: bool,
+) -> Result<(usize, Option<[u8; 32]>), base64::DecodeError> {
     let eng = engine(alphabet);
-    let (mut r, mut w) = (body.start, 0);
+    let outcome = if hash {
+        // The hashing thread reads each finished piece of the output while this one decodes
+        // the next into the rest of the buffer (disjoint borrows, see `decode_chunks`).
+        std::thread::scope(|scope| {
+            let (tx, rx) = std::sync::mpsc::channel::<&[u8]>();
+            let hasher = scope.spawn(move || {
+                let mut h = Sha256::new();
+                rx.iter().for_each(|piece| h.update(piece));
+                <[u8; 32]>::from(h.finalize())
+            });
+            let outcome = decode_chunks(&mut *buf, tmp, body.clone(), eng, |piece| {
+                // A send fails only if the hasher is gone, and then its digest is not used.
+                let _ = tx.send(piece);
+            });
+            drop(tx);
+            // Without a digest (the hasher cannot panic, but if it did) the sink hashes.
+            let digest = hasher.join().ok();
+            outcome.map(|n| (n, digest))
+        })
+    } else {
+        decode_chunks(&mut *buf, tmp, body.clone(), eng, |_| {}).map(|n| (n, None))
+    };
+    outcome.map_err(|Stopped { error, r, end, written }| {
+        // Put back what was consumed (re-encoding whole groups is exact), the chunk being
+        // decoded (from its copy) and the data: header.
+        let consumed = eng.encode(&buf[..written]);
+        buf[body.start..r].copy_from_slice(consumed.as_bytes());
+        buf[r..end].copy_from_slice(&tmp[..end - r]);
+        buf[..header.len()].copy_from_slice(header);
+        error
+    })
+}
+
+/// The decoding loop of [`in_place`]: hands every finished piece of output to `done` as it
+/// goes. The buffer is split as it fills, so a piece handed out (and read by another thread)
+/// is never written again, and what is still being written was never handed out.
+fn decode_chunks<'a>(
+    buf: &'a mut [u8],
+    tmp: &mut [u8],
+    body: std::ops::Range<usize>,
+    eng: &Simd,
+    mut done: impl FnMut(&'a [u8]),
+) -> Result<usize, Stopped> {
+    // `rest` is the buffer from `flushed` on: `pending` decoded bytes, then free space, then
+    // the input still to decode (at `r`, never before `flushed + pending`).
+    let mut rest: &'a mut [u8] = buf;
+    let (mut flushed, mut pending, mut r) = (0, 0, body.start);
     while r < body.end {
         let end = (r + IN_PLACE_CHUNK).min(body.end);
         let len = end - r;
-        tmp[..len].copy_from_slice(&buf[r..end]);
-        match eng.decode_slice(&tmp[..len], &mut buf[w..]) {
+        tmp[..len].copy_from_slice(&rest[r - flushed..end - flushed]);
+        match eng.decode_slice(&tmp[..len], &mut rest[pending..]) {
             Ok(n) => {
-                w += n;
+                pending += n;
                 r = end;
             }
             Err(e) => {
-                // Put back what was consumed (re-encoding whole groups is exact), the chunk
-                // being decoded (from its copy) and the data: header.
-                let consumed = eng.encode(&buf[..w]);
-                buf[body.start..r].copy_from_slice(consumed.as_bytes());
-                buf[r..end].copy_from_slice(&tmp[..len]);
-                buf[..header.len()].copy_from_slice(header);
-                return Err(match e {
+                let error = match e {
                     base64::DecodeSliceError::DecodeError(e) => e,
                     base64::DecodeSliceError::OutputSliceTooSmall => base64::DecodeError::InvalidLength(len),
-                });
+                };
+                return Err(Stopped { error, r, end, written: flushed + pending });
             }
         }
+        if pending >= HAND_OUT_MIN || r == body.end {
+            let (piece, tail) = std::mem::take(&mut rest).split_at_mut(pending);
+            done(piece);
+            rest = tail;
+            flushed += pending;
+            pending = 0;
+        }
     }
-    Ok(w)
+    Ok(flushed + pending)
 }
 
-/// L3's pass: finds base64 binaries in every document.
-pub(crate) fn collect(docs: &mut Docs, config: &TransformConfig, report: &mut TransformReport) -> Vec<Offload> {
+/// L3's pass: finds base64 binaries in every document. With `hash`, large ones are hashed as
+/// they are decoded (see [`decode_owned`]).
+pub(crate) fn collect(docs: &mut Docs, config: &TransformConfig, report: &mut TransformReport, hash: bool) -> Vec<Offload> {
     let mut out = Vec::new();
     if !config.binary_detection.enabled {
         return out;
     }
     for d in 0..docs.docs.len() {
         let mut ptr = String::new();
-        let mut cx = Cx { config, report, doc: d, prefix: docs.docs[d].prefix.clone(), out: &mut out };
+        let mut cx = Cx { config, report, doc: d, prefix: docs.docs[d].prefix.clone(), out: &mut out, hash };
         walk(&mut docs.docs[d].value, &mut ptr, &mut cx);
     }
     out
@@ -475,8 +557,8 @@ fn take_and_decode(
 ) -> Option<Offload> {
     let Value::String(s) = slot else { return None };
     let s = std::mem::take(s);
-    let bytes = match decode_owned(s, &p) {
-        Ok(bytes) => bytes,
+    let Decoded { bytes, sha256 } = match decode_owned(s, &p, cx.hash) {
+        Ok(d) => d,
         Err((original, e)) => {
             *slot = Value::String(original);
             cx.report.warn(
@@ -496,7 +578,7 @@ fn take_and_decode(
     Some(Offload {
         doc: cx.doc,
         ptr: ptr.to_owned(),
-        payload: Payload::Bytes(bytes.into()),
+        payload: Payload::new(bytes, sha256),
         mime: Some(mime.to_owned()),
         filename,
         layer: Layer::Base64,
@@ -518,4 +600,51 @@ pub(crate) fn with_extension(name: &str, ext: &str) -> String {
         .rsplit_once('.')
         .is_some_and(|(stem, e)| !stem.is_empty() && (1..=5).contains(&e.len()) && e.chars().all(|c| c.is_ascii_alphanumeric()));
     if has_ext || ext.is_empty() { name.to_owned() } else { format!("{name}.{ext}") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pdf(n: usize) -> Vec<u8> {
+        let mut v = b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n".to_vec();
+        let mut x: u64 = 7;
+        while v.len() < n {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            v.push((x >> 24) as u8);
+        }
+        v
+    }
+
+    /// In-place decoding with and without the hash alongside: the same bytes, a digest that is
+    /// theirs (and only when asked for, and large enough), and a string that does not decode
+    /// comes back exactly, whichever piece of it is bad.
+    #[test]
+    fn decode_owned_hashes_alongside_and_restores() {
+        let b64 = |d: &[u8]| base64::engine::general_purpose::STANDARD.encode(d);
+        for n in [1000, (HASH_ALONGSIDE_MIN as usize) + 1, 3 * HAND_OUT_MIN + 12_345] {
+            let data = pdf(n);
+            for s in [b64(&data), format!("data:application/pdf;base64,{}", b64(&data))] {
+                let p = probe(&s).expect("a pdf");
+                for hash in [false, true] {
+                    let d = decode_owned(s.clone(), &p, hash).unwrap();
+                    assert_eq!(d.bytes, data);
+                    let want = (hash && n as u64 >= HASH_ALONGSIDE_MIN).then(|| <[u8; 32]>::from(Sha256::digest(&data)));
+                    assert_eq!(d.sha256, want, "n {n} hash {hash}");
+                }
+                // A bad character early, in the middle, in the last chunk.
+                for at in [5000.min(s.len() / 3), s.len() / 2, s.len() - 3] {
+                    let mut bad = s.clone().into_bytes();
+                    bad[at] = b'*';
+                    let bad = String::from_utf8(bad).unwrap();
+                    for hash in [false, true] {
+                        let (back, _) = decode_owned(bad.clone(), &p, hash).unwrap_err();
+                        assert!(back == bad, "n {n} at {at} hash {hash}: not restored");
+                    }
+                }
+            }
+        }
+    }
 }

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::TransformConfig;
-use crate::layers::base64::{Sniff, decode_owned, shape_probe, sniff};
+use crate::layers::base64::{Decoded, Sniff, decode_owned, shape_probe, sniff};
 use crate::layers::{payload_roots, tool_matches};
 use crate::path::{FieldPath, split_last};
 use crate::report::{Layer, TransformReport};
@@ -94,8 +94,8 @@ pub(crate) fn rules_for(config: &ToolFieldsConfig, tool: &str) -> Vec<FieldRule>
     out
 }
 
-/// L4's pass.
-pub(crate) fn collect(docs: &mut Docs, config: &TransformConfig, tool: &str, report: &mut TransformReport) -> Vec<Offload> {
+/// L4's pass. With `hash`, large binaries are hashed as they are decoded.
+pub(crate) fn collect(docs: &mut Docs, config: &TransformConfig, tool: &str, report: &mut TransformReport, hash: bool) -> Vec<Offload> {
     let mut out = Vec::new();
     let rules = rules_for(&config.tool_fields, tool);
     if rules.is_empty() {
@@ -114,7 +114,7 @@ pub(crate) fn collect(docs: &mut Docs, config: &TransformConfig, tool: &str, rep
             let Some(root) = docs.docs[*doc].value.pointer(root_ptr) else { continue };
             for rel in path.resolve(root) {
                 let ptr = format!("{root_ptr}{rel}");
-                if let Some(off) = offload(docs, *doc, &ptr, rule, report) {
+                if let Some(off) = offload(docs, *doc, &ptr, rule, report, hash) {
                     out.push(off);
                 }
             }
@@ -123,7 +123,7 @@ pub(crate) fn collect(docs: &mut Docs, config: &TransformConfig, tool: &str, rep
     out
 }
 
-fn offload(docs: &mut Docs, doc: usize, ptr: &str, rule: &FieldRule, report: &mut TransformReport) -> Option<Offload> {
+fn offload(docs: &mut Docs, doc: usize, ptr: &str, rule: &FieldRule, report: &mut TransformReport, hash: bool) -> Option<Offload> {
     let pointer = docs.report_pointer(doc, ptr);
     let value = docs.docs[doc].value.pointer(ptr)?;
     if value.is_null() || value.as_str().is_some_and(|s| s.is_empty() || stub::is_stub(s)) {
@@ -142,8 +142,8 @@ fn offload(docs: &mut Docs, doc: usize, ptr: &str, rule: &FieldRule, report: &mu
             // Decoded in place: a preset field is the Tableau case, megabytes of base64.
             let slot = docs.docs[doc].value.pointer_mut(ptr)?;
             let Value::String(s) = slot else { return None };
-            match decode_owned(std::mem::take(s), &p) {
-                Ok(bytes) => {
+            match decode_owned(std::mem::take(s), &p, hash) {
+                Ok(Decoded { bytes, sha256 }) => {
                     let (sniffed, ext) = match sniff(&bytes) {
                         Sniff::Binary { mime, ext } => (Some(mime), ext),
                         _ => (None, ""),
@@ -155,7 +155,7 @@ fn offload(docs: &mut Docs, doc: usize, ptr: &str, rule: &FieldRule, report: &mu
                         .or(sniffed.map(str::to_owned))
                         .unwrap_or_else(|| "application/octet-stream".to_owned());
                     let ext = if ext.is_empty() { rule.content_type.clone().unwrap_or_default() } else { ext.to_owned() };
-                    (Payload::Bytes(bytes.into()), mime, ext, Render::StringStub)
+                    (Payload::new(bytes, sha256), mime, ext, Render::StringStub)
                 }
                 Err((original, _)) => {
                     *slot = Value::String(original);

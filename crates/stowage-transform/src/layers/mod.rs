@@ -36,6 +36,8 @@ pub(crate) struct WalkCx<'a> {
     pub doc: usize,
     pub prefix: String,
     pub out: &'a mut Vec<Offload>,
+    /// Hash large decoded binaries while decoding them (the sink prefers a digest).
+    pub hash: bool,
 }
 
 /// Whether a value has the shape of an MCP `CallToolResult`: a `content` list of typed blocks

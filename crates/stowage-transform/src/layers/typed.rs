@@ -42,7 +42,8 @@ pub(crate) fn collect(docs: &mut Docs, config: &TransformConfig, report: &mut Tr
     }
     for d in 0..docs.docs.len() {
         let prefix = docs.docs[d].prefix.clone();
-        let mut cx = Cx { config, report, doc: d, prefix, out: &mut out };
+        // Typed blocks are decoded into a new buffer (`decode_all`), not hashed alongside.
+        let mut cx = Cx { config, report, doc: d, prefix, out: &mut out, hash: false };
         let mut ptr = String::new();
         walk(&mut docs.docs[d].value, &mut ptr, false, &mut cx);
     }

