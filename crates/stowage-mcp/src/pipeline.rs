@@ -86,16 +86,31 @@ struct DimensionsSink(Arc<dyn ArtifactSink>);
 #[async_trait]
 impl ArtifactSink for DimensionsSink {
     async fn put_bytes(&self, data: Bytes, mut opts: PutOptions) -> Result<ArtifactRef, StoreError> {
-        // Only the header is read (imagesize stops at the first size marker).
-        if let Ok(size) = imagesize::blob_size(&data) {
-            opts.source.insert("width".into(), (size.width as u64).into());
-            opts.source.insert("height".into(), (size.height as u64).into());
-        }
+        add_dimensions(&data, &mut opts);
         self.0.put_bytes(data, opts).await
     }
 
     fn is_noop(&self) -> bool {
         self.0.is_noop()
+    }
+
+    // Forwarded, so a sink behind this wrapper that takes the producer's digest still gets it.
+    fn prefers_sha256(&self) -> bool {
+        self.0.prefers_sha256()
+    }
+
+    async fn put_bytes_sha256(&self, data: Bytes, sha256: [u8; 32], mut opts: PutOptions) -> Result<ArtifactRef, StoreError> {
+        add_dimensions(&data, &mut opts);
+        self.0.put_bytes_sha256(data, sha256, opts).await
+    }
+}
+
+/// Records an image's width and height with it. Only the header is read (imagesize stops at
+/// the first size marker).
+fn add_dimensions(data: &[u8], opts: &mut PutOptions) {
+    if let Ok(size) = imagesize::blob_size(data) {
+        opts.source.insert("width".into(), (size.width as u64).into());
+        opts.source.insert("height".into(), (size.height as u64).into());
     }
 }
 
