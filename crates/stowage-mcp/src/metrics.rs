@@ -1,24 +1,21 @@
 //! Prometheus metrics: the recorder is installed once per process and rendered at `/metrics`;
-//! the gateway's numbers come from its event bus ([`spawn_recorder`]), so what is counted is
-//! exactly what is published.
+//! the gateway's numbers come from its event bus (every published event is [`record`]ed), so
+//! what is counted is exactly what is published.
 //!
 //! From events: `stowage_tool_calls_total{upstream,outcome}`,
 //! `stowage_tool_call_seconds{upstream}`, `stowage_tool_bytes_in_total`,
 //! `stowage_tool_bytes_out_total`, `stowage_tokens_saved_total{upstream,tool}` (o200k tokens
 //! in minus out), `stowage_artifacts_total` (all by upstream), `stowage_offloads_total{layer}`,
 //! `stowage_observations_clamped_total`, `stowage_store_failures_total{fatal}`,
-//! `stowage_upstream_up{upstream}` (1 or 0), `stowage_upstream_down_total{upstream}`,
-//! `stowage_events_lagged_total`.
+//! `stowage_upstream_up{upstream}` (1 or 0), `stowage_upstream_down_total{upstream}`.
 //! Counted where they happen: `stowage_sessions`, `stowage_stream_resumes_total`,
 //! `stowage_sessions_expired_total`, `stowage_input_required_total`,
 //! `stowage_messages_dropped_total{reason}` (`slow_client`, `stalled_client`,
 //! `stalled_upstream`, `unattributed`), `stowage_panics_total`, `stowage_gc_runs_total`.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use tokio::sync::broadcast;
-use tokio_util::sync::CancellationToken;
 
 use crate::events::GatewayEvent;
 
@@ -37,24 +34,8 @@ pub fn render() -> String {
     }
 }
 
-/// Turns the gateway's events into metrics until `shutdown`.
-pub(crate) fn spawn_recorder(mut rx: broadcast::Receiver<Arc<GatewayEvent>>, shutdown: CancellationToken) {
-    tokio::spawn(async move {
-        loop {
-            let event = tokio::select! {
-                e = rx.recv() => e,
-                _ = shutdown.cancelled() => return,
-            };
-            match event {
-                Ok(e) => record(&e),
-                Err(broadcast::error::RecvError::Lagged(n)) => metrics::counter!("stowage_events_lagged_total").increment(n),
-                Err(broadcast::error::RecvError::Closed) => return,
-            }
-        }
-    });
-}
-
-fn record(e: &GatewayEvent) {
+/// Records one event (called by [`crate::events::EventBus::publish`]).
+pub(crate) fn record(e: &GatewayEvent) {
     match e {
         GatewayEvent::ToolCallFinished {
             upstream, tool, latency, outcome, bytes_in, bytes_out, tokens_in, tokens_out, artifacts, ..

@@ -121,7 +121,7 @@ impl Gateway {
         };
         let sessions = Arc::new(Sessions::default());
         let routes = Arc::new(CallRoutes::new(sessions.clone()));
-        let events = EventBus::default();
+        let events = EventBus::with_metrics();
         let env = UpstreamEnv {
             initiated: initiated_tx,
             routes: routes.clone(),
@@ -163,7 +163,6 @@ impl Gateway {
             tasks: Mutex::default(),
             fault: Mutex::new(None),
         });
-        crate::metrics::spawn_recorder(gw.events.subscribe(), gw.shutdown.clone());
         let scrubber: Arc<dyn crate::routes::Scrubber> = Arc::new(calls::GatewayScrubber(Arc::downgrade(&gw)));
         let _ = gw.routes.scrubber.set(scrubber);
         for u in &gw.upstreams {
