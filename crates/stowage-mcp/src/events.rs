@@ -8,7 +8,7 @@
 //!
 //! Metrics are recorded from every published event, inline on the publishing thread rather
 //! than by a subscriber task: recording is a few atomic increments, while waking a task on
-//! another thread for each of a call's two events cost 12% of the gateway's pipelined
+//! another thread for each of a call's two events cost 14% of the gateway's pipelined
 //! throughput on two cores (see BENCHMARKS.md). With no subscriber, an event is not even
 //! allocated.
 
