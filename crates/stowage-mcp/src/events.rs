@@ -133,6 +133,24 @@ pub enum GatewayEvent {
     },
 }
 
+impl GatewayEvent {
+    /// The event for one artifact a transform stored.
+    pub(crate) fn offloaded(call: u64, owner: EventOwner, tool: &str, a: &stowage_transform::ArtifactRecord) -> GatewayEvent {
+        GatewayEvent::Offloaded {
+            call,
+            owner,
+            tool: tool.to_owned(),
+            id: a.id.clone(),
+            uri: a.uri.clone(),
+            mime_type: a.mime_type.clone(),
+            size: a.size_bytes,
+            sha256: a.sha256.clone(),
+            pointer: a.pointer.clone(),
+            layer: a.layer,
+        }
+    }
+}
+
 fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64((d.as_secs_f64() * 10_000.0).round() / 10.0)
 }

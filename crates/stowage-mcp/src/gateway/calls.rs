@@ -290,18 +290,7 @@ impl Gateway {
         let out = self.rewriter.rewrite(ctx, raw.into_string()).await;
         if let Some(report) = &out.report {
             for a in &report.artifacts {
-                self.events.publish(GatewayEvent::Offloaded {
-                    call,
-                    owner: owner.clone(),
-                    tool: name.to_owned(),
-                    id: a.id.clone(),
-                    uri: a.uri.clone(),
-                    mime_type: a.mime_type.clone(),
-                    size: a.size_bytes,
-                    sha256: a.sha256.clone(),
-                    pointer: a.pointer.clone(),
-                    layer: a.layer,
-                });
+                self.events.publish(GatewayEvent::offloaded(call, owner.clone(), name, a));
             }
             if report.clamped {
                 self.events.publish(GatewayEvent::Clamped {
@@ -367,18 +356,7 @@ impl Gateway {
         match self.rewriter.offloader_for(upstream).offload(&ctx, payload.to_string()).await {
             Ok(off) => {
                 for a in &off.report.artifacts {
-                    self.events.publish(GatewayEvent::Offloaded {
-                        call: 0,
-                        owner: EventOwner::from(&session.scope),
-                        tool: what.to_owned(),
-                        id: a.id.clone(),
-                        uri: a.uri.clone(),
-                        mime_type: a.mime_type.clone(),
-                        size: a.size_bytes,
-                        sha256: a.sha256.clone(),
-                        pointer: a.pointer.clone(),
-                        layer: a.layer,
-                    });
+                    self.events.publish(GatewayEvent::offloaded(0, EventOwner::from(&session.scope), what, a));
                 }
                 off.value
             }
