@@ -101,6 +101,35 @@ fn io_err(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Store
     move |e| StoreError::backend(op, target, e)
 }
 
+/// Runs `f` on a new thread at a lower priority (nice 10 on Unix) and waits for it. A new
+/// thread, not one of tokio's blocking pool: lowering a pooled thread's priority could not be
+/// undone without privileges, and the pool also runs latency-bound work (stdin reads). For
+/// puts of a megabyte or more, where a thread start (~30 µs) is noise.
+async fn in_background<T: Send + 'static>(op: &'static str, f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("stowage-put".into())
+        .spawn(move || {
+            lower_priority();
+            let _ = tx.send(f());
+        })
+        .map_err(|e| StoreError::backend(op, "background thread", e))?;
+    // The sender is dropped without a value only if `f` panicked.
+    rx.await.map_err(|e| StoreError::backend(op, "background thread", e))
+}
+
+/// Best effort: without the right, the work still runs, at normal priority.
+fn lower_priority() {
+    #[cfg(unix)]
+    {
+        use thread_priority::{ThreadPriority, ThreadPriorityValue};
+        // thread-priority's 0–99 scale; 25 is nice 10.
+        if let Ok(p) = ThreadPriorityValue::try_from(25u8) {
+            let _ = thread_priority::set_current_thread_priority(ThreadPriority::Crossplatform(p));
+        }
+    }
+}
+
 fn join_err(op: &'static str) -> impl FnOnce(tokio::task::JoinError) -> StoreError {
     move |e| StoreError::backend(op, "blocking task", e)
 }
@@ -205,11 +234,14 @@ impl Blobs for FsBlobs {
         let (sha256, written) = if data.len() >= PARALLEL_MIN {
             // Two cores: one hashes while the other copies into the page cache and waits for
             // the disk. Both borrow the same buffer (Bytes clones share it).
+            // Both run on threads of their own at a lower priority: a big put is bulk work,
+            // and at normal priority its two threads would take both cores from the runtime's
+            // workers and stall every small request behind it.
             let to_hash = data.clone();
-            let hashing = spawn_blocking(move || sha256_hex(&to_hash));
-            let writing = spawn_blocking(move || write_durably(file, &data, &fp));
+            let hashing = in_background("hash blob", move || sha256_hex(&to_hash));
+            let writing = in_background("write blob", move || write_durably(file, &data, &fp));
             let (sha, written) = tokio::join!(hashing, writing);
-            (sha.map_err(join_err("hash blob"))?, written.map_err(join_err("write blob"))?)
+            (sha?, written?)
         } else {
             spawn_blocking(move || (sha256_hex(&data), write_durably(file, &data, &fp))).await.map_err(join_err("write blob"))?
         };
