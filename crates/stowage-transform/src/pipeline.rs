@@ -210,6 +210,10 @@ impl Pipeline {
             lap("base64 store");
             let offs = layers::size::collect_strings(&mut docs, cfg);
             commit(&mut docs, offs, &store, &mut report).await?;
+            // Under an output schema, structuredContent keeps its types (a prefix of a large
+            // array, not a `$artifact` object): that pass goes before the size net's own.
+            let offs = layers::schema::collect_typed(&mut docs, cfg, input.output_schema);
+            commit(&mut docs, offs, &store, &mut report).await?;
             let offs = layers::size::collect_containers(&mut docs, cfg);
             commit(&mut docs, offs, &store, &mut report).await?;
             value = docs.collapse();
@@ -264,7 +268,16 @@ impl Pipeline {
                 Ok(r) => {
                     let summary =
                         format!("Tool result of {original_chars} characters ({}) stored as {}", stowage_core::human_size(size), r.uri);
-                    let replacement = clamp::stored_replacement(is_ctr, value.get("isError").cloned(), &r, &summary, preview, schema);
+                    let mut replacement = clamp::stored_replacement(is_ctr, value.get("isError").cloned(), &r, &summary, preview, schema);
+                    // A tool with an output schema must still return structuredContent (clients
+                    // reject a result without it). The layers already brought it down to its
+                    // typed form, so it stays beside the link.
+                    if is_ctr
+                        && input.output_schema.is_some()
+                        && let (Some(sc), Some(m)) = (value.get_mut("structuredContent"), replacement.as_object_mut())
+                    {
+                        m.insert("structuredContent".into(), sc.take());
+                    }
                     report.artifacts.push(crate::report::ArtifactRecord {
                         id: r.id.to_string(),
                         uri: r.uri.clone(),
@@ -275,6 +288,7 @@ impl Pipeline {
                         layer: Layer::Clamp,
                         filename: r.filename.clone(),
                         summary,
+                        partial: None,
                         artifact: r,
                     });
                     *value = replacement;

@@ -46,10 +46,21 @@ pub struct ArtifactRecord {
     pub filename: Option<String>,
     /// The one-line summary the model reads.
     pub summary: String,
+    /// When part of the value stayed in place (a typed prefix inside `structuredContent`, see
+    /// [`crate::layers::schema`]): how much of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partial: Option<Partial>,
     /// The store's full reference (scope, timestamps, source), for `resource_link` and
     /// `structuredContent.assets[]`.
     #[serde(rename = "ref")]
     pub artifact: ArtifactRef,
+}
+
+/// How much of an offloaded array (items) or object (keys) was kept in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Partial {
+    pub kept: usize,
+    pub total: usize,
 }
 
 /// A `resource_link` kept as a lazy reference (L1).

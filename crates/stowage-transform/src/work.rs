@@ -227,6 +227,9 @@ pub(crate) enum Render {
     TextPreview { preview: String },
     /// `{"$artifact": …, "preview": …, "schema": …}` (L0 containers, the clamp).
     JsonPreview { preview: Value, schema: Value },
+    /// A value of the same JSON type (a prefix of an array, a subset of an object's keys), for
+    /// slots an output schema types (see [`crate::layers::schema`]); the summary says how much.
+    Typed { value: Value, partial: crate::report::Partial },
 }
 
 /// One value a layer decided to store.
@@ -327,7 +330,12 @@ pub(crate) async fn commit(
             None => stub::default_summary(&r, &vars),
         };
         let line = stub::string_stub(&r, &summary);
+        let mut partial = None;
         let replacement = match off.render {
+            Render::Typed { value, partial: p } => {
+                partial = Some(p);
+                value
+            }
             Render::StringStub => Value::String(line),
             Render::Placeholder { placeholder } => Value::String(format!("{placeholder} {line}")),
             Render::TextPreview { preview } => Value::String(format!("{preview}… [{line}]")),
@@ -375,6 +383,7 @@ pub(crate) async fn commit(
             layer: off.layer,
             filename: r.filename.clone(),
             summary,
+            partial,
             artifact: r,
         });
     }

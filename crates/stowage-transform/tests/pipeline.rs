@@ -146,16 +146,126 @@ fn schema_marked_fields_are_always_extracted() {
     let out = try_run(TransformConfig::default(), MemorySink::new(), "analyze", Some(&schema), v).unwrap();
     let sc = &out.value["structuredContent"];
     assert_eq!(sc["summary"], "Sales up 20%");
-    assert!(sc["chart_options"].as_str().unwrap().starts_with("<artifact:dict size="), "{}", sc["chart_options"]);
-    assert!(sc["raw_data"].as_str().unwrap().starts_with("<artifact:list size=2 items> Field 'raw_data'"), "{}", sc["raw_data"]);
+    // Inside structuredContent the schema types the slots: an object stays an object and an
+    // array an array (with nothing optional kept), so validating clients accept the result;
+    // the summary says where the whole value went.
+    assert_eq!(sc["chart_options"], json!({}));
+    assert_eq!(sc["raw_data"], json!([]));
+    let raw = out.report.artifacts.iter().find(|a| a.pointer == "/structuredContent/raw_data").unwrap();
+    assert_eq!(raw.partial, Some(stowage_transform::Partial { kept: 0, total: 2 }));
+    assert!(raw.summary.starts_with("Field 'raw_data' (") && raw.summary.contains("0 of 2 items are kept in place"), "{}", raw.summary);
     // Small, but marked: extracted anyway, and a base64 PNG is stored as the PNG.
     assert!(sc["thumb"].as_str().unwrap().starts_with("<artifact:str size="));
+    // The text twin is text: the placeholders are there.
+    let twin: Value = serde_json::from_str(out.value["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert!(twin["chart_options"].as_str().unwrap().starts_with("<artifact:dict size="), "{twin}");
+    assert!(twin["raw_data"].as_str().unwrap().starts_with("<artifact:list size=2 items> Field 'raw_data'"), "{twin}");
     let ptrs: Vec<_> = out.report.artifacts.iter().map(|a| (a.pointer.as_str(), a.layer)).collect();
     assert!(ptrs.contains(&("/structuredContent/chart_options", Layer::SchemaField)));
     assert!(ptrs.contains(&("/content/0/text#/chart_options", Layer::SchemaField)), "{ptrs:?}");
     assert!(out.report.artifacts.iter().any(|a| a.mime_type.as_deref() == Some("image/png")));
     // The mirror text block does not leak the marked values either.
     assert!(!out.value["content"][0]["text"].as_str().unwrap().contains("series"));
+}
+
+/// What FastMCP sends for a tool returning `list[dict]`: the list wrapped as `result`, its
+/// JSON text as the text block, and a schema typing `result` as an array.
+fn fastmcp_list(n: usize) -> (Value, Value) {
+    let rows: Vec<Value> = (0..n).map(|i| json!({"id": i, "name": format!("row {i}"), "note": "lorem ipsum dolor sit amet"})).collect();
+    let schema = json!({"type": "object", "properties": {"result": {"type": "array", "items": {"type": "object", "additionalProperties": true}}},
+        "required": ["result"], "x-fastmcp-wrap-result": true});
+    let v = json!({"content": [{"type": "text", "text": Value::Array(rows.clone()).to_string()}],
+        "structuredContent": {"result": rows}, "isError": false});
+    (v, schema)
+}
+
+#[test]
+fn an_offloaded_list_stays_a_list_under_its_output_schema() {
+    let (v, schema) = fastmcp_list(2000);
+    let sink = MemorySink::new();
+    let out = try_run(TransformConfig::default(), sink.clone(), "rows", Some(&schema), v).unwrap();
+    let result = out.value["structuredContent"]["result"].as_array().unwrap();
+    // A prefix of whole items, within the typed budget.
+    assert!(!result.is_empty() && result.len() < 2000, "{}", result.len());
+    assert_eq!(result[0], json!({"id": 0, "name": "row 0", "note": "lorem ipsum dolor sit amet"}));
+    assert!(serde_json::to_string(result).unwrap().len() <= TransformConfig::default().schema_fields.typed_preview_chars);
+    // The text twin is the same list, so one artifact holds it, whole.
+    let ids: std::collections::HashSet<_> = out.report.artifacts.iter().map(|a| a.id.as_str()).collect();
+    assert_eq!(ids.len(), 1, "{:?}", out.report.artifacts.iter().map(|a| &a.pointer).collect::<Vec<_>>());
+    let a = &out.report.artifacts[0];
+    assert_eq!(a.pointer, "/structuredContent/result");
+    let stored: Value = serde_json::from_slice(&sink.get(&a.id).unwrap()).unwrap();
+    assert_eq!(stored.as_array().unwrap().len(), 2000);
+    let kept = result.len();
+    assert_eq!(a.partial, Some(stowage_transform::Partial { kept, total: 2000 }));
+    assert!(a.summary.contains(&format!("{kept} of 2000 items are kept in place")) && a.summary.contains(&a.uri), "{}", a.summary);
+    assert!(out.report.bytes_out < 6_000, "{}", out.report.bytes_out);
+}
+
+#[test]
+fn an_offloaded_dict_and_a_pydantic_model_keep_their_schema() {
+    // dict[str, int]: open object, no required keys.
+    let dict: serde_json::Map<String, Value> = (0..3000).map(|i| (format!("k{i}"), json!(i))).collect();
+    let schema = json!({"type": "object", "additionalProperties": true});
+    let v = json!({"content": [{"type": "text", "text": Value::Object(dict.clone()).to_string()}], "structuredContent": dict, "isError": false});
+    let out = try_run(TransformConfig::default(), MemorySink::new(), "table", Some(&schema), v).unwrap();
+    let sc = out.value["structuredContent"].as_object().unwrap();
+    assert!(sc.len() > 10 && sc.len() < 3000 && sc["k0"] == 0, "{}", sc.len());
+    assert!(!sc.contains_key("$artifact"));
+
+    // A Pydantic model with a nested model ($defs + $ref), a big string and a big list, closed.
+    let schema = json!({
+        "$defs": {"Meta": {"type": "object", "properties": {"owner": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}}},
+            "required": ["owner", "tags"], "additionalProperties": false}},
+        "type": "object",
+        "properties": {"title": {"type": "string"}, "body": {"type": "string"}, "meta": {"$ref": "#/$defs/Meta"},
+            "rows": {"type": "array", "minItems": 1, "items": {"type": "object", "properties": {"i": {"type": "integer"}}, "required": ["i"]}},
+            "extra": {"anyOf": [{"type": "object"}, {"type": "null"}]}},
+        "required": ["title", "body", "meta", "rows"],
+        "additionalProperties": false
+    });
+    let tags: Vec<String> = (0..5000).map(|i| format!("tag-{i}")).collect();
+    let sc = json!({"title": "t", "body": "x".repeat(30_000), "meta": {"owner": "me", "tags": tags},
+        "rows": (0..30_000).map(|i| json!({"i": i})).collect::<Vec<_>>(), "extra": null});
+    let v = json!({"content": [{"type": "text", "text": sc.to_string()}], "structuredContent": sc, "isError": false});
+    let out = try_run(TransformConfig::default(), MemorySink::new(), "report", Some(&schema), v).unwrap();
+    let sc = &out.value["structuredContent"];
+    assert_eq!(sc["title"], "t");
+    assert!(sc["body"].as_str().unwrap().contains("artifact://"), "a long string stays a string, with its stub");
+    assert!(sc["meta"]["tags"].is_array() && sc["meta"]["owner"] == "me");
+    assert!(sc["rows"].as_array().is_some_and(|r| !r.is_empty() && r.len() < 30_000));
+    let pointers: Vec<_> = out.report.artifacts.iter().map(|a| a.pointer.as_str()).collect();
+    for p in ["/structuredContent/body", "/structuredContent/meta/tags", "/structuredContent/rows"] {
+        assert!(pointers.contains(&p), "{p} not offloaded: {pointers:?}");
+    }
+    // Each value is one artifact, whether found in structuredContent or in its text twin.
+    let ids: std::collections::HashSet<_> = out.report.artifacts.iter().map(|a| a.id.as_str()).collect();
+    assert_eq!(ids.len(), 3, "{pointers:?}");
+}
+
+#[test]
+fn a_store_failure_under_an_output_schema_keeps_the_typed_prefix() {
+    let (v, schema) = fastmcp_list(2000);
+    let out = try_run(TransformConfig::default(), Arc::new(FailingSink), "rows", Some(&schema), v).unwrap();
+    assert!(out.value["structuredContent"]["result"].as_array().is_some_and(|r| !r.is_empty() && r.len() < 2000));
+    assert!(out.report.warnings.iter().any(|w| w.message.starts_with("cannot store")));
+}
+
+#[test]
+fn the_clamp_keeps_structured_content_under_an_output_schema() {
+    // Many text blocks, each under the size net, together over the clamp; structuredContent
+    // small. The observation is stored whole, and structuredContent stays beside the link.
+    let blocks: Vec<Value> = (0..8).map(|i| json!({"type": "text", "text": format!("line {i} of plain text\n").repeat(700)})).collect();
+    let schema = json!({"type": "object", "properties": {"count": {"type": "integer"}}, "required": ["count"]});
+    let mut config = TransformConfig::default();
+    config.max_inline_chars = 20_000;
+    let v = json!({"content": blocks, "structuredContent": {"count": 8}, "isError": false});
+    let out = try_run(config.clone(), MemorySink::new(), "t", Some(&schema), v.clone()).unwrap();
+    assert!(out.report.clamped, "{:?} {}", out.report, out.value.to_string().len());
+    assert_eq!(out.value["structuredContent"], json!({"count": 8}));
+    // Without a schema the clamp's replacement is as before: the content only.
+    let out = try_run(config, MemorySink::new(), "t", None, v).unwrap();
+    assert!(out.report.clamped && out.value.get("structuredContent").is_none());
 }
 
 // ---------------------------------------------------------------- L1 resource_link

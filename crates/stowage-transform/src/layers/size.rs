@@ -114,21 +114,24 @@ pub(crate) fn collect_containers(docs: &mut Docs, config: &TransformConfig) -> V
     }
     for d in 0..docs.docs.len() {
         let mut ptr = String::new();
-        containers(&mut docs.docs[d].value, &mut ptr, d, config, &mut out);
+        // A CallToolResult must stay one, and its `content` a list of blocks (clients reject
+        // anything else): their parts are offloaded one by one, and the clamp catches the sum.
+        let keep: &[&str] = if d == 0 && crate::layers::is_call_tool_result(&docs.docs[0].value) { &["", "/content"] } else { &[] };
+        containers(&mut docs.docs[d].value, &mut ptr, d, config, &mut out, keep);
     }
     out
 }
 
 /// Post-order: returns the value's approximate JSON length (after its children were offloaded),
 /// so each node is measured once.
-fn containers(value: &mut Value, ptr: &mut String, doc: usize, config: &TransformConfig, out: &mut Vec<Offload>) -> usize {
+fn containers(value: &mut Value, ptr: &mut String, doc: usize, config: &TransformConfig, out: &mut Vec<Offload>, keep: &[&str]) -> usize {
     let len = ptr.len();
     let size = match value {
         Value::Array(items) => {
             let mut total = 2;
             for (i, item) in items.iter_mut().enumerate() {
                 push_index(ptr, i);
-                total += containers(item, ptr, doc, config, out) + 1;
+                total += containers(item, ptr, doc, config, out, keep) + 1;
                 ptr.truncate(len);
             }
             total
@@ -137,7 +140,7 @@ fn containers(value: &mut Value, ptr: &mut String, doc: usize, config: &Transfor
             let mut total = 2;
             for (k, item) in map.iter_mut() {
                 push_key(ptr, k);
-                total += k.len() + 4 + containers(item, ptr, doc, config, out);
+                total += k.len() + 4 + containers(item, ptr, doc, config, out, keep);
                 ptr.truncate(len);
             }
             total
@@ -149,7 +152,11 @@ fn containers(value: &mut Value, ptr: &mut String, doc: usize, config: &Transfor
         Value::Bool(_) => 5,
         Value::Null => 4,
     };
-    if size > config.size_net.large_json_chars && (value.is_array() || value.is_object()) && !is_offloaded(value) {
+    if size > config.size_net.large_json_chars
+        && (value.is_array() || value.is_object())
+        && !is_offloaded(value)
+        && !keep.contains(&ptr.as_str())
+    {
         let taken = std::mem::take(value);
         let offload = json_offload(&taken, doc, ptr.clone(), config, Layer::SizeNet);
         // The stub that replaces it is small; report that size upwards.

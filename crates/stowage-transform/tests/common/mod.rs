@@ -94,7 +94,29 @@ pub fn try_run(
     let mut input = TransformInput::new(tool, &scope);
     input.output_schema = schema;
     let pipeline = Pipeline::new(config, sink);
-    block_on(pipeline.transform(&input, value))
+    let had_structured = value.get("structuredContent").is_some();
+    let out = block_on(pipeline.transform(&input, value))?;
+    if let Some(schema) = schema {
+        assert_valid_against(schema, &out.value, had_structured);
+    }
+    Ok(out)
+}
+
+/// What a validating client (the Python SDK, the Inspector) checks of a tool result whose tool
+/// declares `schema` as its outputSchema: a result that had structuredContent still has it,
+/// and it validates. `isError` results are not checked (clients do not). Every test run with a
+/// schema goes through this.
+pub fn assert_valid_against(schema: &Value, result: &Value, had_structured: bool) {
+    if result.get("isError") == Some(&Value::Bool(true)) {
+        return;
+    }
+    let Some(sc) = result.get("structuredContent") else {
+        assert!(!had_structured, "structuredContent was dropped by the rewrite: {result}");
+        return;
+    };
+    let validator = jsonschema::validator_for(schema).expect("the test's schema compiles");
+    let errors: Vec<String> = validator.iter_errors(sc).map(|e| format!("{} at {}", e, e.instance_path().as_str())).collect();
+    assert!(errors.is_empty(), "rewritten structuredContent does not validate against its outputSchema: {errors:?}\n{sc}");
 }
 
 impl Run {
