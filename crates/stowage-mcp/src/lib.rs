@@ -33,6 +33,7 @@ mod jsonrpc;
 mod local_tools;
 pub mod metrics;
 pub mod outbox;
+pub mod output_schema;
 pub mod pipeline;
 pub mod rewrite;
 mod router;

@@ -17,6 +17,7 @@ use serde_json::Value;
 use stowage_core::{ArtifactRef, ArtifactSink, PutOptions, StoreError};
 use stowage_transform::{Pipeline, TransformError, TransformInput, TransformOutput};
 
+use crate::output_schema::OutputSchema;
 use crate::rewrite::{CallContext, OffloadError, Offloaded, OffloadedItem, Offloader};
 
 /// Results at least this large are transformed off the async runtime.
@@ -35,7 +36,7 @@ impl PipelineOffloader {
         let failed = |e: TransformError| OffloadError { code: e.code(), message: e.to_string() };
         if raw.len() < OFF_RUNTIME_BYTES {
             let mut input = TransformInput::new(&ctx.tool, &ctx.scope);
-            input.output_schema = ctx.output_schema.as_ref();
+            input.output_schema = ctx.output_schema.as_deref().map(OutputSchema::schema);
             return self.pipeline.transform_json_text(&input, raw).await.map_err(failed);
         }
         // The pool thread drives the pipeline's own awaits (store writes) with the runtime's
@@ -47,7 +48,7 @@ impl PipelineOffloader {
         // (the gateway answers it with an internal error).
         crate::cpu_pool::run(move || {
             let mut input = TransformInput::new(&tool, &scope);
-            input.output_schema = schema.as_ref();
+            input.output_schema = schema.as_deref().map(OutputSchema::schema);
             handle.block_on(pipeline.transform_json_text(&input, raw))
         })
         .await

@@ -11,6 +11,14 @@
 //!
 //! A store failure never falls back to inline base64: the client gets an `isError` result
 //! with the code `artifact_storage_failed`.
+//!
+//! 3. When the tool has an `outputSchema`, the rewritten `structuredContent` is checked
+//!    against it ([`enforce_output_schema`]): clients that validate reject the whole result
+//!    otherwise. The transform already keeps schema-typed positions typed; what still fails
+//!    is repaired (the contract's `assets` moved to `_meta`, a value the rewrite touched
+//!    replaced by the smallest instance its schema accepts), and what cannot be repaired
+//!    becomes an `isError` result that still lists every artifact (clients do not validate
+//!    error results). Never inline base64, never a dropped artifact.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,12 +26,18 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 use stowage_core::{ArtifactRef, ArtifactScope, human_size};
+use stowage_transform::layers::schema::SchemaView;
 use stowage_transform::{Layer, TransformReport};
+
+use crate::output_schema::{OutputSchema, Violation};
 
 /// `_meta` key of the transform stats on every rewritten result.
 pub const TRANSFORM_META_KEY: &str = "io.stowage/transform";
 /// `_meta` key of the assets when the tool's output schema forbids adding `assets`.
 pub const ASSETS_META_KEY: &str = "io.stowage/assets";
+/// Error code of a result whose compact form could not be made to match the tool's output
+/// schema (see [`enforce_output_schema`]).
+pub const OUTPUT_SCHEMA_MISMATCH: &str = "output_schema_mismatch";
 
 /// What the offloader knows about the call.
 #[derive(Debug, Clone)]
@@ -32,7 +46,8 @@ pub struct CallContext {
     pub tool: String,
     pub upstream: String,
     pub scope: ArtifactScope,
-    pub output_schema: Option<Value>,
+    /// The tool's `outputSchema`, compiled (see [`crate::output_schema`]).
+    pub output_schema: Option<Arc<OutputSchema>>,
 }
 
 /// One stored artifact and where it was found.
@@ -122,13 +137,29 @@ impl Rewriter {
             Ok(off) => {
                 let report = off.report.clone();
                 let artifacts = unique_assets(&off.items);
-                let mut value = apply_contract(off, ctx.output_schema.as_ref(), self.links.as_deref());
+                let schema = ctx.output_schema.as_deref();
+                let (mut value, assets_in_structured) = contract(off, schema.map(OutputSchema::schema), self.links.as_deref());
+                // Only a result the rewrite changed is checked: an untouched one is the
+                // upstream's as it sent it, and small calls pay nothing.
+                let changed = !report.artifacts.is_empty() || report.clamped || !report.warnings.is_empty();
+                let check = match schema {
+                    Some(s) if changed => enforce_output_schema(&mut value, s, &touched(&report), assets_in_structured),
+                    _ => SchemaCheck::Unchecked,
+                };
+                if matches!(check, SchemaCheck::Repaired | SchemaCheck::Error) {
+                    tracing::warn!(target: "stowage::call", upstream = %ctx.upstream, tool = %ctx.tool, check = check.as_str(),
+                        "the rewritten structuredContent did not match the tool's outputSchema");
+                }
                 let bytes_out = serde_json::to_vec(&value).map(|v| v.len() as u64).unwrap_or(0);
                 // Exact for what the pipeline returned; what the contract added (a line and a
                 // link per artifact) is estimated, to keep counting off the small-call path.
                 let tokens_out = report.tokens_out + bytes_out.saturating_sub(report.bytes_out).div_ceil(4);
                 let ms = (started.elapsed().as_secs_f64() * 10_000.0).round() / 10.0;
-                set_meta(&mut value, TRANSFORM_META_KEY, summary(&report, bytes_out, tokens_out, artifacts, ms));
+                let mut stats = summary(&report, bytes_out, tokens_out, artifacts, ms);
+                if let Some(c) = check.meta() {
+                    stats["outputSchema"] = json!(c);
+                }
+                set_meta(&mut value, TRANSFORM_META_KEY, stats);
                 let tokens_in = report.tokens_in;
                 Rewritten { value, report: Some(report), error: None, bytes_in: raw_len, bytes_out, tokens_in, tokens_out, artifacts }
             }
@@ -185,6 +216,19 @@ fn summary(report: &TransformReport, bytes_out: u64, tokens_out: u64, artifacts:
     }
     if report.clamped {
         s["clamped"] = json!(true);
+    }
+    // Values kept in place in part (typed prefixes in structuredContent): where, how much, and
+    // which artifact has the rest.
+    let partial: Vec<Value> = report
+        .artifacts
+        .iter()
+        .filter_map(|a| {
+            let p = a.partial?;
+            Some(json!({"pointer": a.pointer, "artifact": a.id, "kept": p.kept, "total": p.total}))
+        })
+        .collect();
+    if !partial.is_empty() {
+        s["partial"] = Value::Array(partial);
     }
     if !report.warnings.is_empty() {
         s["warnings"] = json!(report.warnings.len());
@@ -249,9 +293,15 @@ pub fn kind_of(mime: Option<&str>) -> &'static str {
 
 /// Builds the contract's three parts for every offloaded item.
 pub fn apply_contract(off: Offloaded, output_schema: Option<&Value>, links: Option<&dyn LinkMinter>) -> Value {
+    contract(off, output_schema, links).0
+}
+
+/// [`apply_contract`], and whether `assets` went into `structuredContent` (rather than
+/// `_meta`).
+fn contract(off: Offloaded, output_schema: Option<&Value>, links: Option<&dyn LinkMinter>) -> (Value, bool) {
     let Offloaded { mut value, items, .. } = off;
     if items.is_empty() {
-        return value;
+        return (value, false);
     }
     let mut assets = Vec::new();
     // Blocks to put in the content list: (position, blocks). A removed typed block (pointer
@@ -260,7 +310,7 @@ pub fn apply_contract(off: Offloaded, output_schema: Option<&Value>, links: Opti
     let mut inserts: Vec<(usize, bool, Vec<Value>)> = Vec::new();
     let content_len = value.get("content").and_then(Value::as_array).map_or(0, Vec::len);
     let mut seen = std::collections::HashSet::new();
-    let mut fixups: Vec<(String, String, String, String)> = Vec::new();
+    let mut fixups: Vec<Fixup> = Vec::new();
     for item in &items {
         // The same bytes found twice (structuredContent and its JSON text twin) are one asset.
         if !seen.insert(item.reference.id.clone()) {
@@ -272,19 +322,17 @@ pub fn apply_contract(off: Offloaded, output_schema: Option<&Value>, links: Opti
             None => (r.uri.clone(), r.expires_at.and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())),
         };
         let name = r.filename.clone().unwrap_or_else(|| r.id.to_string());
-        // The signed URL is long (a token): it is in the resource_link and assets[] once, the
-        // text only says that it exists and until when.
+        // One line per artifact, and it carries the download link when there is one (a host
+        // that shows the model text only still gets it).
         let mut text = item.summary.clone();
         if let Some(m) = &r.mime_type
             && !text.contains(m.as_str())
         {
             text.push_str(&format!(" [{m}]"));
         }
-        if uri != r.uri {
-            match &expires {
-                Some(exp) => text.push_str(&format!(" Download link in the resource_link (expires {exp}).")),
-                None => text.push_str(" Download link in the resource_link."),
-            }
+        let download = (uri != r.uri).then(|| download_note(&uri, expires.as_deref()));
+        if let Some(d) = &download {
+            text.push_str(d);
         }
         let mut link = json!({
             "type": "resource_link",
@@ -299,7 +347,7 @@ pub fn apply_contract(off: Offloaded, output_schema: Option<&Value>, links: Opti
         let blocks = vec![json!({"type": "text", "text": text}), link];
         if existing_link(&value, &r.uri).is_some() {
             // The offloader already wrote this artifact's link; fixed up after the inserts.
-            fixups.push((r.uri.clone(), uri.clone(), item.summary.clone(), text));
+            fixups.push(Fixup { artifact_uri: r.uri.clone(), uri: uri.clone(), summary: item.summary.clone(), text, download });
         } else {
             match content_position(&item.pointer) {
                 Some((k, whole)) if k < content_len => inserts.push((k, whole, blocks)),
@@ -343,21 +391,29 @@ pub fn apply_contract(off: Offloaded, output_schema: Option<&Value>, links: Opti
             }
         }
         content.extend(tail);
-        // Links the offloader wrote: point them at the download URL, and make sure the
-        // summary line sits right before each.
-        for (artifact_uri, uri, summary, text) in fixups {
-            let Some(k) = content.iter().position(|b| b["type"] == "resource_link" && b["uri"] == artifact_uri.as_str()) else {
+        // Links the offloader wrote: point them at the download URL, and make sure exactly one
+        // line before each says what it is.
+        for f in fixups {
+            let Some(k) = content.iter().position(|b| b["type"] == "resource_link" && b["uri"] == f.artifact_uri.as_str()) else {
                 continue;
             };
-            content[k]["uri"] = json!(uri);
-            let signed = uri != artifact_uri;
+            content[k]["uri"] = json!(f.uri);
             let before = k.checked_sub(1).and_then(|i| content[i]["text"].as_str());
-            if before == Some(summary.as_str()) {
-                content[k - 1]["text"] = json!(text);
-            } else if signed || before.is_none_or(|t| !t.contains(&summary)) {
-                // A stub inside the JSON text before the link already says it all, unless
-                // there is a download link to announce.
-                content.insert(k, json!({"type": "text", "text": text}));
+            match before {
+                // The offloader's own line for this artifact (a typed block's stub): it stays
+                // the one line, and carries the download link.
+                Some(t) if t == f.summary || is_stub_line(t, &f.summary) => {
+                    let line = match &f.download {
+                        Some(_) if t == f.summary => f.text.clone(),
+                        Some(d) => format!("{t}{d}"),
+                        None => t.to_owned(),
+                    };
+                    content[k - 1]["text"] = json!(line);
+                }
+                // A stub inside the JSON text before the link already names the artifact,
+                // unless there is a download link to give.
+                Some(t) if f.download.is_none() && t.contains(&f.summary) => {}
+                _ => content.insert(k, json!({"type": "text", "text": f.text})),
             }
         }
     } else if let Some(obj) = value.as_object_mut() {
@@ -368,15 +424,196 @@ pub fn apply_contract(off: Offloaded, output_schema: Option<&Value>, links: Opti
     let assets = Value::Array(assets);
     let schema_allows = output_schema.is_none_or(schema_accepts_assets);
     match value.get_mut("structuredContent") {
-        Some(Value::Object(sc)) if schema_allows => {
+        // Never over a key of the tool's own.
+        Some(Value::Object(sc)) if schema_allows && !sc.contains_key("assets") => {
             sc.insert("assets".into(), assets);
+            return (value, true);
         }
         None if output_schema.is_none() => {
             value["structuredContent"] = json!({"assets": assets});
+            return (value, true);
         }
         _ => set_meta(&mut value, ASSETS_META_KEY, assets),
     }
-    value
+    (value, false)
+}
+
+/// A link the offloader already wrote, and the line that should stand before it.
+struct Fixup {
+    artifact_uri: String,
+    uri: String,
+    summary: String,
+    /// The whole line, as written for a new link.
+    text: String,
+    /// ` Download: <url> (expires …)` when there is a download link.
+    download: Option<String>,
+}
+
+/// The download part of an artifact's line.
+fn download_note(url: &str, expires: Option<&str>) -> String {
+    match expires {
+        Some(exp) => format!(" Download: {url} (expires {exp})"),
+        None => format!(" Download: {url}"),
+    }
+}
+
+/// Whether `text` is the transform's one-line stub for the artifact with `summary` (summary,
+/// then the bracketed details): a line of its own, not JSON that contains it.
+fn is_stub_line(text: &str, summary: &str) -> bool {
+    let head = stowage_transform::stub::one_line(summary, 240);
+    text.strip_prefix(head.as_str()).is_some_and(|rest| rest.starts_with(" [") && !rest.contains('\n'))
+}
+
+/// What checking a rewritten result against the tool's output schema came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchemaCheck {
+    /// Not checked: no schema, or the rewrite changed nothing.
+    Unchecked,
+    Valid,
+    /// `assets` did not fit the schema and went to `_meta` instead.
+    AssetsMoved,
+    /// Positions the rewrite touched were replaced by the smallest values their schema accepts.
+    Repaired,
+    /// The upstream's own result does not validate, where the rewrite did not touch it: it is
+    /// relayed as it is (not the gateway's to fix).
+    UpstreamInvalid,
+    /// No valid compact form: the result became an `isError` result listing every artifact.
+    Error,
+}
+
+impl SchemaCheck {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SchemaCheck::Unchecked => "unchecked",
+            SchemaCheck::Valid => "valid",
+            SchemaCheck::AssetsMoved => "assets_moved",
+            SchemaCheck::Repaired => "repaired",
+            SchemaCheck::UpstreamInvalid => "upstream_invalid",
+            SchemaCheck::Error => "error",
+        }
+    }
+
+    /// What `_meta` says about it: nothing when it was checked and fine, or not checked.
+    fn meta(self) -> Option<&'static str> {
+        (!matches!(self, SchemaCheck::Unchecked | SchemaCheck::Valid)).then(|| self.as_str())
+    }
+}
+
+/// Pointers (relative to `structuredContent`) of what the transform changed there; `""` when
+/// it may have changed anything (the clamp).
+fn touched(report: &TransformReport) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let pointers = report.artifacts.iter().map(|a| a.pointer.as_str()).chain(report.warnings.iter().filter_map(|w| w.pointer.as_deref()));
+    for p in pointers {
+        if p.is_empty() {
+            out.push(String::new());
+        } else if let Some(rel) = p.strip_prefix("/structuredContent")
+            && (rel.is_empty() || rel.starts_with('/'))
+        {
+            out.push(rel.to_owned());
+        }
+    }
+    if report.clamped {
+        out.push(String::new());
+    }
+    out
+}
+
+/// Whether a violation at `at` can come from a change at `touched` (one contains the other).
+fn related(touched: &str, at: &str) -> bool {
+    let within = |outer: &str, inner: &str| inner == outer || inner.strip_prefix(outer).is_some_and(|r| r.starts_with('/'));
+    touched.is_empty() || at.is_empty() || within(touched, at) || within(at, touched)
+}
+
+/// Makes the rewritten `structuredContent` of `value` validate against `schema` (see the
+/// module docs): `touched` are the positions the rewrite changed, `assets_added` whether the
+/// contract put `assets` there.
+pub fn enforce_output_schema(value: &mut Value, schema: &OutputSchema, touched: &[String], assets_added: bool) -> SchemaCheck {
+    if value.get("isError") == Some(&Value::Bool(true)) || schema.compile_error().is_some() {
+        return SchemaCheck::Unchecked;
+    }
+    let Some(sc) = value.get("structuredContent") else { return SchemaCheck::Unchecked };
+    if schema.is_valid(sc) {
+        return SchemaCheck::Valid;
+    }
+    if assets_added && let Some(assets) = value["structuredContent"].as_object_mut().and_then(|m| m.remove("assets")) {
+        set_meta(value, ASSETS_META_KEY, assets);
+        if schema.is_valid(&value["structuredContent"]) {
+            return SchemaCheck::AssetsMoved;
+        }
+    }
+    let view = SchemaView::new(schema.schema());
+    let mut last: Option<Violation> = None;
+    // A few rounds: a repair can uncover the next violation below it.
+    for round in 0..4 {
+        let violations = schema.violations(&value["structuredContent"], 32);
+        let Some(first) = violations.first().cloned() else { return SchemaCheck::Repaired };
+        let ours: Vec<&Violation> = violations.iter().filter(|v| touched.iter().any(|t| related(t, &v.pointer))).collect();
+        if ours.is_empty() {
+            return if round == 0 { SchemaCheck::UpstreamInvalid } else { SchemaCheck::Repaired };
+        }
+        last = Some(first);
+        let mut changed = false;
+        for v in ours {
+            let sc = &value["structuredContent"];
+            let Some(minimal) = view.minimal_instance(&view.at(sc, &v.pointer)) else { continue };
+            let Some(slot) = value["structuredContent"].pointer_mut(&v.pointer) else { continue };
+            changed |= repair(slot, minimal);
+        }
+        if !changed {
+            break;
+        }
+    }
+    if schema.is_valid(&value["structuredContent"]) {
+        return SchemaCheck::Repaired;
+    }
+    let why = last.map_or_else(|| "it does not validate".to_owned(), |v| v.to_string());
+    schema_error_result(value, &why);
+    SchemaCheck::Error
+}
+
+/// Puts `minimal` at `slot`: an object only gets the members it lacks (what it has may be
+/// fine), anything else is replaced. Whether anything changed.
+fn repair(slot: &mut Value, minimal: Value) -> bool {
+    match (slot, minimal) {
+        (Value::Object(have), Value::Object(need)) => {
+            let mut changed = false;
+            for (k, v) in need {
+                if !have.contains_key(&k) {
+                    have.insert(k, v);
+                    changed = true;
+                }
+            }
+            changed
+        }
+        (slot, minimal) if *slot != minimal => {
+            *slot = minimal;
+            true
+        }
+        _ => false,
+    }
+}
+
+/// The last resort: an `isError` result (clients do not validate those against the output
+/// schema) that keeps every line and link, says why first, and drops the structuredContent
+/// that does not fit.
+fn schema_error_result(value: &mut Value, why: &str) {
+    let message = format!(
+        "The compact form of this result does not match the tool's outputSchema ({why}), so it is returned as an error; \
+         the heavy parts are stored as the artifacts listed here."
+    );
+    if let Some(obj) = value.as_object_mut() {
+        obj.remove("structuredContent");
+        obj.insert("isError".into(), Value::Bool(true));
+        let line = json!({"type": "text", "text": format!("{OUTPUT_SCHEMA_MISMATCH}: {message}")});
+        match obj.get_mut("content").and_then(Value::as_array_mut) {
+            Some(content) => content.insert(0, line),
+            None => {
+                obj.insert("content".into(), json!([line]));
+            }
+        }
+    }
+    set_meta(value, "io.stowage/error", json!({"code": OUTPUT_SCHEMA_MISMATCH, "message": message}));
 }
 
 /// The index in `content` of the `resource_link` block that points at `artifact_uri`.
@@ -503,5 +740,109 @@ mod tests {
         assert_eq!(v["isError"], true);
         assert_eq!(v["structuredContent"]["error"]["code"], "artifact_storage_failed");
         assert!(v["content"][0]["text"].as_str().unwrap().starts_with("artifact_storage_failed: "));
+    }
+
+    /// A typed block: the pipeline wrote its stub line and a link. With a download link there
+    /// is still one line for the one artifact, and it carries the link; `_meta` counts one.
+    #[test]
+    fn one_offloaded_item_is_one_line_with_its_link() {
+        let it = item("/content/1", "image/png");
+        let r = &it.reference;
+        let stub = format!("{} [{}, image/png, sha256:abababababab]", it.summary, r.uri);
+        let link = json!({"type":"resource_link","uri": r.uri, "name":"x"});
+        let off = Offloaded {
+            value: json!({"content": [{"type":"text","text":"Here it is:"}, {"type":"text","text": stub}, link]}),
+            items: vec![it.clone()],
+            report: TransformReport::default(),
+        };
+        let v = apply_contract(off, None, Some(&FixedLinks));
+        let content = v["content"].as_array().unwrap();
+        let lines: Vec<&str> = content.iter().filter_map(|b| b["text"].as_str()).filter(|t| t.contains("t_abababababababab")).collect();
+        assert_eq!(lines.len(), 1, "{v}");
+        assert!(lines[0].starts_with(&stub), "{}", lines[0]);
+        assert!(
+            lines[0].ends_with(" Download: http://gw/artifacts/t_abababababababab?token=t (expires 2026-11-22T09:00:00Z)"),
+            "{}",
+            lines[0]
+        );
+        assert_eq!(content.len(), 3);
+        assert_eq!(content[2]["uri"], "http://gw/artifacts/t_abababababababab?token=t");
+        // Without links: the stub line as it was, one line.
+        let off = Offloaded {
+            value: json!({"content": [{"type":"text","text": stub.clone()}, {"type":"resource_link","uri": r.uri, "name":"x"}]}),
+            items: vec![it],
+            report: TransformReport::default(),
+        };
+        let v = apply_contract(off, None, None);
+        assert_eq!(v["content"].as_array().unwrap().len(), 2, "{v}");
+        assert_eq!(v["content"][0]["text"], stub.as_str());
+    }
+
+    #[test]
+    fn a_tools_own_assets_key_is_never_overwritten() {
+        let off = Offloaded {
+            value: json!({"content": [], "structuredContent": {"assets": ["mine"]}}),
+            items: vec![item("/structuredContent/blob", "application/pdf")],
+            report: TransformReport::default(),
+        };
+        let v = apply_contract(off, None, None);
+        assert_eq!(v["structuredContent"]["assets"], json!(["mine"]));
+        assert_eq!(v["_meta"][ASSETS_META_KEY][0]["kind"], "file");
+    }
+
+    fn rows_schema() -> OutputSchema {
+        OutputSchema::compile(
+            json!({"type": "object", "properties": {"result": {"type": "array", "items": {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}},
+            "n": {"type": "integer"}}, "required": ["result"]}),
+        )
+    }
+
+    #[test]
+    fn assets_that_break_the_schema_move_to_meta() {
+        let schema =
+            OutputSchema::compile(json!({"type": "object", "properties": {"n": {"type": "integer"}}, "unevaluatedProperties": false}));
+        let mut v = json!({"content": [], "structuredContent": {"n": 1, "assets": [{"id": "x"}]}});
+        assert_eq!(enforce_output_schema(&mut v, &schema, &["/blob".into()], true), SchemaCheck::AssetsMoved);
+        assert_eq!(v["structuredContent"], json!({"n": 1}));
+        assert_eq!(v["_meta"][ASSETS_META_KEY][0]["id"], "x");
+    }
+
+    #[test]
+    fn touched_positions_are_repaired_to_what_the_schema_accepts() {
+        let schema = rows_schema();
+        // The rewrite left an object where an array must be.
+        let mut v = json!({"content": [], "structuredContent": {"result": {"$artifact": {}}, "n": 3}});
+        assert_eq!(enforce_output_schema(&mut v, &schema, &["/result".into()], false), SchemaCheck::Repaired);
+        assert_eq!(v["structuredContent"], json!({"result": [], "n": 3}));
+        assert!(schema.is_valid(&v["structuredContent"]));
+        // An item lost a required member: only that member is added.
+        let mut v = json!({"content": [], "structuredContent": {"result": [{"id": 1}, {"x": 2}]}});
+        assert_eq!(enforce_output_schema(&mut v, &schema, &["/result/1/x".into()], false), SchemaCheck::Repaired);
+        assert_eq!(v["structuredContent"]["result"][1], json!({"x": 2, "id": 0}));
+    }
+
+    #[test]
+    fn an_upstreams_own_invalid_result_is_left_alone() {
+        let schema = rows_schema();
+        let mut v = json!({"content": [], "structuredContent": {"result": [], "n": "three"}});
+        let before = v.clone();
+        assert_eq!(enforce_output_schema(&mut v, &schema, &["/result".into()], false), SchemaCheck::UpstreamInvalid);
+        assert_eq!(v, before);
+    }
+
+    #[test]
+    fn what_cannot_be_repaired_becomes_an_error_result_that_keeps_its_artifacts() {
+        // `contains` cannot be met by a smallest instance.
+        let schema = OutputSchema::compile(
+            json!({"type": "object", "properties": {"xs": {"type": "array", "contains": {"const": 7}}}, "required": ["xs"]}),
+        );
+        let mut v = json!({"content": [{"type": "text", "text": "JSON array stored as artifact://t_1"}, {"type": "resource_link", "uri": "artifact://t_1", "name": "t_1"}],
+            "structuredContent": {"xs": [1, 2]}});
+        assert_eq!(enforce_output_schema(&mut v, &schema, &["/xs".into()], false), SchemaCheck::Error);
+        assert_eq!(v["isError"], true);
+        assert!(v.get("structuredContent").is_none());
+        assert!(v["content"][0]["text"].as_str().unwrap().starts_with("output_schema_mismatch: "), "{v}");
+        assert_eq!(v["content"][2]["uri"], "artifact://t_1", "the artifact is still there");
+        assert_eq!(v["_meta"]["io.stowage/error"]["code"], OUTPUT_SCHEMA_MISMATCH);
     }
 }

@@ -9,8 +9,11 @@
 //! by template prefix, then — with a single upstream — to it.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use serde_json::Value;
+
+use crate::output_schema::OutputSchema;
 
 /// One upstream's lists, as last fetched.
 #[derive(Debug, Clone, Default)]
@@ -20,6 +23,9 @@ pub struct UpstreamLists {
     pub prompts: Vec<Value>,
     pub resources: Vec<Value>,
     pub templates: Vec<Value>,
+    /// Each tool's compiled `outputSchema`, by the tool's own name (compiled when the list
+    /// was fetched, not per call).
+    pub output_schemas: HashMap<String, Arc<OutputSchema>>,
 }
 
 /// A tool or prompt as the client sees it.
@@ -30,6 +36,8 @@ pub struct Exposed {
     pub original: String,
     /// The definition with `name` replaced by the exposed name.
     pub def: Value,
+    /// A tool's compiled `outputSchema`, when it declares one.
+    pub output_schema: Option<Arc<OutputSchema>>,
 }
 
 /// The routing table built from every upstream's lists.
@@ -52,6 +60,9 @@ impl Catalog {
         let (tools, tool_index) = expose(lists, |l| &l.tools, "tool", prefix, separator, &mut c.collisions);
         let (prompts, prompt_index) = expose(lists, |l| &l.prompts, "prompt", prefix, separator, &mut c.collisions);
         c.tools = tools;
+        for t in &mut c.tools {
+            t.output_schema = lists[t.upstream].output_schemas.get(&t.original).cloned();
+        }
         c.tool_index = tool_index;
         c.prompts = prompts;
         c.prompt_index = prompt_index;
@@ -131,7 +142,7 @@ fn expose(
             if let Some(obj) = def.as_object_mut() {
                 obj.insert("name".into(), Value::String(name.clone()));
             }
-            out.push(Exposed { name, upstream: i, original: original.to_owned(), def });
+            out.push(Exposed { name, upstream: i, original: original.to_owned(), def, output_schema: None });
         }
     }
     let index = out.iter().enumerate().map(|(k, e)| (e.name.clone(), k)).collect();

@@ -216,17 +216,12 @@ impl Gateway {
         // A task handle (the call runs on as a task): relayed as it is, and its id remembered
         // so tasks/result finds its way back and is rewritten then.
         if task_requested && let Some(task_id) = task_id_of(&raw) {
-            self.remember_task(&task_id, tool.upstream, session, &tool.original, tool.def.get("outputSchema").cloned());
+            self.remember_task(&task_id, tool.upstream, session, &tool.original, tool.output_schema.clone());
             guard.finish(CallOutcome::Ok, None, [raw.len() as u64, raw.len() as u64, 0, 0], 0);
             reply.result = Some(raw);
             return Ok(CallReply::Relayed(reply));
         }
-        let ctx = CallContext {
-            tool: tool.original.clone(),
-            upstream: upstream.clone(),
-            scope,
-            output_schema: tool.def.get("outputSchema").cloned(),
-        };
+        let ctx = CallContext { tool: tool.original.clone(), upstream: upstream.clone(), scope, output_schema: tool.output_schema.clone() };
         let (result, report) = self.rewrite_result(call, &owner, &name, &ctx, raw, &mut guard).await;
         Ok(CallReply::Rewritten(result, report))
     }

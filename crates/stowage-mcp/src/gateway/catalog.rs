@@ -11,6 +11,7 @@ use super::Gateway;
 use crate::error::GatewayError;
 use crate::jsonrpc::Message;
 use crate::outbox::Outbox;
+use crate::output_schema::OutputSchema;
 use crate::router::{Catalog, UpstreamLists};
 use crate::session::Session;
 use crate::upstream::result_value;
@@ -113,6 +114,7 @@ impl Gateway {
                 }
             }
         }
+        fresh.output_schemas = compile_output_schemas(u.name(), &fresh.tools);
         let catalog = {
             let mut lists = self.lists.lock();
             lists[index] = fresh;
@@ -123,6 +125,21 @@ impl Gateway {
         }
         *self.catalog.write() = Arc::new(catalog);
     }
+}
+
+/// Compiles the `outputSchema` of every tool that declares one, once per fetched list: the
+/// rewrite checks each result against it (see [`crate::output_schema`]).
+fn compile_output_schemas(upstream: &str, tools: &[Value]) -> std::collections::HashMap<String, Arc<OutputSchema>> {
+    let mut out = std::collections::HashMap::new();
+    for t in tools {
+        let (Some(name), Some(schema)) = (t.get("name").and_then(Value::as_str), t.get("outputSchema")) else { continue };
+        let compiled = OutputSchema::compile(schema.clone());
+        if let Some(e) = compiled.compile_error() {
+            tracing::warn!(target: "stowage::upstream", upstream, tool = name, "outputSchema does not compile, results are relayed unchecked: {e}");
+        }
+        out.insert(name.to_owned(), Arc::new(compiled));
+    }
+    out
 }
 
 /// Keeps upstream `index`'s part of the catalog fresh, until the gateway is gone: refreshes

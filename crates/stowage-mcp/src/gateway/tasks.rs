@@ -13,6 +13,7 @@ use super::Gateway;
 use crate::error::GatewayError;
 use crate::jsonrpc::Message;
 use crate::outbox::Outbox;
+use crate::output_schema::OutputSchema;
 use crate::rewrite::CallContext;
 use crate::session::Session;
 
@@ -25,7 +26,7 @@ pub(super) struct TaskRoute {
     upstream: usize,
     owner: (Option<String>, Option<String>),
     tool: String,
-    output_schema: Option<Value>,
+    output_schema: Option<Arc<OutputSchema>>,
 }
 
 #[derive(Default)]
@@ -35,7 +36,7 @@ pub(super) struct Tasks {
 }
 
 impl Gateway {
-    pub(super) fn remember_task(&self, id: &str, upstream: usize, session: &Session, tool: &str, output_schema: Option<Value>) {
+    pub(super) fn remember_task(&self, id: &str, upstream: usize, session: &Session, tool: &str, output_schema: Option<Arc<OutputSchema>>) {
         let owner = (session.scope.tenant_id.clone(), session.scope.user_id.clone());
         let mut t = self.tasks.lock();
         if t.routes.insert(id.to_owned(), TaskRoute { upstream, owner, tool: tool.to_owned(), output_schema }).is_none() {

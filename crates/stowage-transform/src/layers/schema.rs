@@ -438,10 +438,11 @@ impl<'a> SchemaView<'a> {
         for p in parents {
             match (p.get("prefixItems").and_then(|t| t.get(index)), p.get("items")) {
                 (Some(s), _) => self.expand(s, &mut out, 0),
-                (None, Some(Value::Array(tuple))) => match tuple.get(index).or_else(|| p.get("additionalItems")) {
-                    Some(s) => self.expand(s, &mut out, 0),
-                    None => {}
-                },
+                (None, Some(Value::Array(tuple))) => {
+                    if let Some(s) = tuple.get(index).or_else(|| p.get("additionalItems")) {
+                        self.expand(s, &mut out, 0)
+                    }
+                }
                 (None, Some(s)) => self.expand(s, &mut out, 0),
                 _ => {}
             }
