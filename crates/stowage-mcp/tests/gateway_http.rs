@@ -562,3 +562,47 @@ async fn four_parallel_100_mb_requests_do_not_reach_a_gigabyte() {
     assert!(grew < 300, "the process grew by {grew} MB for four refused 100 MB requests");
     gw.shutdown();
 }
+
+/// Mints download links the way `stowage serve` does (a URL on the gateway with a token), so
+/// the contract can be seen with links on.
+struct TestLinks(String);
+
+impl stowage_mcp::rewrite::LinkMinter for TestLinks {
+    fn link(&self, a: &stowage_core::ArtifactRef) -> Option<(String, String)> {
+        Some((format!("{}/artifacts/{}?token=t", self.0, a.id), "2026-11-23T15:00:00Z".into()))
+    }
+}
+
+/// Over HTTP with links, one offloaded item is one line, and that line carries the download
+/// link; one resource_link; `_meta` counts one artifact for one asset. For a typed image block
+/// (the transform writes its own stub line), a JSON list in structuredContent and its text
+/// twin, and base64 inside JSON text.
+#[tokio::test]
+async fn over_http_one_offloaded_item_is_one_line_carrying_its_link() {
+    let mut rw = rewriter(Arc::new(MemSink::default()));
+    rw.links = Some(Arc::new(TestLinks("http://gw.test".into())));
+    let gw =
+        common::start_gateway(vec![fixture_spec("fx", None, Duration::from_secs(20))], rw, fast_config(), stowage_mcp::SessionMode::Shared)
+            .await;
+    let addr = stowage_mcp::run::spawn_http(gw.clone(), "127.0.0.1:0").await.unwrap();
+    let url = format!("http://{addr}/mcp");
+    let sid = initialize(&url).await;
+    for (i, (tool, args)) in
+        [("get_image", json!({})), ("get_rows_structured", json!({"n": 2000})), ("get_view_pdf", json!({}))].into_iter().enumerate()
+    {
+        let (_, _, msgs) = post(&url, Some(&sid), BOTH, rpc(10 + i as u64, "tools/call", json!({"name": tool, "arguments": args}))).await;
+        let result = &msgs.last().unwrap()["result"];
+        let assets = result["structuredContent"]["assets"].as_array().unwrap_or_else(|| panic!("{tool}: {result}"));
+        assert_eq!(assets.len(), 1, "{tool}");
+        let id = assets[0]["id"].as_str().unwrap();
+        let link = format!("http://gw.test/artifacts/{id}?token=t");
+        let blocks = result["content"].as_array().unwrap();
+        let lines: Vec<&str> = blocks.iter().filter_map(|b| b["text"].as_str()).filter(|t| t.contains(id) && !t.starts_with('{')).collect();
+        assert_eq!(lines.len(), 1, "{tool}: {lines:#?}");
+        assert!(lines[0].contains(&format!("Download: {link} (expires 2026-11-23T15:00:00Z)")), "{tool}: {}", lines[0]);
+        let links: Vec<_> = blocks.iter().filter(|b| b["type"] == "resource_link").collect();
+        assert_eq!(links.len(), 1, "{tool}");
+        assert_eq!(links[0]["uri"], link.as_str());
+        assert_eq!(result["_meta"]["io.stowage/transform"]["artifacts"], 1, "{tool}");
+    }
+}

@@ -98,6 +98,40 @@ async fn output_schema_still_validates_after_rewriting() {
     assert_eq!(assets.len(), 1);
 }
 
+/// FastMCP's `list[dict]` shape: `structuredContent.result` is typed as an array. Offloaded,
+/// it stays an array (a prefix of whole rows) that validates (`Client::call` checks every
+/// result against its tool's outputSchema), the rows are stored whole in one artifact, one
+/// line says "N of 2000", and `_meta` counts one artifact and says how much was kept.
+#[tokio::test]
+async fn a_big_list_stays_a_list_that_validates_with_one_line_and_one_artifact() {
+    let sink = Arc::new(MemSink::default());
+    let c = one_fixture(sink.clone()).await;
+    let r = c.call("get_rows_structured", json!({"n": 2000})).await;
+    let result = &r["result"];
+    let rows = result["structuredContent"]["result"].as_array().expect("still an array");
+    assert!(!rows.is_empty() && rows.len() < 2000, "{}", rows.len());
+    assert_eq!(rows[0], json!({"id": 0, "name": "row 0", "note": "lorem ipsum dolor"}));
+    let meta = &result["_meta"]["io.stowage/transform"];
+    assert_eq!(meta["artifacts"], 1, "{meta}");
+    assert_eq!(meta["partial"][0]["kept"], rows.len());
+    assert_eq!(meta["partial"][0]["total"], 2000);
+    assert_eq!(meta["partial"][0]["pointer"], "/structuredContent/result");
+    assert!(meta.get("outputSchema").is_none(), "valid as rewritten, nothing to repair: {meta}");
+    let assets = result["structuredContent"]["assets"].as_array().unwrap();
+    assert_eq!(assets.len(), 1);
+    let id = assets[0]["id"].as_str().unwrap();
+    let lines: Vec<String> = texts(result).into_iter().filter(|t| t.contains(id)).collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains(&format!("{} of 2000 items are kept in place", rows.len())), "{}", lines[0]);
+    let stored: Value = serde_json::from_slice(&sink.items.lock().unwrap()[id].0).unwrap();
+    assert_eq!(stored.as_array().unwrap().len(), 2000, "the artifact holds every row");
+    assert!(r.to_string().len() < 8_000, "{}", r.to_string().len());
+    // A small list passes untouched, and is not checked (nothing was rewritten).
+    let r = c.call("get_rows_structured", json!({"n": 3})).await;
+    assert_eq!(r["result"]["structuredContent"]["result"].as_array().unwrap().len(), 3);
+    assert_eq!(r["result"]["_meta"]["io.stowage/transform"]["artifacts"], 0);
+}
+
 #[tokio::test]
 async fn store_failure_is_an_error_result_never_base64() {
     let sink = Arc::new(MemSink { fail: true, ..Default::default() });

@@ -71,6 +71,8 @@ pub async fn start_gateway(specs: Vec<UpstreamSpec>, rewriter: Rewriter, config:
 pub struct Client {
     pub rpc: RpcClient,
     pub gateway: Arc<Gateway>,
+    /// Every tool's outputSchema, as this client was told by tools/list (fetched once).
+    schemas: tokio::sync::OnceCell<std::collections::HashMap<String, serde_json::Value>>,
 }
 
 impl std::ops::Deref for Client {
@@ -81,6 +83,29 @@ impl std::ops::Deref for Client {
 }
 
 impl Client {
+    /// `tools/call`, checked as a validating client checks it: a result of a tool that
+    /// declares an outputSchema must validate against it (see [`assert_matches_output_schema`]).
+    /// Every test that calls tools through this client gets the check.
+    pub async fn call(&self, tool: &str, args: serde_json::Value) -> serde_json::Value {
+        let response = self.rpc.call(tool, args).await;
+        let schemas = self
+            .schemas
+            .get_or_init(|| async {
+                let list = self.rpc.request("tools/list", serde_json::json!({})).await;
+                list["result"]["tools"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|t| Some((t["name"].as_str()?.to_owned(), t.get("outputSchema")?.clone())))
+                    .collect()
+            })
+            .await;
+        if let (Some(schema), Some(result)) = (schemas.get(tool), response.get("result")) {
+            assert_matches_output_schema(schema, result);
+        }
+        response
+    }
+
     pub async fn start(
         specs: Vec<UpstreamSpec>,
         sink: Arc<dyn ArtifactSink>,
@@ -113,7 +138,7 @@ impl Client {
         let rpc = RpcClient::connect(cr, cw, on_request);
         let init = rpc.initialize("2025-06-18", capabilities).await;
         assert_eq!(init["result"]["protocolVersion"], "2025-06-18", "{init}");
-        Client { rpc, gateway }
+        Client { rpc, gateway, schemas: tokio::sync::OnceCell::new() }
     }
 }
 
@@ -152,4 +177,18 @@ pub fn require_peer(rel: &str) -> Option<std::path::PathBuf> {
     }
     eprintln!("\n!!!!!!!! SKIPPED: {msg} !!!!!!!!\n");
     None
+}
+
+/// What the Python SDK and the Inspector check of a `tools/call` result whose tool declares
+/// `schema` as its outputSchema: unless it is an `isError` result, it has structuredContent
+/// and that validates (with the `jsonschema` crate, as the gateway itself checks).
+pub fn assert_matches_output_schema(schema: &serde_json::Value, result: &serde_json::Value) {
+    if result.get("isError") == Some(&serde_json::Value::Bool(true)) {
+        return;
+    }
+    let sc =
+        result.get("structuredContent").unwrap_or_else(|| panic!("a tool with an outputSchema returned no structuredContent: {result}"));
+    let validator = jsonschema::validator_for(schema).expect("the tool's outputSchema compiles");
+    let errors: Vec<String> = validator.iter_errors(sc).map(|e| format!("{}: {e}", e.instance_path().as_str())).collect();
+    assert!(errors.is_empty(), "structuredContent does not validate against the tool's outputSchema: {errors:?}\n{sc}");
 }

@@ -153,6 +153,13 @@ impl Handler for Fixture {
                     "outputSchema": {"type": "object", "additionalProperties": false, "required": ["title", "pdf"],
                         "properties": {"title": {"type": "string"}, "pdf": {"type": "string"}}},
                 },
+                {
+                    // What FastMCP declares for a tool returning `list[dict]`.
+                    "name": "get_rows_structured",
+                    "inputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}},
+                    "outputSchema": {"type": "object", "required": ["result"], "x-fastmcp-wrap-result": true,
+                        "properties": {"result": {"type": "array", "items": {"type": "object", "additionalProperties": true}}}},
+                },
                 tool("slow", json!({"ms": {"type": "integer"}})),
                 tool("crash", json!({})),
                 tool("hang", json!({})),
@@ -218,6 +225,12 @@ impl Handler for Fixture {
                 "get_report_structured" => {
                     let sc = json!({"title": "Q3", "pdf": STANDARD.encode(samples::pdf(50_000, "Q3"))});
                     json!({"content": [{"type": "text", "text": sc.to_string()}], "structuredContent": sc})
+                }
+                "get_rows_structured" => {
+                    let n = args.get("n").and_then(Value::as_u64).unwrap_or(2000);
+                    let rows: Vec<Value> =
+                        (0..n).map(|i| json!({"id": i, "name": format!("row {i}"), "note": "lorem ipsum dolor"})).collect();
+                    json!({"content": [{"type": "text", "text": Value::Array(rows.clone()).to_string()}], "structuredContent": {"result": rows}})
                 }
                 "slow" => {
                     let ms = args.get("ms").and_then(Value::as_u64).unwrap_or(500);
