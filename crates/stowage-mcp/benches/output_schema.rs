@@ -27,7 +27,11 @@ fn bench(c: &mut Criterion) {
     c.bench_function("is_valid small structuredContent", |b| b.iter(|| compiled.is_valid(black_box(&sc))));
     let touched = vec!["/result".to_owned()];
     c.bench_function("enforce_output_schema, valid", |b| {
-        b.iter_batched(|| result.clone(), |mut r| enforce_output_schema(&mut r, &compiled, &touched, true), criterion::BatchSize::SmallInput)
+        b.iter_batched(
+            || result.clone(),
+            |mut r| enforce_output_schema(&mut r, &compiled, &touched, true),
+            criterion::BatchSize::SmallInput,
+        )
     });
 }
 

@@ -257,8 +257,7 @@ fn the_clamp_keeps_structured_content_under_an_output_schema() {
     // small. The observation is stored whole, and structuredContent stays beside the link.
     let blocks: Vec<Value> = (0..8).map(|i| json!({"type": "text", "text": format!("line {i} of plain text\n").repeat(700)})).collect();
     let schema = json!({"type": "object", "properties": {"count": {"type": "integer"}}, "required": ["count"]});
-    let mut config = TransformConfig::default();
-    config.max_inline_chars = 20_000;
+    let config = TransformConfig { max_inline_chars: 20_000, ..Default::default() };
     let v = json!({"content": blocks, "structuredContent": {"count": 8}, "isError": false});
     let out = try_run(config.clone(), MemorySink::new(), "t", Some(&schema), v.clone()).unwrap();
     assert!(out.report.clamped, "{:?} {}", out.report, out.value.to_string().len());
