@@ -1,0 +1,64 @@
+//! The whole rewrite (the production pipeline, then the contract and the output-schema check)
+//! on results whose tool declares an outputSchema that a typed prefix alone cannot satisfy:
+//! what the check repairs, what becomes an error result, and what it leaves to the upstream.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{MemSink, assert_matches_output_schema, rewriter};
+use serde_json::{Value, json};
+use stowage_core::ArtifactScope;
+use stowage_mcp::output_schema::OutputSchema;
+use stowage_mcp::rewrite::CallContext;
+
+async fn rewrite(schema: &Value, result: Value) -> Value {
+    let ctx = CallContext {
+        tool: "t".into(),
+        upstream: "up".into(),
+        scope: ArtifactScope::session("s"),
+        output_schema: Some(Arc::new(OutputSchema::compile(schema.clone()))),
+    };
+    rewriter(Arc::new(MemSink::default())).rewrite(&ctx, result.to_string()).await.value
+}
+
+fn with_twin(sc: Value) -> Value {
+    json!({"content": [{"type": "text", "text": sc.to_string()}], "structuredContent": sc})
+}
+
+#[tokio::test]
+async fn a_stub_longer_than_maxlength_is_repaired() {
+    let schema = json!({"type": "object", "properties": {"log": {"type": "string", "maxLength": 100}, "ok": {"type": "boolean"}},
+        "required": ["log", "ok"]});
+    let v = rewrite(&schema, with_twin(json!({"log": "x".repeat(30_000), "ok": true}))).await;
+    assert_matches_output_schema(&schema, &v);
+    assert_eq!(v["structuredContent"]["log"], "", "the smallest string the schema accepts");
+    assert_eq!(v["structuredContent"]["ok"], true);
+    assert_eq!(v["_meta"]["io.stowage/transform"]["outputSchema"], "repaired");
+    // The artifact is still there for the model: its line and link.
+    let text = v["content"].to_string();
+    assert!(text.contains("artifact://t_") && text.contains("resource_link"), "{text}");
+}
+
+#[tokio::test]
+async fn a_result_that_cannot_be_kept_valid_becomes_an_error_that_lists_its_artifacts() {
+    // The array must contain a 7, which only a later row has: no prefix, no smallest instance.
+    let schema = json!({"type": "object", "properties": {"rows": {"type": "array", "contains": {"const": 7}}}, "required": ["rows"]});
+    let rows: Vec<Value> = (0..20_000).map(|i| json!(if i == 19_999 { 7 } else { 1 })).collect();
+    let v = rewrite(&schema, with_twin(json!({"rows": rows}))).await;
+    assert_eq!(v["isError"], true, "{v}");
+    assert!(v.get("structuredContent").is_none());
+    assert!(v["content"][0]["text"].as_str().unwrap().starts_with("output_schema_mismatch: "));
+    assert!(v["content"].as_array().unwrap().iter().any(|b| b["type"] == "resource_link"), "the artifact stays listed: {v}");
+    assert_eq!(v["_meta"]["io.stowage/transform"]["outputSchema"], "error");
+    assert!(v.to_string().len() < 8_000);
+}
+
+#[tokio::test]
+async fn an_upstreams_own_mismatch_is_relayed_as_it_came() {
+    let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}, "log": {"type": "string"}}});
+    let v = rewrite(&schema, with_twin(json!({"n": "not a number", "log": "x".repeat(30_000)}))).await;
+    assert_eq!(v["structuredContent"]["n"], "not a number");
+    assert!(v["structuredContent"]["log"].as_str().unwrap().contains("artifact://"));
+    assert_eq!(v["_meta"]["io.stowage/transform"]["outputSchema"], "upstream_invalid");
+}
