@@ -299,7 +299,8 @@ pub fn apply_contract(off: Offloaded, output_schema: Option<&Value>, links: Opti
 /// [`apply_contract`], and whether `assets` went into `structuredContent` (rather than
 /// `_meta`).
 fn contract(off: Offloaded, output_schema: Option<&Value>, links: Option<&dyn LinkMinter>) -> (Value, bool) {
-    let Offloaded { mut value, items, .. } = off;
+    let Offloaded { mut value, items, report } = off;
+    note_partial_fallbacks(&mut value, &report);
     if items.is_empty() {
         return (value, false);
     }
@@ -436,6 +437,22 @@ fn contract(off: Offloaded, output_schema: Option<&Value>, links: Option<&dyn Li
         _ => set_meta(&mut value, ASSETS_META_KEY, assets),
     }
     (value, false)
+}
+
+/// A value in `structuredContent` that could not be stored was cut to its typed prefix (the
+/// store's refusal is a warning there, not an error): one line says so, so the cut is never
+/// silent.
+fn note_partial_fallbacks(value: &mut Value, report: &TransformReport) {
+    for w in &report.warnings {
+        let Some(p) = w.pointer.as_deref().filter(|p| p.starts_with("/structuredContent")) else { continue };
+        if !w.message.starts_with("cannot store") {
+            continue;
+        }
+        let line = json!({"type": "text", "text": format!("Only part of {p} is shown: {}", w.message)});
+        if let Some(content) = value.get_mut("content").and_then(Value::as_array_mut) {
+            content.push(line);
+        }
+    }
 }
 
 /// A link the offloader already wrote, and the line that should stand before it.

@@ -13,13 +13,17 @@ use stowage_mcp::output_schema::OutputSchema;
 use stowage_mcp::rewrite::CallContext;
 
 async fn rewrite(schema: &Value, result: Value) -> Value {
+    rewrite_into(Arc::new(MemSink::default()), schema, result).await
+}
+
+async fn rewrite_into(sink: Arc<MemSink>, schema: &Value, result: Value) -> Value {
     let ctx = CallContext {
         tool: "t".into(),
         upstream: "up".into(),
         scope: ArtifactScope::session("s"),
         output_schema: Some(Arc::new(OutputSchema::compile(schema.clone()))),
     };
-    rewriter(Arc::new(MemSink::default())).rewrite(&ctx, result.to_string()).await.value
+    rewriter(sink).rewrite(&ctx, result.to_string()).await.value
 }
 
 fn with_twin(sc: Value) -> Value {
@@ -61,4 +65,18 @@ async fn an_upstreams_own_mismatch_is_relayed_as_it_came() {
     assert_eq!(v["structuredContent"]["n"], "not a number");
     assert!(v["structuredContent"]["log"].as_str().unwrap().contains("artifact://"));
     assert_eq!(v["_meta"]["io.stowage/transform"]["outputSchema"], "upstream_invalid");
+}
+
+/// The size net's values may stay when the store refuses them (they are not binaries): under a
+/// schema that is the typed prefix, still valid, and one line says the rest is missing.
+#[tokio::test]
+async fn a_store_that_refuses_leaves_a_valid_prefix_and_says_so() {
+    let schema = json!({"type": "object", "properties": {"result": {"type": "array"}}, "required": ["result"]});
+    let rows: Vec<Value> = (0..2000).map(|i| json!({"id": i, "name": format!("row {i}")})).collect();
+    let sink = Arc::new(MemSink { fail: true, ..Default::default() });
+    let v = rewrite_into(sink, &schema, with_twin(json!({"result": rows}))).await;
+    assert_matches_output_schema(&schema, &v);
+    assert!(v["structuredContent"]["result"].as_array().is_some_and(|r| !r.is_empty() && r.len() < 2000));
+    let lines: Vec<&str> = v["content"].as_array().unwrap().iter().filter_map(|b| b["text"].as_str()).collect();
+    assert!(lines.iter().any(|l| l.starts_with("Only part of /structuredContent/result is shown: cannot store")), "{lines:?}");
 }
