@@ -285,8 +285,7 @@ impl Pipeline {
             let size = text.len() as u64;
             match store.put(Payload::Text(text), Some("application/json".into()), None, Layer::Clamp, "", Default::default()).await {
                 Ok(r) => {
-                    let summary =
-                        format!(
+                    let summary = format!(
                         "Tool result of {original_chars} characters ({}) stored as {}; artifact_query selects parts",
                         stowage_core::human_size(size),
                         r.uri

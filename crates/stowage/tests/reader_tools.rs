@@ -83,7 +83,9 @@ fn post(port: u16, headers: &[(&str, &str)], body: &str) -> (u16, Option<String>
     let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("http head");
     let head = String::from_utf8_lossy(&raw[..split]).to_string();
     let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let session = head.lines().find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case("mcp-session-id")).map(|(_, v)| v.trim().to_owned()));
+    let session = head
+        .lines()
+        .find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case("mcp-session-id")).map(|(_, v)| v.trim().to_owned()));
     let mut body = raw[split + 4..].to_vec();
     if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
         body = dechunk(&body);

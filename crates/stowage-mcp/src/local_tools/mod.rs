@@ -137,9 +137,7 @@ fn usize_argument(tool: &str, arguments: &Value, key: &str) -> Result<Option<usi
 fn is_binary_type(mime: &str) -> bool {
     let essence = mime.split(';').next().unwrap_or("").trim();
     let (top, sub) = essence.split_once('/').unwrap_or((essence, ""));
-    matches!(top, "image" | "audio" | "video" | "font" | "model")
-        && !sub.ends_with("+xml")
-        && !sub.ends_with("+json")
+    matches!(top, "image" | "audio" | "video" | "font" | "model") && !sub.ends_with("+xml") && !sub.ends_with("+json")
         || matches!(
             essence,
             "application/pdf"
@@ -213,7 +211,13 @@ mod tests {
 
     #[test]
     fn binary_types() {
-        for m in ["image/png", "audio/wav", "application/pdf", "video/mp4", "application/vnd.openxmlformats-officedocument.wordprocessingml.document"] {
+        for m in [
+            "image/png",
+            "audio/wav",
+            "application/pdf",
+            "video/mp4",
+            "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+        ] {
             assert!(is_binary_type(m), "{m}");
         }
         for m in ["text/plain; charset=utf-8", "application/json", "image/svg+xml", "application/octet-stream", "text/csv"] {

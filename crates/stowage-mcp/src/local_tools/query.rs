@@ -71,7 +71,9 @@ fn parse(arguments: &Value) -> Result<Selector, ToolError> {
             let why = err.to_string().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ");
             ToolError::bad_request(format!("artifact_query: jmespath {e:?} does not parse ({why})"))
         }),
-        (None, None) => Err(ToolError::bad_request("artifact_query needs \"pointer\" (e.g. \"/rows/0\") or \"jmespath\" (e.g. \"rows[0:5]\")")),
+        (None, None) => {
+            Err(ToolError::bad_request("artifact_query needs \"pointer\" (e.g. \"/rows/0\") or \"jmespath\" (e.g. \"rows[0:5]\")"))
+        }
         (Some(_), Some(_)) => Err(ToolError::bad_request("artifact_query takes one of \"pointer\" and \"jmespath\", not both")),
         (Some(v), None) | (None, Some(v)) => Err(ToolError::bad_request(format!("artifact_query: the selector must be a string, not {v}"))),
     }
@@ -98,14 +100,19 @@ fn answer(bytes: &Bytes, id: &str, selector: Selector) -> Result<Value, ToolErro
             out.insert("pointer".into(), p.clone().into());
             match doc.pointer(p) {
                 Some(v) => v.clone(),
-                None => return Err(ToolError::bad_request(format!("artifact_query: pointer {p:?} selects nothing in artifact {id}; {}", nearest(&doc, p)))),
+                None => {
+                    return Err(ToolError::bad_request(format!(
+                        "artifact_query: pointer {p:?} selects nothing in artifact {id}; {}",
+                        nearest(&doc, p)
+                    )));
+                }
             }
         }
         Selector::JmesPath(expr) => {
             out.insert("jmespath".into(), expr.as_str().into());
-            let found = expr
-                .search(&doc)
-                .map_err(|e| ToolError::bad_request(format!("artifact_query: jmespath {:?} failed on artifact {id} ({e})", expr.as_str())))?;
+            let found = expr.search(&doc).map_err(|e| {
+                ToolError::bad_request(format!("artifact_query: jmespath {:?} failed on artifact {id} ({e})", expr.as_str()))
+            })?;
             serde_json::to_value(&*found).unwrap_or(Value::Null)
         }
     };

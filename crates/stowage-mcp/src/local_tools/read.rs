@@ -89,7 +89,9 @@ fn parse(arguments: &Value) -> Result<Request, ToolError> {
         Some(Value::String(p)) if !p.is_empty() => Some(RegexBuilder::new(p).size_limit(REGEX_SIZE_LIMIT).build().map_err(|e| {
             // The regex crate's message spans lines (the pattern, a caret, the reason).
             let why = e.to_string().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ");
-            ToolError::bad_request(format!("artifact_read: \"grep\" is not a valid regex ({why}); escape special characters like ( [ . * with \\"))
+            ToolError::bad_request(format!(
+                "artifact_read: \"grep\" is not a valid regex ({why}); escape special characters like ( [ . * with \\"
+            ))
         })?),
         Some(v) => return Err(ToolError::bad_request(format!("artifact_read: \"grep\" must be a non-empty regex string, not {v}"))),
     };
@@ -271,7 +273,10 @@ mod tests {
     fn grep_lists_lines_with_numbers_and_offsets() {
         let text = "fn main() {\n    let x = 1;\r\n    println!(\"{x}\");\n}\nfn other() {}\n";
         let v = run(text, json!({"grep": "^fn "})).unwrap();
-        assert_eq!(v["matches"], json!([{"line": 1, "offset": 0, "text": "fn main() {"}, {"line": 5, "offset": 51, "text": "fn other() {}"}]));
+        assert_eq!(
+            v["matches"],
+            json!([{"line": 1, "offset": 0, "text": "fn main() {"}, {"line": 5, "offset": 51, "text": "fn other() {}"}])
+        );
         assert_eq!(&text[51..], "fn other() {}\n");
         // From an offset: line numbers stay the file's.
         let v = run(text, json!({"grep": "(?i)LET", "offset": 12})).unwrap();
