@@ -51,7 +51,7 @@ impl Default for SizeNetConfig {
 
 /// The stub of an offloaded string names the tool that reads past the preview (kept short: it
 /// is repeated for every offloaded string).
-const TEXT_SUMMARY: &str = "Text of {chars} characters ({size_human}) stored as {uri}; artifact_read reads on";
+const TEXT_SUMMARY: &str = "Text of {chars} characters ({size_human}) stored as {uri}; read more with artifact_read";
 
 /// L0 strings.
 pub(crate) fn collect_strings(docs: &mut Docs, config: &TransformConfig) -> Vec<Offload> {
