@@ -47,6 +47,8 @@ pub struct RunOptions {
     pub auth: Option<Arc<stowage_http::Authenticator>>,
     /// Fresh signed links: enables the gateway's `artifact_url` tool.
     pub links: Option<stowage_http::LinkService>,
+    /// The artifact store: enables the gateway's `artifact_read` and `artifact_query` tools.
+    pub artifacts: Option<Arc<dyn stowage_store::ArtifactStore>>,
 }
 
 /// Why the gateway could not run.
@@ -82,6 +84,9 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
     });
     if let Some(links) = opts.links {
         gw.set_link_service(links);
+    }
+    if let Some(store) = opts.artifacts {
+        gw.set_artifact_store(store);
     }
     if let Some(r) = &opts.readiness {
         let weak = Arc::downgrade(&gw);

@@ -139,6 +139,7 @@ pub async fn run(ctx: ServeContext<'_>, args: ServeArgs) -> anyhow::Result<()> {
         store_label: ctx.store_label,
         auth,
         links: link_service,
+        artifacts: Some(ctx.store.clone()),
     };
     stowage_mcp::run::run(opts).await?;
     Ok(())
