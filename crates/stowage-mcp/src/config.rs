@@ -549,12 +549,16 @@ fn near_miss(key: &str) -> Option<&'static str> {
         .map(|(_, k)| k)
 }
 
+/// One entry of a server list: its settings, or why they cannot be read.
+pub type EntryResult = Result<ServerConfig, ConfigError>;
+
 /// Reads an `mcpServers` file entry by entry: the file must be JSON with an `mcpServers`
 /// object, but one bad entry is that entry's error, not the file's. Each entry goes through
 /// [`parse_mcp_servers`] alone, so the rules for a good entry stay in one place.
-pub fn read_mcp_servers_each(path: &Path) -> Result<Vec<(String, Result<ServerConfig, ConfigError>)>, ConfigError> {
+pub fn read_mcp_servers_each(path: &Path) -> Result<Vec<(String, EntryResult)>, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read { path: path.into(), error })?;
-    let root: serde_json::Value = serde_json::from_str(&text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
+    let root: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
     let key = if root.get("mcpServers").is_some() { "mcpServers" } else { "servers" };
     let Some(servers) = root.get(key).and_then(|v| v.as_object()) else {
         // The whole-file parser says what is wrong with the file.
@@ -600,8 +604,7 @@ pub fn collect_upstreams_reporting(
     lookup: EnvLookup<'_>,
 ) -> Result<Upstreams, ConfigError> {
     let timeout = gateway.request_timeout();
-    let mut entries: Vec<(String, Result<ServerConfig, ConfigError>)> =
-        gateway.servers.iter().map(|(n, s)| (n.clone(), Ok(s.clone()))).collect();
+    let mut entries: Vec<(String, EntryResult)> = gateway.servers.iter().map(|(n, s)| (n.clone(), Ok(s.clone()))).collect();
     if let Some(path) = mcp_config {
         for (name, server) in read_mcp_servers_each(path)? {
             if entries.iter().any(|(n, _)| *n == name) {

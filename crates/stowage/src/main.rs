@@ -145,12 +145,13 @@ fn fail(e: anyhow::Error) -> ExitCode {
 fn init_tracing(serving: bool) {
     use std::io::IsTerminal;
     let default = if serving { "warn,stowage::call=info,stowage::upstream=info" } else { "warn" };
-    let chosen = ["STOWAGE_LOG", "RUST_LOG"]
-        .into_iter()
-        .find_map(|var| std::env::var(var).ok().filter(|v| !v.trim().is_empty()).map(|v| (var, v)));
+    let chosen =
+        ["STOWAGE_LOG", "RUST_LOG"].into_iter().find_map(|var| std::env::var(var).ok().filter(|v| !v.trim().is_empty()).map(|v| (var, v)));
     let filter = match chosen {
         Some((var, value)) => tracing_subscriber::EnvFilter::try_new(&value).unwrap_or_else(|e| {
-            eprintln!("stowage: warning: {var}={value:?} is not a log filter ({e}); using {default:?}. Example: {var}=info,stowage::call=debug");
+            eprintln!(
+                "stowage: warning: {var}={value:?} is not a log filter ({e}); using {default:?}. Example: {var}=info,stowage::call=debug"
+            );
             tracing_subscriber::EnvFilter::new(default)
         }),
         None => tracing_subscriber::EnvFilter::new(default),

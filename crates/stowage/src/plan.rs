@@ -56,8 +56,7 @@ pub struct LinkBase {
 /// Reads key files and environment variables; creates nothing.
 pub fn plan(config: &Config, store: &StoreLocation, args: &ServeArgs) -> anyhow::Result<Plan> {
     let env = |var: &str| std::env::var(var).ok();
-    let found =
-        stowage_mcp::config::collect_upstreams_reporting(&config.gateway, args.mcp_config.as_deref(), &args.command, &env)?;
+    let found = stowage_mcp::config::collect_upstreams_reporting(&config.gateway, args.mcp_config.as_deref(), &args.command, &env)?;
     let auth = stowage_http::Authenticator::new(&config.auth)?;
     // Links are checked whatever the mode: a bad [links] is a bad config, even on a run that
     // mints none.

@@ -147,7 +147,11 @@ fn an_explicit_store_still_wins_and_an_old_default_store_gets_a_hint() {
     let env = Env::new();
     let config = env.file("stowage.toml", "[store]\ndir = \"from-config\"\n");
     let out = env.run(&["--config", config.to_str().unwrap(), "check-config"]);
-    assert!(out_text(&out).contains(&format!("store: fs store {} (store.dir", env.path("work/from-config").display())), "{}", out_text(&out));
+    assert!(
+        out_text(&out).contains(&format!("store: fs store {} (store.dir", env.path("work/from-config").display())),
+        "{}",
+        out_text(&out)
+    );
     let out = env.run(&["--config", config.to_str().unwrap(), "--store", "flag", "check-config"]);
     assert!(out_text(&out).contains(&format!("store: fs store {} (--store", env.path("work/flag").display())), "{}", out_text(&out));
     std::fs::create_dir_all(env.path("work/.stowage/blobs")).unwrap();
