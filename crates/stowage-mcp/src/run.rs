@@ -41,7 +41,7 @@ pub struct RunOptions {
     pub secret_env: Vec<String>,
     /// Where `/readyz` (in `extra_routes`) learns which upstreams are down.
     pub readiness: Option<Arc<std::sync::OnceLock<stowage_http::ReadinessCheck>>>,
-    /// Middleware-free description of the store for the banner (`fs .stowage`).
+    /// The store for the banner: which, where, and how to list it.
     pub store_label: String,
     /// Bearer authentication on `/mcp` (HTTP only); `None` leaves it open.
     pub auth: Option<Arc<stowage_http::Authenticator>>,
@@ -196,7 +196,7 @@ pub fn banner(gw: &Gateway, mode: &Mode, addr: Option<SocketAddr>, store: &str, 
     for c in &catalog.collisions {
         s.push_str(&format!("  renamed: {c}\n"));
     }
-    s.push_str(&format!("  artifacts: {store}  (list them: stowage artifacts ls)\n"));
+    s.push_str(&format!("  artifacts: {store}\n"));
     let first_tool = catalog
         .tools
         .iter()

@@ -74,8 +74,8 @@ pub async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()> {
     // Said at once (the banner waits for the upstreams): a missing server is the first thing
     // a user will wonder about.
     for s in &plan.skipped {
+        // Not through tracing: a quiet STOWAGE_LOG must not hide it.
         eprintln!("stowage: warning: not serving {s}");
-        tracing::warn!(target: "stowage::upstream", server = %s.name, "not served: {}", s.error);
     }
     if plan.unauthenticated_exposure {
         let listen = &plan.gateway.listen;
