@@ -57,6 +57,21 @@ impl Env {
         self.command(args).output().unwrap()
     }
 
+    /// Runs a command that must exit by itself (a refusal to start): one that keeps serving
+    /// is killed after 20 s and fails the test rather than hanging it.
+    fn run_to_exit(&self, args: &[&str]) -> Output {
+        let mut child = self.command(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("stowage {args:?} kept running: it should have refused to start");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child.wait_with_output().unwrap()
+    }
+
     fn tokio_command(&self, args: &[&str]) -> tokio::process::Command {
         let mut c = tokio::process::Command::from(self.command(args));
         c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
@@ -193,7 +208,7 @@ async fn an_entry_that_runs_stowage_serve_is_skipped_with_a_warning() {
     assert!(text.contains("  error: not served: server \"myself\"") && text.contains("  error: not served: server \"by-name\""), "{text}");
     assert_eq!(err_text(&out).trim(), "error: 2 server entries cannot be served as configured");
     // The same through the trailing command: nothing left to serve is a refusal, not the demo.
-    let out = env.run(&["serve", "--stdio", "--", BIN, "serve", "--stdio"]);
+    let out = env.run_to_exit(&["serve", "--stdio", "--", BIN, "serve", "--stdio"]);
     assert!(!out.status.success());
     assert!(err_text(&out).starts_with("error: no configured server can be served: server \"stowage\""), "{}", err_text(&out));
 }
@@ -298,7 +313,7 @@ fn links_are_never_minted_for_an_unspecified_listen_address() {
     let store = env.path("store");
     let store = store.to_str().unwrap();
     for listen in ["0.0.0.0:0", "[::]:0"] {
-        let out = env.run(&["--store", store, "serve", "--listen", listen, "--allow-unauthenticated"]);
+        let out = env.run_to_exit(&["--store", store, "serve", "--listen", listen, "--allow-unauthenticated"]);
         assert!(!out.status.success());
         let err = err_text(&out);
         assert!(err.starts_with("error: download links would point at http://"), "{err}");
@@ -407,7 +422,7 @@ fn check_config_refuses_what_serve_refuses_and_says_what_it_would_use() {
     let store = env.path("store");
     let store = store.to_str().unwrap();
     let bad = env.file("bad.toml", "[links]\nttl = \"2h\"\n");
-    let serve = env.run(&["--config", bad.to_str().unwrap(), "--store", store, "serve", "--stdio"]);
+    let serve = env.run_to_exit(&["--config", bad.to_str().unwrap(), "--store", store, "serve", "--stdio"]);
     let check = env.run(&["--config", bad.to_str().unwrap(), "--store", store, "check-config"]);
     assert!(!serve.status.success() && !check.status.success());
     assert_eq!(err_text(&check), "error: links.ttl is 2h; it must be between 1m and 60m\n");
