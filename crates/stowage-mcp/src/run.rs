@@ -41,12 +41,17 @@ pub struct RunOptions {
     pub secret_env: Vec<String>,
     /// Where `/readyz` (in `extra_routes`) learns which upstreams are down.
     pub readiness: Option<Arc<std::sync::OnceLock<stowage_http::ReadinessCheck>>>,
-    /// Middleware-free description of the store for the banner (`fs .stowage`).
+    /// The store for the banner: which, where, and how to list it.
     pub store_label: String,
     /// Bearer authentication on `/mcp` (HTTP only); `None` leaves it open.
     pub auth: Option<Arc<stowage_http::Authenticator>>,
     /// Fresh signed links: enables the gateway's `artifact_url` tool.
     pub links: Option<stowage_http::LinkService>,
+    /// The artifact store: enables the gateway's `artifact_read` and `artifact_query` tools.
+    pub artifacts: Option<Arc<dyn stowage_store::ArtifactStore>>,
+    /// Server entries that are configured but not served, each as one line saying why
+    /// ([`crate::config::SkippedServer`]); the banner names them.
+    pub skipped: Vec<String>,
 }
 
 /// Why the gateway could not run.
@@ -83,6 +88,9 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
     if let Some(links) = opts.links {
         gw.set_link_service(links);
     }
+    if let Some(store) = opts.artifacts {
+        gw.set_artifact_store(store);
+    }
     if let Some(r) = &opts.readiness {
         let weak = Arc::downgrade(&gw);
         let check: stowage_http::ReadinessCheck = Arc::new(move || {
@@ -103,7 +111,7 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
                 _ => None,
             };
             gw.wait_ready(Duration::from_secs(10)).await;
-            eprint!("{}", banner(&gw, &opts.mode, links_addr, &opts.store_label));
+            eprint!("{}", banner(&gw, &opts.mode, links_addr, &opts.store_label, &opts.skipped));
             let stdio = crate::downstream::stdio::serve(gw.clone(), tokio::io::stdin(), tokio::io::stdout());
             tokio::select! {
                 r = stdio => r.map_err(RunError::Stdio),
@@ -119,10 +127,10 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
             }
             // Served at once (health, readiness and clients that retry need not wait for a slow
             // or dead upstream); the banner follows when every upstream is up, or after 10 s.
-            let (bgw, mode, label) = (gw.clone(), opts.mode.clone(), opts.store_label.clone());
+            let (bgw, mode, label, skipped) = (gw.clone(), opts.mode.clone(), opts.store_label.clone(), opts.skipped.clone());
             tokio::spawn(async move {
                 bgw.wait_ready(Duration::from_secs(10)).await;
-                eprint!("{}", banner(&bgw, &mode, Some(addr), &label));
+                eprint!("{}", banner(&bgw, &mode, Some(addr), &label, &skipped));
             });
             crate::downstream::listener::serve(listener, app, gw.config.http_timeouts(), shutdown_signal()).await.map_err(RunError::Serve)
         }
@@ -174,7 +182,7 @@ async fn shutdown_signal() {
 }
 
 /// The start-up banner: what runs, and how to connect a client and try it.
-pub fn banner(gw: &Gateway, mode: &Mode, addr: Option<SocketAddr>, store: &str) -> String {
+pub fn banner(gw: &Gateway, mode: &Mode, addr: Option<SocketAddr>, store: &str, skipped: &[String]) -> String {
     let catalog = gw.catalog();
     let mut s = String::from("stowage: MCP gateway ready\n");
     for u in &gw.upstreams {
@@ -185,10 +193,15 @@ pub fn banner(gw: &Gateway, mode: &Mode, addr: Option<SocketAddr>, store: &str) 
         }
         s.push_str(&format!("  upstream {} — {state}\n", u.spec.describe()));
     }
+    // Said where the working upstreams are listed: a missing server is the first thing a
+    // user looks for there.
+    for why in skipped {
+        s.push_str(&format!("  NOT SERVED: {why}\n"));
+    }
     for c in &catalog.collisions {
         s.push_str(&format!("  renamed: {c}\n"));
     }
-    s.push_str(&format!("  artifacts: {store}  (list them: stowage artifacts ls)\n"));
+    s.push_str(&format!("  artifacts: {store}\n"));
     let first_tool = catalog
         .tools
         .iter()
