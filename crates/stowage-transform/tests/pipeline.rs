@@ -225,7 +225,9 @@ fn an_offloaded_dict_and_a_pydantic_model_keep_their_schema() {
         "additionalProperties": false
     });
     let tags: Vec<String> = (0..5000).map(|i| format!("tag-{i}")).collect();
-    let sc = json!({"title": "t", "body": "x".repeat(30_000), "meta": {"owner": "me", "tags": tags},
+    // Numbers tokenize densely: far over any inline text budget.
+    let body = (0..20_000).map(|i| i.to_string()).collect::<Vec<_>>().join(" ");
+    let sc = json!({"title": "t", "body": body, "meta": {"owner": "me", "tags": tags},
         "rows": (0..30_000).map(|i| json!({"i": i})).collect::<Vec<_>>(), "extra": null});
     let v = json!({"content": [{"type": "text", "text": sc.to_string()}], "structuredContent": sc, "isError": false});
     let out = try_run(TransformConfig::default(), MemorySink::new(), "report", Some(&schema), v).unwrap();

@@ -254,6 +254,10 @@ impl<'s> TypedWalk<'_, 's> {
                 }
                 total
             }
+            // As in the size net: a string this long survived the string pass on purpose (text
+            // within an inline budget, or a store failure's truncated copy), so it does not make
+            // its container an artifact.
+            Value::String(s) if s.len() > self.config.size_net.large_json_chars => 0,
             Value::String(s) if s.len() > 64 => s.chars().count() + 2,
             other => json_len(&*other),
         };
