@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
-use stowage_core::{ArtifactId, ArtifactScope};
+use stowage_core::ArtifactScope;
 use stowage_http::LinkService;
 use stowage_store::{Access, ArtifactStore};
 use stowage_transform::{ArtifactRecord, Layer};
@@ -106,31 +106,46 @@ impl ArtifactCollector {
 
     /// The inlined value, or the reference.
     async fn value_of(&self, r: &ArtifactRecord) -> Value {
-        let textual = r.mime_type.as_deref().is_some_and(|m| m.starts_with("application/json") || m.starts_with("text/"));
+        let mime = self.mime_of(r).await;
+        let textual = mime.as_deref().is_some_and(|m| m.starts_with("application/json") || m.starts_with("text/"));
         if r.layer == Layer::SchemaField
             && textual
             && r.size_bytes <= self.inline_max
             && let Some(store) = &self.store
-            && let Ok(id) = ArtifactId::parse_loose(&r.id)
-            && let Ok(bytes) = store.get(&Access::owner_of(&self.scope), &id).await
+            && let Ok(bytes) = store.get(&Access::owner_of(&self.scope), &r.artifact.id).await
             && let Ok(text) = String::from_utf8(bytes.to_vec())
         {
-            if r.mime_type.as_deref().is_some_and(|m| m.starts_with("application/json"))
+            if mime.as_deref().is_some_and(|m| m.starts_with("application/json"))
                 && let Ok(v) = serde_json::from_str::<Value>(&text)
             {
                 return v;
             }
             return Value::String(text);
         }
-        self.reference(r)
+        self.reference(r, mime)
+    }
+
+    /// The media type the store recorded (typed from the bytes when the producer claimed
+    /// none), else the pipeline's claim.
+    async fn mime_of(&self, r: &ArtifactRecord) -> Option<String> {
+        if let Some(m) = r.artifact.mime_type.clone() {
+            return Some(m);
+        }
+        if let Some(store) = &self.store
+            && let Ok(meta) = store.meta(&Access::owner_of(&self.scope), &r.artifact.id).await
+            && meta.mime_type.is_some()
+        {
+            return meta.mime_type;
+        }
+        r.mime_type.clone()
     }
 
     /// `{"$artifact": {id, uri, mime_type, size_bytes, sha256, url, expires_at}}`: never the bytes.
-    fn reference(&self, r: &ArtifactRecord) -> Value {
+    fn reference(&self, r: &ArtifactRecord, mime: Option<String>) -> Value {
         let mut a = json!({
             "id": r.id,
             "uri": r.uri,
-            "mime_type": r.mime_type,
+            "mime_type": mime,
             "size_bytes": r.size_bytes,
             "sha256": r.sha256,
         });
@@ -148,15 +163,11 @@ fn same_artifact(v: &Value, id: &str) -> bool {
 }
 
 /// The payload key of a record: the field's name (the last pointer segment, inside embedded
-/// JSON when there is some), the filename, or the parent and index for an array element.
+/// JSON when there is some), or the parent and index for an array element (`content_1`).
+/// Not the filename: a field name is what the tool's schema promises, a filename is not.
 fn field_key(r: &ArtifactRecord) -> String {
     let ptr = r.pointer.rsplit('#').next().unwrap_or("");
     let segs: Vec<String> = ptr.split('/').skip(1).map(|s| s.replace("~1", "/").replace("~0", "~")).collect();
-    if r.layer != Layer::SchemaField
-        && let Some(f) = &r.filename
-    {
-        return f.clone();
-    }
     match segs.as_slice() {
         [] => "observation".to_owned(),
         [.., parent, last] if last.parse::<u64>().is_ok() => format!("{parent}_{last}"),

@@ -61,6 +61,9 @@ impl Recorded {
 #[derive(Default)]
 struct Inner {
     script: Mutex<VecDeque<Turn>>,
+    /// Scripts for concurrent conversations: the first whose key the request body contains
+    /// answers it.
+    keyed: Mutex<Vec<(String, VecDeque<Turn>)>>,
     requests: Mutex<Vec<Recorded>>,
 }
 
@@ -80,7 +83,7 @@ impl Drop for ModelStub {
 impl ModelStub {
     /// Starts the stub on a free loopback port with `script`.
     pub async fn start(script: Vec<Turn>) -> ModelStub {
-        let inner = Arc::new(Inner { script: Mutex::new(script.into()), requests: Mutex::new(Vec::new()) });
+        let inner = Arc::new(Inner { script: Mutex::new(script.into()), ..Default::default() });
         let app = Router::new()
             .route("/v1/chat/completions", post(openai))
             .route("/v1/messages", post(anthropic))
@@ -97,6 +100,12 @@ impl ModelStub {
     /// `http://127.0.0.1:PORT/v1`: what `agent.base_url` takes.
     pub fn base_url(&self) -> String {
         format!("http://{}/v1", self.addr)
+    }
+
+    /// Adds a script for the requests whose body contains `key` (e.g. a question only one of
+    /// several concurrent runs asks), so concurrent runs each get their own turns.
+    pub fn push_keyed(&self, key: &str, turns: impl IntoIterator<Item = Turn>) {
+        self.inner.keyed.lock().unwrap().push((key.to_owned(), turns.into_iter().collect()));
     }
 
     /// Adds turns to the script.
@@ -120,7 +129,12 @@ async fn models() -> impl IntoResponse {
 }
 
 fn next_turn(inner: &Inner, path: &str, headers: HeaderMap, body: &Bytes) -> Turn {
-    inner.requests.lock().unwrap().push(Recorded { path: path.to_owned(), headers, body: String::from_utf8_lossy(body).into_owned() });
+    let text = String::from_utf8_lossy(body).into_owned();
+    let keyed = inner.keyed.lock().unwrap().iter_mut().find(|(k, _)| text.contains(k.as_str())).map(|(_, s)| s.pop_front());
+    inner.requests.lock().unwrap().push(Recorded { path: path.to_owned(), headers, body: text });
+    if let Some(turn) = keyed {
+        return turn.unwrap_or_else(|| Turn::Status(500, "the model stub's keyed script is exhausted".into()));
+    }
     inner.script.lock().unwrap().pop_front().unwrap_or_else(|| Turn::Status(500, "the model stub's script is exhausted".into()))
 }
 
