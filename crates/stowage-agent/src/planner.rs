@@ -146,6 +146,14 @@ impl Planner {
         result
     }
 
+    /// The agent session a run of `caller` would use: `session` when it is theirs (else
+    /// [`AgentError::UnknownSession`]), or a new one. Lets a caller learn a new session's id
+    /// before the run starts (the HTTP route sends it as a header).
+    pub fn resolve_session(&self, caller: &Caller, session: Option<String>) -> Result<String, AgentError> {
+        let req = RunRequest { query: String::new(), caller: caller.clone(), session };
+        self.conversation(&req).map(|(id, _)| id)
+    }
+
     fn conversation(&self, req: &RunRequest) -> Result<(String, Arc<Mutex<Conversation>>), AgentError> {
         let mut all = self.conversations.lock();
         if let Some(id) = &req.session {

@@ -49,6 +49,9 @@ pub struct RunOptions {
     pub links: Option<stowage_http::LinkService>,
     /// The artifact store: enables the gateway's `artifact_read` and `artifact_query` tools.
     pub artifacts: Option<Arc<dyn stowage_store::ArtifactStore>>,
+    /// Called once with the started gateway, before anything is served: how in-process users
+    /// built before it (the agent planner behind `/agent/runs`) get hold of it.
+    pub on_gateway: Option<Box<dyn FnOnce(&Arc<Gateway>) + Send>>,
 }
 
 /// Why the gateway could not run.
@@ -87,6 +90,9 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
     }
     if let Some(store) = opts.artifacts {
         gw.set_artifact_store(store);
+    }
+    if let Some(f) = opts.on_gateway {
+        f(&gw);
     }
     if let Some(r) = &opts.readiness {
         let weak = Arc::downgrade(&gw);

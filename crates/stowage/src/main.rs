@@ -47,6 +47,9 @@ enum Command {
     Artifacts(cmd::artifacts::ArtifactsCommand),
     /// Print a fresh signed download link for an artifact.
     SignUrl(cmd::sign_url::SignUrlArgs),
+    /// Ask the agent planner a question over your MCP tools ([agent] in stowage.toml names the
+    /// model); prints the answer, or with --json the whole FinalPayload. Steps go to stderr.
+    Agent(cmd::agent::AgentArgs),
     /// Print the hex SHA-256 of an API key, for auth.api_keys[].sha256 in stowage.toml.
     HashKey {
         /// The API key (read from stdin when omitted, so it stays out of shell history).
@@ -88,8 +91,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 store_dir: &config.store.dir,
                 store_label,
                 gc_interval: config.retention.gc_interval,
+                agent: &config.agent,
             };
             cmd::serve::run(ctx, args).await
+        }
+        Command::Agent(args) => {
+            let store = wiring::open_store(&config)?;
+            cmd::agent::run(&config, store, args).await
         }
         Command::CheckConfig(args) => cmd::check_config::run(&config.gateway, origin.as_deref(), args).await,
         Command::Demo(args) => {

@@ -59,6 +59,8 @@ pub struct ServeContext<'a> {
     pub store_label: String,
     /// How often the store is garbage-collected while serving (`retention.gc_interval`).
     pub gc_interval: std::time::Duration,
+    /// `[agent]`: with a model configured, `POST /agent/runs` runs the planner.
+    pub agent: &'a stowage_agent::AgentConfig,
 }
 
 pub async fn run(ctx: ServeContext<'_>, args: ServeArgs) -> anyhow::Result<()> {
@@ -87,6 +89,8 @@ pub async fn run(ctx: ServeContext<'_>, args: ServeArgs) -> anyhow::Result<()> {
         Mode::Http { listen: gateway.listen.clone() }
     };
     let auth = stowage_http::Authenticator::new(ctx.auth)?;
+    // A configured model that cannot be reached fails here, not at the first question.
+    let agent_model = crate::cmd::agent::model_if_configured(ctx.agent).await?;
     let mut links = ctx.links.clone();
     let mut links_listener = None;
     match &mode {
@@ -122,6 +126,23 @@ pub async fn run(ctx: ServeContext<'_>, args: ServeArgs) -> anyhow::Result<()> {
         readiness = Some(state.readiness.clone());
         extra_routes = Some(stowage_http::routes(state));
     }
+    // POST /agent/runs beside /mcp, behind the same authentication; the planner is set once
+    // the gateway exists.
+    let mut on_gateway: Option<Box<dyn FnOnce(&Arc<stowage_mcp::Gateway>) + Send>> = None;
+    if matches!(mode, Mode::Http { .. }) {
+        let slot = stowage_agent::http::PlannerSlot::default();
+        let agent_routes = stowage_agent::http::router(slot.clone(), auth.clone());
+        extra_routes = Some(match extra_routes {
+            Some(r) => r.merge(agent_routes),
+            None => agent_routes,
+        });
+        if let Some(model) = agent_model {
+            let (config, store) = (ctx.agent.clone(), ctx.store.clone());
+            on_gateway = Some(Box::new(move |gw: &Arc<stowage_mcp::Gateway>| {
+                let _ = slot.set(Arc::new(stowage_agent::Planner::new(gw.clone(), model, config, Some(store))));
+            }));
+        }
+    }
     let demo: stowage_mcp::InProcessFactory = Arc::new(|| {
         let (from_server, to_server) = stowage_demo::spawn_in_process();
         (Box::new(from_server), Box::new(to_server))
@@ -140,6 +161,7 @@ pub async fn run(ctx: ServeContext<'_>, args: ServeArgs) -> anyhow::Result<()> {
         auth,
         links: link_service,
         artifacts: Some(ctx.store.clone()),
+        on_gateway,
     };
     stowage_mcp::run::run(opts).await?;
     Ok(())
