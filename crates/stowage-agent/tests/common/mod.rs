@@ -45,8 +45,8 @@ fn init_log() {
 /// is shared, and a build from another checkout may replace the binary at any time.
 fn fixture_copy(dir: &std::path::Path) -> std::path::PathBuf {
     let copy = dir.join("stowage-fixture");
-    for attempt in 0..2 {
-        if attempt == 1 {
+    for attempt in 0..3 {
+        if attempt > 0 {
             let status = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
                 .args(["build", "-p", "stowage-testkit", "--bins"])
                 .current_dir(env!("CARGO_MANIFEST_DIR"))
