@@ -282,7 +282,10 @@ mod tests {
             {"snippet": "neither title nor url"}
         ]});
         c.collect_sources(Some(&schema), Some(&page));
-        c.collect_sources(Some(&schema), Some(&json!({"results": [{"title": "B", "url": "https://b"}, {"title": "X", "url": "https://a"}]})));
+        c.collect_sources(
+            Some(&schema),
+            Some(&json!({"results": [{"title": "B", "url": "https://b"}, {"title": "X", "url": "https://a"}]})),
+        );
         // A tool not marked produces no sources.
         c.collect_sources(Some(&json!({"type": "object"})), Some(&json!({"results": [{"title": "C", "url": "https://c"}]})));
         let (_, sources) = c.into_parts();

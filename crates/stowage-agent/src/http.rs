@@ -60,7 +60,13 @@ async fn run(State(slot): State<PlannerSlot>, identity: Option<Extension<Identit
     };
     let body: RunBody = match serde_json::from_slice(&body) {
         Ok(b) => b,
-        Err(e) => return error(StatusCode::BAD_REQUEST, "bad_request", format!("the body must be {{\"query\": \"…\", \"session\": \"…\"?}}: {e}")),
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                format!("the body must be {{\"query\": \"…\", \"session\": \"…\"?}}: {e}"),
+            );
+        }
     };
     if body.query.trim().is_empty() {
         return error(StatusCode::BAD_REQUEST, "bad_request", "the query is empty: send {\"query\": \"your question\"}");

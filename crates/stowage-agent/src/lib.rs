@@ -24,4 +24,3 @@ pub use config::{AgentConfig, Backend};
 pub use events::AgentEvent;
 pub use model::{Model, ModelError};
 pub use payload::{FinalPayload, Source, SuggestedAction, final_payload_schema};
-

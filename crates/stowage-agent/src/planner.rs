@@ -140,7 +140,8 @@ impl Planner {
             }
             Err(e) => {
                 tracing::warn!(target: "stowage::agent", trace = %trace_id, code = e.code(), "run failed: {e}");
-                let _ = events.send(AgentEvent::Error { error: e.to_string(), code: e.code().to_owned(), trace_id: trace_id.clone() }).await;
+                let _ =
+                    events.send(AgentEvent::Error { error: e.to_string(), code: e.code().to_owned(), trace_id: trace_id.clone() }).await;
             }
         }
         result
@@ -263,7 +264,16 @@ impl Planner {
                     messages.push(ChatMessage::Assistant { text: text.clone(), tool_calls: calls.clone() });
                     for call in calls {
                         let (observation, is_error) = self
-                            .call(&session, trace_id, &call, thought.clone(), schemas.get(&call.name), &mut collector, &mut stream_seq, events)
+                            .call(
+                                &session,
+                                trace_id,
+                                &call,
+                                thought.clone(),
+                                schemas.get(&call.name),
+                                &mut collector,
+                                &mut stream_seq,
+                                events,
+                            )
                             .await;
                         last_observation = Some((call.name.clone(), observation.clone()));
                         messages.push(if self.config.tool_calling {
@@ -339,7 +349,8 @@ impl Planner {
         match action.get("next_node") {
             Some(Value::String(tool)) => {
                 let thought = action.get("thought").and_then(Value::as_str).unwrap_or_default().to_owned();
-                let call = ToolCall { id: "json_action".into(), name: tool.clone(), arguments: action.get("args").cloned().unwrap_or(json!({})) };
+                let call =
+                    ToolCall { id: "json_action".into(), name: tool.clone(), arguments: action.get("args").cloned().unwrap_or(json!({})) };
                 // The reply is kept verbatim in the conversation, the thought is the step's.
                 Action::Tools { text: if thought.is_empty() { reply.text } else { thought }, calls: vec![call] }
             }
@@ -351,7 +362,9 @@ impl Planner {
                 };
                 Action::Final { text: reply.text, answer }
             }
-            Some(other) => Action::Final { text: reply.text, answer: Err(format!("\"next_node\" must be a tool name or null, not {other}")) },
+            Some(other) => {
+                Action::Final { text: reply.text, answer: Err(format!("\"next_node\" must be a tool name or null, not {other}")) }
+            }
         }
     }
 
@@ -370,7 +383,9 @@ impl Planner {
         events: &mpsc::Sender<AgentEvent>,
     ) -> (String, bool) {
         let started = Instant::now();
-        let _ = events.send(AgentEvent::Step { node: call.name.clone(), status: StepStatus::Started, latency_ms: 0.0, thought: thought.clone() }).await;
+        let _ = events
+            .send(AgentEvent::Step { node: call.name.clone(), status: StepStatus::Started, latency_ms: 0.0, thought: thought.clone() })
+            .await;
         let schema = schema.filter(|s| s.is_object());
         let (progress, mut progress_rx) = Outbox::channel();
         let opts = CallOptions { trace_id: Some(trace_id.to_owned()), progress: Some(progress), progress_token: None };
@@ -400,7 +415,13 @@ impl Planner {
                 for s in collector.collect(&call.name, schema, records).await {
                     let seq = stream_seq.entry(s.stream_id.clone()).or_insert(0);
                     let _ = events
-                        .send(AgentEvent::ArtifactChunk { stream_id: s.stream_id, seq: *seq, chunk: s.chunk, done: true, artifact_type: s.artifact_type })
+                        .send(AgentEvent::ArtifactChunk {
+                            stream_id: s.stream_id,
+                            seq: *seq,
+                            chunk: s.chunk,
+                            done: true,
+                            artifact_type: s.artifact_type,
+                        })
                         .await;
                     *seq += 1;
                 }
@@ -436,12 +457,14 @@ fn live_chunk(line: &[u8], seqs: &mut HashMap<String, u64>) -> Option<AgentEvent
     *next = seq + 1;
     let chunk = c.get("chunk").cloned().unwrap_or(Value::Null);
     let artifact_type = c.get("artifact_type").and_then(Value::as_str).map_or_else(
-        || match &chunk {
-            Value::Object(_) => "dict",
-            Value::Array(_) => "list",
-            _ => "str",
-        }
-        .to_owned(),
+        || {
+            match &chunk {
+                Value::Object(_) => "dict",
+                Value::Array(_) => "list",
+                _ => "str",
+            }
+            .to_owned()
+        },
         str::to_owned,
     );
     Some(AgentEvent::ArtifactChunk { stream_id, seq, chunk, done: c.get("done").and_then(Value::as_bool).unwrap_or(false), artifact_type })

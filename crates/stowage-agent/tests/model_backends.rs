@@ -28,11 +28,7 @@ fn tools() -> Vec<ToolSpec> {
     }]
 }
 
-async fn complete(
-    stub: &ModelStub,
-    backend: Backend,
-    messages: &[ChatMessage],
-) -> (Result<model::ModelReply, ModelError>, Vec<String>) {
+async fn complete(stub: &ModelStub, backend: Backend, messages: &[ChatMessage]) -> (Result<model::ModelReply, ModelError>, Vec<String>) {
     let m = model::from_config(&config(stub, backend)).unwrap();
     let tools = tools();
     let req = ModelRequest { system: "be brief", messages, tools: &tools, max_tokens: 256 };

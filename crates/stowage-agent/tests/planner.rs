@@ -35,7 +35,10 @@ async fn appendix_a_end_to_end_with_placeholders_artifacts_and_events_in_order()
         });
         let h = harness_with(
             vec![
-                Turn::Tools { thought: "Let me analyze.".into(), calls: vec![("analyze_sales".into(), json!({"quarter": "Q4", "year": 2024}))] },
+                Turn::Tools {
+                    thought: "Let me analyze.".into(),
+                    calls: vec![("analyze_sales".into(), json!({"quarter": "Q4", "year": 2024}))],
+                },
                 Turn::Text(final_answer.to_string()),
             ],
             backend,
@@ -92,7 +95,8 @@ async fn appendix_a_end_to_end_with_placeholders_artifacts_and_events_in_order()
             }
             _ => unreachable!(),
         }
-        let text: String = events.iter().filter_map(|e| if let AgentEvent::Chunk { text, .. } = e { Some(text.as_str()) } else { None }).collect();
+        let text: String =
+            events.iter().filter_map(|e| if let AgentEvent::Chunk { text, .. } = e { Some(text.as_str()) } else { None }).collect();
         assert!(text.starts_with("Let me analyze."), "{text}");
         assert!(text.contains("raw_answer"));
         let thoughts: Vec<Option<&str>> =
@@ -206,8 +210,10 @@ async fn a_tool_error_is_a_step_with_status_error_and_the_run_goes_on() {
     let h = harness(vec![tool("tool_error", json!({})), tool("no_such_tool", json!({})), answer("The warehouse is closed.")], |_| {}).await;
     let (out, events) = h.run("ana", "Is the warehouse open?", None).await;
     assert_eq!(out.unwrap().payload.raw_answer, "The warehouse is closed.");
-    let steps: Vec<(String, StepStatus)> =
-        events.iter().filter_map(|e| if let AgentEvent::Step { node, status, .. } = e { Some((node.clone(), *status)) } else { None }).collect();
+    let steps: Vec<(String, StepStatus)> = events
+        .iter()
+        .filter_map(|e| if let AgentEvent::Step { node, status, .. } = e { Some((node.clone(), *status)) } else { None })
+        .collect();
     assert_eq!(
         steps,
         [

@@ -24,6 +24,9 @@ pub enum Mode {
     Http { listen: String },
 }
 
+/// [`RunOptions::on_gateway`]: a one-time hook given the started gateway.
+pub type OnGateway = Box<dyn FnOnce(&Arc<Gateway>) + Send>;
+
 /// Everything [`run`] needs.
 pub struct RunOptions {
     pub gateway: GatewayConfig,
@@ -51,7 +54,7 @@ pub struct RunOptions {
     pub artifacts: Option<Arc<dyn stowage_store::ArtifactStore>>,
     /// Called once with the started gateway, before anything is served: how in-process users
     /// built before it (the agent planner behind `/agent/runs`) get hold of it.
-    pub on_gateway: Option<Box<dyn FnOnce(&Arc<Gateway>) + Send>>,
+    pub on_gateway: Option<OnGateway>,
 }
 
 /// Why the gateway could not run.

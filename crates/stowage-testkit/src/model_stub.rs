@@ -275,8 +275,10 @@ async fn anthropic(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: By
         }
         for (i, (name, args)) in calls.iter().enumerate() {
             let id = format!("toolu_{i}");
-            let (k, d) =
-                ev("content_block_start", json!({"index": index, "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}));
+            let (k, d) = ev(
+                "content_block_start",
+                json!({"index": index, "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}),
+            );
             send(&tx, Some(&k), &d).await;
             for p in pieces(&args.to_string(), 7) {
                 out_tokens += 1;
@@ -288,10 +290,10 @@ async fn anthropic(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: By
             index += 1;
         }
         let stop = if calls.is_empty() { "end_turn" } else { "tool_use" };
-        let (k, d) = ev("message_delta", json!({"delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": out_tokens}}));
+        let (k, d) =
+            ev("message_delta", json!({"delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": out_tokens}}));
         send(&tx, Some(&k), &d).await;
         let (k, d) = ev("message_stop", json!({}));
         send(&tx, Some(&k), &d).await;
     })
 }
-

@@ -150,7 +150,8 @@ fn events(body: &str) -> Vec<(String, Value)> {
 }
 
 async fn post_run(base: &str, key: Option<&str>, body: Value) -> reqwest::Response {
-    let mut req = reqwest::Client::new().post(format!("{base}/agent/runs")).header("content-type", "application/json").body(body.to_string());
+    let mut req =
+        reqwest::Client::new().post(format!("{base}/agent/runs")).header("content-type", "application/json").body(body.to_string());
     if let Some(k) = key {
         req = req.bearer_auth(k);
     }
@@ -160,11 +161,14 @@ async fn post_run(base: &str, key: Option<&str>, body: Value) -> reqwest::Respon
 #[tokio::test]
 async fn post_agent_runs_streams_the_events_behind_the_same_auth_as_mcp() {
     let stub = ModelStub::start(vec![]).await;
-    stub.push_keyed("alice asks", [
-        Turn::Tools { thought: "Checking.".into(), calls: vec![("analyze_sales".into(), json!({"quarter": "Q4"}))] },
-        Turn::Text(json!({"raw_answer": "Which region?", "requires_followup": true}).to_string()),
-        Turn::Text(json!({"raw_answer": "EMEA grew most."}).to_string()),
-    ]);
+    stub.push_keyed(
+        "alice asks",
+        [
+            Turn::Tools { thought: "Checking.".into(), calls: vec![("analyze_sales".into(), json!({"quarter": "Q4"}))] },
+            Turn::Text(json!({"raw_answer": "Which region?", "requires_followup": true}).to_string()),
+            Turn::Text(json!({"raw_answer": "EMEA grew most."}).to_string()),
+        ],
+    );
     let config = format!(
         "{}[auth]\napi_keys = [\n  {{ id = \"alice\", sha256 = \"{}\" }},\n  {{ id = \"bob\", sha256 = \"{}\" }},\n]\n",
         agent_config(&stub),

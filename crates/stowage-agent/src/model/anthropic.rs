@@ -68,11 +68,8 @@ pub(crate) fn body(model: &str, req: &ModelRequest<'_>) -> Value {
         "stream": true,
     });
     if !req.tools.is_empty() {
-        body["tools"] = req
-            .tools
-            .iter()
-            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.input_schema}))
-            .collect();
+        body["tools"] =
+            req.tools.iter().map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.input_schema})).collect();
     }
     body
 }
@@ -88,7 +85,10 @@ impl Model for AnthropicModel {
         let url = self.endpoint.url("messages");
         let body = body(&self.endpoint.model, req);
         with_timeout(&self.endpoint, &url, async {
-            let resp = self.endpoint.post(&url, self.headers(self.endpoint.client.post(&url).header("content-type", "application/json").body(body.to_string()))).await?;
+            let resp = self
+                .endpoint
+                .post(&url, self.headers(self.endpoint.client.post(&url).header("content-type", "application/json").body(body.to_string())))
+                .await?;
             let mut events = SseReader::new(resp);
             let mut reply = ModelReply::default();
             let mut blocks: Vec<Option<Block>> = Vec::new();
@@ -134,7 +134,9 @@ impl Model for AnthropicModel {
                             (Some("input_json_delta"), Some(Block::Tool { json, .. })) => {
                                 json.push_str(d["partial_json"].as_str().unwrap_or_default());
                             }
-                            (Some("input_json_delta"), _) => return Err(protocol(format!("input_json_delta for block {index}, not a tool_use"))),
+                            (Some("input_json_delta"), _) => {
+                                return Err(protocol(format!("input_json_delta for block {index}, not a tool_use")));
+                            }
                             _ => {}
                         }
                     }

@@ -189,11 +189,7 @@ pub fn from_config(config: &AgentConfig) -> Result<Arc<dyn Model>, ModelError> {
 }
 
 /// Runs one streamed request under the endpoint's timeout.
-async fn with_timeout<T>(
-    endpoint: &Endpoint,
-    url: &str,
-    fut: impl Future<Output = Result<T, ModelError>>,
-) -> Result<T, ModelError> {
+async fn with_timeout<T>(endpoint: &Endpoint, url: &str, fut: impl Future<Output = Result<T, ModelError>>) -> Result<T, ModelError> {
     tokio::time::timeout(endpoint.timeout, fut).await.map_err(|_| ModelError::Timeout { url: url.to_owned(), timeout: endpoint.timeout })?
 }
 

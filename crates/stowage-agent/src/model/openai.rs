@@ -75,7 +75,10 @@ impl Model for OpenAiModel {
         let url = self.endpoint.url("chat/completions");
         let body = body(&self.endpoint.model, req);
         with_timeout(&self.endpoint, &url, async {
-            let resp = self.endpoint.post(&url, self.auth(self.endpoint.client.post(&url).header("content-type", "application/json").body(body.to_string()))).await?;
+            let resp = self
+                .endpoint
+                .post(&url, self.auth(self.endpoint.client.post(&url).header("content-type", "application/json").body(body.to_string())))
+                .await?;
             let mut events = SseReader::new(resp);
             let mut reply = ModelReply::default();
             let mut calls: Vec<PartialCall> = Vec::new();

@@ -101,8 +101,13 @@ pub async fn harness_with(script: Vec<Turn>, backend: Backend, config: impl FnOn
         let _ = axum::serve(listener, routes).await;
     });
     let stub = ModelStub::start(script).await;
-    let mut cfg =
-        AgentConfig { base_url: stub.base_url(), model: "stub-model".into(), backend, request_timeout: Duration::from_secs(3), ..Default::default() };
+    let mut cfg = AgentConfig {
+        base_url: stub.base_url(),
+        model: "stub-model".into(),
+        backend,
+        request_timeout: Duration::from_secs(3),
+        ..Default::default()
+    };
     config(&mut cfg);
     let model = stowage_agent::model::from_config(&cfg).unwrap();
     let planner = Arc::new(Planner::new(gateway.clone(), model, cfg, Some(store.clone())));
@@ -115,7 +120,12 @@ pub fn caller(user: &str) -> Caller {
 
 impl Harness {
     /// Runs `query` for `user`, returning the outcome and every event in order.
-    pub async fn run(&self, user: &str, query: &str, session: Option<String>) -> (Result<RunOutcome, stowage_agent::AgentError>, Vec<AgentEvent>) {
+    pub async fn run(
+        &self,
+        user: &str,
+        query: &str,
+        session: Option<String>,
+    ) -> (Result<RunOutcome, stowage_agent::AgentError>, Vec<AgentEvent>) {
         let (tx, mut rx) = mpsc::channel(4096);
         let req = RunRequest { query: query.into(), caller: caller(user), session };
         let out = self.planner.run(req, tx).await;

@@ -130,8 +130,7 @@ fn analyze_sales(args: &Value) -> Value {
     let quarter = args.get("quarter").and_then(Value::as_str).unwrap_or("Q4");
     let year = args.get("year").and_then(Value::as_i64).unwrap_or(2024);
     let products = ["Widget Pro", "Gadget Plus", "Service Bundle"];
-    let raw_data: Vec<Value> =
-        (0..847).map(|i| json!({"day": i % 92, "product": products[i % 3], "revenue": 1000.5 + i as f64})).collect();
+    let raw_data: Vec<Value> = (0..847).map(|i| json!({"day": i % 92, "product": products[i % 3], "revenue": 1000.5 + i as f64})).collect();
     // An ECharts configuration of about 40 KB.
     let points: Vec<Value> = (0..1800).map(|i| json!([i, (i * 37) % 1000])).collect();
     let chart_options = json!({"title": {"text": format!("{quarter} {year} sales")}, "xAxis": {"type": "value"}, "yAxis": {"type": "value"},
@@ -431,8 +430,12 @@ impl Handler for Fixture {
                 "task_image" => image_result(),
                 "analyze_sales" => {
                     if let Some(t) = params.pointer("/_meta/progressToken") {
-                        let partial = json!({"stream_id": "sales_chart", "seq": 0, "chunk": {"title": {"text": "Q4 2024 sales"}}, "done": false});
-                        peer.notify("notifications/progress", json!({"progressToken": t, "progress": 1, "_meta": {"io.stowage/artifact_chunk": partial}}));
+                        let partial =
+                            json!({"stream_id": "sales_chart", "seq": 0, "chunk": {"title": {"text": "Q4 2024 sales"}}, "done": false});
+                        peer.notify(
+                            "notifications/progress",
+                            json!({"progressToken": t, "progress": 1, "_meta": {"io.stowage/artifact_chunk": partial}}),
+                        );
                     }
                     analyze_sales(&args)
                 }

@@ -86,7 +86,9 @@ pub async fn run(config: &Config, store: Arc<dyn ArtifactStore>, args: AgentArgs
                 AgentEvent::Step { node, status: StepStatus::Started, .. } => format!("→ {node}"),
                 AgentEvent::Step { node, status: StepStatus::Ok, latency_ms, .. } => format!("✓ {node} ({latency_ms:.0} ms)"),
                 AgentEvent::Step { node, status: StepStatus::Error, latency_ms, .. } => format!("✗ {node} failed ({latency_ms:.0} ms)"),
-                AgentEvent::ArtifactChunk { stream_id, seq, done, .. } => format!("  artifact {stream_id} #{seq}{}", if done { " (done)" } else { "" }),
+                AgentEvent::ArtifactChunk { stream_id, seq, done, .. } => {
+                    format!("  artifact {stream_id} #{seq}{}", if done { " (done)" } else { "" })
+                }
                 _ => continue,
             };
             let _ = writeln!(err, "{line}");

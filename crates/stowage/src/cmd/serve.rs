@@ -128,7 +128,7 @@ pub async fn run(ctx: ServeContext<'_>, args: ServeArgs) -> anyhow::Result<()> {
     }
     // POST /agent/runs beside /mcp, behind the same authentication; the planner is set once
     // the gateway exists.
-    let mut on_gateway: Option<Box<dyn FnOnce(&Arc<stowage_mcp::Gateway>) + Send>> = None;
+    let mut on_gateway: Option<stowage_mcp::run::OnGateway> = None;
     if matches!(mode, Mode::Http { .. }) {
         let slot = stowage_agent::http::PlannerSlot::default();
         let agent_routes = stowage_agent::http::router(slot.clone(), auth.clone());
