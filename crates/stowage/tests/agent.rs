@@ -180,6 +180,26 @@ async fn post_agent_runs_streams_the_events_behind_the_same_auth_as_mcp() {
     let alice = Some("alice-secret-key-0123456789");
     assert_eq!(post_run(&srv.base, None, json!({"query": "alice asks"})).await.status(), 401);
     assert_eq!(post_run(&srv.base, Some("wrong-key-0123456789012345"), json!({"query": "alice asks"})).await.status(), 401);
+    // A web page cannot start runs: a foreign origin, or a body that is not JSON, is refused.
+    let foreign = reqwest::Client::new()
+        .post(format!("{}/agent/runs", srv.base))
+        .bearer_auth("alice-secret-key-0123456789")
+        .header("content-type", "application/json")
+        .header("origin", "http://evil.example")
+        .body(json!({"query": "alice asks"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(foreign.status(), 403);
+    let plain = reqwest::Client::new()
+        .post(format!("{}/agent/runs", srv.base))
+        .bearer_auth("alice-secret-key-0123456789")
+        .header("content-type", "text/plain")
+        .body(json!({"query": "alice asks"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(plain.status(), 415);
     let bad = post_run(&srv.base, alice, json!({"question": "typo"})).await;
     assert_eq!(bad.status(), 400);
     let bad = bad.text().await.unwrap();

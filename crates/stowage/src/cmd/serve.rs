@@ -131,7 +131,7 @@ pub async fn run(ctx: ServeContext<'_>, args: ServeArgs) -> anyhow::Result<()> {
     let mut on_gateway: Option<stowage_mcp::run::OnGateway> = None;
     if matches!(mode, Mode::Http { .. }) {
         let slot = stowage_agent::http::PlannerSlot::default();
-        let agent_routes = stowage_agent::http::router(slot.clone(), auth.clone());
+        let agent_routes = stowage_agent::http::router(slot.clone(), auth.clone(), &gateway.allowed_origins);
         extra_routes = Some(match extra_routes {
             Some(r) => r.merge(agent_routes),
             None => agent_routes,
