@@ -29,6 +29,7 @@ use stowage_http::{Authenticator, Identity, require_auth};
 use stowage_mcp::Caller;
 use tokio::sync::mpsc;
 
+use crate::events::AgentEvent;
 use crate::planner::{Planner, RunRequest};
 
 /// The response header naming the run's agent session.
@@ -109,7 +110,13 @@ async fn run(State(slot): State<PlannerSlot>, identity: Option<Extension<Identit
     let (tx, rx) = mpsc::channel(EVENT_QUEUE);
     let req = RunRequest { query: body.query, caller, session: Some(session.clone()) };
     tokio::spawn(async move {
-        let _ = planner.run(req, tx).await;
+        // One request, one failure: a panic in the run ends this stream with an error event,
+        // not a silent end of stream.
+        let events = tx.clone();
+        if tokio::spawn(async move { planner.run(req, tx).await }).await.is_err() {
+            let error = "the run failed unexpectedly; see the server log".to_owned();
+            let _ = events.send(AgentEvent::Error { error, code: "internal_error".into(), trace_id: String::new() }).await;
+        }
     });
     let stream = tokio_stream::wrappers::ReceiverStream::new(rx).map(|e| Ok::<_, std::convert::Infallible>(Bytes::from(e.to_sse())));
     let mut resp = Response::new(Body::from_stream(stream));
