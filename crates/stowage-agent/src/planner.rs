@@ -524,3 +524,48 @@ fn fallback_answer(last: &Option<(String, String)>) -> String {
         None => "I could not complete the answer, and no tool returned anything.".to_owned(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn observations_use_structured_content_with_stream_placeholders() {
+        let schema = json!({"properties": {"chart": {"artifact": true, "stream": true, "stream_id": "c1"}, "raw": {"artifact": true}}});
+        let result = json!({
+            "content": [
+                {"type": "text", "text": "{\"mirror\": true}"},
+                {"type": "resource_link", "uri": "artifact://x_1", "mimeType": "application/pdf", "name": "x.pdf"}
+            ],
+            "structuredContent": {"chart": "<artifact:dict size=42KB> artifact://chart_1", "raw": "<artifact:list size=3 items> artifact://raw_1", "n": 1}
+        });
+        let o = observation(&result, Some(&schema));
+        assert!(o.contains("\"chart\":\"<artifact:dict stream=c1> artifact://chart_1\""), "{o}");
+        assert!(o.contains("<artifact:list size=3 items>"), "{o}");
+        assert!(!o.contains("mirror"), "the text mirror of structured content is not sent twice: {o}");
+        assert!(o.ends_with("[resource_link artifact://x_1 application/pdf x.pdf]"), "{o}");
+        let err = json!({"content": [{"type": "text", "text": "boom"}], "isError": true});
+        assert_eq!(observation(&err, None), "error: boom");
+    }
+
+    #[test]
+    fn live_chunks_come_only_from_marked_progress_notifications() {
+        let mut seqs = HashMap::new();
+        let note = |meta: Value| {
+            serde_json::to_vec(&json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "t", "progress": 1, "_meta": meta}}))
+                .unwrap()
+        };
+        let chunk = json!({"io.stowage/artifact_chunk": {"stream_id": "s", "chunk": [1, 2], "done": false}});
+        match live_chunk(&note(chunk.clone()), &mut seqs) {
+            Some(AgentEvent::ArtifactChunk { stream_id, seq, artifact_type, done, .. }) => {
+                assert_eq!((stream_id.as_str(), seq, artifact_type.as_str(), done), ("s", 0, "list", false));
+            }
+            other => panic!("{other:?}"),
+        }
+        // The next one without a seq gets the stream's next number.
+        assert!(matches!(live_chunk(&note(chunk), &mut seqs), Some(AgentEvent::ArtifactChunk { seq: 1, .. })));
+        assert!(live_chunk(&note(json!({"other": 1})), &mut seqs).is_none());
+        assert!(live_chunk(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{}}", &mut seqs).is_none());
+        assert!(live_chunk(b"not json", &mut seqs).is_none());
+    }
+}
