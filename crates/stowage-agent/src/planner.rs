@@ -31,6 +31,8 @@ use crate::payload::{FinalPayload, ModelAnswer, extract_json_object};
 
 /// The most conversations kept for follow-ups; the oldest is forgotten first.
 const MAX_CONVERSATIONS: usize = 1024;
+/// A conversation unused this long is forgotten (and its gateway session closed).
+const CONVERSATION_IDLE: std::time::Duration = std::time::Duration::from_secs(3600);
 /// How much of the last observation a fallback answer quotes.
 const FALLBACK_QUOTE_CHARS: usize = 2000;
 /// The progress `_meta` key a tool streams artifact chunks under.
@@ -96,6 +98,7 @@ struct Conversation {
     caller: Caller,
     session: Arc<Session>,
     history: Vec<ChatMessage>,
+    last_used: Instant,
 }
 
 /// The agent: a gateway, a model and the `[agent]` limits.
@@ -157,17 +160,26 @@ impl Planner {
 
     fn conversation(&self, req: &RunRequest) -> Result<(String, Arc<Mutex<Conversation>>), AgentError> {
         let mut all = self.conversations.lock();
+        let now = Instant::now();
+        all.retain(|(_, c)| {
+            let c = c.lock();
+            let keep = now.duration_since(c.last_used) < CONVERSATION_IDLE;
+            if !keep {
+                self.gateway.close_session(&c.session);
+            }
+            keep
+        });
         if let Some(id) = &req.session {
             // Owner-bound: another caller's session id answers like an unknown one.
-            return all
-                .iter()
-                .find(|(k, c)| k == id && c.lock().caller == req.caller)
-                .map(|(k, c)| (k.clone(), c.clone()))
-                .ok_or_else(|| AgentError::UnknownSession(id.clone()));
+            let found = all.iter().find(|(k, c)| k == id && c.lock().caller == req.caller).map(|(k, c)| (k.clone(), c.clone()));
+            if let Some((_, c)) = &found {
+                c.lock().last_used = now;
+            }
+            return found.ok_or_else(|| AgentError::UnknownSession(id.clone()));
         }
         let session = self.gateway.open_session(SessionKind::InProcess, req.caller.clone(), None);
         let id = session.id.clone();
-        let conv = Arc::new(Mutex::new(Conversation { caller: req.caller.clone(), session, history: Vec::new() }));
+        let conv = Arc::new(Mutex::new(Conversation { caller: req.caller.clone(), session, history: Vec::new(), last_used: now }));
         if all.len() >= MAX_CONVERSATIONS
             && let Some((_, old)) = all.pop_front()
         {
