@@ -24,6 +24,9 @@ pub enum Mode {
     Http { listen: String },
 }
 
+/// [`RunOptions::on_gateway`]: a one-time hook given the started gateway.
+pub type OnGateway = Box<dyn FnOnce(&Arc<Gateway>) + Send>;
+
 /// Everything [`run`] needs.
 pub struct RunOptions {
     pub gateway: GatewayConfig,
@@ -52,6 +55,9 @@ pub struct RunOptions {
     /// Server entries that are configured but not served, each as one line saying why
     /// ([`crate::config::SkippedServer`]); the banner names them.
     pub skipped: Vec<String>,
+    /// Called once with the started gateway, before anything is served: how in-process users
+    /// built before it (the agent planner behind `/agent/runs`) get hold of it.
+    pub on_gateway: Option<OnGateway>,
 }
 
 /// Why the gateway could not run.
@@ -90,6 +96,9 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
     }
     if let Some(store) = opts.artifacts {
         gw.set_artifact_store(store);
+    }
+    if let Some(f) = opts.on_gateway {
+        f(&gw);
     }
     if let Some(r) = &opts.readiness {
         let weak = Arc::downgrade(&gw);

@@ -5,11 +5,13 @@
 //!   emit garbage, ask for sampling…) and `stowage-conformance-fixture` (what the official
 //!   conformance suite expects), found with [`fixture_bin`] and [`conformance_fixture_bin`];
 //! - [`client::RpcClient`]: a JSON-RPC client over any byte pipe;
-//! - [`sink::MemSink`]: an in-memory artifact sink that records scopes and can fail.
+//! - [`sink::MemSink`]: an in-memory artifact sink that records scopes and can fail;
+//! - [`model_stub::ModelStub`]: a scripted OpenAI- and Anthropic-compatible model server.
 //!
 //! Nothing here depends on the gateway, so the fixtures cannot accidentally share its bugs.
 
 pub mod client;
+pub mod model_stub;
 pub mod server;
 pub mod sink;
 

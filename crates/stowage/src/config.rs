@@ -36,6 +36,8 @@ pub struct Config {
     pub auth: AuthConfig,
     #[serde(default)]
     pub gateway: stowage_mcp::GatewayConfig,
+    #[serde(default)]
+    pub agent: stowage_agent::AgentConfig,
 }
 
 /// `[store]`: where artifacts live.

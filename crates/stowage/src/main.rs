@@ -50,6 +50,9 @@ enum Command {
     Artifacts(cmd::artifacts::ArtifactsCommand),
     /// Print a fresh signed download link for an artifact.
     SignUrl(cmd::sign_url::SignUrlArgs),
+    /// Ask the agent planner a question over your MCP tools ([agent] in stowage.toml names the
+    /// model); prints the answer, or with --json the whole FinalPayload. Steps go to stderr.
+    Agent(cmd::agent::AgentArgs),
     /// Print the hex SHA-256 of an API key, for auth.api_keys[].sha256 in stowage.toml.
     HashKey {
         /// The API key (read from stdin when omitted, so it stays out of shell history).
@@ -90,8 +93,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 store_location: &location,
                 store_backend: config.store.backend,
                 gc_interval: config.retention.gc_interval,
+                agent: &config.agent,
             };
             cmd::serve::run(ctx, plan).await
+        }
+        Command::Agent(args) => {
+            let store = wiring::open_store(&config, &location)?;
+            cmd::agent::run(&config, store, &location.dir, args).await
         }
         Command::CheckConfig(args) => cmd::check_config::run(&config, origin.as_deref(), &location, args).await,
         Command::Demo(args) => {

@@ -23,6 +23,9 @@
 //! | `env` | the names of the variables in the fixture's environment, sorted |
 //! | `stderr_noise` | writes a non-UTF-8 line and a `bytes`-long line to stderr, then answers |
 //! | `task_image` | task-capable (`task` param): the task's result is a 1 MB PNG image block |
+//! | `analyze_sales` | the planner seed's Appendix A: `chart_options` (~40 KB, `artifact` + `stream`, `stream_id` `sales_chart`, one partial chunk sent live as progress `_meta["io.stowage/artifact_chunk"]` when a progress token is given) and `raw_data` (847 items, `x-artifact`) |
+//! | `search_docs` | `x-produces-sources` results with a `source_field` mapping, duplicates included |
+//! | `tool_error` | a result with `isError: true` |
 //!
 //! `STOWAGE_FIXTURE_STATELESS=1` makes it a 2026-07-28-only server: it refuses `initialize`,
 //! answers `server/discover`, `sample` asks for input by returning `input_required`, and
@@ -106,6 +109,67 @@ fn tool(name: &str, props: Value) -> Value {
     json!({"name": name, "description": format!("fixture tool {name}"), "inputSchema": {"type": "object", "properties": props}})
 }
 
+/// The seed's `SalesAnalysisResult`: light fields for the model, two marked artifacts.
+fn analyze_sales_tool() -> Value {
+    json!({
+        "name": "analyze_sales",
+        "description": "Analyze sales data and generate visualizations",
+        "inputSchema": {"type": "object", "properties": {"quarter": {"type": "string"}, "year": {"type": "integer"}}},
+        "outputSchema": {"type": "object", "properties": {
+            "summary": {"type": "string"},
+            "total_revenue": {"type": "number"},
+            "yoy_growth": {"type": "number"},
+            "top_products": {"type": "array", "items": {"type": "string"}},
+            "chart_options": {"type": "object", "artifact": true, "stream": true, "stream_id": "sales_chart"},
+            "raw_data": {"type": "array", "x-artifact": true, "items": {"type": "object"}}
+        }}
+    })
+}
+
+fn analyze_sales(args: &Value) -> Value {
+    let quarter = args.get("quarter").and_then(Value::as_str).unwrap_or("Q4");
+    let year = args.get("year").and_then(Value::as_i64).unwrap_or(2024);
+    let products = ["Widget Pro", "Gadget Plus", "Service Bundle"];
+    let raw_data: Vec<Value> = (0..847).map(|i| json!({"day": i % 92, "product": products[i % 3], "revenue": 1000.5 + i as f64})).collect();
+    // An ECharts configuration of about 40 KB.
+    let points: Vec<Value> = (0..1800).map(|i| json!([i, (i * 37) % 1000])).collect();
+    let chart_options = json!({"title": {"text": format!("{quarter} {year} sales")}, "xAxis": {"type": "value"}, "yAxis": {"type": "value"},
+                               "series": [{"type": "line", "data": points}]});
+    let structured = json!({
+        "summary": format!("{quarter} {year}: Revenue $1,234,567, +15.2% YoY"),
+        "total_revenue": 1234567.89,
+        "yoy_growth": 15.2,
+        "top_products": products,
+        "chart_options": chart_options,
+        "raw_data": raw_data,
+    });
+    json!({"content": [{"type": "text", "text": structured.to_string()}], "structuredContent": structured})
+}
+
+/// A search whose results are sources: `score` maps onto `relevance_score`.
+fn search_docs_tool() -> Value {
+    json!({
+        "name": "search_docs",
+        "description": "Search the knowledge base",
+        "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}},
+        "outputSchema": {"type": "object", "x-produces-sources": true, "properties": {"results": {"type": "array", "items": {
+            "type": "object", "properties": {
+                "title": {"type": "string"}, "url": {"type": "string"}, "snippet": {"type": "string"},
+                "score": {"type": "number", "source_field": "relevance_score"}}}}}}
+    })
+}
+
+fn search_docs() -> Value {
+    let structured = json!({"results": [
+        {"title": "Refund policy", "url": "https://docs.example/refunds", "snippet": "Refunds within 30 days", "score": 0.92},
+        {"title": "Refund policy (copy)", "url": "https://docs.example/refunds", "snippet": "Refunds within 30 days", "score": 0.90},
+        {"title": "Shipping FAQ", "url": "https://docs.example/shipping", "snippet": "Ships in 2 days", "score": 0.71},
+        {"title": "Internal memo", "snippet": "No URL", "score": 0.4},
+        {"title": "Internal memo", "snippet": "No URL, again", "score": 0.3}
+    ]});
+    json!({"content": [{"type": "text", "text": structured.to_string()}], "structuredContent": structured})
+}
+
 #[async_trait]
 impl Handler for Fixture {
     fn server_info(&self) -> Value {
@@ -179,6 +243,9 @@ impl Handler for Fixture {
                 tool("heavy_error", json!({})),
                 tool("odd_media", json!({})),
                 {"name": "task_image", "inputSchema": {"type": "object"}, "execution": {"taskSupport": "optional"}},
+                analyze_sales_tool(),
+                search_docs_tool(),
+                tool("tool_error", json!({})),
             ]}),
             "tools/call" => match name {
                 "echo" => text_result(args.get("message").and_then(Value::as_str).unwrap_or("").to_owned()),
@@ -374,6 +441,19 @@ impl Handler for Fixture {
                     json!({"task": {"taskId": id, "status": "working", "createdAt": "2026-11-23T00:00:00Z", "ttl": 60000, "pollInterval": 50}})
                 }
                 "task_image" => image_result(),
+                "analyze_sales" => {
+                    if let Some(t) = params.pointer("/_meta/progressToken") {
+                        let partial =
+                            json!({"stream_id": "sales_chart", "seq": 0, "chunk": {"title": {"text": "Q4 2024 sales"}}, "done": false});
+                        peer.notify(
+                            "notifications/progress",
+                            json!({"progressToken": t, "progress": 1, "_meta": {"io.stowage/artifact_chunk": partial}}),
+                        );
+                    }
+                    analyze_sales(&args)
+                }
+                "search_docs" => search_docs(),
+                "tool_error" => json!({"content": [{"type": "text", "text": "the warehouse is closed"}], "isError": true}),
                 other => return Err((code::INVALID_PARAMS, format!("unknown tool: {other}"))),
             },
             "tasks/get" | "tasks/result" => {

@@ -1,4 +1,5 @@
 //! One module per subcommand; each exposes its clap arguments and a `run`.
+pub mod agent;
 pub mod artifacts;
 pub mod check_config;
 pub mod demo;

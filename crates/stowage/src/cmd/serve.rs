@@ -64,6 +64,8 @@ pub struct ServeContext<'a> {
     pub store_backend: crate::config::Backend,
     /// How often the store is garbage-collected while serving (`retention.gc_interval`).
     pub gc_interval: std::time::Duration,
+    /// `[agent]`: with a model configured, `POST /agent/runs` runs the planner.
+    pub agent: &'a stowage_agent::AgentConfig,
 }
 
 pub async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()> {
@@ -95,6 +97,8 @@ pub async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()> {
             rewriter.per_upstream.insert(name.clone(), Arc::new(PipelineOffloader::new(p)));
         }
     }
+    // A configured model that cannot be reached fails here, not at the first question.
+    let agent_model = crate::cmd::agent::model_if_configured(ctx.agent).await?;
     let mut links = plan.links_config.clone();
     let mut links_listener = None;
     if let LinksPlan::Loopback { wanted } = &plan.links {
@@ -118,6 +122,23 @@ pub async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()> {
         readiness = Some(state.readiness.clone());
         extra_routes = Some(stowage_http::routes(state));
     }
+    // POST /agent/runs beside /mcp, behind the same authentication; the planner is set once
+    // the gateway exists.
+    let mut on_gateway: Option<stowage_mcp::run::OnGateway> = None;
+    if matches!(plan.mode, stowage_mcp::run::Mode::Http { .. }) {
+        let slot = stowage_agent::http::PlannerSlot::default();
+        let agent_routes = stowage_agent::http::router(slot.clone(), plan.auth.clone(), &plan.gateway.allowed_origins);
+        extra_routes = Some(match extra_routes {
+            Some(r) => r.merge(agent_routes),
+            None => agent_routes,
+        });
+        if let Some(model) = agent_model {
+            let (config, store) = (ctx.agent.clone(), ctx.store.clone());
+            on_gateway = Some(Box::new(move |gw: &Arc<stowage_mcp::Gateway>| {
+                let _ = slot.set(Arc::new(stowage_agent::Planner::new(gw.clone(), model, config, Some(store))));
+            }));
+        }
+    }
     let demo: stowage_mcp::InProcessFactory = Arc::new(|| {
         let (from_server, to_server) = stowage_demo::spawn_in_process();
         (Box::new(from_server), Box::new(to_server))
@@ -137,6 +158,7 @@ pub async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()> {
         links: link_service,
         artifacts: Some(ctx.store.clone()),
         skipped: plan.skipped.iter().map(|s| s.to_string()).collect(),
+        on_gateway,
     };
     stowage_mcp::run::run(opts).await?;
     Ok(())

@@ -1,0 +1,135 @@
+//! The planner's budgets (issue 15), measured against the real gateway and the stdio fixture:
+//!
+//! 1. context economy: a 5-step run whose tools return 50 MB in total (five 10 MB base64
+//!    PDFs); every request to the model must stay under 16 KB. Printed beside what inline
+//!    observations (the tool results as returned, penguiflow-style) would have sent;
+//! 2. planner overhead per step, model and tool time excluded, for observations under 1 MB:
+//!    p50 ≤ 2 ms;
+//! 3. the first `step` event within 5 ms of the model's tool-call reply.
+//!
+//! (2) and (3) use an in-process scripted model that answers at once and stamps when each
+//! reply is handed over, so only the planner's own work is between the stamps.
+//! Run: `cargo bench -p stowage-agent --bench planner`.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use common::{Turn, harness};
+use serde_json::json;
+use stowage_agent::model::{Model, ModelReply, ModelRequest, ToolCall};
+use stowage_agent::{AgentEvent, ModelError, Planner, RunRequest};
+use tokio::sync::mpsc;
+
+/// Answers from a script at once; records when each request arrived and each reply left.
+struct InstantModel {
+    script: Mutex<VecDeque<ModelReply>>,
+    stamps: Mutex<Vec<(Instant, Instant)>>,
+}
+
+#[async_trait]
+impl Model for InstantModel {
+    async fn complete(&self, _req: &ModelRequest<'_>, _text: mpsc::Sender<String>) -> Result<ModelReply, ModelError> {
+        let arrived = Instant::now();
+        let reply = self
+            .script
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or_else(|| ModelReply { text: json!({"raw_answer": "done"}).to_string(), ..Default::default() });
+        self.stamps.lock().unwrap().push((arrived, Instant::now()));
+        Ok(reply)
+    }
+
+    async fn check(&self) -> Result<(), ModelError> {
+        Ok(())
+    }
+}
+
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+#[tokio::main]
+async fn main() {
+    // 1. Context economy.
+    let pdf = 7_500_000; // 10 MB of base64 each
+    let mut script: Vec<Turn> = (0..5).map(|_| Turn::tool("get_view_pdf", json!({"bytes": pdf}))).collect();
+    script.push(Turn::Text(json!({"raw_answer": "five dashboards"}).to_string()));
+    let h = harness(script, |c| c.max_steps = 5).await;
+    let (out, _) = h.run("ana", "Fetch five dashboards", None).await;
+    let payload = out.expect("a payload").payload;
+    assert_eq!(payload.warnings, Vec::<String>::new());
+    let sizes: Vec<usize> = h.sent().iter().map(String::len).collect();
+    let tool_bytes: usize = (pdf * 4 / 3 + 200) * 5;
+    println!("context economy: 5 steps, tools returned ~{} MB", tool_bytes / 1_000_000);
+    println!("| request | bytes sent | inline observations would send |");
+    println!("|---|---|---|");
+    for (i, s) in sizes.iter().enumerate() {
+        let inline = s + (pdf * 4 / 3 + 200) * i;
+        println!("| {} | {} | {} |", i + 1, s, inline);
+    }
+    let max = sizes.iter().max().copied().unwrap_or(0);
+    println!("largest request: {max} bytes (budget 16384): {}", if max < 16 * 1024 { "ok" } else { "OVER" });
+    drop(h);
+
+    // 2 + 3. Planner overhead and first step latency, with an instant model.
+    let steps = 40;
+    let h = harness(vec![], |_| {}).await;
+    let mut replies: VecDeque<ModelReply> = (0..steps)
+        .map(|i| ModelReply {
+            tool_calls: vec![ToolCall { id: format!("c{i}"), name: "analyze_sales".into(), arguments: json!({"quarter": "Q4"}) }],
+            ..Default::default()
+        })
+        .collect();
+    replies.push_back(ModelReply { text: json!({"raw_answer": "ok"}).to_string(), ..Default::default() });
+    let model = Arc::new(InstantModel { script: Mutex::new(replies), stamps: Mutex::new(Vec::new()) });
+    let cfg = stowage_agent::AgentConfig { max_steps: steps as u32, max_wall_time: Duration::from_secs(600), ..h.planner.config().clone() };
+    let planner = Planner::new(h.gateway.clone(), model.clone(), cfg, Some(h.store.clone()));
+    let (tx, mut rx) = mpsc::channel(4096);
+    let stamper = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while let Some(e) = rx.recv().await {
+            seen.push((Instant::now(), e));
+        }
+        seen
+    });
+    let req = RunRequest { query: "bench".into(), caller: common::caller("ana"), session: None };
+    planner.run(req, tx).await.expect("a payload");
+    let events = stamper.await.unwrap();
+    let stamps = model.stamps.lock().unwrap().clone();
+    let started: Vec<Instant> = events
+        .iter()
+        .filter(|(_, e)| matches!(e, AgentEvent::Step { status: s, .. } if *s == stowage_agent::events::StepStatus::Started))
+        .map(|(t, _)| *t)
+        .collect();
+    let ended: Vec<Instant> = events
+        .iter()
+        .filter(|(_, e)| matches!(e, AgentEvent::Step { status: s, .. } if *s != stowage_agent::events::StepStatus::Started))
+        .map(|(t, _)| *t)
+        .collect();
+    let mut first_step: Vec<f64> = started.iter().zip(&stamps).map(|(s, (_, left))| s.duration_since(*left).as_secs_f64() * 1e3).collect();
+    // Overhead of a step: reply → step started, plus step ended → next model request.
+    let mut overhead: Vec<f64> = (0..steps)
+        .map(|i| {
+            let before = started[i].duration_since(stamps[i].1);
+            let after = stamps[i + 1].0.duration_since(ended[i]);
+            (before + after).as_secs_f64() * 1e3
+        })
+        .collect();
+    println!(
+        "planner overhead per step (analyze_sales, ~110 KB result; the collector runs inside the step): p50 {:.3} ms, p90 {:.3} ms (budget p50 ≤ 2 ms)",
+        percentile(&mut overhead, 0.5),
+        percentile(&mut overhead, 0.9)
+    );
+    println!(
+        "first step event after the tool-call reply: p50 {:.3} ms, max {:.3} ms (budget 5 ms)",
+        percentile(&mut first_step, 0.5),
+        percentile(&mut first_step, 1.0)
+    );
+}

@@ -1,0 +1,168 @@
+//! The agent's test harness: a real gateway in process in front of the testkit's
+//! `stowage-fixture` (over stdio), offloading into a real memory store, with signed links
+//! served by the real download routes on a loopback port, and a planner talking to the
+//! testkit's model stub over HTTP.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use stowage_agent::{AgentConfig, AgentEvent, Backend, Planner, RunOutcome, RunRequest};
+use stowage_links::{KeyRing, LinkSigner, LinksConfig};
+use stowage_mcp::config::{GatewayConfig, TransportSpec, UpstreamSpec};
+use stowage_mcp::pipeline::PipelineOffloader;
+use stowage_mcp::rewrite::Rewriter;
+use stowage_mcp::{Caller, Gateway, GatewayOptions, SessionMode};
+use stowage_store::{ArtifactStore, MemoryStore};
+pub use stowage_testkit::model_stub::{ModelStub, Turn};
+use tokio::sync::mpsc;
+
+pub struct Harness {
+    pub gateway: Arc<Gateway>,
+    pub store: Arc<dyn ArtifactStore>,
+    pub stub: ModelStub,
+    pub planner: Arc<Planner>,
+    _fixture_dir: tempfile::TempDir,
+    _links_server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        self.gateway.shutdown();
+        self._links_server.abort();
+    }
+}
+
+fn init_log() {
+    if let Ok(filter) = std::env::var("STOWAGE_TEST_LOG") {
+        let _ =
+            tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::new(filter)).with_writer(std::io::stderr).try_init();
+    }
+}
+
+/// A private copy of the fixture binary that has this branch's tools: the target directory
+/// is shared, and a build from another checkout may replace the binary at any time.
+fn fixture_copy(dir: &std::path::Path) -> std::path::PathBuf {
+    let copy = dir.join("stowage-fixture");
+    for attempt in 0..3 {
+        if attempt > 0 {
+            let status = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+                .args(["build", "-p", "stowage-testkit", "--bins"])
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .expect("cargo");
+            assert!(status.success());
+        }
+        std::fs::copy(stowage_testkit::fixture_bin(), &copy).expect("copy the fixture");
+        let has_tools = std::fs::read(&copy).is_ok_and(|b| b.windows(b"analyze_sales".len()).any(|w| w == b"analyze_sales"));
+        if has_tools {
+            return copy;
+        }
+    }
+    panic!("the fixture binary has no analyze_sales tool");
+}
+
+pub async fn harness(script: Vec<Turn>, config: impl FnOnce(&mut AgentConfig)) -> Harness {
+    harness_with(script, Backend::Openai, config).await
+}
+
+pub async fn harness_with(script: Vec<Turn>, backend: Backend, config: impl FnOnce(&mut AgentConfig)) -> Harness {
+    init_log();
+    let dir = tempfile::tempdir().unwrap();
+    let command = fixture_copy(dir.path()).display().to_string();
+    let spec = UpstreamSpec::new(
+        "fx",
+        TransportSpec::Stdio { command, args: vec![], env: Default::default(), cwd: None, inherit_env: false },
+        Duration::from_secs(20),
+    );
+    let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new(Default::default()));
+    let sink = stowage_mcp::pipeline::with_dimensions(stowage_store::into_sink(store.clone()));
+    let pipeline = stowage_transform::Pipeline::new(stowage_transform::TransformConfig::default(), sink);
+    let rewriter = Rewriter::new(Arc::new(PipelineOffloader::new(Arc::new(pipeline))));
+    let gateway = Gateway::start(GatewayOptions {
+        config: GatewayConfig::default(),
+        upstreams: vec![spec],
+        rewriter,
+        in_process: None,
+        default_session_mode: SessionMode::Shared,
+        secret_env: Vec::new(),
+    });
+    assert_eq!(gateway.wait_ready(Duration::from_secs(20)).await, 1, "the fixture did not start");
+    // Signed links served by the real download routes.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let links = LinksConfig { public_url: format!("http://{}", listener.local_addr().unwrap()), ..Default::default() };
+    let signer = Arc::new(LinkSigner::new(KeyRing::new([("test", vec![7u8; 32])]).unwrap(), &links));
+    let state = stowage_http::HttpState::new(store.clone(), signer);
+    gateway.set_link_service(state.link_service());
+    gateway.set_artifact_store(store.clone());
+    let routes = stowage_http::routes(state);
+    let links_server = tokio::spawn(async move {
+        let _ = axum::serve(listener, routes).await;
+    });
+    let stub = ModelStub::start(script).await;
+    let mut cfg = AgentConfig {
+        base_url: stub.base_url(),
+        model: "stub-model".into(),
+        backend,
+        request_timeout: Duration::from_secs(3),
+        ..Default::default()
+    };
+    config(&mut cfg);
+    let model = stowage_agent::model::from_config(&cfg).unwrap();
+    let planner = Arc::new(Planner::new(gateway.clone(), model, cfg, Some(store.clone())));
+    Harness { gateway, store, stub, planner, _fixture_dir: dir, _links_server: links_server }
+}
+
+pub fn caller(user: &str) -> Caller {
+    Caller { tenant: Some("acme".into()), user: Some(user.into()) }
+}
+
+impl Harness {
+    /// Runs `query` for `user`, returning the outcome and every event in order.
+    pub async fn run(
+        &self,
+        user: &str,
+        query: &str,
+        session: Option<String>,
+    ) -> (Result<RunOutcome, stowage_agent::AgentError>, Vec<AgentEvent>) {
+        let (tx, mut rx) = mpsc::channel(4096);
+        let req = RunRequest { query: query.into(), caller: caller(user), session };
+        let out = self.planner.run(req, tx).await;
+        let mut events = Vec::new();
+        while let Ok(e) = rx.try_recv() {
+            events.push(e);
+        }
+        (out, events)
+    }
+
+    /// The bodies the model was sent, as text.
+    pub fn sent(&self) -> Vec<String> {
+        self.stub.requests().iter().map(|r| r.body.clone()).collect()
+    }
+}
+
+/// The events' names, with consecutive `chunk`s folded into one.
+pub fn names(events: &[AgentEvent]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for e in events {
+        let n = match e {
+            AgentEvent::Step { node, status, .. } => format!("step:{node}:{}", serde_json::to_value(status).unwrap().as_str().unwrap()),
+            AgentEvent::ArtifactChunk { stream_id, seq, done, .. } => format!("artifact_chunk:{stream_id}:{seq}:{done}"),
+            other => other.name().to_owned(),
+        };
+        if n == "chunk" && out.last().is_some_and(|l| l == "chunk") {
+            continue;
+        }
+        out.push(n);
+    }
+    out
+}
+
+pub fn answer(raw: &str) -> Turn {
+    Turn::Text(serde_json::json!({"raw_answer": raw}).to_string())
+}
+
+pub fn json_of(v: &Value) -> String {
+    v.to_string()
+}

@@ -1,0 +1,299 @@
+//! A model server of our own for the agent's tests: it speaks OpenAI Chat Completions
+//! (`POST /v1/chat/completions`) and Anthropic Messages (`POST /v1/messages`) over real HTTP,
+//! plays back a scripted conversation one [`Turn`] per request, streams like the real APIs
+//! (`data:` chunks ending in `[DONE]`; `message_start` … `message_stop` events; tool-call
+//! arguments in fragments), and records every request body, so tests assert on exactly what
+//! the model was sent.
+//!
+//! No model API is reachable from the test machines, and a mock inside the client would not
+//! exercise the wire formats: this is the real protocol, scripted.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+/// One scripted answer.
+#[derive(Debug, Clone)]
+pub enum Turn {
+    /// Answer text, streamed in small pieces.
+    Text(String),
+    /// Tool calls (name, arguments), optionally after some text (the thought).
+    Tools { thought: String, calls: Vec<(String, Value)> },
+    /// An HTTP error with this body.
+    Status(u16, String),
+    /// Accept the request and never answer (a timeout).
+    Hang,
+    /// Stream this text, then break the connection before the end of the answer.
+    DropAfter(String),
+}
+
+impl Turn {
+    pub fn tool(name: &str, args: Value) -> Turn {
+        Turn::Tools { thought: String::new(), calls: vec![(name.to_owned(), args)] }
+    }
+}
+
+/// One request the stub received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub path: String,
+    pub headers: HeaderMap,
+    /// The raw body, as sent.
+    pub body: String,
+}
+
+impl Recorded {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).expect("a JSON request body")
+    }
+}
+
+#[derive(Default)]
+struct Inner {
+    script: Mutex<VecDeque<Turn>>,
+    /// Scripts for concurrent conversations: the first whose key the request body contains
+    /// answers it.
+    keyed: Mutex<Vec<(String, VecDeque<Turn>)>>,
+    requests: Mutex<Vec<Recorded>>,
+}
+
+/// A running stub; it stops when dropped.
+pub struct ModelStub {
+    pub addr: SocketAddr,
+    inner: Arc<Inner>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for ModelStub {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl ModelStub {
+    /// Starts the stub on a free loopback port with `script`.
+    pub async fn start(script: Vec<Turn>) -> ModelStub {
+        let inner = Arc::new(Inner { script: Mutex::new(script.into()), ..Default::default() });
+        let app = Router::new()
+            .route("/v1/chat/completions", post(openai))
+            .route("/v1/messages", post(anthropic))
+            .route("/v1/models", get(models))
+            .with_state(inner.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind a loopback port");
+        let addr = listener.local_addr().expect("an address");
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        ModelStub { addr, inner, task }
+    }
+
+    /// `http://127.0.0.1:PORT/v1`: what `agent.base_url` takes.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Adds a script for the requests whose body contains `key` (e.g. a question only one of
+    /// several concurrent runs asks), so concurrent runs each get their own turns.
+    pub fn push_keyed(&self, key: &str, turns: impl IntoIterator<Item = Turn>) {
+        self.inner.keyed.lock().unwrap().push((key.to_owned(), turns.into_iter().collect()));
+    }
+
+    /// Adds turns to the script.
+    pub fn push(&self, turns: impl IntoIterator<Item = Turn>) {
+        self.inner.script.lock().unwrap().extend(turns);
+    }
+
+    /// The completion requests received so far (not `GET /models`), in order.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.inner.requests.lock().unwrap().clone()
+    }
+
+    /// Turns not played yet.
+    pub fn remaining(&self) -> usize {
+        self.inner.script.lock().unwrap().len()
+    }
+}
+
+async fn models() -> impl IntoResponse {
+    axum::Json(json!({"object": "list", "data": [{"id": "stub-model", "object": "model"}]}))
+}
+
+fn next_turn(inner: &Inner, path: &str, headers: HeaderMap, body: &Bytes) -> Turn {
+    let text = String::from_utf8_lossy(body).into_owned();
+    let keyed = inner.keyed.lock().unwrap().iter_mut().find(|(k, _)| text.contains(k.as_str())).map(|(_, s)| s.pop_front());
+    inner.requests.lock().unwrap().push(Recorded { path: path.to_owned(), headers, body: text });
+    if let Some(turn) = keyed {
+        return turn.unwrap_or_else(|| Turn::Status(500, "the model stub's keyed script is exhausted".into()));
+    }
+    inner.script.lock().unwrap().pop_front().unwrap_or_else(|| Turn::Status(500, "the model stub's script is exhausted".into()))
+}
+
+/// Pieces of `s` of at most `n` characters (fragments like a real stream's).
+fn pieces(s: &str, n: usize) -> Vec<String> {
+    let chars: Vec<char> = s.chars().collect();
+    chars.chunks(n.max(1)).map(|c| c.iter().collect()).collect()
+}
+
+type Tx = mpsc::Sender<Result<Bytes, std::io::Error>>;
+
+/// A streamed `text/event-stream` response written by `write`.
+fn sse<F, Fut>(write: F) -> Response
+where
+    F: FnOnce(Tx) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(16);
+    tokio::spawn(write(tx));
+    let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+    Response::builder().header(header::CONTENT_TYPE, "text/event-stream").body(body).expect("a response")
+}
+
+async fn send(tx: &Tx, event: Option<&str>, data: &str) {
+    let text = match event {
+        Some(e) => format!("event: {e}\ndata: {data}\n\n"),
+        None => format!("data: {data}\n\n"),
+    };
+    let _ = tx.send(Ok(Bytes::from(text))).await;
+    // A pause between events, so the client really reads a stream and not one buffer.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+}
+
+async fn break_connection(tx: &Tx) {
+    let _ = tx.send(Err(std::io::Error::other("the stub drops the stream on purpose"))).await;
+}
+
+fn error_or_hang(turn: &Turn) -> Option<Response> {
+    match turn {
+        Turn::Status(code, body) => Some(
+            (StatusCode::from_u16(*code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), axum::Json(json!({"error": {"message": body}})))
+                .into_response(),
+        ),
+        _ => None,
+    }
+}
+
+async fn openai(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) -> Response {
+    let turn = next_turn(&inner, "/v1/chat/completions", headers, &body);
+    if let Some(r) = error_or_hang(&turn) {
+        return r;
+    }
+    if matches!(turn, Turn::Hang) {
+        std::future::pending::<()>().await;
+    }
+    let prompt_tokens = body.len() / 4;
+    sse(move |tx| async move {
+        let chunk = |delta: Value, finish: Value| {
+            json!({"id": "chatcmpl-stub", "object": "chat.completion.chunk", "created": 0, "model": "stub-model",
+                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+            .to_string()
+        };
+        send(&tx, None, &chunk(json!({"role": "assistant", "content": ""}), Value::Null)).await;
+        let (text, calls, drop) = match turn {
+            Turn::Text(t) => (t, Vec::new(), false),
+            Turn::Tools { thought, calls } => (thought, calls, false),
+            Turn::DropAfter(t) => (t, Vec::new(), true),
+            _ => unreachable!("answered above"),
+        };
+        let mut out_tokens = 0;
+        for p in pieces(&text, 5) {
+            out_tokens += 1;
+            send(&tx, None, &chunk(json!({"content": p}), Value::Null)).await;
+        }
+        if drop {
+            break_connection(&tx).await;
+            return;
+        }
+        for (i, (name, args)) in calls.iter().enumerate() {
+            let head = json!({"tool_calls": [{"index": i, "id": format!("call_{i}"), "type": "function", "function": {"name": name, "arguments": ""}}]});
+            send(&tx, None, &chunk(head, Value::Null)).await;
+            for p in pieces(&args.to_string(), 7) {
+                out_tokens += 1;
+                send(&tx, None, &chunk(json!({"tool_calls": [{"index": i, "function": {"arguments": p}}]}), Value::Null)).await;
+            }
+        }
+        let finish = if calls.is_empty() { "stop" } else { "tool_calls" };
+        send(&tx, None, &chunk(json!({}), json!(finish))).await;
+        let usage = json!({"id": "chatcmpl-stub", "object": "chat.completion.chunk", "created": 0, "model": "stub-model", "choices": [],
+                           "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": out_tokens, "total_tokens": prompt_tokens + out_tokens}});
+        send(&tx, None, &usage.to_string()).await;
+        send(&tx, None, "[DONE]").await;
+    })
+}
+
+async fn anthropic(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) -> Response {
+    let turn = next_turn(&inner, "/v1/messages", headers, &body);
+    if let Some(r) = error_or_hang(&turn) {
+        return r;
+    }
+    if matches!(turn, Turn::Hang) {
+        std::future::pending::<()>().await;
+    }
+    let input_tokens = body.len() / 4;
+    sse(move |tx| async move {
+        let ev = |kind: &str, mut data: Value| {
+            data["type"] = json!(kind);
+            (kind.to_owned(), data.to_string())
+        };
+        let start = json!({"message": {"id": "msg_stub", "type": "message", "role": "assistant", "content": [], "model": "stub-model",
+                           "stop_reason": null, "usage": {"input_tokens": input_tokens, "output_tokens": 1}}});
+        for (k, d) in [ev("message_start", start), ev("ping", json!({}))] {
+            send(&tx, Some(&k), &d).await;
+        }
+        let (text, calls, drop) = match turn {
+            Turn::Text(t) => (t, Vec::new(), false),
+            Turn::Tools { thought, calls } => (thought, calls, false),
+            Turn::DropAfter(t) => (t, Vec::new(), true),
+            _ => unreachable!("answered above"),
+        };
+        let mut index = 0;
+        let mut out_tokens = 0;
+        if !text.is_empty() {
+            let (k, d) = ev("content_block_start", json!({"index": 0, "content_block": {"type": "text", "text": ""}}));
+            send(&tx, Some(&k), &d).await;
+            for p in pieces(&text, 5) {
+                out_tokens += 1;
+                let (k, d) = ev("content_block_delta", json!({"index": 0, "delta": {"type": "text_delta", "text": p}}));
+                send(&tx, Some(&k), &d).await;
+            }
+            if drop {
+                break_connection(&tx).await;
+                return;
+            }
+            let (k, d) = ev("content_block_stop", json!({"index": 0}));
+            send(&tx, Some(&k), &d).await;
+            index += 1;
+        }
+        for (i, (name, args)) in calls.iter().enumerate() {
+            let id = format!("toolu_{i}");
+            let (k, d) = ev(
+                "content_block_start",
+                json!({"index": index, "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}),
+            );
+            send(&tx, Some(&k), &d).await;
+            for p in pieces(&args.to_string(), 7) {
+                out_tokens += 1;
+                let (k, d) = ev("content_block_delta", json!({"index": index, "delta": {"type": "input_json_delta", "partial_json": p}}));
+                send(&tx, Some(&k), &d).await;
+            }
+            let (k, d) = ev("content_block_stop", json!({"index": index}));
+            send(&tx, Some(&k), &d).await;
+            index += 1;
+        }
+        let stop = if calls.is_empty() { "end_turn" } else { "tool_use" };
+        let (k, d) =
+            ev("message_delta", json!({"delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": out_tokens}}));
+        send(&tx, Some(&k), &d).await;
+        let (k, d) = ev("message_stop", json!({}));
+        send(&tx, Some(&k), &d).await;
+    })
+}

@@ -1,0 +1,111 @@
+//! `stowage agent "question"`: one planner run over the configured MCP servers (or the
+//! bundled demo), in process. The answer goes to stdout (`--json`: the whole FinalPayload);
+//! steps go to stderr as progress. A missing or unreachable model fails at once, in one line.
+//!
+//! Payload links point at `links.public_url`: they work while `stowage serve` runs on the
+//! same store; `artifact://` URIs always work with `stowage artifacts get`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use stowage_agent::events::StepStatus;
+use stowage_agent::{AgentConfig, AgentEvent, Model, Planner, RunRequest};
+use stowage_links::LinkSigner;
+use stowage_mcp::pipeline::PipelineOffloader;
+use stowage_mcp::rewrite::Rewriter;
+use stowage_mcp::{Caller, Gateway, GatewayOptions, SessionMode};
+use stowage_store::ArtifactStore;
+use stowage_transform::Pipeline;
+
+use crate::config::Config;
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// The question to answer.
+    pub question: String,
+    /// A Claude Desktop / Cursor style JSON file with an "mcpServers" object (added to
+    /// [gateway.servers]).
+    #[arg(long, value_name = "FILE")]
+    pub mcp_config: Option<PathBuf>,
+    /// Print the whole FinalPayload as JSON instead of the answer text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The configured model after a reachability check, or `None` when `[agent]` names none.
+pub async fn model_if_configured(config: &AgentConfig) -> anyhow::Result<Option<Arc<dyn Model>>> {
+    if config.base_url.trim().is_empty() && config.model.trim().is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(checked_model(config).await?))
+}
+
+async fn checked_model(config: &AgentConfig) -> anyhow::Result<Arc<dyn Model>> {
+    let model = stowage_agent::model::from_config(config)?;
+    model.check().await?;
+    Ok(model)
+}
+
+pub async fn run(config: &Config, store: Arc<dyn ArtifactStore>, store_dir: &std::path::Path, args: AgentArgs) -> anyhow::Result<()> {
+    let model = checked_model(&config.agent).await?;
+    let upstreams = stowage_mcp::config::collect_upstreams(&config.gateway, args.mcp_config.as_deref(), &[])?;
+    let sink = stowage_mcp::pipeline::with_dimensions(crate::wiring::sink(store.clone()));
+    let pipeline = Arc::new(Pipeline::new(config.transform.clone(), sink));
+    let rewriter = Rewriter::new(Arc::new(PipelineOffloader::new(pipeline)));
+    let demo: stowage_mcp::InProcessFactory = Arc::new(|| {
+        let (from_server, to_server) = stowage_demo::spawn_in_process();
+        (Box::new(from_server), Box::new(to_server))
+    });
+    let gw = Gateway::start(GatewayOptions {
+        config: config.gateway.clone(),
+        upstreams,
+        rewriter,
+        in_process: Some(demo),
+        default_session_mode: SessionMode::Shared,
+        secret_env: Vec::new(),
+    });
+    config.links.validate().map_err(anyhow::Error::msg)?;
+    let ring = config.links.key_ring(store_dir).context("cannot load the link-signing key")?;
+    let signer = Arc::new(LinkSigner::new(ring, &config.links));
+    gw.set_link_service(stowage_http::LinkService::new(store.clone(), signer));
+    gw.set_artifact_store(store.clone());
+    gw.wait_ready(Duration::from_secs(10)).await;
+    for (name, why) in gw.unready_upstreams() {
+        eprintln!("warning: upstream {name} is not available: {why}");
+    }
+    let planner = Planner::new(gw.clone(), model, config.agent.clone(), Some(store));
+    let (tx, mut rx) = tokio::sync::mpsc::channel(256);
+    let progress = tokio::spawn(async move {
+        let mut err = std::io::stderr();
+        while let Some(e) = rx.recv().await {
+            let line = match e {
+                AgentEvent::Step { node, status: StepStatus::Started, .. } => format!("→ {node}"),
+                AgentEvent::Step { node, status: StepStatus::Ok, latency_ms, .. } => format!("✓ {node} ({latency_ms:.0} ms)"),
+                AgentEvent::Step { node, status: StepStatus::Error, latency_ms, .. } => format!("✗ {node} failed ({latency_ms:.0} ms)"),
+                AgentEvent::ArtifactChunk { stream_id, seq, done, .. } => {
+                    format!("  artifact {stream_id} #{seq}{}", if done { " (done)" } else { "" })
+                }
+                _ => continue,
+            };
+            let _ = writeln!(err, "{line}");
+        }
+    });
+    let req = RunRequest { query: args.question, caller: Caller::local(), session: None };
+    let outcome = planner.run(req, tx).await;
+    let _ = progress.await;
+    gw.shutdown();
+    let outcome = outcome?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&outcome.payload)?);
+    } else {
+        println!("{}", outcome.payload.raw_answer);
+        for w in &outcome.payload.warnings {
+            eprintln!("warning: {w}");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,254 @@
+//! `stowage agent` and `POST /agent/runs` through the real binary: the stdio fixture as the
+//! upstream (an mcpServers file), the testkit's model stub as the model over HTTP. A missing
+//! or unreachable model is a one-line error at start; the route sits behind /mcp's auth and
+//! streams the seed's events ending in the payload.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use stowage_testkit::model_stub::{ModelStub, Turn};
+
+/// A private copy of the fixture binary with this checkout's tools (the target directory may
+/// be shared with other checkouts that rebuild it).
+fn fixture(dir: &std::path::Path) -> String {
+    let copy = dir.join("stowage-fixture");
+    for attempt in 0..3 {
+        if attempt > 0 {
+            let status = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+                .args(["build", "-p", "stowage-testkit", "--bins"])
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
+        std::fs::copy(stowage_testkit::fixture_bin(), &copy).unwrap();
+        if std::fs::read(&copy).unwrap().windows(13).any(|w| w == b"analyze_sales") {
+            return copy.display().to_string();
+        }
+    }
+    panic!("the fixture binary has no analyze_sales tool");
+}
+
+struct Setup {
+    dir: tempfile::TempDir,
+}
+
+impl Setup {
+    fn new(extra_config: &str) -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let servers = json!({"mcpServers": {"fx": {"command": fixture(dir.path()), "args": []}}});
+        std::fs::write(dir.path().join("mcp.json"), servers.to_string()).unwrap();
+        std::fs::write(dir.path().join("stowage.toml"), extra_config).unwrap();
+        Setup { dir }
+    }
+
+    fn command(&self, args: &[&str]) -> tokio::process::Command {
+        let d = self.dir.path();
+        let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_stowage"));
+        c.current_dir(d)
+            .args(["--config", d.join("stowage.toml").to_str().unwrap(), "--store", d.join("store").to_str().unwrap()])
+            .args(args)
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        c
+    }
+
+    fn mcp(&self) -> String {
+        self.dir.path().join("mcp.json").display().to_string()
+    }
+}
+
+fn agent_config(stub: &ModelStub) -> String {
+    format!("[agent]\nbase_url = \"{}\"\nmodel = \"stub-model\"\nrequest_timeout = \"5s\"\n", stub.base_url())
+}
+
+#[tokio::test]
+async fn the_agent_command_fails_at_start_in_one_line_without_a_reachable_model() {
+    let s = Setup::new("");
+    let out = s.command(&["agent", "hello"]).output().await.unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.starts_with("error: no model is configured: set agent.base_url and agent.model"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let s = Setup::new(&format!("[agent]\nbase_url = \"http://{free}/v1\"\nmodel = \"m\"\n"));
+    let out = s.command(&["agent", "hello"]).output().await.unwrap();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(err.starts_with(&format!("error: model at http://{free}/v1/models is unreachable")), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    // serve too refuses to start with an unreachable model.
+    let out = s.command(&["serve", "--listen", "127.0.0.1:0"]).output().await.unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unreachable"));
+}
+
+#[tokio::test]
+async fn the_agent_command_answers_with_progress_on_stderr_and_the_payload_with_json() {
+    let stub = ModelStub::start(vec![
+        Turn::tool("analyze_sales", json!({"quarter": "Q4", "year": 2024})),
+        Turn::Text(json!({"raw_answer": "Q4 revenue was $1.23M.", "confidence": 0.9}).to_string()),
+        Turn::Text(json!({"raw_answer": "Plain answer."}).to_string()),
+    ])
+    .await;
+    let s = Setup::new(&agent_config(&stub));
+    let out = s.command(&["agent", "How did Q4 go?", "--mcp-config", &s.mcp(), "--json"]).output().await.unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("→ analyze_sales") && err.contains("✓ analyze_sales"), "{err}");
+    let payload: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(payload["raw_answer"], "Q4 revenue was $1.23M.");
+    assert_eq!(payload["artifacts"]["analyze_sales"]["raw_data"].as_array().unwrap().len(), 847);
+    // Without --json: the answer text alone on stdout.
+    let out = s.command(&["agent", "Again", "--mcp-config", &s.mcp()]).output().await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "Plain answer.\n");
+}
+
+struct Serve {
+    _child: tokio::process::Child,
+    base: String,
+}
+
+async fn serve(s: &Setup) -> Serve {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let child = s
+        .command(&["serve", "--listen", &format!("127.0.0.1:{port}"), "--mcp-config", &s.mcp()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        // Ready, not just alive: the fixture has listed its tools.
+        if reqwest::get(format!("{base}/readyz")).await.is_ok_and(|r| r.status() == 200) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "stowage serve did not come up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Serve { _child: child, base }
+}
+
+fn hash(key: &str) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_stowage")).args(["hash-key", key]).output().unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// The SSE body as (event, data) pairs.
+fn events(body: &str) -> Vec<(String, Value)> {
+    body.split("\n\n")
+        .filter(|e| !e.trim().is_empty())
+        .map(|e| {
+            let name = e.lines().find_map(|l| l.strip_prefix("event: ")).unwrap().to_owned();
+            let data = e.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
+            (name, serde_json::from_str(data).unwrap())
+        })
+        .collect()
+}
+
+async fn post_run(base: &str, key: Option<&str>, body: Value) -> reqwest::Response {
+    let mut req =
+        reqwest::Client::new().post(format!("{base}/agent/runs")).header("content-type", "application/json").body(body.to_string());
+    if let Some(k) = key {
+        req = req.bearer_auth(k);
+    }
+    req.send().await.unwrap()
+}
+
+#[tokio::test]
+async fn post_agent_runs_streams_the_events_behind_the_same_auth_as_mcp() {
+    let stub = ModelStub::start(vec![]).await;
+    stub.push_keyed(
+        "alice asks",
+        [
+            Turn::Tools { thought: "Checking.".into(), calls: vec![("analyze_sales".into(), json!({"quarter": "Q4"}))] },
+            Turn::Text(json!({"raw_answer": "Which region?", "requires_followup": true}).to_string()),
+            Turn::Text(json!({"raw_answer": "EMEA grew most."}).to_string()),
+        ],
+    );
+    let config = format!(
+        "{}[auth]\napi_keys = [\n  {{ id = \"alice\", sha256 = \"{}\" }},\n  {{ id = \"bob\", sha256 = \"{}\" }},\n]\n",
+        agent_config(&stub),
+        hash("alice-secret-key-0123456789"),
+        hash("bob-secret-key-0123456789")
+    );
+    let s = Setup::new(&config);
+    let srv = serve(&s).await;
+    let alice = Some("alice-secret-key-0123456789");
+    assert_eq!(post_run(&srv.base, None, json!({"query": "alice asks"})).await.status(), 401);
+    assert_eq!(post_run(&srv.base, Some("wrong-key-0123456789012345"), json!({"query": "alice asks"})).await.status(), 401);
+    // A web page cannot start runs: a foreign origin, or a body that is not JSON, is refused.
+    let foreign = reqwest::Client::new()
+        .post(format!("{}/agent/runs", srv.base))
+        .bearer_auth("alice-secret-key-0123456789")
+        .header("content-type", "application/json")
+        .header("origin", "http://evil.example")
+        .body(json!({"query": "alice asks"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(foreign.status(), 403);
+    let plain = reqwest::Client::new()
+        .post(format!("{}/agent/runs", srv.base))
+        .bearer_auth("alice-secret-key-0123456789")
+        .header("content-type", "text/plain")
+        .body(json!({"query": "alice asks"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(plain.status(), 415);
+    let bad = post_run(&srv.base, alice, json!({"question": "typo"})).await;
+    assert_eq!(bad.status(), 400);
+    let bad = bad.text().await.unwrap();
+    assert!(bad.contains("bad_request") && bad.contains("unknown field `question`"), "{bad}");
+
+    let resp = post_run(&srv.base, alice, json!({"query": "alice asks about sales"})).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let session = resp.headers()["stowage-agent-session"].to_str().unwrap().to_owned();
+    let evs = events(&resp.text().await.unwrap());
+    let names: Vec<&str> = evs.iter().map(|(n, _)| n.as_str()).collect();
+    let first_step = names.iter().position(|n| *n == "step").unwrap();
+    assert!(names[..first_step].iter().all(|n| *n == "chunk"), "{names:?}");
+    assert_eq!(evs[first_step].1["node"], "analyze_sales");
+    assert_eq!(evs[first_step].1["status"], "started");
+    assert!(names.contains(&"artifact_chunk"), "{names:?}");
+    let (last, payload) = evs.last().unwrap();
+    assert_eq!(last, "done");
+    assert_eq!(payload["raw_answer"], "Which region?");
+    assert_eq!(payload["requires_followup"], true);
+    assert_eq!(payload["artifacts"]["analyze_sales"]["raw_data"].as_array().unwrap().len(), 847);
+
+    // Bob cannot continue alice's session; alice can.
+    let r = post_run(&srv.base, Some("bob-secret-key-0123456789"), json!({"query": "alice asks: EMEA", "session": session})).await;
+    assert_eq!(r.status(), 404);
+    assert!(r.text().await.unwrap().contains("unknown_session"));
+    let r = post_run(&srv.base, alice, json!({"query": "alice asks: EMEA", "session": session})).await;
+    assert_eq!(r.headers()["stowage-agent-session"].to_str().unwrap(), session);
+    let evs = events(&r.text().await.unwrap());
+    assert_eq!(evs.last().unwrap().1["raw_answer"], "EMEA grew most.");
+    let last_request = stub.requests().last().unwrap().body.clone();
+    assert!(last_request.contains("alice asks about sales") && last_request.contains("Which region?"));
+}
+
+#[tokio::test]
+async fn a_model_failure_is_an_error_event_and_an_unconfigured_agent_answers_503() {
+    let stub = ModelStub::start(vec![Turn::Status(500, "upstream overloaded".into())]).await;
+    let s = Setup::new(&agent_config(&stub));
+    let srv = serve(&s).await;
+    let evs = events(&post_run(&srv.base, None, json!({"query": "hi"})).await.text().await.unwrap());
+    let (name, data) = evs.last().unwrap();
+    assert_eq!(name, "error");
+    assert_eq!(data["code"], "model_http_error");
+    assert!(data["trace_id"].as_str().unwrap().starts_with("run-"));
+    assert!(data["error"].as_str().unwrap().contains("upstream overloaded"));
+
+    let s = Setup::new("");
+    let srv = serve(&s).await;
+    let r = post_run(&srv.base, None, json!({"query": "hi"})).await;
+    assert_eq!(r.status(), 503);
+    assert!(r.text().await.unwrap().contains("set [agent] base_url and model"));
+}
