@@ -102,8 +102,9 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
                 }
                 _ => None,
             };
-            gw.wait_ready(Duration::from_secs(10)).await;
-            eprint!("{}", banner(&gw, &opts.mode, links_addr, &opts.store_label));
+            // Served at once: a host's `initialize` must not wait for a slow or dead upstream
+            // (one that comes up later is announced with list_changed).
+            spawn_banner(gw.clone(), opts.mode.clone(), links_addr, opts.store_label.clone());
             let stdio = crate::downstream::stdio::serve(gw.clone(), tokio::io::stdin(), tokio::io::stdout());
             tokio::select! {
                 r = stdio => r.map_err(RunError::Stdio),
@@ -118,12 +119,8 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
                 app = app.merge(extra);
             }
             // Served at once (health, readiness and clients that retry need not wait for a slow
-            // or dead upstream); the banner follows when every upstream is up, or after 10 s.
-            let (bgw, mode, label) = (gw.clone(), opts.mode.clone(), opts.store_label.clone());
-            tokio::spawn(async move {
-                bgw.wait_ready(Duration::from_secs(10)).await;
-                eprint!("{}", banner(&bgw, &mode, Some(addr), &label));
-            });
+            // or dead upstream).
+            spawn_banner(gw.clone(), opts.mode.clone(), Some(addr), opts.store_label.clone());
             crate::downstream::listener::serve(listener, app, gw.config.http_timeouts(), shutdown_signal()).await.map_err(RunError::Serve)
         }
     };
@@ -131,6 +128,18 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
     // Give killed children a moment to be reaped before the process exits.
     tokio::time::sleep(Duration::from_millis(50)).await;
     result
+}
+
+/// Prints the banner in the background once every upstream is listed or down (at most 10 s
+/// after start), unless the gateway is stopping by then: a banner printed at shutdown would
+/// list every upstream as not connected.
+fn spawn_banner(gw: Arc<Gateway>, mode: Mode, addr: Option<SocketAddr>, store: String) {
+    tokio::spawn(async move {
+        gw.wait_settled(Duration::from_secs(10)).await;
+        if !gw.is_shutting_down() {
+            eprint!("{}", banner(&gw, &mode, addr, &store));
+        }
+    });
 }
 
 /// Binds `listen` and serves the gateway's HTTP routes in the background (tests, benches).

@@ -53,8 +53,12 @@ use crate::routes::CallRoutes;
 use crate::session::{Caller, Session, SessionKind, Sessions};
 use crate::upstream::{InProcessFactory, Upstream, UpstreamEnv};
 
-/// How long a request that needs the catalog waits for upstreams that are still starting.
-const STARTUP_WAIT: Duration = Duration::from_secs(10);
+/// How long a request that needs the catalog waits for upstreams still on their first
+/// connection attempt. Short: the gateway serves at once, a down upstream holds nobody up, and
+/// one that comes up later is announced with `notifications/tools/list_changed` (see
+/// [`catalog`]); this grace only spares clients that connect the moment the gateway starts a
+/// second list request for upstreams that are a moment from ready.
+const STARTUP_GRACE: Duration = Duration::from_secs(3);
 
 /// Everything a gateway is built from.
 pub struct GatewayOptions {
@@ -224,6 +228,18 @@ impl Gateway {
             .collect()
     }
 
+    /// Whether [`Gateway::shutdown`] was called: what happens to upstreams from then on is
+    /// the stop, not a failure to report.
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutdown.is_cancelled()
+    }
+
+    /// Whether any client has been answered its handshake (a 2025 session that initialized,
+    /// or an open 2026-07-28 listen stream): one that may hold a list without some upstream.
+    fn has_clients(&self) -> bool {
+        self.sessions.live().iter().any(|s| s.protocol.lock().is_some()) || !self.listeners.lock().is_empty()
+    }
+
     /// Stops supervisors and kills every upstream.
     pub fn shutdown(&self) {
         self.shutdown.cancel();
@@ -334,9 +350,9 @@ impl Gateway {
         let id = msg.id.clone().unwrap_or(Value::Null);
         let ok = |v: Value| Ok(Message::response(Value::Null, &v));
         // Capabilities and lists come from the upstreams: a request that arrives while one is
-        // still starting waits for it (a down one holds nobody up).
+        // on its first attempt waits for it a little (a down one holds nobody up).
         if method != "ping" {
-            self.wait_settled(STARTUP_WAIT).await;
+            self.wait_settled(STARTUP_GRACE).await;
         }
         match method.as_str() {
             "initialize" => ok(self.initialize(session, &params)),

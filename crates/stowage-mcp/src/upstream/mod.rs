@@ -377,14 +377,19 @@ impl Upstream {
                     }
                     self.stale.mark_connected();
                     let reason = loop {
+                        // Shutdown first: stopping closes the connection too, and that close
+                        // is not a loss to report.
                         tokio::select! {
-                            _ = conn.closed.cancelled() => break None,
+                            biased;
                             _ = self.env.shutdown.cancelled() => break Some(()),
+                            _ = conn.closed.cancelled() => break None,
                             _ = sweep.tick() => self.sweep_clients(),
                         }
                     };
                     self.control.send_replace(None);
-                    if reason.is_some() {
+                    // The connection may have died of the shutdown itself (a killed child, a
+                    // closed stream) just before the token was seen.
+                    if reason.is_some() || self.env.shutdown.is_cancelled() {
                         break;
                     }
                     // The reader records why the connection ended before it cancels it.
@@ -396,6 +401,7 @@ impl Upstream {
                         backoff = initial;
                     }
                 }
+                Err(_) if self.env.shutdown.is_cancelled() => break,
                 Err(e) => {
                     tracing::warn!(target: "stowage::upstream", upstream = %self.spec.name, "cannot start: {e}; retrying in {backoff:?}");
                     let was_up = self.health.send_replace(Health::Down { reason: e.clone() }) == Health::Up;
