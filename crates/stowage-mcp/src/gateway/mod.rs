@@ -53,11 +53,12 @@ use crate::routes::CallRoutes;
 use crate::session::{Caller, Session, SessionKind, Sessions};
 use crate::upstream::{InProcessFactory, Upstream, UpstreamEnv};
 
-/// How long a request that needs the catalog waits for upstreams still on their first
-/// connection attempt. Short: the gateway serves at once, a down upstream holds nobody up, and
-/// one that comes up later is announced with `notifications/tools/list_changed` (see
-/// [`catalog`]); this grace only spares clients that connect the moment the gateway starts a
-/// second list request for upstreams that are a moment from ready.
+/// How long after start requests that need the catalog wait for upstreams still on their
+/// first connection attempt. Counted from the gateway's start, not per request, and short:
+/// the gateway serves at once, a down upstream holds nobody up, and one that comes up later is
+/// announced with `notifications/tools/list_changed` (see [`catalog`]); this grace only
+/// spares clients that connect the moment the gateway starts a second list request for
+/// upstreams that are a moment from ready.
 const STARTUP_GRACE: Duration = Duration::from_secs(3);
 
 /// Everything a gateway is built from.
@@ -106,6 +107,8 @@ pub struct Gateway {
     tasks: Mutex<tasks::Tasks>,
     /// A fault injected on purpose by a test (see [`Gateway::inject_panic`]).
     fault: Mutex<Option<String>>,
+    /// When the gateway started: the start-up grace is counted from here.
+    started: std::time::Instant,
 }
 
 impl Gateway {
@@ -166,6 +169,7 @@ impl Gateway {
             events,
             tasks: Mutex::default(),
             fault: Mutex::new(None),
+            started: std::time::Instant::now(),
         });
         let scrubber: Arc<dyn crate::routes::Scrubber> = Arc::new(calls::GatewayScrubber(Arc::downgrade(&gw)));
         let _ = gw.routes.scrubber.set(scrubber);
@@ -351,8 +355,9 @@ impl Gateway {
         let ok = |v: Value| Ok(Message::response(Value::Null, &v));
         // Capabilities and lists come from the upstreams: a request that arrives while one is
         // on its first attempt waits for it a little (a down one holds nobody up).
-        if method != "ping" {
-            self.wait_settled(STARTUP_GRACE).await;
+        let grace = (self.started + STARTUP_GRACE).saturating_duration_since(std::time::Instant::now());
+        if method != "ping" && !grace.is_zero() {
+            self.wait_settled(grace).await;
         }
         match method.as_str() {
             "initialize" => ok(self.initialize(session, &params)),
