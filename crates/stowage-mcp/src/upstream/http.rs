@@ -19,6 +19,10 @@
 //! the answer, up to [`MAX_RESUMES`] times in a row without progress. A stream that ends
 //! without ids and without the answer fails the request at once. The standalone GET stream
 //! is reopened the same way.
+//!
+//! Only events of the default type (`message`) carry messages; events of another `event:`
+//! type are skipped, as the reference SDKs' clients do. [`super::sse`] shares this file's
+//! client set-up and parser.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
