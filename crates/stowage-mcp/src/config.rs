@@ -526,7 +526,10 @@ mod tests {
         let http = parse_mcp_servers(r#"{"mcpServers":{"a":{"type":"streamable-http","url":"http://x/mcp"}}}"#, Path::new("c.json"));
         assert!(matches!(http.unwrap()[0].1.resolve("a", Duration::from_secs(1)).unwrap().transport, TransportSpec::Http { .. }));
         let odd = parse_mcp_servers(r#"{"mcpServers":{"a":{"type":"sse","command":"x"}}}"#, Path::new("c.json")).unwrap();
-        assert_eq!(odd[0].1.resolve("a", Duration::from_secs(1)).unwrap_err().to_string(), "server \"a\": type http and sse need a url, not a command");
+        assert_eq!(
+            odd[0].1.resolve("a", Duration::from_secs(1)).unwrap_err().to_string(),
+            "server \"a\": type http and sse need a url, not a command"
+        );
         let toml_sse: GatewayConfig = serde_json::from_str(r#"{"servers":{"s":{"type":"sse","url":"https://h/sse"}}}"#).unwrap();
         assert!(matches!(toml_sse.servers["s"].resolve("s", Duration::from_secs(1)).unwrap().transport, TransportSpec::Sse { .. }));
         let both = ServerConfig { command: Some("x".into()), url: Some("http://y".into()), ..Default::default() };

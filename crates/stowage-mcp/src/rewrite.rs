@@ -131,7 +131,9 @@ impl Rewriter {
                 // Small calls with nothing offloaded keep the pipeline's count (plus an
                 // estimate of any remainder): no counting on their path.
                 let added = bytes_out.saturating_sub(report.bytes_out);
-                let exact = artifacts > 0 && report.tokens_out > 0 && out.len() <= stowage_transform::tokens::TokensConfig::default().exact_max_bytes;
+                let exact = artifacts > 0
+                    && report.tokens_out > 0
+                    && out.len() <= stowage_transform::tokens::TokensConfig::default().exact_max_bytes;
                 let tokens_out = if exact {
                     stowage_transform::tokens::count(&out, &stowage_transform::tokens::TokensConfig::default()).0
                 } else {

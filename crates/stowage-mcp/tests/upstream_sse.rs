@@ -144,7 +144,8 @@ async fn per_client_mode_opens_one_sse_session_per_client_and_keeps_their_notifi
         let all = serde_json::to_string(&notes).unwrap();
         assert!(!all.contains(theirs), "{mine}'s client heard {theirs}'s notifications: {all}");
         let progress = notes.iter().filter(|n| n["method"] == "notifications/progress" && n["params"]["progressToken"] == mine).count();
-        let logs = notes.iter().filter(|n| n["method"] == "notifications/message" && n.to_string().contains(&format!("{mine} log"))).count();
+        let logs =
+            notes.iter().filter(|n| n["method"] == "notifications/message" && n.to_string().contains(&format!("{mine} log"))).count();
         assert_eq!((progress, logs), (4, 4), "{mine}: {all}");
     }
     gw.shutdown();
@@ -233,7 +234,8 @@ async fn misbehaving_sse_server(first: impl Fn(u16) -> String + Send + Sync + 's
             axum::routing::get(move || {
                 let body = body.clone();
                 async move {
-                    let chunks = futures::stream::iter([Ok::<_, std::io::Error>(bytes::Bytes::from(body))]).chain(futures::stream::pending());
+                    let chunks =
+                        futures::stream::iter([Ok::<_, std::io::Error>(bytes::Bytes::from(body))]).chain(futures::stream::pending());
                     axum::response::Response::builder()
                         .header("content-type", "text/event-stream")
                         .body(axum::body::Body::from_stream(chunks))

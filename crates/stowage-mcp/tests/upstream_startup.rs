@@ -72,10 +72,9 @@ async fn an_upstream_that_starts_listening_later_is_announced_with_list_changed(
     .await;
     stowage_mcp::run::spawn_http(server, &format!("127.0.0.1:{port}")).await.unwrap();
 
-    let announced = common::eventually(15, || {
-        client.notifications.lock().unwrap().iter().any(|n| n["method"] == "notifications/tools/list_changed")
-    })
-    .await;
+    let announced =
+        common::eventually(15, || client.notifications.lock().unwrap().iter().any(|n| n["method"] == "notifications/tools/list_changed"))
+            .await;
     assert!(announced, "no list_changed once the upstream came up: {:?}", client.notifications.lock().unwrap());
     let after = tool_names(&client.request("tools/list", json!({})).await);
     assert!(after.iter().any(|n| n == "late_echo") && after.iter().any(|n| n == "local_echo"), "{after:?}");

@@ -41,7 +41,13 @@ args = ["600"]
         .spawn()
         .unwrap();
     let rpc = RpcClient::connect(child.stdout.take().unwrap(), child.stdin.take().unwrap(), None);
-    let init = rpc.request_within(Duration::from_secs(9), "initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}})).await;
+    let init = rpc
+        .request_within(
+            Duration::from_secs(9),
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}),
+        )
+        .await;
     assert_eq!(init["result"]["protocolVersion"], "2025-06-18", "{init}");
     rpc.notify("notifications/initialized", json!({}));
     let tools = rpc.request_within(Duration::from_secs(9), "tools/list", json!({})).await;

@@ -73,7 +73,9 @@ pub async fn connect(
                         match event {
                             SseEvent::Named { event, data } if event == "endpoint" && endpoint.is_none() => endpoint = Some(data),
                             SseEvent::TooLong { .. } if endpoint.is_none() => {
-                                return Err(format!("sent an SSE event over the {max_bytes} byte limit (gateway.max_message_bytes) before its endpoint"));
+                                return Err(format!(
+                                    "sent an SSE event over the {max_bytes} byte limit (gateway.max_message_bytes) before its endpoint"
+                                ));
                             }
                             other => early.push(other),
                         }
@@ -210,7 +212,8 @@ impl Poster {
         if status.is_success() {
             return Ok(());
         }
-        let text = read_body(resp, self.max_bytes.min(64 << 10)).await.map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+        let text =
+            read_body(resp, self.max_bytes.min(64 << 10)).await.map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
         let snippet: String = text.chars().take(200).collect();
         Err((format!("answered HTTP {status} to a message: {snippet}"), status == reqwest::StatusCode::NOT_FOUND))
     }
