@@ -297,3 +297,28 @@ async fn a_streamable_http_url_configured_as_sse_says_how_to_fix_it() {
     let reason = start_reason(sse_spec("wrong", format!("http://{addr}/mcp"), Duration::from_secs(5))).await;
     assert!(reason.contains("drop \"type\": \"sse\""), "{reason}");
 }
+
+/// The official Python client, over HTTP, through the gateway to FastMCP on SSE.
+#[tokio::test]
+async fn the_python_client_through_the_gateway_to_fastmcp_over_sse() {
+    let Some(python) = common::require_peer(PYTHON) else { return };
+    let port = free_port();
+    let server = PySse::start(&python, port).await;
+    let gw = gateway(port, SessionMode::Shared, fast_config()).await;
+    let addr = stowage_mcp::run::spawn_http(gw.clone(), "127.0.0.1:0").await.unwrap();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/drive_sse_upstream.py");
+    let out = tokio::process::Command::new(&python).arg(script).arg(format!("http://{addr}/mcp")).output().await.unwrap();
+    assert!(out.status.success(), "python client failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let o: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tools: Vec<&str> = o["tools"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(["echo", "snapshot", "work", "whoami"].iter().all(|t| tools.contains(t)), "{tools:?}");
+    assert_eq!(o["echo"], "python over sse");
+    let snap = o["snapshot"].to_string();
+    assert!(!snap.contains("iVBORw0KGgo"), "base64 reached the Python client: {snap}");
+    assert!(o["snapshot"].as_array().unwrap().iter().any(|b| b["type"] == "resource_link" && b["mimeType"] == "image/png"), "{snap}");
+    assert_eq!(o["work"], "py done");
+    assert_eq!(o["progress"].as_array().unwrap().len(), 3, "{o}");
+    assert!(o["logs"].as_array().unwrap().iter().filter(|l| l.as_str().unwrap_or("").contains("py log")).count() == 3, "{o}");
+    gw.shutdown();
+    server.kill().await;
+}
