@@ -222,6 +222,8 @@ pub enum ConfigError {
     Server { name: String, message: String },
     #[error("server {name:?} is defined twice (in [gateway.servers] and in {path})")]
     Duplicate { name: String, path: PathBuf },
+    #[error("no configured server can be served: {why}")]
+    NothingToServe { why: String },
 }
 
 /// How an upstream is reached, validated.
@@ -359,6 +361,127 @@ impl ServerConfig {
     }
 }
 
+/// Where a `${VAR}` in an entry's `env`, `headers` or `url` takes its value from.
+pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+impl ServerConfig {
+    /// This entry with `${VAR}`, `${env:VAR}` and `${VAR:-default}` in `env` values,
+    /// `headers` values and `url` replaced from `lookup`, as Claude Code and Cursor do with
+    /// the same files. A variable that is not set (and has no default) is an error naming the
+    /// server, the key and the variable: starting the server with an empty token would fail
+    /// later, further from the cause.
+    pub fn expand_vars(&self, name: &str, lookup: EnvLookup<'_>) -> Result<ServerConfig, ConfigError> {
+        let mut out = self.clone();
+        let expand = |key: String, text: &str| {
+            expand_vars(text, lookup).map_err(|var| ConfigError::Server {
+                name: name.to_owned(),
+                message: format!(
+                    "{key} uses ${{{var}}}, which is not set in stowage's environment (set it where stowage is started, or write ${{{var}:-default}})"
+                ),
+            })
+        };
+        for (k, v) in out.env.iter_mut() {
+            *v = expand(format!("env.{k}"), v)?;
+        }
+        for (k, v) in out.headers.iter_mut() {
+            *v = expand(format!("headers.{k}"), v)?;
+        }
+        if let Some(url) = out.url.as_mut() {
+            *url = expand("url".to_owned(), url)?;
+        }
+        Ok(out)
+    }
+}
+
+/// Replaces each `${NAME}`, `${env:NAME}` and `${NAME:-default}` in `text` (NAME:
+/// `[A-Za-z_][A-Za-z0-9_]*`); anything else, `$NAME` without braces included, stays as
+/// written, so a literal `$` in a password survives. Returns the first unset variable's
+/// name. Written out rather than taken from a shell-expansion crate: those also expand bare
+/// `$NAME` and `~`, which these hosts do not.
+fn expand_vars(text: &str, lookup: EnvLookup<'_>) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            rest = &rest[start..];
+            break;
+        };
+        let inner = &after[..end];
+        let inner = inner.strip_prefix("env:").unwrap_or(inner);
+        let (var, default) = match inner.split_once(":-") {
+            Some((v, d)) => (v, Some(d)),
+            None => (inner, None),
+        };
+        let valid = var.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            // Not a reference: keep `${` and go on after it.
+            out.push_str("${");
+            rest = after;
+            continue;
+        }
+        match (lookup(var), default) {
+            (Some(value), _) => out.push_str(&value),
+            (None, Some(default)) => out.push_str(default),
+            (None, None) => return Err(var.to_owned()),
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// Whether `command args` runs `stowage serve`: this very executable (by path or found on
+/// `PATH`), or any program called `stowage`, with a `serve` argument. Such an entry is in
+/// the list because the list is also the host's (the README's set-up points Stowage at the
+/// host's own config, which then holds Stowage too); serving it would start gateways inside
+/// gateways until something runs out.
+pub fn runs_stowage_serve(command: &str, args: &[String], cwd: Option<&Path>) -> bool {
+    if !args.iter().any(|a| a == "serve") {
+        return false;
+    }
+    let path = Path::new(command);
+    if path.file_stem().is_some_and(|s| s.eq_ignore_ascii_case("stowage")) {
+        return true;
+    }
+    let Ok(me) = std::env::current_exe().and_then(|p| p.canonicalize()) else { return false };
+    let candidates: Vec<PathBuf> = if path.components().count() > 1 {
+        vec![match cwd {
+            Some(dir) if path.is_relative() => dir.join(path),
+            _ => path.to_path_buf(),
+        }]
+    } else {
+        std::env::var_os("PATH").map(|p| std::env::split_paths(&p).map(|d| d.join(command)).collect()).unwrap_or_default()
+    };
+    // The first match on PATH is what would run.
+    candidates.into_iter().find(|c| c.is_file()).and_then(|c| c.canonicalize().ok()).is_some_and(|c| c == me)
+}
+
+/// A server entry that is not served, and why. The others are served all the same.
+#[derive(Debug)]
+pub struct SkippedServer {
+    pub name: String,
+    pub error: ConfigError,
+}
+
+impl std::fmt::Display for SkippedServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The errors already name the server; those about the whole file do not.
+        let text = self.error.to_string();
+        if text.contains(&format!("{:?}", self.name)) { f.write_str(&text) } else { write!(f, "server {:?}: {text}", self.name) }
+    }
+}
+
+/// What [`collect_upstreams_reporting`] found: the upstreams to serve, and the entries that
+/// cannot be served, each with its reason.
+#[derive(Debug, Default)]
+pub struct Upstreams {
+    pub specs: Vec<UpstreamSpec>,
+    pub skipped: Vec<SkippedServer>,
+}
+
 /// Reads a Claude Desktop / Cursor style `{"mcpServers": {...}}` file, in file order.
 pub fn read_mcp_servers(path: &Path) -> Result<Vec<(String, ServerConfig)>, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read { path: path.into(), error })?;
@@ -464,17 +587,64 @@ fn near_miss(key: &str) -> Option<&'static str> {
         .map(|(_, k)| k)
 }
 
+/// One entry of a server list: its settings, or why they cannot be read.
+pub type EntryResult = Result<ServerConfig, ConfigError>;
+
+/// Reads an `mcpServers` file entry by entry: the file must be JSON with an `mcpServers`
+/// object, but one bad entry is that entry's error, not the file's. Each entry goes through
+/// [`parse_mcp_servers`] alone, so the rules for a good entry stay in one place.
+pub fn read_mcp_servers_each(path: &Path) -> Result<Vec<(String, EntryResult)>, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read { path: path.into(), error })?;
+    let root: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
+    let key = if root.get("mcpServers").is_some() { "mcpServers" } else { "servers" };
+    let Some(servers) = root.get(key).and_then(|v| v.as_object()) else {
+        // The whole-file parser says what is wrong with the file.
+        return parse_mcp_servers(&text, path).map(|_| Vec::new());
+    };
+    Ok(servers
+        .iter()
+        .map(|(name, entry)| {
+            let alone = serde_json::json!({ "mcpServers": { name.clone(): entry } }).to_string();
+            let parsed = parse_mcp_servers(&alone, path).and_then(|mut v| {
+                v.pop().map(|(_, s)| s).ok_or_else(|| ConfigError::Server { name: name.clone(), message: "cannot be read".into() })
+            });
+            (name.clone(), parsed)
+        })
+        .collect())
+}
+
 /// Everything the gateway will run, merged from `[gateway.servers]`, `--mcp-config` and a
-/// trailing `-- CMD ARGS…`. With none of them, the bundled demo server.
+/// trailing `-- CMD ARGS…`; with none of them, the bundled demo server. Strict: the first
+/// entry that cannot be served is the error (see [`collect_upstreams_reporting`] to serve
+/// the others).
 pub fn collect_upstreams(
     gateway: &GatewayConfig,
     mcp_config: Option<&Path>,
     trailing: &[String],
 ) -> Result<Vec<UpstreamSpec>, ConfigError> {
+    let found = collect_upstreams_reporting(gateway, mcp_config, trailing, &|var| std::env::var(var).ok())?;
+    match found.skipped.into_iter().next() {
+        Some(skipped) => Err(skipped.error),
+        None => Ok(found.specs),
+    }
+}
+
+/// Like [`collect_upstreams`], but an entry that cannot be served (a bad entry, an unset
+/// `${VAR}`, one that would run `stowage serve` itself) is set aside with its reason and
+/// the others are served. Errors only for what spoils everything: an unreadable or
+/// non-JSON `--mcp-config`, a name defined twice, or entries none of which can be served
+/// (serving the demo instead would hide the mistake).
+pub fn collect_upstreams_reporting(
+    gateway: &GatewayConfig,
+    mcp_config: Option<&Path>,
+    trailing: &[String],
+    lookup: EnvLookup<'_>,
+) -> Result<Upstreams, ConfigError> {
     let timeout = gateway.request_timeout();
-    let mut entries: Vec<(String, ServerConfig)> = gateway.servers.iter().map(|(n, s)| (n.clone(), s.clone())).collect();
+    let mut entries: Vec<(String, EntryResult)> = gateway.servers.iter().map(|(n, s)| (n.clone(), Ok(s.clone()))).collect();
     if let Some(path) = mcp_config {
-        for (name, server) in read_mcp_servers(path)? {
+        for (name, server) in read_mcp_servers_each(path)? {
             if entries.iter().any(|(n, _)| *n == name) {
                 return Err(ConfigError::Duplicate { name, path: path.into() });
             }
@@ -488,16 +658,33 @@ pub fn collect_upstreams(
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| "server".into());
         let name = if entries.iter().any(|(n, _)| *n == name) { format!("{name}-cmd") } else { name };
-        entries.push((name, ServerConfig { command: Some(command.clone()), args: args.to_vec(), ..Default::default() }));
+        entries.push((name, Ok(ServerConfig { command: Some(command.clone()), args: args.to_vec(), ..Default::default() })));
     }
-    let mut specs = Vec::new();
-    for (name, server) in entries.iter().filter(|(_, s)| !s.disabled) {
-        specs.push(server.resolve(name, timeout)?);
+    let mut found = Upstreams::default();
+    for (name, server) in entries {
+        let spec = server.and_then(|s| if s.disabled { Ok(None) } else { s.expand_vars(&name, lookup)?.resolve(&name, timeout).map(Some) });
+        match spec {
+            Ok(None) => {}
+            Ok(Some(spec)) => match &spec.transport {
+                TransportSpec::Stdio { command, args, cwd, .. } if runs_stowage_serve(command, args, cwd.as_deref()) => {
+                    let message = format!(
+                        "`{command} serve …` is Stowage itself; skipped so that Stowage does not spawn itself (remove this entry from the list Stowage reads)"
+                    );
+                    found.skipped.push(SkippedServer { name: name.clone(), error: ConfigError::Server { name, message } });
+                }
+                _ => found.specs.push(spec),
+            },
+            Err(error) => found.skipped.push(SkippedServer { name, error }),
+        }
     }
-    if specs.is_empty() {
-        specs.push(UpstreamSpec::new("demo", TransportSpec::Demo, timeout));
+    if found.specs.is_empty() {
+        if !found.skipped.is_empty() {
+            let why: Vec<String> = found.skipped.iter().map(|s| s.to_string()).collect();
+            return Err(ConfigError::NothingToServe { why: why.join("; ") });
+        }
+        found.specs.push(UpstreamSpec::new("demo", TransportSpec::Demo, timeout));
     }
-    Ok(specs)
+    Ok(found)
 }
 
 #[cfg(test)]
@@ -577,5 +764,118 @@ mod tests {
         let ok: GatewayConfig = serde_json::from_str(r#"{"listen":"127.0.0.1:1"}"#).unwrap();
         assert_eq!(ok.separator, "_");
         assert!(serde_json::from_str::<GatewayConfig>(r#"{"lisen":"x"}"#).is_err());
+    }
+
+    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |var: &str| pairs.iter().find(|(k, _)| *k == var).map(|(_, v)| (*v).to_owned())
+    }
+
+    #[test]
+    fn variables_expand_like_claude_code_and_cursor() {
+        let env = env_of(&[("TOKEN", "s3cr$t"), ("PORT", "3001"), ("EMPTY", "")]);
+        for (text, want) in [
+            ("Bearer ${TOKEN}", "Bearer s3cr$t"),
+            ("${env:TOKEN}", "s3cr$t"),
+            ("http://127.0.0.1:${PORT}/mcp", "http://127.0.0.1:3001/mcp"),
+            ("${NOPE:-fallback}", "fallback"),
+            ("${NOPE:-}", ""),
+            ("${PORT:-9}", "3001"),
+            ("[${EMPTY}]", "[]"),
+            // Not references: left exactly as written.
+            ("pa$$word $TOKEN", "pa$$word $TOKEN"),
+            ("${not a var} ${", "${not a var} ${"),
+            ("${TOKEN", "${TOKEN"),
+            ("a${TOKEN}b${PORT}c", "as3cr$tb3001c"),
+        ] {
+            assert_eq!(expand_vars(text, &env).as_deref(), Ok(want), "{text}");
+        }
+        assert_eq!(expand_vars("x ${MISSING} ${ALSO}", &env), Err("MISSING".to_owned()));
+        assert_eq!(expand_vars("${env:MISSING}", &env), Err("MISSING".to_owned()));
+    }
+
+    #[test]
+    fn an_unset_variable_names_the_server_the_key_and_the_variable() {
+        let env = env_of(&[("TEAM", "bi")]);
+        let s = ServerConfig {
+            url: Some("https://${HOST:-example.com}/mcp".into()),
+            headers: [("X-Team".to_owned(), "${TEAM}".to_owned()), ("X-Key".to_owned(), "${env:API_KEY}".to_owned())].into(),
+            ..Default::default()
+        };
+        let e = s.expand_vars("remote", &env).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "server \"remote\": headers.X-Key uses ${API_KEY}, which is not set in stowage's environment (set it where stowage is started, or write ${API_KEY:-default})"
+        );
+        let env = env_of(&[("TEAM", "bi"), ("API_KEY", "k")]);
+        let s = s.expand_vars("remote", &env).unwrap();
+        assert_eq!(s.url.as_deref(), Some("https://example.com/mcp"));
+        assert_eq!(s.headers["X-Team"], "bi");
+        assert_eq!(s.headers["X-Key"], "k");
+        let stdio = ServerConfig { command: Some("x".into()), env: [("A".to_owned(), "${NOPE}".to_owned())].into(), ..Default::default() };
+        assert!(stdio.expand_vars("s", &env).unwrap_err().to_string().contains("env.A uses ${NOPE}"));
+    }
+
+    #[test]
+    fn an_entry_that_runs_stowage_serve_is_recognised() {
+        let me = std::env::current_exe().unwrap();
+        let serve = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(runs_stowage_serve("stowage", &serve(&["serve", "--stdio"]), None));
+        assert!(runs_stowage_serve("/opt/bin/stowage", &serve(&["--store", "/x", "serve"]), None));
+        // The running executable under another name.
+        assert!(runs_stowage_serve(me.to_str().unwrap(), &serve(&["serve"]), None));
+        let dir = me.parent().unwrap();
+        let name = me.file_name().unwrap().to_str().unwrap();
+        assert!(runs_stowage_serve(&format!("./{name}"), &serve(&["serve"]), Some(dir)));
+        // Not serving, or not Stowage.
+        assert!(!runs_stowage_serve("stowage", &serve(&["artifacts", "ls"]), None));
+        assert!(!runs_stowage_serve("node", &serve(&["server.js", "serve"]), None));
+        assert!(!runs_stowage_serve(me.to_str().unwrap(), &serve(&["--stdio"]), None));
+    }
+
+    #[test]
+    fn one_bad_entry_is_reported_and_the_others_are_served() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("servers.json");
+        std::fs::write(
+            &file,
+            r#"{"mcpServers":{
+                "good":{"command":"node","args":["s.js"],"env":{"K":"${HOME_DIR:-/tmp}"}},
+                "typo":{"command":"x","arg":["a"]},
+                "unset":{"url":"https://${NO_SUCH_HOST}/mcp"},
+                "me":{"command":"stowage","args":["serve","--stdio"]},
+                "shape":{"command":3},
+                "off":{"command":"stowage","args":["serve"],"disabled":true}}}"#,
+        )
+        .unwrap();
+        let env = env_of(&[]);
+        let found = collect_upstreams_reporting(&GatewayConfig::default(), Some(&file), &[], &env).unwrap();
+        assert_eq!(found.specs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["good"]);
+        let TransportSpec::Stdio { env: child_env, .. } = &found.specs[0].transport else { panic!() };
+        assert_eq!(child_env["K"], "/tmp");
+        let skipped: Vec<String> = found.skipped.iter().map(|s| s.to_string()).collect();
+        assert_eq!(found.skipped.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["typo", "unset", "me", "shape"], "{skipped:?}");
+        assert!(skipped[0].contains("did you mean \"args\""), "{skipped:?}");
+        assert!(skipped[1].contains("url uses ${NO_SUCH_HOST}"), "{skipped:?}");
+        assert!(skipped[2].contains("does not spawn itself"), "{skipped:?}");
+        assert!(skipped[3].contains("server \"shape\""), "{skipped:?}");
+        assert!(skipped.iter().all(|s| !s.contains('\n')), "{skipped:?}");
+        // Strict callers get the first problem as the error.
+        let strict = collect_upstreams(&GatewayConfig::default(), Some(&file), &[]).unwrap_err().to_string();
+        assert!(strict.contains("did you mean \"args\""), "{strict}");
+    }
+
+    #[test]
+    fn entries_none_of_which_can_be_served_are_an_error_not_the_demo() {
+        let env = env_of(&[]);
+        let trailing = ["stowage".to_owned(), "serve".to_owned(), "--stdio".to_owned()];
+        let e = collect_upstreams_reporting(&GatewayConfig::default(), None, &trailing, &env).unwrap_err().to_string();
+        assert!(e.starts_with("no configured server can be served: server \"stowage\": "), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("bad.json");
+        std::fs::write(&file, "{not json").unwrap();
+        assert!(collect_upstreams_reporting(&GatewayConfig::default(), Some(&file), &[], &env).is_err(), "a broken file spoils everything");
+        std::fs::write(&file, r#"{"other":{}}"#).unwrap();
+        let e = collect_upstreams_reporting(&GatewayConfig::default(), Some(&file), &[], &env).unwrap_err().to_string();
+        assert!(e.contains("no \"mcpServers\" object"), "{e}");
     }
 }

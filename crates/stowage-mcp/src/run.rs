@@ -41,12 +41,17 @@ pub struct RunOptions {
     pub secret_env: Vec<String>,
     /// Where `/readyz` (in `extra_routes`) learns which upstreams are down.
     pub readiness: Option<Arc<std::sync::OnceLock<stowage_http::ReadinessCheck>>>,
-    /// Middleware-free description of the store for the banner (`fs .stowage`).
+    /// The store for the banner: which, where, and how to list it.
     pub store_label: String,
     /// Bearer authentication on `/mcp` (HTTP only); `None` leaves it open.
     pub auth: Option<Arc<stowage_http::Authenticator>>,
     /// Fresh signed links: enables the gateway's `artifact_url` tool.
     pub links: Option<stowage_http::LinkService>,
+    /// The artifact store: enables the gateway's `artifact_read` and `artifact_query` tools.
+    pub artifacts: Option<Arc<dyn stowage_store::ArtifactStore>>,
+    /// Server entries that are configured but not served, each as one line saying why
+    /// ([`crate::config::SkippedServer`]); the banner names them.
+    pub skipped: Vec<String>,
 }
 
 /// Why the gateway could not run.
@@ -83,6 +88,9 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
     if let Some(links) = opts.links {
         gw.set_link_service(links);
     }
+    if let Some(store) = opts.artifacts {
+        gw.set_artifact_store(store);
+    }
     if let Some(r) = &opts.readiness {
         let weak = Arc::downgrade(&gw);
         let check: stowage_http::ReadinessCheck = Arc::new(move || {
@@ -104,7 +112,7 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
             };
             // Served at once: a host's `initialize` must not wait for a slow or dead upstream
             // (one that comes up later is announced with list_changed).
-            spawn_banner(gw.clone(), opts.mode.clone(), links_addr, opts.store_label.clone());
+            spawn_banner(gw.clone(), opts.mode.clone(), links_addr, opts.store_label.clone(), opts.skipped.clone());
             let stdio = crate::downstream::stdio::serve(gw.clone(), tokio::io::stdin(), tokio::io::stdout());
             tokio::select! {
                 r = stdio => r.map_err(RunError::Stdio),
@@ -120,7 +128,7 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
             }
             // Served at once (health, readiness and clients that retry need not wait for a slow
             // or dead upstream).
-            spawn_banner(gw.clone(), opts.mode.clone(), Some(addr), opts.store_label.clone());
+            spawn_banner(gw.clone(), opts.mode.clone(), Some(addr), opts.store_label.clone(), opts.skipped.clone());
             crate::downstream::listener::serve(listener, app, gw.config.http_timeouts(), shutdown_signal()).await.map_err(RunError::Serve)
         }
     };
@@ -133,11 +141,11 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
 /// Prints the banner in the background once every upstream is listed or down (at most 10 s
 /// after start), unless the gateway is stopping by then: a banner printed at shutdown would
 /// list every upstream as not connected.
-fn spawn_banner(gw: Arc<Gateway>, mode: Mode, addr: Option<SocketAddr>, store: String) {
+fn spawn_banner(gw: Arc<Gateway>, mode: Mode, addr: Option<SocketAddr>, store: String, skipped: Vec<String>) {
     tokio::spawn(async move {
         gw.wait_settled(Duration::from_secs(10)).await;
         if !gw.is_shutting_down() {
-            eprint!("{}", banner(&gw, &mode, addr, &store));
+            eprint!("{}", banner(&gw, &mode, addr, &store, &skipped));
         }
     });
 }
@@ -183,7 +191,7 @@ async fn shutdown_signal() {
 }
 
 /// The start-up banner: what runs, and how to connect a client and try it.
-pub fn banner(gw: &Gateway, mode: &Mode, addr: Option<SocketAddr>, store: &str) -> String {
+pub fn banner(gw: &Gateway, mode: &Mode, addr: Option<SocketAddr>, store: &str, skipped: &[String]) -> String {
     let catalog = gw.catalog();
     let mut s = String::from("stowage: MCP gateway ready\n");
     for u in &gw.upstreams {
@@ -194,10 +202,15 @@ pub fn banner(gw: &Gateway, mode: &Mode, addr: Option<SocketAddr>, store: &str) 
         }
         s.push_str(&format!("  upstream {} — {state}\n", u.spec.describe()));
     }
+    // Said where the working upstreams are listed: a missing server is the first thing a
+    // user looks for there.
+    for why in skipped {
+        s.push_str(&format!("  NOT SERVED: {why}\n"));
+    }
     for c in &catalog.collisions {
         s.push_str(&format!("  renamed: {c}\n"));
     }
-    s.push_str(&format!("  artifacts: {store}  (list them: stowage artifacts ls)\n"));
+    s.push_str(&format!("  artifacts: {store}\n"));
     let first_tool = catalog
         .tools
         .iter()

@@ -24,9 +24,15 @@ pub struct TransformConfig {
     /// Decoded binaries of at most this many bytes stay inline, untouched (tiny icons, the
     /// protocol conformance scenarios' 70-byte PNG). Default 1024.
     pub inline_binary_max_bytes: u64,
-    /// Strings longer than this many characters are offloaded by the size net (L0) as text
-    /// artifacts with a short preview. Default 10000.
+    /// The ceiling on an inline string: one longer than this many characters is offloaded by
+    /// the size net (L0) without counting its tokens, so a multi-megabyte string is never
+    /// tokenized. Default 32000 (8000 tokens of code or prose is ~28-36K characters, and a
+    /// string under the ceiling also stays under the clamp's 50000).
     pub max_inline_chars: usize,
+    /// Text stays inline up to this many o200k tokens; the size net (L0) offloads a string
+    /// only above it (or above `max_inline_chars`). A string of at most this many bytes is
+    /// never counted: a token is at least one byte. Default 8000.
+    pub max_inline_tokens: u64,
     /// L2: MCP typed content (image, audio, embedded resource blobs).
     pub typed_content: TypedContentConfig,
     /// L3: heuristic base64 detection with magic bytes.
@@ -51,7 +57,8 @@ impl Default for TransformConfig {
     fn default() -> Self {
         TransformConfig {
             inline_binary_max_bytes: 1024,
-            max_inline_chars: 10_000,
+            max_inline_chars: 32_000,
+            max_inline_tokens: 8_000,
             typed_content: TypedContentConfig::default(),
             binary_detection: BinaryDetectionConfig::default(),
             resources: ResourcesConfig::default(),
@@ -73,7 +80,11 @@ mod tests {
     fn defaults_match_the_seed() {
         let c = TransformConfig::default();
         assert_eq!(c.inline_binary_max_bytes, 1024);
-        assert_eq!(c.max_inline_chars, 10_000);
+        // The seed's 10000-character limit cut a 17 KB source file to a preview the model could
+        // not read past (issue 11): text is now limited by tokens, the characters are a ceiling.
+        assert_eq!(c.max_inline_chars, 32_000);
+        assert_eq!(c.max_inline_tokens, 8_000);
+        assert_eq!(c.typed_content.keep_images_under_bytes, c.inline_binary_max_bytes);
         assert_eq!(c.clamp.max_observation_chars, 50_000);
         assert_eq!(c.clamp.max_field_chars, 10_000);
         assert_eq!(c.clamp.auto_artifact_threshold, 20_000);

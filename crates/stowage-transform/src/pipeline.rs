@@ -216,9 +216,17 @@ impl Pipeline {
             lap("size net, collapse");
         }
 
-        let text = self.clamp(input, &mut value, &store, &mut report).await;
+        // Images kept inline are for the client, not text for the model: the clamp does not
+        // measure them and the token count leaves them out (a vision model's image tokens are
+        // not o200k's); the byte count has them.
+        let mut kept = layers::typed::KeptImages::lift(&mut value, cfg);
+        let text = self.clamp(input, &mut value, &store, &mut report, &mut kept).await;
         lap("clamp");
         report.bytes_out = text.len() as u64;
+        if !kept.is_empty() {
+            kept.restore(&mut value, false);
+            report.bytes_out = json_len(&value);
+        }
         let (tokens_out, est) = tokens::count(&text, &cfg.tokens);
         report.tokens_out = tokens_out;
         report.tokens_estimated |= est;
@@ -244,7 +252,14 @@ impl Pipeline {
     }
 
     /// Applies the observation clamp; returns the final compact JSON text.
-    async fn clamp(&self, input: &TransformInput<'_>, value: &mut Value, store: &StoreCtx<'_>, report: &mut TransformReport) -> String {
+    async fn clamp(
+        &self,
+        input: &TransformInput<'_>,
+        value: &mut Value,
+        store: &StoreCtx<'_>,
+        report: &mut TransformReport,
+        kept: &mut layers::typed::KeptImages,
+    ) -> String {
         let c = &self.config.clamp;
         let text = serde_json::to_string(&*value).expect("serialises");
         if !c.enabled || text.len() <= c.max_observation_chars {
@@ -259,11 +274,22 @@ impl Pipeline {
             let is_ctr = is_call_tool_result(value);
             let preview = layers::size::preview(value, self.config.size_net.preview_items, 0);
             let schema = layers::size::infer_schema(value, 0);
+            // The stored observation is the whole result, kept images included.
+            let text = if kept.is_empty() {
+                text
+            } else {
+                let mut whole = value.clone();
+                kept.restore(&mut whole, true);
+                serde_json::to_string(&whole).expect("serialises")
+            };
             let size = text.len() as u64;
             match store.put(Payload::Text(text), Some("application/json".into()), None, Layer::Clamp, "", Default::default()).await {
                 Ok(r) => {
-                    let summary =
-                        format!("Tool result of {original_chars} characters ({}) stored as {}", stowage_core::human_size(size), r.uri);
+                    let summary = format!(
+                        "Tool result of {original_chars} characters ({}) stored as {}; artifact_query selects parts",
+                        stowage_core::human_size(size),
+                        r.uri
+                    );
                     let replacement = clamp::stored_replacement(is_ctr, value.get("isError").cloned(), &r, &summary, preview, schema);
                     report.artifacts.push(crate::report::ArtifactRecord {
                         id: r.id.to_string(),

@@ -63,6 +63,13 @@ pub fn count(text: &str, config: &TokensConfig) -> (u64, bool) {
     (bpe().count_ordinary(text) as u64, false)
 }
 
+/// Exact o200k tokens of `text`, whatever its size and whether counting for the report is
+/// on: this decides what the model sees (the size net's token budget), so it is never an
+/// estimate. Callers bound the length first; counting runs at tens of MB/s.
+pub fn count_exact(text: &str) -> u64 {
+    bpe().count_ordinary(text) as u64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

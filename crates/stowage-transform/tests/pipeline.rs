@@ -120,7 +120,7 @@ fn rule_on_non_base64_warns_and_l0_still_applies() {
     let mut config = TransformConfig::default();
     config.tool_fields.rules =
         vec![FieldRule { tool: "t".into(), path: "blob".into(), content_type: None, mime_type: None, filename: None, summary: None }];
-    let r = run_with(config, "t", json!({"blob": "this is not base64 at all! ".repeat(500)}));
+    let r = run_with(config, "t", json!({"blob": "this is not base64 at all! ".repeat(1500)}));
     assert_eq!(r.out.report.warnings.len(), 1);
     assert_eq!(r.out.report.warnings[0].layer, Layer::FieldRule);
     assert_eq!(r.out.report.artifacts[0].layer, Layer::SizeNet);
@@ -368,21 +368,92 @@ fn large_base64_is_decoded_whole() {
 
 // ---------------------------------------------------------------- L0 size net
 
+/// A made-up source file of `bytes` bytes: code lines with identifiers, numbers and comments,
+/// the mix a `read_file` tool returns.
+fn source_file(bytes: usize) -> String {
+    let mut s = String::new();
+    let mut i = 0;
+    while s.len() < bytes {
+        s.push_str(&format!("    let value_{i} = compute(&input[{i}], \"field {i}\")?; // step {i} of the parser\n"));
+        i += 1;
+    }
+    s.truncate(bytes);
+    s
+}
+
+/// Text with many o200k tokens per character (short words of digits and punctuation): over
+/// the token budget while well under the character ceiling.
+fn dense_text(chars: usize) -> String {
+    let mut s = String::new();
+    let mut i = 0u64;
+    while s.len() < chars {
+        s.push_str(&format!("{};{} ", i * 7919 % 1000, (i * 104_729) % 97));
+        i += 1;
+    }
+    s.truncate(chars);
+    s
+}
+
+/// Issue 11: a 17 KB source file from `read_file` came back as a 335-character preview. Text
+/// now stays whole up to `max_inline_tokens`.
 #[test]
-fn size_net() {
-    let long = "lorem ipsum ".repeat(2000); // 24,000 chars
-    let r = run("t", json!({"log": long, "ok": "short"}));
+fn text_stays_inline_up_to_the_token_budget() {
+    let file = source_file(17_000);
+    assert!(stowage_transform::tokens::count_exact(&file) < 8_000);
+    let result = json!({"content": [{"type": "text", "text": file}], "isError": false});
+    let r = run("read_file", result.clone());
+    assert!(r.out.report.artifacts.is_empty(), "{:?}", r.pointers());
+    assert_eq!(r.out.value, result);
+    // The same text as a JSON string field: whole too.
+    let r = run("t", json!({"source": file}));
+    assert_eq!(r.value()["source"].as_str().unwrap(), file);
+    // Text longer than `large_json_chars` (20000) inside an object: the object is not turned
+    // into a JSON preview with 80-character strings because of it.
+    let longer = source_file(22_000);
+    assert!(stowage_transform::tokens::count_exact(&longer) < 8_000);
+    let r = run("t", json!({"path": "src/main.rs", "source": longer}));
+    assert!(r.out.report.artifacts.is_empty(), "{:?}", r.pointers());
+    assert_eq!(r.value()["source"].as_str().unwrap(), longer);
+}
+
+#[test]
+fn size_net_offloads_text_over_the_budget_and_names_artifact_read() {
+    // Over 8000 tokens while under the 32000-character ceiling: offloaded by its tokens.
+    let dense = dense_text(25_000);
+    let tokens = stowage_transform::tokens::count_exact(&dense);
+    assert!(tokens > 8_000 && dense.chars().count() < 32_000, "{tokens} tokens");
+    let r = run("t", json!({"log": dense, "ok": "short"}));
     let s = r.value()["log"].as_str().unwrap();
-    assert!(s.starts_with("lorem ipsum lorem") && s.contains("] ") || s.contains("artifact://"), "{s}");
+    assert!(s.starts_with(&dense[..100]) && s.contains("artifact://"), "{s}");
+    assert!(s.contains("artifact_read"), "the stub names the tool that reads on: {s}");
     assert!(s.len() < 600, "{}", s.len());
     assert_eq!(r.value()["ok"], "short");
     assert_eq!(r.out.report.artifacts[0].layer, Layer::SizeNet);
-    assert_eq!(r.sink.get(&r.out.report.artifacts[0].id).unwrap().as_ref(), long.as_bytes());
+    assert_eq!(r.sink.get(&r.out.report.artifacts[0].id).unwrap().as_ref(), dense.as_bytes());
 
-    // Exactly at the limit: untouched; one more char: offloaded. Multi-byte chars count once.
-    let at = "é".repeat(10_000);
-    assert!(run("t", json!({"s": at})).out.report.artifacts.is_empty());
-    assert_eq!(run("t", json!({"s": "é".repeat(10_001)})).out.report.artifacts.len(), 1);
+    // Over the character ceiling: offloaded whatever its tokens (a long run of one letter is
+    // few tokens). Multi-byte characters count once.
+    assert_eq!(run("t", json!({"s": "x".repeat(32_001)})).out.report.artifacts.len(), 1);
+    let at = "é".repeat(16_000);
+    let config = TransformConfig { max_inline_chars: 16_000, max_inline_tokens: 1_000_000, ..TransformConfig::default() };
+    assert!(run_with(config.clone(), "t", json!({"s": at})).out.report.artifacts.is_empty());
+    assert_eq!(run_with(config, "t", json!({"s": "é".repeat(16_001)})).out.report.artifacts.len(), 1);
+
+    // Exactly at the token budget: inline; one token over: offloaded.
+    let text = source_file(2_000);
+    let n = stowage_transform::tokens::count_exact(&text);
+    let at = TransformConfig { max_inline_tokens: n, ..TransformConfig::default() };
+    assert!(run_with(at, "t", json!({"s": text})).out.report.artifacts.is_empty());
+    let under = TransformConfig { max_inline_tokens: n - 1, ..TransformConfig::default() };
+    assert_eq!(run_with(under, "t", json!({"s": text})).out.report.artifacts.len(), 1);
+
+    // A multi-megabyte string is decided by its length: it is offloaded without being
+    // tokenized (which would take seconds in a debug build).
+    let started = std::time::Instant::now();
+    let big = format!("{}\n", source_file(8 << 20));
+    let r = run("t", json!({"s": big}));
+    assert_eq!(r.out.report.artifacts.len(), 1);
+    assert!(started.elapsed() < std::time::Duration::from_secs(20), "{:?}", started.elapsed());
 
     // A large array of small rows: a JSON artifact with a valid JSON preview and a schema.
     let rows: Vec<Value> = (0..2000).map(|i| json!({"id": i, "name": format!("row {i}"), "ok": i % 2 == 0})).collect();
@@ -396,6 +467,67 @@ fn size_net() {
     assert_eq!(r.mimes(), ["application/json"]);
     let stored: Value = serde_json::from_slice(&r.sink.get(&r.out.report.artifacts[0].id).unwrap()).unwrap();
     assert_eq!(stored.as_array().unwrap().len(), 2000);
+    // The JSON stub names the tool that selects parts of it.
+    assert!(rows_out["$artifact"]["summary"].as_str().unwrap().contains("artifact_query"), "{rows_out}");
+}
+
+/// `keep_images_under_bytes`: a user whose model reads images keeps small ones as image
+/// blocks. Nothing later (L3's magic bytes, L0's length, the clamp) touches a kept image;
+/// larger images are still offloaded.
+#[test]
+fn small_images_can_stay_image_blocks() {
+    let png = corpus("sample.png");
+    let data = b64(&png);
+    let result = json!({"content": [
+        {"type": "text", "text": "the chart"},
+        {"type": "image", "data": data, "mimeType": "image/png"},
+    ]});
+    // Default: the image becomes an artifact, as before.
+    assert_eq!(run("t", result.clone()).mimes(), ["image/png"]);
+
+    let keep = |limit: u64| {
+        let mut c = TransformConfig::default();
+        c.typed_content.keep_images_under_bytes = limit;
+        // A clamp smaller than the image's base64: it measures text, not kept images.
+        c.clamp.max_observation_chars = data.len() / 2;
+        c.clamp.auto_artifact_threshold = data.len() / 2;
+        c
+    };
+    let r = run_with(keep(png.len() as u64 + 1), "t", result.clone());
+    assert!(r.out.report.artifacts.is_empty(), "{:?}", r.pointers());
+    assert!(!r.out.report.clamped);
+    assert_eq!(r.out.value, result);
+    assert!(r.out.report.bytes_out as usize > data.len());
+    // Nested and beside a long text too, and the text is still handled.
+    let nested = json!({"thumb": {"type": "image", "data": data, "mimeType": "image/png"}, "log": "x".repeat(40_000)});
+    let mut config = keep(png.len() as u64 + 1);
+    config.clamp = TransformConfig::default().clamp;
+    let r = run_with(config, "t", nested);
+    assert_eq!(r.mimes(), ["text/plain; charset=utf-8"]);
+    assert_eq!(r.value()["thumb"]["data"], data);
+    // At the limit ("under" is strict) and above it: offloaded.
+    assert_eq!(run_with(keep(png.len() as u64), "t", result.clone()).mimes(), ["image/png"]);
+    // Audio is not an image: still offloaded.
+    let wav = json!({"content": [{"type": "audio", "data": b64(&corpus("sample.wav")), "mimeType": "audio/wav"}]});
+    assert_eq!(run_with(keep(10 << 20), "t", wav).mimes(), ["audio/wav"]);
+}
+
+/// The clamp stores an over-limit observation whole, kept images included.
+#[test]
+fn a_stored_observation_keeps_its_kept_images() {
+    let png = corpus("sample.png");
+    let data = b64(&png);
+    let mut config = TransformConfig::default();
+    config.typed_content.keep_images_under_bytes = 1 << 20;
+    config.clamp.max_observation_chars = 5_000;
+    config.clamp.auto_artifact_threshold = 5_000;
+    let rows: Vec<Value> = (0..1000).map(|i| json!(format!("row {i}"))).collect();
+    let result = json!({"rows": rows, "img": {"type": "image", "data": data, "mimeType": "image/png"}});
+    let r = run_with(config, "t", result.clone());
+    assert!(r.out.report.clamped);
+    let stored: Value = serde_json::from_slice(&r.sink.get(&r.out.report.artifacts[0].id).unwrap()).unwrap();
+    assert_eq!(stored, result);
+    assert!(r.out.report.artifacts[0].summary.contains("artifact_query"));
 }
 
 // ---------------------------------------------------------------- failure rules
@@ -415,11 +547,16 @@ fn store_failures() {
     let err = try_run(TransformConfig::default(), MemorySink::with_limit(1), "t", None, two).unwrap_err();
     assert_eq!(err.code(), "artifact_storage_failed");
     // The size net degrades instead: truncated text and a warning, the result comes back.
-    let out = try_run(TransformConfig::default(), Arc::new(FailingSink), "t", None, json!({"log": "x".repeat(30_000)})).unwrap();
+    let out = try_run(TransformConfig::default(), Arc::new(FailingSink), "t", None, json!({"log": "x".repeat(40_000)})).unwrap();
     let s = out.value["log"].as_str().unwrap();
-    assert!(s.ends_with("\n... [truncated: 20000 chars]") && s.len() < 10_100, "{}", s.len());
+    assert!(s.ends_with("\n... [truncated: 8000 chars]") && s.len() < 32_100, "{}", s.len());
     assert_eq!(out.report.warnings.len(), 1);
     assert!(out.report.warnings[0].message.contains("artifact_storage_failed"));
+    // Offloaded for its tokens: the copy kept is within the budget.
+    let dense = dense_text(30_000);
+    let out = try_run(TransformConfig::default(), Arc::new(FailingSink), "t", None, json!({"log": dense})).unwrap();
+    let kept = out.value["log"].as_str().unwrap();
+    assert!(kept.contains("[truncated: ") && stowage_transform::tokens::count_exact(kept) <= 8_100, "{}", kept.len());
 }
 
 #[test]

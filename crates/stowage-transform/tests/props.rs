@@ -40,7 +40,7 @@ fn heavy_json() -> impl Strategy<Value = Value> {
         Just(json!(format!("data:audio/wav;base64,{}", b64(&corpus("sample.wav"))))),
         Just(json!({"type": "image", "data": b64(&corpus("sample.jpg")), "mimeType": "image/jpeg"})),
         Just(json!({"type": "resource_link", "uri": "file:///x", "name": "x"})),
-        Just(json!("long text ".repeat(1_200))),
+        Just(json!("long text ".repeat(4_000))),
         Just(json!((0..3_000).map(|i| json!({"i": i})).collect::<Vec<_>>())),
         Just(json!(json!({"inner": b64(&corpus("sample.gz"))}).to_string())),
     ];

@@ -14,8 +14,9 @@ use stowage_links::LinksConfig;
 use stowage_store::RetentionConfig;
 use stowage_transform::TransformConfig;
 
-/// The default store directory, relative to the working directory.
-pub const DEFAULT_STORE_DIR: &str = ".stowage";
+/// The store directory of earlier versions, relative to the working directory: still
+/// worth a hint when one is found there (see [`crate::wiring::store_location`]).
+pub const LEGACY_STORE_DIR: &str = ".stowage";
 /// The config file read when `--config` is not given and it exists.
 pub const DEFAULT_CONFIG_FILE: &str = "stowage.toml";
 
@@ -44,8 +45,13 @@ pub struct StoreConfig {
     /// Which backend: `fs` (blobs on disk + embedded SQLite index), `memory` (lost on exit) or
     /// `noop` (keeps nothing: offloaded content is replaced by a truncated marker).
     pub backend: Backend,
-    /// Directory of the `fs` backend. Relative paths are relative to the working directory.
-    pub dir: PathBuf,
+    /// Directory of the `fs` backend (and of the default link-signing key). Relative paths
+    /// are relative to the working directory. Unset: `stowage` in the platform's local data
+    /// directory (`$XDG_DATA_HOME/stowage`, `~/.local/share/stowage`, `~/Library/Application
+    /// Support/stowage`, `%LOCALAPPDATA%\stowage`), the same for every command wherever it
+    /// runs: a host starts `serve --stdio` in a directory of its choosing, often unwritable.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dir: Option<PathBuf>,
     /// Whether each session only sees its own artifacts. Off (the default), an artifact
     /// belongs to its tenant and user and every session of that user reaches it; on, access
     /// is per (tenant, user, session). Switching it on an existing `fs` store re-keys its
@@ -55,7 +61,7 @@ pub struct StoreConfig {
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        StoreConfig { backend: Backend::Fs, dir: PathBuf::from(DEFAULT_STORE_DIR), isolate_sessions: false }
+        StoreConfig { backend: Backend::Fs, dir: None, isolate_sessions: false }
     }
 }
 
@@ -111,7 +117,7 @@ mod tests {
     fn empty_file_is_all_defaults() {
         let c = Config::parse("", Path::new("x.toml")).unwrap();
         assert_eq!(c, Config::default());
-        assert_eq!(c.store.dir, PathBuf::from(".stowage"));
+        assert_eq!(c.store.dir, None, "the platform data directory, decided by wiring::store_location");
     }
 
     #[test]

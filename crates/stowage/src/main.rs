@@ -7,6 +7,7 @@
 
 mod cmd;
 mod config;
+mod plan;
 mod wiring;
 
 use std::path::PathBuf;
@@ -22,7 +23,8 @@ struct Cli {
     /// Configuration file (default: ./stowage.toml if it exists).
     #[arg(long, global = true, env = "STOWAGE_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Store directory for the fs backend (overrides [store].dir; default ./.stowage).
+    /// Store directory for the fs backend (overrides store.dir; default: `stowage` in the
+    /// platform's data directory, e.g. ~/.local/share/stowage).
     #[arg(long, global = true, env = "STOWAGE_STORE", value_name = "DIR")]
     store: Option<PathBuf>,
     #[command(subcommand)]
@@ -34,8 +36,9 @@ enum Command {
     /// Run the MCP gateway in front of your MCP servers (the bundled demo server when none is
     /// configured): heavy tool results become artifact links.
     Serve(cmd::serve::ServeArgs),
-    /// Validate stowage.toml and the mcpServers file and print what `serve` would run.
-    CheckConfig(cmd::check_config::CheckConfigArgs),
+    /// Run the checks `serve` runs (give it the same flags) and print what it would run:
+    /// upstreams, entries it would skip and why, the link base URL and the store.
+    CheckConfig(cmd::serve::ServeArgs),
     /// Run a Tableau-style 500 KB base64 PDF tool result through the pipeline into the store,
     /// show what the model sees instead, and read the PDF back.
     Demo(cmd::demo::DemoArgs),
@@ -73,60 +76,61 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    let (mut config, origin) = Config::load(cli.config.as_deref())?;
-    if let Some(dir) = cli.store {
-        config.store.dir = dir;
+    let (config, origin) = Config::load(cli.config.as_deref())?;
+    if let Command::HashKey { key } = cli.command {
+        return hash_key(key);
+    }
+    let location = wiring::store_location(&config, cli.store)?;
+    if !matches!(cli.command, Command::CheckConfig(_)) {
+        location.hint_about_legacy_store(config.store.backend);
     }
     match cli.command {
         Command::Serve(args) => {
-            let store = wiring::open_store(&config)?;
-            let store_label = match config.store.backend {
-                config::Backend::Fs => format!("fs store {}", config.store.dir.display()),
-                other => format!("{other:?} store").to_lowercase(),
-            };
+            // Everything is validated before the store is opened or anything started.
+            let plan = plan::plan(&config, &location, &args)?;
+            let store = wiring::open_store(&config, &location)?;
             let ctx = cmd::serve::ServeContext {
-                gateway: &config.gateway,
                 transform: &config.transform,
-                links: &config.links,
-                auth: &config.auth,
                 store,
-                store_dir: &config.store.dir,
-                store_label,
+                store_location: &location,
+                store_backend: config.store.backend,
                 gc_interval: config.retention.gc_interval,
             };
-            cmd::serve::run(ctx, args).await
+            cmd::serve::run(ctx, plan).await
         }
-        Command::CheckConfig(args) => cmd::check_config::run(&config.gateway, origin.as_deref(), args).await,
+        Command::CheckConfig(args) => cmd::check_config::run(&config, origin.as_deref(), &location, args).await,
         Command::Demo(args) => {
-            let store = wiring::open_store(&config)?;
+            let store = wiring::open_store(&config, &location)?;
             cmd::demo::run(store, config.transform.clone(), args).await
         }
         Command::Transform(args) => {
-            let store = wiring::open_store(&config)?;
+            let store = wiring::open_store(&config, &location)?;
             cmd::transform::run(args, config.transform.clone(), wiring::sink(store)).await
         }
         Command::Artifacts(cmd) => {
-            let store = wiring::open_store(&config)?;
+            let store = wiring::open_store(&config, &location)?;
             cmd::artifacts::run(store.as_ref(), cmd).await
         }
         Command::SignUrl(args) => {
-            let store = wiring::open_store(&config)?;
-            cmd::sign_url::run(store.as_ref(), &config.links, &config.store.dir, args).await
+            let store = wiring::open_store(&config, &location)?;
+            cmd::sign_url::run(store.as_ref(), &config.links, &config.gateway.listen, &location.dir, args).await
         }
-        Command::HashKey { key } => {
-            let key = match key {
-                Some(k) => k,
-                None => {
-                    let mut line = String::new();
-                    std::io::stdin().read_line(&mut line)?;
-                    line.trim_end_matches(['\r', '\n']).to_owned()
-                }
-            };
-            anyhow::ensure!(!key.is_empty(), "empty key: pass the API key as an argument or on stdin");
-            println!("{}", stowage_http::hash_api_key(&key));
-            Ok(())
-        }
+        Command::HashKey { .. } => unreachable!("answered above"),
     }
+}
+
+fn hash_key(key: Option<String>) -> anyhow::Result<()> {
+    let key = match key {
+        Some(k) => k,
+        None => {
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line)?;
+            line.trim_end_matches(['\r', '\n']).to_owned()
+        }
+    };
+    anyhow::ensure!(!key.is_empty(), "empty key: pass the API key as an argument or on stdin");
+    println!("{}", stowage_http::hash_api_key(&key));
+    Ok(())
 }
 
 /// Prints the error chain on one line: `error: cannot open x.pdf: No such file or directory`.
@@ -138,8 +142,24 @@ fn fail(e: anyhow::Error) -> ExitCode {
 
 /// Logs go to stderr so that stdout stays clean for data (`artifacts get`, `transform`).
 /// `serve` logs one line per tool call and upstream (re)connections by default.
+///
+/// The filter comes from `STOWAGE_LOG`, else `RUST_LOG` (the variable every Rust program
+/// reads, often set machine-wide: Stowage's own wins when both are set), else the default.
+/// A filter that does not parse is said on stderr, not silently replaced. Colour only when
+/// stderr is a terminal: hosts capture it into log files, where escape codes are noise.
 fn init_tracing(serving: bool) {
+    use std::io::IsTerminal;
     let default = if serving { "warn,stowage::call=info,stowage::upstream=info" } else { "warn" };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("STOWAGE_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let chosen =
+        ["STOWAGE_LOG", "RUST_LOG"].into_iter().find_map(|var| std::env::var(var).ok().filter(|v| !v.trim().is_empty()).map(|v| (var, v)));
+    let filter = match chosen {
+        Some((var, value)) => tracing_subscriber::EnvFilter::try_new(&value).unwrap_or_else(|e| {
+            eprintln!(
+                "stowage: warning: {var}={value:?} is not a log filter ({e}); using {default:?}. Example: {var}=info,stowage::call=debug"
+            );
+            tracing_subscriber::EnvFilter::new(default)
+        }),
+        None => tracing_subscriber::EnvFilter::new(default),
+    };
+    tracing_subscriber::fmt().with_env_filter(filter).with_ansi(std::io::stderr().is_terminal()).with_writer(std::io::stderr).init();
 }

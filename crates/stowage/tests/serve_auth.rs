@@ -158,6 +158,16 @@ impl Client {
     }
 }
 
+/// The code a tool error names: `isError`, one text block `code: message`, and no
+/// `structuredContent` (which would have to match the tool's `outputSchema`).
+fn error_code(result: &Value) -> String {
+    assert_eq!(result["isError"], true, "{result}");
+    assert!(result.get("structuredContent").is_none(), "an error must not carry structuredContent: {result}");
+    let content = result["content"].as_array().unwrap();
+    assert_eq!(content.len(), 1, "{result}");
+    content[0]["text"].as_str().unwrap().split_once(':').unwrap().0.to_owned()
+}
+
 fn path_of(url: &str) -> String {
     url.split_once("://").unwrap().1.split_once('/').map(|(_, p)| format!("/{p}")).unwrap()
 }
@@ -207,9 +217,9 @@ fn authenticated_gateway_isolates_users() {
     let theirs = bob.call("artifact_url", json!({"id": id}));
     let ghost = bob.call("artifact_url", json!({"id": "get_report_0000000000000000"}));
     assert_eq!(theirs["isError"], true);
-    assert_eq!(theirs["structuredContent"]["error"]["code"], "artifact_not_found");
+    assert_eq!(error_code(&theirs), "artifact_not_found");
     assert_eq!(theirs, ghost, "another user's artifact must be indistinguishable from a missing one");
-    assert_eq!(bob.call("artifact_url", json!({}))["structuredContent"]["error"]["code"], "bad_request");
+    assert_eq!(error_code(&bob.call("artifact_url", json!({}))), "bad_request");
 
     // Bob cannot ride alice's session id.
     let mut hijack = Client::new(port, "bob-secret-key-0123456789");
@@ -239,7 +249,7 @@ fn isolate_sessions_walls_sessions_off() {
     alice2.init();
     let theirs = alice2.call("artifact_url", json!({"id": id}));
     let ghost = alice2.call("artifact_url", json!({"id": "get_report_0000000000000000"}));
-    assert_eq!(theirs["structuredContent"]["error"]["code"], "artifact_not_found");
+    assert_eq!(error_code(&theirs), "artifact_not_found");
     assert_eq!(theirs, ghost);
 }
 
@@ -412,7 +422,7 @@ fn a_jwt_named_like_an_api_key_user_gets_none_of_its_artifacts() {
     alice_jwt.init();
     let theirs = alice_jwt.call("artifact_url", json!({"id": id}));
     let ghost = alice_jwt.call("artifact_url", json!({"id": "get_report_0000000000000000"}));
-    assert_eq!(theirs["structuredContent"]["error"]["code"], "artifact_not_found", "{theirs}");
+    assert_eq!(error_code(&theirs), "artifact_not_found", "{theirs}");
     assert_eq!(theirs, ghost, "the key user's artifact must look like a missing one");
     // The JWT user is a user in its own right: its own artifacts work.
     let own = alice_jwt.call("get_report", json!({}))["structuredContent"]["assets"][0]["id"].as_str().unwrap().to_owned();

@@ -166,12 +166,11 @@ impl Gateway {
         }
         let call = self.next_call.fetch_add(1, Ordering::Relaxed);
         let owner = EventOwner::from(&scope);
-        if name == crate::local_tools::ARTIFACT_URL_TOOL
-            && let Some(links) = self.links.get()
-        {
+        let local = self.local_tools();
+        if local.handles(&name) {
             let started = Instant::now();
             let args = params.get("arguments").cloned().unwrap_or(json!({}));
-            let result = crate::local_tools::call_artifact_url(links, &scope, &args).await;
+            let result = local.call(&name, &scope, &args).await.expect("handles() said it is a local tool");
             let bytes_out = serde_json::to_vec(&result).map_or(0, |v| v.len() as u64);
             let report = CallReport {
                 call,

@@ -22,9 +22,7 @@ impl Gateway {
     /// The tools `session` may call: every upstream's, named as exposed, plus the gateway's own.
     pub fn list_tools(&self, _session: &Session) -> Vec<Value> {
         let mut tools: Vec<Value> = self.catalog().tools.iter().map(|t| t.def.clone()).collect();
-        if self.links.get().is_some() {
-            tools.push(crate::local_tools::artifact_url_def());
-        }
+        tools.extend(self.local_tools().defs());
         tools
     }
 

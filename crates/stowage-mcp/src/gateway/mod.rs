@@ -98,6 +98,8 @@ pub struct Gateway {
     ready: watch::Sender<usize>,
     /// Fresh signed links for the `artifact_url` tool.
     links: std::sync::OnceLock<stowage_http::LinkService>,
+    /// The store the reader tools (`artifact_read`, `artifact_query`) read, as the caller.
+    artifacts: std::sync::OnceLock<Arc<dyn stowage_store::ArtifactStore>>,
     /// Open `subscriptions/listen` streams (2026-07-28 clients).
     listeners: Mutex<Vec<Arc<subscriptions::Listener>>>,
     /// Interactive requests of 2026-07-28 clients waiting for their retry with input.
@@ -164,6 +166,7 @@ impl Gateway {
             shutdown,
             ready: watch::channel(0).0,
             links: std::sync::OnceLock::new(),
+            artifacts: std::sync::OnceLock::new(),
             listeners: Mutex::new(Vec::new()),
             exchanges: Arc::default(),
             events,
@@ -204,6 +207,17 @@ impl Gateway {
     /// Enables the gateway's own `artifact_url` tool.
     pub fn set_link_service(&self, links: stowage_http::LinkService) {
         let _ = self.links.set(links);
+    }
+
+    /// Enables the gateway's reader tools, `artifact_read` and `artifact_query`, over `store`
+    /// (the one results are offloaded to; a store that keeps nothing enables nothing).
+    pub fn set_artifact_store(&self, store: Arc<dyn stowage_store::ArtifactStore>) {
+        let _ = self.artifacts.set(store);
+    }
+
+    /// The gateway's own tools, as far as they are enabled.
+    pub(crate) fn local_tools(&self) -> crate::local_tools::LocalTools<'_> {
+        crate::local_tools::LocalTools { links: self.links.get(), store: self.artifacts.get() }
     }
 
     /// The signed-link service, when links are on.

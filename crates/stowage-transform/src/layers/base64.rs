@@ -513,6 +513,8 @@ fn walk(value: &mut Value, ptr: &mut String, cx: &mut Cx<'_>) {
                 ptr.truncate(len);
             }
         }
+        // An image the user keeps inline (`keep_images_under_bytes`) is meant for the client.
+        Value::Object(map) if crate::layers::typed::is_kept_image(map, cx.config) => {}
         Value::Object(map) => {
             let keys: Vec<String> =
                 map.iter().filter(|(_, v)| v.as_str().is_some_and(|s| s.len() >= min)).map(|(k, _)| k.clone()).collect();

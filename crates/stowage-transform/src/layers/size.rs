@@ -1,11 +1,17 @@
 //! L0: the size safety net. Whatever is still big after the layers above is offloaded here.
 //!
-//! - A string longer than `max_inline_chars` becomes a text artifact; the model sees its first
-//!   `preview_chars` characters and the stub.
+//! - A string of more than `max_inline_tokens` o200k tokens (or, whatever its tokens, more than
+//!   `max_inline_chars` characters) becomes a text artifact; the model sees its first
+//!   `preview_chars` characters and a stub naming `artifact_read`, the gateway tool that reads
+//!   further. Below the budget text stays whole: a model usually needs the file it asked for,
+//!   and a preview it cannot read past is the wrong trade. The decision stays cheap: a string
+//!   of at most `max_inline_tokens` bytes is never counted (a token is at least one byte), one
+//!   over the character ceiling never either; only the band between them is tokenized.
 //! - An array or object whose JSON is longer than `large_json_chars` becomes a JSON artifact;
 //!   the model sees `{"$artifact": …, "preview": …, "schema": …}`: a preview that is itself
 //!   valid JSON (first `preview_items` items, short strings) and an inferred schema (keys,
-//!   types, array lengths), so it can reason about what it did not see.
+//!   types, array lengths), so it can reason about what it did not see, and the stub names
+//!   `artifact_query`, the gateway tool that selects parts of it.
 //!
 //! Strings go first (and are committed), then containers, so a container artifact holds the
 //! stubs of its long strings rather than the strings twice. These offloads are a safety net,
@@ -19,6 +25,7 @@ use crate::TransformConfig;
 use crate::path::{push_index, push_key};
 use crate::report::Layer;
 use crate::stub::{TemplateVars, one_line};
+use crate::tokens;
 use crate::work::{Docs, Offload, Payload, Render};
 
 /// `[transform.size_net]`: L0 (the string limit is the top-level `max_inline_chars`).
@@ -42,6 +49,10 @@ impl Default for SizeNetConfig {
     }
 }
 
+/// The stub of an offloaded string names the tool that reads past the preview (kept short: it
+/// is repeated for every offloaded string).
+const TEXT_SUMMARY: &str = "Text of {chars} characters ({size_human}) stored as {uri}; read more with artifact_read";
+
 /// L0 strings.
 pub(crate) fn collect_strings(docs: &mut Docs, config: &TransformConfig) -> Vec<Offload> {
     let mut out = Vec::new();
@@ -58,10 +69,11 @@ pub(crate) fn collect_strings(docs: &mut Docs, config: &TransformConfig) -> Vec<
 fn strings(value: &mut Value, ptr: &mut String, doc: usize, config: &TransformConfig, out: &mut Vec<Offload>) {
     let len = ptr.len();
     match value {
-        // Byte length bounds the char count from above: most strings skip the count.
-        Value::String(s) if s.len() > config.max_inline_chars && s.chars().count() > config.max_inline_chars => {
-            let text = std::mem::take(s);
-            out.push(text_offload(text, doc, ptr.clone(), config));
+        Value::String(s) => {
+            if let Some(tokens) = over_budget(s, config) {
+                let text = std::mem::take(s);
+                out.push(text_offload(text, tokens, doc, ptr.clone(), config));
+            }
         }
         Value::Array(items) => {
             for (i, item) in items.iter_mut().enumerate() {
@@ -70,6 +82,8 @@ fn strings(value: &mut Value, ptr: &mut String, doc: usize, config: &TransformCo
                 ptr.truncate(len);
             }
         }
+        // An image the user keeps inline (`keep_images_under_bytes`) is not text.
+        Value::Object(map) if crate::layers::typed::is_kept_image(map, config) => {}
         Value::Object(map) => {
             for (k, item) in map.iter_mut() {
                 push_key(ptr, k);
@@ -81,13 +95,38 @@ fn strings(value: &mut Value, ptr: &mut String, doc: usize, config: &TransformCo
     }
 }
 
-fn text_offload(text: String, doc: usize, ptr: String, config: &TransformConfig) -> Offload {
+/// Whether a string is over the inline budget: `None` when it stays, else `Some(tokens)` with
+/// its exact token count, or `None` inside when the character ceiling decided without one.
+fn over_budget(s: &str, config: &TransformConfig) -> Option<Option<u64>> {
+    // Byte length bounds the char count from above: most strings skip the count.
+    if s.len() > config.max_inline_chars && s.chars().count() > config.max_inline_chars {
+        return Some(None);
+    }
+    // A token is at least one byte, so this many bytes cannot exceed the budget.
+    if s.len() as u64 <= config.max_inline_tokens {
+        return None;
+    }
+    let tokens = tokens::count_exact(s);
+    (tokens > config.max_inline_tokens).then_some(Some(tokens))
+}
+
+fn text_offload(text: String, tokens: Option<u64>, doc: usize, ptr: String, config: &TransformConfig) -> Offload {
     let chars = text.chars().count();
     let preview: String = text.chars().take(config.size_net.preview_chars).collect();
-    let kept: String = text.chars().take(config.max_inline_chars).collect();
-    let fallback = format!("{kept}{}", config.clamp.suffix(chars - config.max_inline_chars.min(chars)));
+    // Should the store fail, a prefix within the budget stays: the share of the characters the
+    // budget is of the tokens when they were counted, else the character ceiling.
+    let keep = match tokens {
+        Some(t) if t > 0 => ((chars as u128 * config.max_inline_tokens as u128 / t as u128) as usize).min(config.max_inline_chars),
+        _ => config.max_inline_chars,
+    }
+    .min(chars);
+    let kept: String = text.chars().take(keep).collect();
+    let fallback = format!("{kept}{}", config.clamp.suffix(chars - keep));
     let mut vars = TemplateVars::default();
     vars.set("chars", chars);
+    if let Some(t) = tokens {
+        vars.set("tokens", t);
+    }
     Offload {
         doc,
         ptr,
@@ -99,7 +138,7 @@ fn text_offload(text: String, doc: usize, ptr: String, config: &TransformConfig)
         fatal: false,
         fallback: Some(Value::String(fallback)),
         what: format!("text of {chars} characters"),
-        summary_template: Some("Text of {chars} characters ({size_human}) stored as {uri}".to_owned()),
+        summary_template: Some(TEXT_SUMMARY.to_owned()),
         content_type: Some("text".to_owned()),
         vars,
         source: Map::new(),
@@ -124,6 +163,9 @@ pub(crate) fn collect_containers(docs: &mut Docs, config: &TransformConfig) -> V
 fn containers(value: &mut Value, ptr: &mut String, doc: usize, config: &TransformConfig, out: &mut Vec<Offload>) -> usize {
     let len = ptr.len();
     let size = match value {
+        // A kept image is an image block for the client, not JSON for the model: it neither
+        // makes its container large nor is offloaded with it.
+        Value::Object(map) if crate::layers::typed::is_kept_image(map, config) => return KEPT_IMAGE_SIZE,
         Value::Array(items) => {
             let mut total = 2;
             for (i, item) in items.iter_mut().enumerate() {
@@ -142,6 +184,11 @@ fn containers(value: &mut Value, ptr: &mut String, doc: usize, config: &Transfor
             }
             total
         }
+        // A string this long survived the string pass on purpose (text within the token
+        // budget, or a store failure's truncated copy): it is for the model to read whole, so
+        // it does not make its container an artifact with 80-character previews. The clamp
+        // still bounds the observation.
+        Value::String(s) if s.len() > config.size_net.large_json_chars => 0,
         // Limits are in characters; counting is only worth it for long strings.
         Value::String(s) if s.len() > 64 => s.chars().count() + 2,
         Value::String(s) => s.len() + 2,
@@ -166,6 +213,9 @@ fn containers(value: &mut Value, ptr: &mut String, doc: usize, config: &Transfor
     size
 }
 
+/// What a kept image block counts for in its container's size: its keys and mime type.
+const KEPT_IMAGE_SIZE: usize = 64;
+
 fn is_offloaded(v: &Value) -> bool {
     v.get("$artifact").is_some() && v.get("preview").is_some()
 }
@@ -188,9 +238,9 @@ pub(crate) fn json_offload(value: &Value, doc: usize, ptr: String, config: &Tran
         _ => "JSON value",
     };
     let template = match value {
-        Value::Array(_) => "JSON array of {items} items ({size_human}) stored as {uri}",
-        Value::Object(_) => "JSON object with {items} keys ({size_human}) stored as {uri}",
-        _ => "JSON ({size_human}) stored as {uri}",
+        Value::Array(_) => "JSON array of {items} items ({size_human}) stored as {uri}; artifact_query selects parts",
+        Value::Object(_) => "JSON object with {items} keys ({size_human}) stored as {uri}; artifact_query selects parts",
+        _ => "JSON ({size_human}) stored as {uri}; artifact_query selects parts",
     };
     Some(Offload {
         doc,

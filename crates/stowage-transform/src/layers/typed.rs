@@ -8,6 +8,12 @@
 //! must come back as they went. Blocks are found wherever they are (content lists, nested
 //! JSON, `resources/read` `contents`), because a server that nests them still sends base64.
 //! Data that does not decode is left as it is with a warning; L0 still applies to it.
+//!
+//! Images under `keep_images_under_bytes` stay image blocks, for clients whose model sees
+//! images: the default keeps none beyond the inline threshold, because an image block costs a
+//! vision model hundreds to thousands of tokens and every other model its base64 as text. A
+//! kept image is left alone by every later layer (L3 would otherwise recognise its PNG, L0
+//! its length) and by the observation clamp, which measures text.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -26,11 +32,92 @@ use crate::work::{Docs, Offload, Payload, Render};
 pub struct TypedContentConfig {
     /// Offload image/audio/blob content blocks. Default true.
     pub enabled: bool,
+    /// Image blocks (`{"type": "image"}`) whose decoded size is under this many bytes stay
+    /// image blocks instead of becoming artifacts, for a model that reads images. Default 1024
+    /// (the seed's inline threshold, `inline_binary_max_bytes`: nothing more is kept).
+    pub keep_images_under_bytes: u64,
 }
 
 impl Default for TypedContentConfig {
     fn default() -> Self {
-        TypedContentConfig { enabled: true }
+        TypedContentConfig { enabled: true, keep_images_under_bytes: 1024 }
+    }
+}
+
+/// Whether `map` is an image block the user keeps inline (`keep_images_under_bytes`): an
+/// `{"type": "image", "data": …}` block whose base64 decodes to fewer bytes than the limit.
+/// Decided from the base64's length, without decoding; later layers and the clamp skip it.
+pub(crate) fn is_kept_image(map: &Map<String, Value>, config: &TransformConfig) -> bool {
+    let limit = config.typed_content.keep_images_under_bytes;
+    if !config.typed_content.enabled || limit <= config.inline_binary_max_bytes.saturating_add(1) {
+        // Nothing above the inline threshold is kept, and below it nothing is offloaded.
+        return false;
+    }
+    if map.get("type").and_then(Value::as_str) != Some("image") {
+        return false;
+    }
+    let Some(data) = map.get("data").and_then(Value::as_str) else { return false };
+    // Base64 is 4 characters per 3 bytes: far over the limit is decided without a scan.
+    if (data.len() as u64) / 4 * 3 > limit.saturating_mul(2) {
+        return false;
+    }
+    shape(data).is_some_and(|sh| decoded_len(&sh) < limit)
+}
+
+/// Kept images lifted out of a result while the observation clamp measures it: the clamp
+/// limits text for the model, and a kept image's base64 is neither text nor the model's to
+/// read as such. Each `data` becomes a short placeholder the clamp never cuts (under 64
+/// characters), and [`KeptImages::restore`] puts the data back.
+#[derive(Debug, Default)]
+pub(crate) struct KeptImages {
+    data: Vec<String>,
+}
+
+const KEPT_PLACEHOLDER: &str = "\u{1}stowage-kept-image:";
+
+impl KeptImages {
+    /// Lifts every kept image's data out of `value` (nothing when the config keeps none).
+    pub fn lift(value: &mut Value, config: &TransformConfig) -> KeptImages {
+        let mut kept = KeptImages::default();
+        if config.typed_content.keep_images_under_bytes > config.inline_binary_max_bytes.saturating_add(1) {
+            kept.lift_in(value, config);
+        }
+        kept
+    }
+
+    fn lift_in(&mut self, value: &mut Value, config: &TransformConfig) {
+        match value {
+            Value::Object(map) if is_kept_image(map, config) => {
+                let placeholder = Value::String(format!("{KEPT_PLACEHOLDER}{}", self.data.len()));
+                if let Some(Value::String(d)) = map.insert("data".into(), placeholder) {
+                    self.data.push(d);
+                }
+            }
+            Value::Object(map) => map.values_mut().for_each(|v| self.lift_in(v, config)),
+            Value::Array(items) => items.iter_mut().for_each(|v| self.lift_in(v, config)),
+            _ => {}
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    /// Puts the lifted data back wherever its placeholder still is (a block the clamp dropped
+    /// is simply gone). `keep` leaves a copy of the data here, for a second restore.
+    pub fn restore(&mut self, value: &mut Value, keep: bool) {
+        match value {
+            Value::String(s) => {
+                if let Some(i) = s.strip_prefix(KEPT_PLACEHOLDER).and_then(|n| n.parse::<usize>().ok())
+                    && let Some(d) = self.data.get_mut(i)
+                {
+                    *s = if keep { d.clone() } else { std::mem::take(d) };
+                }
+            }
+            Value::Object(map) => map.values_mut().for_each(|v| self.restore(v, keep)),
+            Value::Array(items) => items.iter_mut().for_each(|v| self.restore(v, keep)),
+            _ => {}
+        }
     }
 }
 
@@ -74,6 +161,9 @@ fn walk(value: &mut Value, ptr: &mut String, in_array: bool, cx: &mut Cx<'_>) {
     match value {
         Value::Object(map) => {
             if let Some(kind) = kind_of(map) {
+                if is_kept_image(map, cx.config) {
+                    return;
+                }
                 if let Some(off) = consider(map, &kind, ptr, in_array, cx) {
                     match kind {
                         Kind::Media => {

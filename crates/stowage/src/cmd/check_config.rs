@@ -1,45 +1,57 @@
-//! `stowage check-config`: validates `stowage.toml` and the `mcpServers` file and prints what
-//! `stowage serve` would run, without starting anything.
+//! `stowage check-config [SERVE FLAGS]`: runs the validation `stowage serve` runs (the same
+//! [`crate::plan::plan`], with the same flags) and prints what it would run: upstreams, the
+//! entries it would not serve and why, where links point and which store it would use.
+//! Starts nothing and creates nothing.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use clap::Args;
-use stowage_mcp::GatewayConfig;
-use stowage_mcp::config::TransportSpec;
+use stowage_mcp::config::{PrefixMode, TransportSpec};
+use stowage_mcp::run::Mode;
 
-#[derive(Debug, Args)]
-pub struct CheckConfigArgs {
-    /// A Claude Desktop / Cursor style JSON file with an "mcpServers" object.
-    #[arg(long, value_name = "FILE")]
-    pub mcp_config: Option<PathBuf>,
-    /// The stdio server `serve -- CMD ARGS…` would wrap.
-    #[arg(last = true, value_name = "CMD ARGS")]
-    pub command: Vec<String>,
-}
+use super::serve::ServeArgs;
+use crate::config::Config;
+use crate::plan::LinksPlan;
+use crate::wiring::StoreLocation;
 
-/// `config_file` is where `stowage.toml` came from (`None`: defaults).
-pub async fn run(gateway: &GatewayConfig, config_file: Option<&Path>, args: CheckConfigArgs) -> anyhow::Result<()> {
-    let upstreams = stowage_mcp::config::collect_upstreams(gateway, args.mcp_config.as_deref(), &args.command)?;
+/// `config_file` is where `stowage.toml` came from (`None`: defaults). Exits non-zero when
+/// `serve` would refuse to start, or would start without an entry of the configuration.
+pub async fn run(config: &Config, config_file: Option<&Path>, store: &StoreLocation, args: ServeArgs) -> anyhow::Result<()> {
+    let plan = crate::plan::plan(config, store, &args)?;
     match config_file {
         Some(p) => println!("config: {} (valid)", p.display()),
         None => println!("config: none found, using defaults"),
     }
     if let Some(p) = &args.mcp_config {
-        println!("mcp servers: {} (valid)", p.display());
+        println!("mcp servers: {}", p.display());
     }
-    println!("listen: http://{}/mcp", gateway.listen);
+    match &plan.mode {
+        Mode::Http { listen } => println!("listen: http://{listen}/mcp"),
+        Mode::Stdio => println!("listen: stdio (one client on stdin/stdout)"),
+    }
+    if plan.unauthenticated_exposure {
+        println!("warning: listening on {} without authentication (--allow-unauthenticated)", plan.gateway.listen);
+    }
+    match &plan.links {
+        LinksPlan::Http(base) => println!("links: {}/artifacts/… (from {})", base.url, base.origin),
+        LinksPlan::Loopback { wanted } => {
+            println!("links: loopback listener at {wanted}, or a free loopback port when that one is taken")
+        }
+        LinksPlan::Off => println!("links: off (artifact:// URIs only)"),
+    }
+    println!("store: {}", store.describe(config.store.backend));
+    let prefixed = match plan.gateway.prefix {
+        PrefixMode::Auto => plan.upstreams.len() > 1,
+        PrefixMode::Always => true,
+        PrefixMode::Never => false,
+    };
     println!(
         "names: {} (separator {:?})",
-        match gateway.prefix {
-            stowage_mcp::config::PrefixMode::Auto if upstreams.len() > 1 => "prefixed with the server name",
-            stowage_mcp::config::PrefixMode::Auto | stowage_mcp::config::PrefixMode::Never => "as the server names them",
-            stowage_mcp::config::PrefixMode::Always => "prefixed with the server name",
-        },
-        gateway.separator
+        if prefixed { "prefixed with the server name" } else { "as the server names them" },
+        plan.gateway.separator
     );
-    println!("upstreams ({}):", upstreams.len());
+    println!("upstreams ({}):", plan.upstreams.len());
     let mut problems = 0;
-    for u in &upstreams {
+    for u in &plan.upstreams {
         println!("  {} (timeout {}s)", u.describe(), u.request_timeout.as_secs());
         if let TransportSpec::Stdio { command, .. } = &u.transport
             && !command_exists(command)
@@ -48,9 +60,11 @@ pub async fn run(gateway: &GatewayConfig, config_file: Option<&Path>, args: Chec
             println!("    warning: {command} is not an executable file or on PATH");
         }
     }
-    if problems > 0 {
-        anyhow::bail!("{problems} upstream command(s) not found");
+    for s in &plan.skipped {
+        problems += 1;
+        println!("  error: not served: {s}");
     }
+    anyhow::ensure!(problems == 0, "{problems} server entr{} cannot be served as configured", if problems == 1 { "y" } else { "ies" });
     Ok(())
 }
 

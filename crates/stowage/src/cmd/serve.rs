@@ -1,8 +1,9 @@
 //! `stowage serve`: the MCP gateway in front of the user's MCP servers.
 //!
-//! Wiring only: it merges the upstreams from `[gateway.servers]`, `--mcp-config` and a
-//! trailing `-- CMD ARGS…` (or the bundled demo server when there are none), builds the
-//! rewrite step on the configured store, and hands over to [`stowage_mcp::run::run`]. Over
+//! Wiring only: it runs the [`crate::plan::Plan`] (the upstreams merged from
+//! `[gateway.servers]`, `--mcp-config` and a trailing `-- CMD ARGS…`, or the bundled demo
+//! server when there are none; entries that cannot be served are named and left out), builds
+//! the rewrite step on the configured store, and hands over to [`stowage_mcp::run::run`]. Over
 //! HTTP, `resource_link`s are signed download links served on the same listener
 //! (`/artifacts/{id}?token=…`). Over stdio the same routes get a loopback listener of their
 //! own (`links.public_url`'s port, or a free one when that is taken), so hosts that spawn
@@ -15,13 +16,15 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Args;
 use stowage_core::ArtifactRef;
-use stowage_links::{LinkSigner, LinksConfig};
-use stowage_mcp::GatewayConfig;
+use stowage_links::LinkSigner;
 use stowage_mcp::pipeline::PipelineOffloader;
 use stowage_mcp::rewrite::{LinkMinter, Rewriter};
-use stowage_mcp::run::{Mode, RunOptions};
+use stowage_mcp::run::RunOptions;
 use stowage_store::ArtifactStore;
 use stowage_transform::{Pipeline, TransformConfig};
+
+use crate::plan::{LinksPlan, Plan};
+use crate::wiring::StoreLocation;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -31,6 +34,11 @@ pub struct ServeArgs {
     /// HTTP listen address (default: gateway.listen, 127.0.0.1:8787).
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<String>,
+    /// Base URL of download links: where clients reach this gateway, e.g.
+    /// https://stowage.example.com (default: links.public_url, else the listen address).
+    /// Needed with --listen 0.0.0.0 or [::].
+    #[arg(long, value_name = "URL")]
+    pub public_url: Option<String>,
     /// A Claude Desktop / Cursor style JSON file with an "mcpServers" object.
     #[arg(long, value_name = "FILE")]
     pub mcp_config: Option<PathBuf>,
@@ -47,70 +55,58 @@ pub struct ServeArgs {
     pub command: Vec<String>,
 }
 
-/// What `serve` needs from `stowage.toml` and the store.
+/// What `serve` needs besides its plan.
 pub struct ServeContext<'a> {
-    pub gateway: &'a GatewayConfig,
     pub transform: &'a TransformConfig,
-    pub links: &'a LinksConfig,
-    pub auth: &'a stowage_http::AuthConfig,
     pub store: Arc<dyn ArtifactStore>,
-    /// The store directory (for the link-signing key) and how to name the store in the banner.
-    pub store_dir: &'a std::path::Path,
-    pub store_label: String,
+    /// Where the store lives (the default link-signing key is kept there too).
+    pub store_location: &'a StoreLocation,
+    pub store_backend: crate::config::Backend,
     /// How often the store is garbage-collected while serving (`retention.gc_interval`).
     pub gc_interval: std::time::Duration,
 }
 
-pub async fn run(ctx: ServeContext<'_>, args: ServeArgs) -> anyhow::Result<()> {
+pub async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()> {
+    let store_dir = ctx.store_location.dir.clone();
     // Walking a big store takes a while; serving does not wait for it.
-    tokio::spawn(warn_if_store_is_loose(ctx.store_dir.to_path_buf()));
+    tokio::spawn(warn_if_store_is_loose(store_dir.clone()));
     tokio::spawn(collect_garbage(ctx.store.clone(), ctx.gc_interval));
-    let upstreams = stowage_mcp::config::collect_upstreams(ctx.gateway, args.mcp_config.as_deref(), &args.command)?;
+    // Said at once (the banner waits for the upstreams): a missing server is the first thing
+    // a user will wonder about.
+    for s in &plan.skipped {
+        // Not through tracing: a quiet STOWAGE_LOG must not hide it.
+        eprintln!("stowage: warning: not serving {s}");
+    }
+    if plan.unauthenticated_exposure {
+        let listen = &plan.gateway.listen;
+        eprintln!(
+            "WARNING: stowage is listening on {listen} WITHOUT AUTHENTICATION: anyone who can reach it can call your tools and read your artifacts"
+        );
+        tracing::warn!(%listen, "serving without authentication on a non-loopback address");
+    }
     // Images are stored with their width and height, for assets[].
     let sink = stowage_mcp::pipeline::with_dimensions(crate::wiring::sink(ctx.store.clone()));
     let pipeline = Arc::new(Pipeline::new(ctx.transform.clone(), sink.clone()));
     let mut rewriter = Rewriter::new(Arc::new(PipelineOffloader::new(pipeline)));
     // Servers with their own [gateway.servers.NAME.transform] get their own pipeline.
-    for (name, server) in &ctx.gateway.servers {
+    for (name, server) in &plan.gateway.servers {
         if let Some(t) = &server.transform {
             let p = Arc::new(Pipeline::new(t.clone(), sink.clone()));
             rewriter.per_upstream.insert(name.clone(), Arc::new(PipelineOffloader::new(p)));
         }
     }
-    let mut gateway = ctx.gateway.clone();
-    let mode = if args.stdio {
-        Mode::Stdio
-    } else {
-        if let Some(l) = args.listen {
-            gateway.listen = l;
-        }
-        Mode::Http { listen: gateway.listen.clone() }
-    };
-    let auth = stowage_http::Authenticator::new(ctx.auth)?;
-    let mut links = ctx.links.clone();
+    let mut links = plan.links_config.clone();
     let mut links_listener = None;
-    match &mode {
-        Mode::Http { listen } => {
-            check_exposure(listen, auth.is_some(), args.allow_unauthenticated)?;
-            // Links must point where the gateway listens: with the default public_url and
-            // another --listen, follow the listen address.
-            if links.public_url == LinksConfig::default().public_url && *listen != GatewayConfig::default().listen {
-                links.public_url = format!("http://{listen}");
-            }
-        }
-        Mode::Stdio if !args.no_links => {
-            let (listener, url) = bind_links_listener(&links.public_url).await?;
-            links.public_url = url;
-            links_listener = Some(listener);
-        }
-        Mode::Stdio => {}
+    if let LinksPlan::Loopback { wanted } = &plan.links {
+        let (listener, url) = bind_links_listener(wanted).await?;
+        links.public_url = url;
+        links_listener = Some(listener);
     }
     let mut extra_routes = None;
     let mut link_service = None;
     let mut readiness = None;
-    if matches!(mode, Mode::Http { .. }) || links_listener.is_some() {
-        links.validate().map_err(anyhow::Error::msg)?;
-        let ring = links.key_ring(ctx.store_dir).context("cannot load the link-signing key")?;
+    if plan.links != LinksPlan::Off {
+        let ring = links.key_ring(&store_dir).context("cannot load the link-signing key")?;
         let signer = Arc::new(LinkSigner::new(ring, &links));
         if links.resource_link_uri == stowage_links::ResourceLinkUri::Signed {
             rewriter.links = Some(Arc::new(SignedLinks(signer.clone())));
@@ -127,18 +123,20 @@ pub async fn run(ctx: ServeContext<'_>, args: ServeArgs) -> anyhow::Result<()> {
         (Box::new(from_server), Box::new(to_server))
     });
     let opts = RunOptions {
-        gateway,
-        upstreams,
+        secret_env: secret_env_vars(&plan),
+        gateway: plan.gateway,
+        upstreams: plan.upstreams,
         rewriter,
-        mode,
+        mode: plan.mode,
         in_process: Some(demo),
         extra_routes,
         links_listener,
-        secret_env: secret_env_vars(&ctx),
         readiness,
-        store_label: ctx.store_label,
-        auth,
+        store_label: ctx.store_location.describe(ctx.store_backend),
+        auth: plan.auth,
         links: link_service,
+        artifacts: Some(ctx.store.clone()),
+        skipped: plan.skipped.iter().map(|s| s.to_string()).collect(),
     };
     stowage_mcp::run::run(opts).await?;
     Ok(())
@@ -160,10 +158,10 @@ impl LinkMinter for SignedLinks {
 
 /// The environment variables that hold this gateway's secrets: link-signing keys, the JWT
 /// secret, HTTP upstreams' bearer tokens. No upstream child ever gets them.
-fn secret_env_vars(ctx: &ServeContext<'_>) -> Vec<String> {
-    let links = ctx.links.keys.iter().filter_map(|k| k.secret_env.clone());
-    let jwt = ctx.auth.jwt.as_ref().and_then(|j| j.hs256_secret_env.clone());
-    let bearers = ctx.gateway.servers.values().filter_map(|s| s.bearer_token_env.clone());
+fn secret_env_vars(plan: &Plan) -> Vec<String> {
+    let links = plan.links_config.keys.iter().filter_map(|k| k.secret_env.clone());
+    let jwt = plan.jwt_secret_env.clone();
+    let bearers = plan.gateway.servers.values().filter_map(|s| s.bearer_token_env.clone());
     links.chain(jwt).chain(bearers).collect()
 }
 
@@ -225,41 +223,4 @@ async fn bind_links_listener(public_url: &str) -> anyhow::Result<(tokio::net::Tc
     };
     let addr = listener.local_addr()?;
     Ok((listener, format!("http://{addr}")))
-}
-
-/// Refuses to expose an unauthenticated gateway beyond this machine unless told to, and then
-/// says so loudly: `/mcp` runs the user's tools and the store holds their outputs.
-fn check_exposure(listen: &str, has_auth: bool, allowed: bool) -> anyhow::Result<()> {
-    let host = listen.rsplit_once(':').map_or(listen, |(h, _)| h).trim_start_matches('[').trim_end_matches(']');
-    let loopback = host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
-    if loopback || has_auth {
-        return Ok(());
-    }
-    anyhow::ensure!(
-        allowed,
-        "refusing to listen on {listen} without authentication: configure [auth] in stowage.toml, listen on 127.0.0.1, or pass --allow-unauthenticated"
-    );
-    eprintln!(
-        "WARNING: stowage is listening on {listen} WITHOUT AUTHENTICATION: anyone who can reach it can call your tools and read your artifacts"
-    );
-    tracing::warn!(%listen, "serving without authentication on a non-loopback address");
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::check_exposure;
-
-    #[test]
-    fn exposure_rules() {
-        for addr in ["127.0.0.1:8787", "localhost:1", "[::1]:8787", "127.0.0.2:9"] {
-            assert!(check_exposure(addr, false, false).is_ok(), "{addr}");
-        }
-        for addr in ["0.0.0.0:8787", "[::]:8787", "192.0.2.10:80"] {
-            let err = check_exposure(addr, false, false).unwrap_err().to_string();
-            assert!(err.contains("--allow-unauthenticated") && err.contains("[auth]"), "{err}");
-            assert!(check_exposure(addr, true, false).is_ok(), "auth configured");
-            assert!(check_exposure(addr, false, true).is_ok(), "explicitly allowed");
-        }
-    }
 }

@@ -1,0 +1,241 @@
+//! Tools the gateway answers itself, one file each: `artifact_url` (a fresh signed link),
+//! `artifact_read` (a window of a text artifact, or its lines matching a regex) and
+//! `artifact_query` (a part of a JSON artifact by JSON Pointer or JMESPath).
+//!
+//! All three look artifacts up as the calling session's owner, so none can reveal another
+//! owner's artifact: an unknown id, a guessed id and someone else's id all answer
+//! `artifact_not_found`, with the same message. Their errors are `isError: true` results with
+//! one text block naming the code (`artifact_not_found: …`) and no `structuredContent`, so an
+//! error never fails a client's validation against the tool's `outputSchema`.
+//!
+//! What the reader tools return is capped at [`READ_BUDGET_BYTES`] bytes of UTF-8 (about
+//! 6,000–8,000 o200k tokens of code or prose, under the pipeline's default inline budget), and
+//! a cut answer says so and how to get the next part. Their results are not sent through the
+//! transform pipeline again: they are already small, and a window must reach the model as it is.
+
+mod query;
+mod read;
+mod url;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+use stowage_core::{ArtifactId, ArtifactRef, ArtifactScope, human_size};
+use stowage_http::{ApiError, LinkService};
+use stowage_store::{Access, ArtifactStore};
+
+pub use query::ARTIFACT_QUERY_TOOL;
+pub use read::ARTIFACT_READ_TOOL;
+pub use url::ARTIFACT_URL_TOOL;
+
+/// The most bytes of artifact content one reader-tool answer carries.
+pub const READ_BUDGET_BYTES: usize = 24_000;
+
+/// Artifacts at least this large are scanned or parsed on the CPU pool, not on a runtime
+/// worker (the gateway's rule for heavy work).
+const CPU_POOL_BYTES: usize = 64 * 1024;
+
+/// What the gateway's own tools can use: links for `artifact_url`, the store for the readers.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct LocalTools<'a> {
+    pub links: Option<&'a LinkService>,
+    pub store: Option<&'a Arc<dyn ArtifactStore>>,
+}
+
+impl LocalTools<'_> {
+    /// The reader tools need a store that keeps bytes.
+    fn readers(&self) -> Option<&Arc<dyn ArtifactStore>> {
+        self.store.filter(|s| !s.is_noop())
+    }
+
+    /// The definitions added to every tool list: `artifact_url` while signed links are
+    /// available, the readers while a store keeps artifacts.
+    pub fn defs(&self) -> Vec<Value> {
+        let mut defs = Vec::new();
+        if self.links.is_some() {
+            defs.push(url::def());
+        }
+        if self.readers().is_some() {
+            defs.push(read::def());
+            defs.push(query::def());
+        }
+        defs
+    }
+
+    /// Whether `name` is one of the tools [`Self::defs`] lists.
+    pub fn handles(&self, name: &str) -> bool {
+        match name {
+            ARTIFACT_URL_TOOL => self.links.is_some(),
+            ARTIFACT_READ_TOOL | ARTIFACT_QUERY_TOOL => self.readers().is_some(),
+            _ => false,
+        }
+    }
+
+    /// Answers a call to one of them for the session owning `scope`; always a
+    /// CallToolResult. `None` when `name` is not one of them (see [`Self::handles`]).
+    pub async fn call(&self, name: &str, scope: &ArtifactScope, arguments: &Value) -> Option<Value> {
+        let result = match name {
+            ARTIFACT_URL_TOOL => url::call(self.links?, scope, arguments).await,
+            ARTIFACT_READ_TOOL => read::call(self.readers()?, scope, arguments).await,
+            ARTIFACT_QUERY_TOOL => query::call(self.readers()?, scope, arguments).await,
+            _ => return None,
+        };
+        Some(result.unwrap_or_else(|e| e.into_result()))
+    }
+}
+
+/// A tool error: its wire code (the seed's: `artifact_not_found`, `bad_request`, …) and a
+/// message that says what is wrong and how to fix it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub(crate) struct ToolError {
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ToolError {
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        ToolError { code: "bad_request", message: message.into() }
+    }
+
+    /// The CallToolResult: `isError`, one text block naming the code, no `structuredContent`
+    /// (which would have to match the tool's `outputSchema`).
+    pub fn into_result(self) -> Value {
+        json!({"content": [{"type": "text", "text": self.to_string()}], "isError": true})
+    }
+}
+
+impl From<ApiError> for ToolError {
+    /// The HTTP layer's mapping: another owner's id, an expired one and a missing one are the
+    /// same `artifact_not_found`, and storage failures carry no internals.
+    fn from(e: ApiError) -> Self {
+        ToolError { code: e.code, message: e.message }
+    }
+}
+
+/// The `id` argument: a bare id or an `artifact://` URI.
+fn id_argument(tool: &str, arguments: &Value) -> Result<String, ToolError> {
+    match arguments.get("id") {
+        Some(Value::String(s)) if !s.trim().is_empty() => Ok(s.trim().to_owned()),
+        _ => Err(ToolError::bad_request(format!("{tool} needs \"id\": an artifact id or artifact:// URI from an earlier tool result"))),
+    }
+}
+
+/// An optional non-negative integer argument.
+fn usize_argument(tool: &str, arguments: &Value, key: &str) -> Result<Option<usize>, ToolError> {
+    match arguments.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(|n| Some(usize::try_from(n).unwrap_or(usize::MAX)))
+            .ok_or_else(|| ToolError::bad_request(format!("{tool}: \"{key}\" must be a whole number of at least 0, not {v}"))),
+    }
+}
+
+/// Media types that are certainly not text: refused before their bytes are read.
+fn is_binary_type(mime: &str) -> bool {
+    let essence = mime.split(';').next().unwrap_or("").trim();
+    let (top, sub) = essence.split_once('/').unwrap_or((essence, ""));
+    matches!(top, "image" | "audio" | "video" | "font" | "model") && !sub.ends_with("+xml") && !sub.ends_with("+json")
+        || matches!(
+            essence,
+            "application/pdf"
+                | "application/zip"
+                | "application/gzip"
+                | "application/x-gzip"
+                | "application/x-bzip2"
+                | "application/x-xz"
+                | "application/x-tar"
+                | "application/x-7z-compressed"
+                | "application/vnd.sqlite3"
+                | "application/wasm"
+        )
+        || essence.starts_with("application/vnd.openxmlformats")
+        || essence.starts_with("application/vnd.oasis.opendocument")
+        || essence.starts_with("application/vnd.ms-")
+}
+
+/// The artifact as text, looked up as `scope`'s owner; a binary artifact is refused with what
+/// it is and what to use instead.
+async fn read_text(store: &Arc<dyn ArtifactStore>, scope: &ArtifactScope, tool: &str, id: &str) -> Result<(ArtifactRef, Bytes), ToolError> {
+    let id = ArtifactId::parse_loose(id).map_err(|_| ToolError::from(ApiError::not_found()))?;
+    let access = Access::owner_of(scope);
+    let meta = store.meta(&access, &id).await.map_err(|e| ToolError::from(ApiError::from(e)))?;
+    let not_text = |meta: &ArtifactRef| {
+        ToolError::bad_request(format!(
+            "artifact {} is {} ({}), not text: {tool} reads text and JSON artifacts; call artifact_url for a download link",
+            meta.id,
+            meta.mime_type.as_deref().unwrap_or("binary"),
+            human_size(meta.size_bytes)
+        ))
+    };
+    if meta.mime_type.as_deref().is_some_and(is_binary_type) {
+        return Err(not_text(&meta));
+    }
+    let bytes = store.get(&access, &id).await.map_err(|e| ToolError::from(ApiError::from(e)))?;
+    // Text is valid UTF-8 without NUL bytes; the check runs on the CPU pool for big artifacts.
+    let check = |b: &Bytes| std::str::from_utf8(b).is_ok() && memchr::memchr(0, b).is_none();
+    let is_text = if bytes.len() >= CPU_POOL_BYTES {
+        let b = bytes.clone();
+        crate::cpu_pool::run(move || check(&b)).await
+    } else {
+        check(&bytes)
+    };
+    if !is_text {
+        return Err(not_text(&meta));
+    }
+    Ok((meta, bytes))
+}
+
+/// The text of bytes [`read_text`] checked.
+fn as_str(bytes: &Bytes) -> &str {
+    std::str::from_utf8(bytes).unwrap_or_default()
+}
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a character boundary.
+fn cut_at_char(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binary_types() {
+        for m in [
+            "image/png",
+            "audio/wav",
+            "application/pdf",
+            "video/mp4",
+            "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+        ] {
+            assert!(is_binary_type(m), "{m}");
+        }
+        for m in ["text/plain; charset=utf-8", "application/json", "image/svg+xml", "application/octet-stream", "text/csv"] {
+            assert!(!is_binary_type(m), "{m}");
+        }
+    }
+
+    #[test]
+    fn cuts_on_char_boundaries() {
+        assert_eq!(cut_at_char("héllo", 2), "h");
+        assert_eq!(cut_at_char("héllo", 3), "hé");
+        assert_eq!(cut_at_char("abc", 10), "abc");
+        assert_eq!(cut_at_char("日本", 4), "日");
+    }
+
+    #[test]
+    fn errors_have_no_structured_content() {
+        let e = ToolError::bad_request("x is wrong").into_result();
+        assert_eq!(e, json!({"content": [{"type": "text", "text": "bad_request: x is wrong"}], "isError": true}));
+    }
+}

@@ -1,0 +1,302 @@
+//! `artifact_read`: a window of a text artifact, or the lines matching a regex, so a model can
+//! read past the preview the size net left it without loading the whole text.
+//!
+//! Offsets and lengths count characters (Unicode scalar values), not bytes: a window never
+//! starts or ends inside a UTF-8 character, and the numbers are the ones the model sees in the
+//! text. Every answer is capped at [`READ_BUDGET_BYTES`] bytes of text; a cut answer says so
+//! and gives `nextOffset`, where the next call starts. With `grep`, the matching lines come
+//! back with their line numbers and the character offset where each starts (to read around a
+//! match with a window); the regex is the `regex` crate's (linear time, so no pattern can hang
+//! the gateway).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use regex::{Regex, RegexBuilder};
+use serde_json::{Map, Value, json};
+use stowage_core::ArtifactScope;
+use stowage_store::ArtifactStore;
+
+use super::{CPU_POOL_BYTES, READ_BUDGET_BYTES, ToolError, as_str, cut_at_char, id_argument, read_text, usize_argument};
+
+/// The tool's name in `tools/list`. It is not namespaced: it belongs to the gateway.
+pub const ARTIFACT_READ_TOOL: &str = "artifact_read";
+
+/// A matching line longer than this many bytes is cut (minified files are one long line).
+const MAX_MATCH_LINE_BYTES: usize = 400;
+
+/// Compiled regexes larger than this are refused: a pattern is the model's input.
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+pub(super) fn def() -> Value {
+    json!({
+        "name": ARTIFACT_READ_TOOL,
+        "title": "Read a text artifact",
+        "description": format!("Reads a text artifact (an id or artifact:// URI from an earlier tool result) past its preview: a window of characters from `offset`, or with `grep` the lines matching a regex, with line numbers. At most {READ_BUDGET_BYTES} bytes per call; when cut, call again with offset = nextOffset."),
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "id": {"type": "string", "description": "artifact id or artifact:// URI"},
+                "offset": {"type": "integer", "minimum": 0, "description": "character offset to start at (default 0)"},
+                "length": {"type": "integer", "minimum": 1, "description": format!("characters to read (default and most: what fits {READ_BUDGET_BYTES} bytes); with grep, how far to search")},
+                "grep": {"type": "string", "description": "a regular expression (Rust regex syntax; (?i) for case-insensitive): return the matching lines instead of a window"},
+            },
+            "required": ["id"],
+        },
+        "outputSchema": {
+            "type": "object",
+            "properties": {
+                "id": {"type": "string"},
+                "mimeType": {"type": "string"},
+                "totalChars": {"type": "integer", "description": "characters in the whole artifact"},
+                "offset": {"type": "integer"},
+                "length": {"type": "integer", "description": "characters in this window"},
+                "startLine": {"type": "integer", "description": "line number (from 1) where the window starts"},
+                "text": {"type": "string"},
+                "grep": {"type": "string"},
+                "matches": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {"line": {"type": "integer"}, "offset": {"type": "integer"}, "text": {"type": "string"}},
+                        "required": ["line", "offset", "text"],
+                    },
+                },
+                "truncated": {"type": "boolean", "description": "the answer was cut at the budget"},
+                "nextOffset": {"type": "integer", "description": "where the next call starts, when there is more"},
+            },
+            "required": ["id", "totalChars", "offset", "truncated"],
+        },
+        "annotations": {"readOnlyHint": true, "idempotentHint": true, "openWorldHint": false},
+    })
+}
+
+/// What was asked, validated.
+struct Request {
+    offset: usize,
+    length: Option<usize>,
+    grep: Option<Regex>,
+}
+
+fn parse(arguments: &Value) -> Result<Request, ToolError> {
+    let offset = usize_argument(ARTIFACT_READ_TOOL, arguments, "offset")?.unwrap_or(0);
+    let length = usize_argument(ARTIFACT_READ_TOOL, arguments, "length")?;
+    if length == Some(0) {
+        return Err(ToolError::bad_request("artifact_read: \"length\" must be at least 1 (leave it out to read as much as fits)"));
+    }
+    let grep = match arguments.get("grep") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(p)) if !p.is_empty() => Some(RegexBuilder::new(p).size_limit(REGEX_SIZE_LIMIT).build().map_err(|e| {
+            // The regex crate's message spans lines (the pattern, a caret, the reason).
+            let why = e.to_string().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ");
+            ToolError::bad_request(format!(
+                "artifact_read: \"grep\" is not a valid regex ({why}); escape special characters like ( [ . * with \\"
+            ))
+        })?),
+        Some(v) => return Err(ToolError::bad_request(format!("artifact_read: \"grep\" must be a non-empty regex string, not {v}"))),
+    };
+    Ok(Request { offset, length, grep })
+}
+
+pub(super) async fn call(store: &Arc<dyn ArtifactStore>, scope: &ArtifactScope, arguments: &Value) -> Result<Value, ToolError> {
+    let id = id_argument(ARTIFACT_READ_TOOL, arguments)?;
+    // Arguments first: a bad regex is an error whatever the id.
+    let request = parse(arguments)?;
+    let (meta, bytes) = read_text(store, scope, ARTIFACT_READ_TOOL, &id).await?;
+    let mut head = Map::new();
+    head.insert("id".into(), meta.id.as_str().into());
+    if let Some(m) = &meta.mime_type {
+        head.insert("mimeType".into(), m.clone().into());
+    }
+    let big = bytes.len() >= CPU_POOL_BYTES;
+    let answer = move || answer(&bytes, request, head);
+    if big { crate::cpu_pool::run(answer).await } else { answer() }
+}
+
+fn answer(bytes: &Bytes, request: Request, mut out: Map<String, Value>) -> Result<Value, ToolError> {
+    let text = as_str(bytes);
+    let id = out["id"].as_str().unwrap_or_default().to_owned();
+    let total = text.chars().count();
+    if request.offset > total {
+        return Err(ToolError::bad_request(format!(
+            "artifact_read: offset {} is past the end: artifact {id} has {total} characters (offsets 0 to {total})",
+            request.offset
+        )));
+    }
+    let start = byte_of_char(text, 0, request.offset);
+    let end = match request.length {
+        Some(n) => byte_of_char(text, start, n),
+        None => text.len(),
+    };
+    let start_line = memchr::memchr_iter(b'\n', &bytes[..start]).count() + 1;
+    out.insert("totalChars".into(), total.into());
+    out.insert("offset".into(), request.offset.into());
+    let summary = match &request.grep {
+        None => window(&text[start..end], request.offset, total, start_line, &mut out),
+        Some(re) => grep(&text[start..end], re, request.offset, start_line, &mut out),
+    };
+    let structured = Value::Object(out);
+    Ok(json!({"content": [{"type": "text", "text": summary}], "structuredContent": structured}))
+}
+
+/// The byte index `chars` characters after byte `from` (or the end).
+fn byte_of_char(text: &str, from: usize, chars: usize) -> usize {
+    if chars == 0 {
+        return from;
+    }
+    text[from..].char_indices().nth(chars).map_or(text.len(), |(i, _)| from + i)
+}
+
+/// A window of `wanted`, cut at the budget (at a line end when one is close); returns the text
+/// block for the model.
+fn window(wanted: &str, offset: usize, total: usize, start_line: usize, out: &mut Map<String, Value>) -> String {
+    let mut text = cut_at_char(wanted, READ_BUDGET_BYTES);
+    let truncated = text.len() < wanted.len();
+    if truncated && let Some(nl) = text.rfind('\n').filter(|&nl| nl >= text.len() * 3 / 4) {
+        text = &text[..=nl];
+    }
+    let chars = text.chars().count();
+    let next = offset + chars;
+    let lines = text.matches('\n').count();
+    out.insert("length".into(), chars.into());
+    out.insert("startLine".into(), start_line.into());
+    out.insert("truncated".into(), truncated.into());
+    let mut summary = format!(
+        "[{} characters {offset}-{next} of {total}, lines {start_line}-{}",
+        out["id"].as_str().unwrap_or_default(),
+        start_line + lines.saturating_sub(usize::from(text.ends_with('\n')))
+    );
+    if truncated {
+        summary.push_str(&format!("; cut at {READ_BUDGET_BYTES} bytes"));
+    }
+    if next < total {
+        out.insert("nextOffset".into(), next.into());
+        summary.push_str(&format!("; more: artifact_read offset={next}"));
+    } else {
+        summary.push_str("; end of text");
+    }
+    summary.push_str("]\n");
+    summary.push_str(text);
+    out.insert("text".into(), text.into());
+    summary
+}
+
+/// The lines of `region` that match `re`, within the budget; returns the text block.
+fn grep(region: &str, re: &Regex, offset: usize, start_line: usize, out: &mut Map<String, Value>) -> String {
+    let mut matches = Vec::new();
+    let mut listing = String::new();
+    let mut used = 0;
+    let mut next = None;
+    let mut pos = offset;
+    for (i, raw) in region.split_inclusive('\n').enumerate() {
+        let line = raw.strip_suffix('\n').unwrap_or(raw);
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        if re.is_match(line) {
+            let shown = cut_at_char(line, MAX_MATCH_LINE_BYTES);
+            let shown = if shown.len() < line.len() { format!("{shown}…") } else { shown.to_owned() };
+            let number = start_line + i;
+            let entry = format!("{number}: {shown}\n");
+            if used + entry.len() > READ_BUDGET_BYTES {
+                next = Some(pos);
+                break;
+            }
+            used += entry.len();
+            listing.push_str(&entry);
+            matches.push(json!({"line": number, "offset": pos, "text": shown}));
+        }
+        pos += raw.chars().count();
+    }
+    let id = out["id"].as_str().unwrap_or_default().to_owned();
+    let mut summary = format!("[{id}: {} matching lines for /{}/ from offset {offset}", matches.len(), re.as_str());
+    out.insert("grep".into(), re.as_str().into());
+    out.insert("truncated".into(), next.is_some().into());
+    if let Some(n) = next {
+        out.insert("nextOffset".into(), n.into());
+        summary.push_str(&format!("; cut at {READ_BUDGET_BYTES} bytes; more: artifact_read grep with offset={n}"));
+    }
+    out.insert("matches".into(), Value::Array(matches));
+    summary.push_str("]\n");
+    summary.push_str(&listing);
+    summary
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(text: &str, args: Value) -> Result<Value, ToolError> {
+        let request = parse(&args)?;
+        let mut head = Map::new();
+        head.insert("id".into(), "t_0123456789abcdef".into());
+        answer(&Bytes::copy_from_slice(text.as_bytes()), request, head).map(|v| v["structuredContent"].clone())
+    }
+
+    #[test]
+    fn windows_count_characters() {
+        let v = run("héllo\nwörld\n", json!({"offset": 1, "length": 4})).unwrap();
+        assert_eq!(v["text"], "éllo");
+        assert_eq!((v["totalChars"].as_u64(), v["nextOffset"].as_u64(), v["truncated"].as_bool()), (Some(12), Some(5), Some(false)));
+        let v = run("héllo\nwörld\n", json!({"offset": 6})).unwrap();
+        assert_eq!((v["text"].as_str(), v["startLine"].as_u64(), v.get("nextOffset")), (Some("wörld\n"), Some(2), None));
+        // At the end: an empty window; past it: an error saying where the end is.
+        assert_eq!(run("abc", json!({"offset": 3})).unwrap()["text"], "");
+        let e = run("abc", json!({"offset": 4})).unwrap_err();
+        assert!(e.message.contains("past the end") && e.message.contains("3 characters"), "{e}");
+        assert_eq!(run("abc", json!({"length": 0})).unwrap_err().code, "bad_request");
+        assert_eq!(run("abc", json!({"offset": -1})).unwrap_err().code, "bad_request");
+    }
+
+    #[test]
+    fn windows_are_capped_and_never_split_a_char() {
+        let text = "日本語のテキスト\n".repeat(5_000);
+        let v = run(&text, json!({"length": 1_000_000_000u64})).unwrap();
+        let got = v["text"].as_str().unwrap();
+        assert!(got.len() <= READ_BUDGET_BYTES && got.len() > READ_BUDGET_BYTES * 3 / 4);
+        assert!(got.ends_with('\n'), "cut at a line end when one is close");
+        assert_eq!(v["truncated"], true);
+        assert_eq!(v["nextOffset"].as_u64().unwrap() as usize, got.chars().count());
+        // Paging to the end reassembles the text.
+        let mut all = String::new();
+        let mut offset = 0;
+        loop {
+            let v = run(&text, json!({"offset": offset})).unwrap();
+            all.push_str(v["text"].as_str().unwrap());
+            match v["nextOffset"].as_u64() {
+                Some(n) => offset = n,
+                None => break,
+            }
+        }
+        assert_eq!(all, text);
+    }
+
+    #[test]
+    fn grep_lists_lines_with_numbers_and_offsets() {
+        let text = "fn main() {\n    let x = 1;\r\n    println!(\"{x}\");\n}\nfn other() {}\n";
+        let v = run(text, json!({"grep": "^fn "})).unwrap();
+        assert_eq!(
+            v["matches"],
+            json!([{"line": 1, "offset": 0, "text": "fn main() {"}, {"line": 5, "offset": 51, "text": "fn other() {}"}])
+        );
+        assert_eq!(&text[51..], "fn other() {}\n");
+        // From an offset: line numbers stay the file's.
+        let v = run(text, json!({"grep": "(?i)LET", "offset": 12})).unwrap();
+        assert_eq!(v["matches"][0]["line"], 2);
+        assert_eq!(v["matches"][0]["text"], "    let x = 1;");
+        let e = run(text, json!({"grep": "fn (main"})).unwrap_err();
+        assert_eq!(e.code, "bad_request");
+        assert!(e.message.contains("not a valid regex") && !e.message.contains('\n'), "{e}");
+        assert_eq!(run(text, json!({"grep": 3})).unwrap_err().code, "bad_request");
+    }
+
+    #[test]
+    fn grep_is_capped() {
+        let text: String = (0..20_000).map(|i| format!("match line {i}\n")).collect();
+        let v = run(&text, json!({"grep": "match"})).unwrap();
+        assert_eq!(v["truncated"], true);
+        let n = v["matches"].as_array().unwrap().len();
+        let next = v["nextOffset"].as_u64().unwrap();
+        assert_eq!(v["matches"][n - 1]["line"], n);
+        let v = run(&text, json!({"grep": "match", "offset": next})).unwrap();
+        assert_eq!(v["matches"][0]["line"], n + 1);
+    }
+}

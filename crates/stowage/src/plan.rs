@@ -1,0 +1,226 @@
+//! What `stowage serve` will run, decided and validated in one place: `serve` runs the plan,
+//! `check-config` prints it. Both go through [`plan`], so a configuration `check-config`
+//! accepts is one `serve` starts with (and `sign-url` mints links on the same base URL).
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use stowage_links::LinksConfig;
+use stowage_mcp::GatewayConfig;
+use stowage_mcp::config::{SkippedServer, UpstreamSpec};
+use stowage_mcp::run::Mode;
+
+use crate::cmd::serve::ServeArgs;
+use crate::config::Config;
+use crate::wiring::StoreLocation;
+
+/// Everything `serve` decided before starting anything.
+pub struct Plan {
+    pub mode: Mode,
+    /// `[gateway]` with `--listen` applied.
+    pub gateway: GatewayConfig,
+    pub upstreams: Vec<UpstreamSpec>,
+    /// Configured entries that are not served, with why; the others are.
+    pub skipped: Vec<SkippedServer>,
+    pub auth: Option<Arc<stowage_http::Authenticator>>,
+    /// `[links]`, validated, with `public_url` set to the base links are minted on (over
+    /// stdio: the one the loopback listener should take).
+    pub links_config: LinksConfig,
+    pub links: LinksPlan,
+    /// Listening beyond loopback without authentication, as `--allow-unauthenticated` allowed.
+    pub unauthenticated_exposure: bool,
+    /// The variable holding the JWT secret, kept from upstream children with the others.
+    pub jwt_secret_env: Option<String>,
+}
+
+/// Where download links point.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinksPlan {
+    /// Served on the HTTP listener itself, at this base.
+    Http(LinkBase),
+    /// Over stdio: a loopback listener of this process, on this URL's port when it is free
+    /// (else any free port).
+    Loopback { wanted: String },
+    /// `--stdio --no-links`: results carry `artifact://` URIs only.
+    Off,
+}
+
+/// The base URL links are minted on, and which setting gave it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkBase {
+    pub url: String,
+    pub origin: &'static str,
+}
+
+/// Validates the configuration and the `serve` arguments exactly as `serve` needs them.
+/// Reads key files and environment variables; creates nothing.
+pub fn plan(config: &Config, store: &StoreLocation, args: &ServeArgs) -> anyhow::Result<Plan> {
+    let env = |var: &str| std::env::var(var).ok();
+    let found = stowage_mcp::config::collect_upstreams_reporting(&config.gateway, args.mcp_config.as_deref(), &args.command, &env)?;
+    let auth = stowage_http::Authenticator::new(&config.auth)?;
+    // Links are checked whatever the mode: a bad [links] is a bad config, even on a run that
+    // mints none.
+    config.links.validate().map_err(anyhow::Error::msg)?;
+    if !config.links.keys.is_empty() {
+        // Configured keys come from files and the environment: a missing one fails here, not
+        // at the first offload. (The embedded default key is made on first use, by serve.)
+        config.links.key_ring(&store.dir).context("cannot load the link-signing key")?;
+    }
+    let mut gateway = config.gateway.clone();
+    let mut links_config = config.links.clone();
+    let mut unauthenticated_exposure = false;
+    let (mode, links) = if args.stdio {
+        let links = if args.no_links {
+            LinksPlan::Off
+        } else {
+            let wanted = match &args.public_url {
+                Some(url) => {
+                    anyhow::ensure!(
+                        loopback_url(url),
+                        "--public-url {url} cannot be used with --stdio: links over stdio are served on a loopback listener of this process; pass http://127.0.0.1:PORT to choose its port, or leave it out"
+                    );
+                    url.clone()
+                }
+                None => links_config.public_url.clone(),
+            };
+            LinksPlan::Loopback { wanted }
+        };
+        (Mode::Stdio, links)
+    } else {
+        if let Some(l) = &args.listen {
+            gateway.listen = l.clone();
+        }
+        unauthenticated_exposure = check_exposure(&gateway.listen, auth.is_some(), args.allow_unauthenticated)?;
+        let base = link_base(&config.links, &gateway.listen, args.public_url.as_deref())?;
+        links_config.public_url = base.url.clone();
+        (Mode::Http { listen: gateway.listen.clone() }, LinksPlan::Http(base))
+    };
+    Ok(Plan {
+        mode,
+        gateway,
+        upstreams: found.specs,
+        skipped: found.skipped,
+        auth,
+        links_config,
+        links,
+        unauthenticated_exposure,
+        jwt_secret_env: config.auth.jwt.as_ref().and_then(|j| j.hs256_secret_env.clone()),
+    })
+}
+
+/// The base URL of links minted for a gateway listening on `listen`: `--public-url`, else a
+/// configured `links.public_url`, else the listen address when it is not the default one,
+/// else the default. Never an address nobody can connect to (`0.0.0.0`, `[::]`): that is an
+/// error saying how to name the gateway instead. Used by `serve`, `check-config` and
+/// `sign-url`, so all three agree.
+pub fn link_base(links: &LinksConfig, listen: &str, flag: Option<&str>) -> anyhow::Result<LinkBase> {
+    let default = LinksConfig::default().public_url;
+    let (url, origin) = match flag {
+        Some(url) => (url.to_owned(), "--public-url"),
+        None if links.public_url != default => (links.public_url.clone(), "links.public_url"),
+        None if listen != stowage_mcp::config::DEFAULT_LISTEN => (format!("http://{listen}"), "the listen address"),
+        None => (default, "the default"),
+    };
+    let parsed = url::Url::parse(&url).map_err(|e| anyhow::anyhow!("{origin} {url:?} is not a URL ({e}): use http://HOST:PORT"))?;
+    anyhow::ensure!(matches!(parsed.scheme(), "http" | "https"), "{origin} {url:?} must start with http:// or https://");
+    let unspecified = match parsed.host() {
+        Some(url::Host::Ipv4(ip)) => ip.is_unspecified(),
+        Some(url::Host::Ipv6(ip)) => ip.is_unspecified(),
+        _ => false,
+    };
+    if unspecified {
+        let port = parsed.port_or_known_default().unwrap_or(8787);
+        anyhow::ensure!(
+            origin == "the listen address",
+            "{origin} {url} is an address no client can connect to: use the name or address clients reach this machine by, e.g. http://HOST:{port}"
+        );
+        anyhow::bail!(
+            "download links would point at {url}, which no client can reach: pass --public-url http://HOST:{port} (the name or address clients use to reach this machine) or set links.public_url in stowage.toml"
+        );
+    }
+    Ok(LinkBase { url: url.trim_end_matches('/').to_owned(), origin })
+}
+
+fn loopback_url(url: &str) -> bool {
+    match url::Url::parse(url).ok().and_then(|u| u.host().map(|h| h.to_owned())) {
+        Some(url::Host::Domain(d)) => d == "localhost",
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    }
+}
+
+/// Refuses to expose an unauthenticated gateway beyond this machine unless told to:
+/// `/mcp` runs the user's tools and the store holds their outputs. `Ok(true)`: exposed, as
+/// `allowed`; the caller says so loudly.
+fn check_exposure(listen: &str, has_auth: bool, allowed: bool) -> anyhow::Result<bool> {
+    let host = listen.rsplit_once(':').map_or(listen, |(h, _)| h).trim_start_matches('[').trim_end_matches(']');
+    let loopback = host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    if loopback || has_auth {
+        return Ok(false);
+    }
+    anyhow::ensure!(
+        allowed,
+        "refusing to listen on {listen} without authentication: configure [auth] in stowage.toml, listen on 127.0.0.1, or pass --allow-unauthenticated"
+    );
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposure_rules() {
+        for addr in ["127.0.0.1:8787", "localhost:1", "[::1]:8787", "127.0.0.2:9"] {
+            assert!(!check_exposure(addr, false, false).unwrap(), "{addr}");
+        }
+        for addr in ["0.0.0.0:8787", "[::]:8787", "192.0.2.10:80"] {
+            let err = check_exposure(addr, false, false).unwrap_err().to_string();
+            assert!(err.contains("--allow-unauthenticated") && err.contains("[auth]"), "{err}");
+            assert!(!check_exposure(addr, true, false).unwrap(), "auth configured");
+            assert!(check_exposure(addr, false, true).unwrap(), "explicitly allowed");
+        }
+    }
+
+    #[test]
+    fn the_link_base_follows_flag_then_config_then_listen_then_default() {
+        let mut links = LinksConfig::default();
+        let base = |links: &LinksConfig, listen: &str, flag: Option<&str>| link_base(links, listen, flag).map(|b| (b.url, b.origin));
+        assert_eq!(base(&links, "127.0.0.1:8787", None).unwrap(), ("http://127.0.0.1:8787".into(), "the default"));
+        assert_eq!(base(&links, "127.0.0.1:9000", None).unwrap(), ("http://127.0.0.1:9000".into(), "the listen address"));
+        assert_eq!(base(&links, "0.0.0.0:1", Some("https://gw.example.com/")).unwrap(), ("https://gw.example.com".into(), "--public-url"));
+        links.public_url = "https://files.example.com/stowage".into();
+        assert_eq!(base(&links, "0.0.0.0:8787", None).unwrap(), ("https://files.example.com/stowage".into(), "links.public_url"));
+        assert_eq!(base(&links, "127.0.0.1:8787", Some("http://10.0.0.5:8787")).unwrap().1, "--public-url");
+    }
+
+    #[test]
+    fn links_never_point_at_an_unspecified_address() {
+        let links = LinksConfig::default();
+        for listen in ["0.0.0.0:8787", "[::]:8787"] {
+            let err = link_base(&links, listen, None).unwrap_err().to_string();
+            assert!(err.contains("which no client can reach") && err.contains("--public-url http://HOST:8787"), "{err}");
+            assert!(err.contains("links.public_url"), "{err}");
+        }
+        let err = link_base(&links, "127.0.0.1:8787", Some("http://0.0.0.0:9")).unwrap_err().to_string();
+        assert!(err.starts_with("--public-url http://0.0.0.0:9 is an address no client can connect to"), "{err}");
+        let configured = LinksConfig { public_url: "http://[::]:80".into(), ..Default::default() };
+        assert!(link_base(&configured, "127.0.0.1:8787", None).unwrap_err().to_string().starts_with("links.public_url"));
+        assert!(link_base(&links, "x", Some("ftp://x")).unwrap_err().to_string().contains("must start with http"));
+        assert!(link_base(&links, "x", Some("not a url")).unwrap_err().to_string().contains("is not a URL"));
+    }
+
+    #[test]
+    fn loopback_urls() {
+        for (u, ok) in [
+            ("http://127.0.0.1:8787", true),
+            ("http://localhost:1", true),
+            ("http://[::1]:2", true),
+            ("https://gw.example.com", false),
+            ("http://0.0.0.0:1", false),
+        ] {
+            assert_eq!(loopback_url(u), ok, "{u}");
+        }
+    }
+}
