@@ -110,12 +110,18 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
                 }
                 _ => None,
             };
-            // Served at once: a host's `initialize` must not wait for a slow or dead upstream
-            // (one that comes up later is announced with list_changed).
-            spawn_banner(gw.clone(), opts.mode.clone(), links_addr, opts.store_label.clone(), opts.skipped.clone());
-            let stdio = crate::downstream::stdio::serve(gw.clone(), tokio::io::stdin(), tokio::io::stdout());
+            // A host's `initialize` waits no longer than the start-up grace for a slow upstream
+            // and not at all for a dead one (one that comes up later is announced with
+            // list_changed): its first request would wait that long anyway, so the banner is
+            // printed first, and it is on stderr before the host's first answer. The signal
+            // handler is in place from the start, so a stop during the grace is clean too.
+            let serve = async {
+                gw.wait_startup().await;
+                eprint!("{}", banner(&gw, &opts.mode, links_addr, &opts.store_label, &opts.skipped));
+                crate::downstream::stdio::serve(gw.clone(), tokio::io::stdin(), tokio::io::stdout()).await
+            };
             tokio::select! {
-                r = stdio => r.map_err(RunError::Stdio),
+                r = serve => r.map_err(RunError::Stdio),
                 _ = shutdown_signal() => Ok(()),
             }
         }
@@ -138,12 +144,12 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
     result
 }
 
-/// Prints the banner in the background once every upstream is listed or down (at most 10 s
-/// after start), unless the gateway is stopping by then: a banner printed at shutdown would
+/// Prints the banner in the background once every upstream is listed or down (or the start-up
+/// grace is over), unless the gateway is stopping by then: a banner printed at shutdown would
 /// list every upstream as not connected.
 fn spawn_banner(gw: Arc<Gateway>, mode: Mode, addr: Option<SocketAddr>, store: String, skipped: Vec<String>) {
     tokio::spawn(async move {
-        gw.wait_settled(Duration::from_secs(10)).await;
+        gw.wait_startup().await;
         if !gw.is_shutting_down() {
             eprint!("{}", banner(&gw, &mode, addr, &store, &skipped));
         }

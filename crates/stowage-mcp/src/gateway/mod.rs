@@ -204,6 +204,16 @@ impl Gateway {
         }
     }
 
+    /// Waits until no upstream is still on its first attempt, or the start-up grace (3 s from
+    /// the gateway's start) is over: what requests that read the catalog wait for, and when
+    /// the banner can say what runs.
+    pub async fn wait_startup(&self) {
+        let grace = (self.started + STARTUP_GRACE).saturating_duration_since(std::time::Instant::now());
+        if !grace.is_zero() {
+            self.wait_settled(grace).await;
+        }
+    }
+
     /// Enables the gateway's own `artifact_url` tool.
     pub fn set_link_service(&self, links: stowage_http::LinkService) {
         let _ = self.links.set(links);
@@ -369,9 +379,8 @@ impl Gateway {
         let ok = |v: Value| Ok(Message::response(Value::Null, &v));
         // Capabilities and lists come from the upstreams: a request that arrives while one is
         // on its first attempt waits for it a little (a down one holds nobody up).
-        let grace = (self.started + STARTUP_GRACE).saturating_duration_since(std::time::Instant::now());
-        if method != "ping" && !grace.is_zero() {
-            self.wait_settled(grace).await;
+        if method != "ping" {
+            self.wait_startup().await;
         }
         match method.as_str() {
             "initialize" => ok(self.initialize(session, &params)),
