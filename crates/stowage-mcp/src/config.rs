@@ -151,10 +151,36 @@ impl SessionMode {
     }
 }
 
-/// One upstream server: either `command` (a stdio child) or `url` (Streamable HTTP).
+/// How a server is reached, when its entry says (`type`): by default, `command` means stdio
+/// and `url` means Streamable HTTP; `sse` picks the 2024-11-05 HTTP+SSE transport for a url.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServerType {
+    Stdio,
+    /// Streamable HTTP (also spelt `streamable_http`, `streamable-http`, `streamableHttp`).
+    #[serde(alias = "streamable_http", alias = "streamable-http", alias = "streamableHttp")]
+    Http,
+    /// The legacy HTTP+SSE transport: `url` is the SSE stream; messages are POSTed to the
+    /// endpoint it announces.
+    Sse,
+}
+
+impl ServerType {
+    /// The `type` of an `mcpServers` entry; a value other hosts use that we do not know is
+    /// left to `command`/`url` (`None`), as before.
+    fn from_mcp(kind: &str) -> Option<ServerType> {
+        serde_json::from_value(serde_json::Value::String(kind.to_owned())).ok()
+    }
+}
+
+/// One upstream server: either `command` (a stdio child) or `url` (Streamable HTTP, or the
+/// legacy HTTP+SSE transport with `type = "sse"`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
+    /// `stdio`, `http` or `sse`; unset: stdio for `command`, Streamable HTTP for `url`.
+    #[serde(rename = "type")]
+    pub kind: Option<ServerType>,
     pub command: Option<String>,
     pub args: Vec<String>,
     /// Variables added to a stdio child's environment, which is otherwise minimal: `PATH`,
@@ -217,6 +243,13 @@ pub enum TransportSpec {
         headers: BTreeMap<String, String>,
         ca_file: Option<PathBuf>,
     },
+    /// The 2024-11-05 HTTP+SSE transport: `url` is the SSE stream, with the same headers and
+    /// TLS options as `Http`.
+    Sse {
+        url: String,
+        headers: BTreeMap<String, String>,
+        ca_file: Option<PathBuf>,
+    },
     /// The bundled demo server, run in-process.
     Demo,
 }
@@ -258,8 +291,9 @@ impl UpstreamSpec {
                 s.push('`');
                 s
             }
-            TransportSpec::Http { url, headers, ca_file } => {
-                let mut s = format!("{}: http {url}", self.name);
+            TransportSpec::Http { url, headers, ca_file } | TransportSpec::Sse { url, headers, ca_file } => {
+                let kind = if matches!(self.transport, TransportSpec::Sse { .. }) { "sse" } else { "http" };
+                let mut s = format!("{}: {kind} {url}", self.name);
                 if let Some(ca) = ca_file {
                     s.push_str(&format!(" (trusting {})", ca.display()));
                 }
@@ -284,6 +318,12 @@ impl ServerConfig {
         let transport = match (&self.command, &self.url) {
             (Some(_), Some(_)) => return Err(err("set either command or url, not both".into())),
             (None, None) => return Err(err("set command (a stdio server) or url (a Streamable HTTP server)".into())),
+            (Some(_), None) if matches!(self.kind, Some(ServerType::Http | ServerType::Sse)) => {
+                return Err(err("type http and sse need a url, not a command".into()));
+            }
+            (None, Some(_)) if self.kind == Some(ServerType::Stdio) => {
+                return Err(err("type stdio needs a command, not a url".into()));
+            }
             (Some(command), None) => {
                 if command.trim().is_empty() {
                     return Err(err("command is empty".into()));
@@ -308,7 +348,12 @@ impl ServerConfig {
                 if self.tls_ca_file.is_some() && !url.starts_with("https://") {
                     return Err(err(format!("tls_ca_file is set but url {url:?} is not https://")));
                 }
-                TransportSpec::Http { url: url.clone(), headers, ca_file: self.tls_ca_file.clone() }
+                let (url, ca_file) = (url.clone(), self.tls_ca_file.clone());
+                if self.kind == Some(ServerType::Sse) {
+                    TransportSpec::Sse { url, headers, ca_file }
+                } else {
+                    TransportSpec::Http { url, headers, ca_file }
+                }
             }
         };
         let request_timeout = self.request_timeout_secs.map(Duration::from_secs).unwrap_or(default_timeout);
@@ -472,17 +517,10 @@ pub fn parse_mcp_servers(text: &str, path: &Path) -> Result<Vec<(String, ServerC
             headers.insert("Authorization".into(), format!("Bearer {t}"));
         }
         let url = entry.url.or(entry.server_url);
-        if let Some(kind) = entry.kind.as_deref()
-            && kind == "sse"
-        {
-            return Err(ConfigError::Server {
-                name: name.clone(),
-                message: "the legacy HTTP+SSE transport is not supported; use a Streamable HTTP url".into(),
-            });
-        }
         out.push((
             name.clone(),
             ServerConfig {
+                kind: entry.kind.as_deref().and_then(ServerType::from_mcp),
                 command: entry.command,
                 args: entry.args,
                 env: entry.env,
@@ -668,8 +706,19 @@ mod tests {
 
     #[test]
     fn bad_entries_name_the_server() {
-        let e = parse_mcp_servers(r#"{"mcpServers":{"a":{"type":"sse","url":"http://x"}}}"#, Path::new("c.json"));
-        assert!(e.unwrap_err().to_string().contains("\"a\""));
+        let sse = parse_mcp_servers(r#"{"mcpServers":{"a":{"type":"sse","url":"http://x/sse"}}}"#, Path::new("c.json")).unwrap();
+        let spec = sse[0].1.resolve("a", Duration::from_secs(1)).unwrap();
+        assert_eq!(spec.transport, TransportSpec::Sse { url: "http://x/sse".into(), headers: BTreeMap::new(), ca_file: None });
+        assert_eq!(spec.describe(), "a: sse http://x/sse");
+        let http = parse_mcp_servers(r#"{"mcpServers":{"a":{"type":"streamable-http","url":"http://x/mcp"}}}"#, Path::new("c.json"));
+        assert!(matches!(http.unwrap()[0].1.resolve("a", Duration::from_secs(1)).unwrap().transport, TransportSpec::Http { .. }));
+        let odd = parse_mcp_servers(r#"{"mcpServers":{"a":{"type":"sse","command":"x"}}}"#, Path::new("c.json")).unwrap();
+        assert_eq!(
+            odd[0].1.resolve("a", Duration::from_secs(1)).unwrap_err().to_string(),
+            "server \"a\": type http and sse need a url, not a command"
+        );
+        let toml_sse: GatewayConfig = serde_json::from_str(r#"{"servers":{"s":{"type":"sse","url":"https://h/sse"}}}"#).unwrap();
+        assert!(matches!(toml_sse.servers["s"].resolve("s", Duration::from_secs(1)).unwrap().transport, TransportSpec::Sse { .. }));
         let both = ServerConfig { command: Some("x".into()), url: Some("http://y".into()), ..Default::default() };
         assert_eq!(both.resolve("s", Duration::from_secs(1)).unwrap_err().to_string(), "server \"s\": set either command or url, not both");
         assert!(parse_mcp_servers("{}", Path::new("c.json")).is_err());

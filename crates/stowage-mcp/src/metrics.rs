@@ -4,8 +4,9 @@
 //!
 //! From events: `stowage_tool_calls_total{upstream,outcome}`,
 //! `stowage_tool_call_seconds{upstream}`, `stowage_tool_bytes_in_total`,
-//! `stowage_tool_bytes_out_total`, `stowage_tokens_saved_total{upstream,tool}` (o200k tokens
-//! in minus out), `stowage_artifacts_total` (all by upstream), `stowage_offloads_total{layer}`,
+//! `stowage_tool_bytes_out_total`, `stowage_tokens_saved_total{upstream,tool}` (per call, o200k
+//! tokens of the upstream's result minus those of the result the client got, without the
+//! transform summary; `tool` is the name as exposed), `stowage_artifacts_total` (all by upstream), `stowage_offloads_total{layer}`,
 //! `stowage_observations_clamped_total`, `stowage_store_failures_total{fatal}`,
 //! `stowage_upstream_up{upstream}` (1 or 0), `stowage_upstream_down_total{upstream}`.
 //! Counted where they happen: `stowage_sessions`, `stowage_stream_resumes_total`,

@@ -150,10 +150,22 @@ impl Rewriter {
                     tracing::warn!(target: "stowage::call", upstream = %ctx.upstream, tool = %ctx.tool, check = check.as_str(),
                         "the rewritten structuredContent did not match the tool's outputSchema");
                 }
-                let bytes_out = serde_json::to_vec(&value).map(|v| v.len() as u64).unwrap_or(0);
-                // Exact for what the pipeline returned; what the contract added (a line and a
-                // link per artifact) is estimated, to keep counting off the small-call path.
-                let tokens_out = report.tokens_out + bytes_out.saturating_sub(report.bytes_out).div_ceil(4);
+                let out = serde_json::to_string(&value).unwrap_or_default();
+                let bytes_out = out.len() as u64;
+                // What the contract added (a line and a link per artifact) is counted exactly
+                // when something was offloaded: the result is then a compact stub, and the
+                // call already stored a blob, so a count of a few KB costs nothing noticeable.
+                // Small calls with nothing offloaded keep the pipeline's count (plus an
+                // estimate of any remainder): no counting on their path.
+                let added = bytes_out.saturating_sub(report.bytes_out);
+                let exact = artifacts > 0
+                    && report.tokens_out > 0
+                    && out.len() <= stowage_transform::tokens::TokensConfig::default().exact_max_bytes;
+                let tokens_out = if exact {
+                    stowage_transform::tokens::count(&out, &stowage_transform::tokens::TokensConfig::default()).0
+                } else {
+                    report.tokens_out + added.div_ceil(4)
+                };
                 let ms = (started.elapsed().as_secs_f64() * 10_000.0).round() / 10.0;
                 let mut stats = summary(&report, bytes_out, tokens_out, artifacts, ms);
                 if let Some(c) = check.meta() {

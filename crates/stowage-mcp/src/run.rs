@@ -119,11 +119,18 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
                 }
                 _ => None,
             };
-            gw.wait_ready(Duration::from_secs(10)).await;
-            eprint!("{}", banner(&gw, &opts.mode, links_addr, &opts.store_label, &opts.skipped));
-            let stdio = crate::downstream::stdio::serve(gw.clone(), tokio::io::stdin(), tokio::io::stdout());
+            // A host's `initialize` waits no longer than the start-up grace for a slow upstream
+            // and not at all for a dead one (one that comes up later is announced with
+            // list_changed): its first request would wait that long anyway, so the banner is
+            // printed first, and it is on stderr before the host's first answer. The signal
+            // handler is in place from the start, so a stop during the grace is clean too.
+            let serve = async {
+                gw.wait_startup().await;
+                eprint!("{}", banner(&gw, &opts.mode, links_addr, &opts.store_label, &opts.skipped));
+                crate::downstream::stdio::serve(gw.clone(), tokio::io::stdin(), tokio::io::stdout()).await
+            };
             tokio::select! {
-                r = stdio => r.map_err(RunError::Stdio),
+                r = serve => r.map_err(RunError::Stdio),
                 _ = shutdown_signal() => Ok(()),
             }
         }
@@ -135,12 +142,8 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
                 app = app.merge(extra);
             }
             // Served at once (health, readiness and clients that retry need not wait for a slow
-            // or dead upstream); the banner follows when every upstream is up, or after 10 s.
-            let (bgw, mode, label, skipped) = (gw.clone(), opts.mode.clone(), opts.store_label.clone(), opts.skipped.clone());
-            tokio::spawn(async move {
-                bgw.wait_ready(Duration::from_secs(10)).await;
-                eprint!("{}", banner(&bgw, &mode, Some(addr), &label, &skipped));
-            });
+            // or dead upstream).
+            spawn_banner(gw.clone(), opts.mode.clone(), Some(addr), opts.store_label.clone(), opts.skipped.clone());
             crate::downstream::listener::serve(listener, app, gw.config.http_timeouts(), shutdown_signal()).await.map_err(RunError::Serve)
         }
     };
@@ -148,6 +151,18 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
     // Give killed children a moment to be reaped before the process exits.
     tokio::time::sleep(Duration::from_millis(50)).await;
     result
+}
+
+/// Prints the banner in the background once every upstream is listed or down (or the start-up
+/// grace is over), unless the gateway is stopping by then: a banner printed at shutdown would
+/// list every upstream as not connected.
+fn spawn_banner(gw: Arc<Gateway>, mode: Mode, addr: Option<SocketAddr>, store: String, skipped: Vec<String>) {
+    tokio::spawn(async move {
+        gw.wait_startup().await;
+        if !gw.is_shutting_down() {
+            eprint!("{}", banner(&gw, &mode, addr, &store, &skipped));
+        }
+    });
 }
 
 /// Binds `listen` and serves the gateway's HTTP routes in the background (tests, benches).

@@ -67,10 +67,15 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => return fail(anyhow::anyhow!("cannot start the async runtime: {e}")),
     };
-    match runtime.block_on(run(cli)) {
+    let code = match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(e),
-    }
+    };
+    // Dropping the runtime would wait for every blocking thread, and the one reading stdin
+    // for `serve --stdio` returns only at EOF: a SIGTERM would leave the process hanging. What
+    // had to finish did (the gateway shut down its upstreams); stragglers get half a second.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    code
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {

@@ -94,6 +94,8 @@ impl Gateway {
                 let params = cursor.as_ref().map(|c| json!({"cursor": c}));
                 let reply = match u.request(method, params.as_ref(), timeout).await {
                     Ok(r) => r,
+                    // Stopping cuts short a refresh in flight: not a failure to report.
+                    Err(_) if self.shutdown.is_cancelled() => return,
                     Err(e) => {
                         tracing::warn!(target: "stowage::upstream", upstream = %u.name(), "{method} failed: {e}");
                         break;
@@ -142,7 +144,9 @@ fn compile_output_schemas(upstream: &str, tools: &[Value]) -> std::collections::
 
 /// Keeps upstream `index`'s part of the catalog fresh, until the gateway is gone: refreshes
 /// when it (re)connects or says a list changed, then tells clients. The first refresh
-/// counts the upstream as ready.
+/// counts the upstream as ready, and is announced too when clients were already answered
+/// without it (it came up after the start-up grace, or after being down): that is how a
+/// client connected while an upstream was still starting learns of its tools.
 pub(super) async fn refresh_loop(gw: Weak<Gateway>, index: usize) {
     let mut first = true;
     loop {
@@ -157,9 +161,14 @@ pub(super) async fn refresh_loop(gw: Weak<Gateway>, index: usize) {
         let Some(gw) = gw.upgrade() else { return };
         gw.refresh(index).await;
         if std::mem::take(&mut first) {
+            // Read before the upstream counts as listed: a client answered after that point
+            // waited for its lists (or saw them), so only earlier ones need telling.
+            let announce = gw.has_clients();
             gw.upstreams[index].listed.store(true, std::sync::atomic::Ordering::SeqCst);
             gw.ready.send_modify(|n| *n += 1);
-            continue;
+            if !announce {
+                continue;
+            }
         }
         let u = &gw.upstreams[index];
         for (cap, method) in [

@@ -53,8 +53,13 @@ use crate::routes::CallRoutes;
 use crate::session::{Caller, Session, SessionKind, Sessions};
 use crate::upstream::{InProcessFactory, Upstream, UpstreamEnv};
 
-/// How long a request that needs the catalog waits for upstreams that are still starting.
-const STARTUP_WAIT: Duration = Duration::from_secs(10);
+/// How long after start requests that need the catalog wait for upstreams still on their
+/// first connection attempt. Counted from the gateway's start, not per request, and short:
+/// the gateway serves at once, a down upstream holds nobody up, and one that comes up later is
+/// announced with `notifications/tools/list_changed` (see [`catalog`]); this grace only
+/// spares clients that connect the moment the gateway starts a second list request for
+/// upstreams that are a moment from ready.
+const STARTUP_GRACE: Duration = Duration::from_secs(3);
 
 /// Everything a gateway is built from.
 pub struct GatewayOptions {
@@ -104,6 +109,8 @@ pub struct Gateway {
     tasks: Mutex<tasks::Tasks>,
     /// A fault injected on purpose by a test (see [`Gateway::inject_panic`]).
     fault: Mutex<Option<String>>,
+    /// When the gateway started: the start-up grace is counted from here.
+    started: std::time::Instant,
 }
 
 impl Gateway {
@@ -165,6 +172,7 @@ impl Gateway {
             events,
             tasks: Mutex::default(),
             fault: Mutex::new(None),
+            started: std::time::Instant::now(),
         });
         let scrubber: Arc<dyn crate::routes::Scrubber> = Arc::new(calls::GatewayScrubber(Arc::downgrade(&gw)));
         let _ = gw.routes.scrubber.set(scrubber);
@@ -193,6 +201,16 @@ impl Gateway {
         let deadline = std::time::Instant::now() + timeout;
         while !self.upstreams.iter().all(|u| u.settled()) && std::time::Instant::now() < deadline && !self.shutdown.is_cancelled() {
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until no upstream is still on its first attempt, or the start-up grace (3 s from
+    /// the gateway's start) is over: what requests that read the catalog wait for, and when
+    /// the banner can say what runs.
+    pub async fn wait_startup(&self) {
+        let grace = (self.started + STARTUP_GRACE).saturating_duration_since(std::time::Instant::now());
+        if !grace.is_zero() {
+            self.wait_settled(grace).await;
         }
     }
 
@@ -236,6 +254,18 @@ impl Gateway {
                 crate::upstream::Health::Down { reason } => Some((u.name().to_owned(), reason)),
             })
             .collect()
+    }
+
+    /// Whether [`Gateway::shutdown`] was called: what happens to upstreams from then on is
+    /// the stop, not a failure to report.
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutdown.is_cancelled()
+    }
+
+    /// Whether any client has been answered its handshake (a 2025 session that initialized,
+    /// or an open 2026-07-28 listen stream): one that may hold a list without some upstream.
+    fn has_clients(&self) -> bool {
+        self.sessions.live().iter().any(|s| s.protocol.lock().is_some()) || !self.listeners.lock().is_empty()
     }
 
     /// Stops supervisors and kills every upstream.
@@ -348,9 +378,9 @@ impl Gateway {
         let id = msg.id.clone().unwrap_or(Value::Null);
         let ok = |v: Value| Ok(Message::response(Value::Null, &v));
         // Capabilities and lists come from the upstreams: a request that arrives while one is
-        // still starting waits for it (a down one holds nobody up).
+        // on its first attempt waits for it a little (a down one holds nobody up).
         if method != "ping" {
-            self.wait_settled(STARTUP_WAIT).await;
+            self.wait_startup().await;
         }
         match method.as_str() {
             "initialize" => ok(self.initialize(session, &params)),

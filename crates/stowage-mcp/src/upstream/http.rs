@@ -19,6 +19,10 @@
 //! the answer, up to [`MAX_RESUMES`] times in a row without progress. A stream that ends
 //! without ids and without the answer fails the request at once. The standalone GET stream
 //! is reopened the same way.
+//!
+//! Only events of the default type (`message`) carry messages; events of another `event:`
+//! type are skipped, as the reference SDKs' clients do. [`super::sse`] shares this file's
+//! client set-up and parser.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -78,25 +82,7 @@ pub fn connect(
     ca_file: Option<&std::path::Path>,
     max_bytes: usize,
 ) -> Result<Link, String> {
-    let mut map = HeaderMap::new();
-    for (k, v) in headers {
-        let k = HeaderName::from_bytes(k.as_bytes()).map_err(|e| format!("header {k:?}: {e}"))?;
-        let v = HeaderValue::from_str(v).map_err(|e| format!("header {k}: {e}"))?;
-        map.insert(k, v);
-    }
-    let mut builder = reqwest::Client::builder().use_rustls_tls();
-    if let Some(path) = ca_file {
-        let pem = std::fs::read(path).map_err(|e| format!("cannot read tls_ca_file {}: {e}", path.display()))?;
-        let certs = reqwest::Certificate::from_pem_bundle(&pem)
-            .map_err(|e| format!("tls_ca_file {} is not PEM certificates: {e}", path.display()))?;
-        if certs.is_empty() {
-            return Err(format!("tls_ca_file {} holds no certificate", path.display()));
-        }
-        for cert in certs {
-            builder = builder.add_root_certificate(cert);
-        }
-    }
-    let http = builder.build().map_err(|e| e.to_string())?;
+    let (http, map) = client(headers, ca_file)?;
     let (in_tx, in_rx) = mpsc::channel(LINK_CAPACITY);
     let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(LINK_CAPACITY);
     let meta = Arc::new(HttpMeta::default());
@@ -130,13 +116,68 @@ pub fn connect(
     Ok(Link { tx: out_tx, rx: in_rx, guard: Some(Box::new(guard)), http: Some(meta) })
 }
 
+/// The HTTP client and headers both HTTP transports use ([`super::sse`] too): rustls with the
+/// built-in roots plus the certificates in `ca_file`, and the configured headers, validated.
+pub(super) fn client(
+    headers: &BTreeMap<String, String>,
+    ca_file: Option<&std::path::Path>,
+) -> Result<(reqwest::Client, HeaderMap), String> {
+    let mut map = HeaderMap::new();
+    for (k, v) in headers {
+        let k = HeaderName::from_bytes(k.as_bytes()).map_err(|e| format!("header {k:?}: {e}"))?;
+        let v = HeaderValue::from_str(v).map_err(|e| format!("header {k}: {e}"))?;
+        map.insert(k, v);
+    }
+    let mut builder = reqwest::Client::builder().use_rustls_tls();
+    if let Some(path) = ca_file {
+        let pem = std::fs::read(path).map_err(|e| format!("cannot read tls_ca_file {}: {e}", path.display()))?;
+        let certs = reqwest::Certificate::from_pem_bundle(&pem)
+            .map_err(|e| format!("tls_ca_file {} is not PEM certificates: {e}", path.display()))?;
+        if certs.is_empty() {
+            return Err(format!("tls_ca_file {} holds no certificate", path.display()));
+        }
+        for cert in certs {
+            builder = builder.add_root_certificate(cert);
+        }
+    }
+    let http = builder.build().map_err(|e| e.to_string())?;
+    Ok((http, map))
+}
+
+/// Why a request could not be sent, with the fix when it is a certificate problem.
+pub(super) fn send_error(e: &reqwest::Error) -> String {
+    let mut e = error_chain(e);
+    if e.contains("certificate") {
+        e.push_str(" (for a private CA or a self-signed server, set tls_ca_file)");
+    }
+    e
+}
+
+/// A whole (non-SSE) body, refused as soon as it passes `max_bytes` rather than after it has
+/// all been buffered.
+pub(super) async fn read_body(resp: reqwest::Response, max_bytes: usize) -> Result<Vec<u8>, String> {
+    if resp.content_length().is_some_and(|n| n > max_bytes as u64) {
+        return Err(format!("the body is over the {max_bytes} byte limit (gateway.max_message_bytes)"));
+    }
+    let mut body = Vec::with_capacity(resp.content_length().unwrap_or(0) as usize);
+    let mut stream = resp.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| error_chain(&e))?;
+        if body.len() + chunk.len() > max_bytes {
+            return Err(format!("the body is over the {max_bytes} byte limit (gateway.max_message_bytes)"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
 /// The envelope of an outgoing message: enough to tell a request (whose id the gateway chose,
 /// always a number) from a notification or a response.
 #[derive(Default, serde::Deserialize)]
-struct Head<'a> {
+pub(super) struct Head<'a> {
     #[serde(borrow)]
-    id: Option<&'a serde_json::value::RawValue>,
-    method: Option<std::borrow::Cow<'a, str>>,
+    pub id: Option<&'a serde_json::value::RawValue>,
+    pub method: Option<std::borrow::Cow<'a, str>>,
 }
 
 /// Ends the upstream session (`DELETE` with its id) when the connection is dropped.
@@ -187,10 +228,7 @@ impl Client {
         let resp = match result {
             Ok(r) => r,
             Err(e) => {
-                let mut e = error_chain(&e);
-                if e.contains("certificate") {
-                    e.push_str(" (for a private CA or a self-signed server, set tls_ca_file)");
-                }
+                let e = send_error(&e);
                 fail(format!("upstream {} unreachable: {e}", self.name)).await;
                 if request_id.is_some() {
                     self.deliver(Inbound::Closed(format!("unreachable: {e}"))).await;
@@ -243,22 +281,9 @@ impl Client {
         }
     }
 
-    /// A whole (non-SSE) body, refused as soon as it passes `max_message_bytes` rather than
-    /// after it has all been buffered.
+    /// A whole (non-SSE) body, within `max_message_bytes`.
     async fn body(&self, resp: reqwest::Response) -> Result<Vec<u8>, String> {
-        if resp.content_length().is_some_and(|n| n > self.max_bytes as u64) {
-            return Err(format!("the body is over the {} byte limit (gateway.max_message_bytes)", self.max_bytes));
-        }
-        let mut body = Vec::with_capacity(resp.content_length().unwrap_or(0) as usize);
-        let mut stream = resp.bytes_stream();
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| error_chain(&e))?;
-            if body.len() + chunk.len() > self.max_bytes {
-                return Err(format!("the body is over the {} byte limit (gateway.max_message_bytes)", self.max_bytes));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok(body)
+        read_body(resp, self.max_bytes).await
     }
 
     /// The optional GET stream for messages not tied to a request; 405 means "not offered".
@@ -328,6 +353,10 @@ impl Client {
                         end.too_long = true;
                         Inbound::TooLong { head, limit: self.max_bytes }
                     }
+                    SseEvent::Named { event, .. } => {
+                        tracing::debug!(target: "stowage::upstream", upstream = %self.name, "skipped an SSE event of type {event:?}");
+                        continue;
+                    }
                 };
                 if !self.deliver(item).await {
                     return end;
@@ -375,7 +404,7 @@ fn memfind(hay: &[u8], needle: &[u8]) -> bool {
     find(hay, needle).is_some()
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut src = e.source();
     while let Some(inner) = src {
@@ -389,8 +418,12 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 /// One parsed SSE event.
 #[derive(Debug, PartialEq, Eq)]
 pub enum SseEvent {
-    /// The event's joined `data:` lines.
+    /// The joined `data:` lines of an event of the default type, `message` (what carries
+    /// JSON-RPC messages on both HTTP transports).
     Data(Vec<u8>),
+    /// An event with another `event:` type: the legacy transport's `endpoint`; anything else
+    /// is skipped by both transports, as the reference SDKs do.
+    Named { event: String, data: Vec<u8> },
     /// An event whose data passed the size limit; `head` is its start (to find its id).
     TooLong { head: Vec<u8> },
 }
@@ -408,6 +441,8 @@ pub struct SseParser {
     skipping: bool,
     data: Vec<u8>,
     has_data: bool,
+    /// The current event's `event:` type, when one other than `message` was given.
+    event: Option<String>,
     /// The current event's data passed `max_bytes`: its head, and the rest is skipped.
     overflow: Option<Vec<u8>>,
     max_bytes: usize,
@@ -430,6 +465,7 @@ impl SseParser {
             skipping: false,
             data: Vec::new(),
             has_data: false,
+            event: None,
             overflow: None,
             max_bytes,
             last_id: None,
@@ -476,10 +512,15 @@ impl SseParser {
             if let Some(head) = self.overflow.take() {
                 out.push(SseEvent::TooLong { head });
             } else if self.has_data && !self.data.iter().all(u8::is_ascii_whitespace) {
-                out.push(SseEvent::Data(std::mem::take(&mut self.data)));
+                let data = std::mem::take(&mut self.data);
+                out.push(match self.event.take() {
+                    Some(event) => SseEvent::Named { event, data },
+                    None => SseEvent::Data(data),
+                });
             }
             self.data.clear();
             self.has_data = false;
+            self.event = None;
         } else if let Some(rest) = line.strip_prefix(b"data:") {
             if self.overflow.is_some() {
                 return;
@@ -497,6 +538,9 @@ impl SseParser {
             }
             self.data.extend_from_slice(rest);
             self.has_data = true;
+        } else if let Some(rest) = line.strip_prefix(b"event:") {
+            let event = String::from_utf8_lossy(rest.strip_prefix(b" ").unwrap_or(rest)).into_owned();
+            self.event = (event != "message").then_some(event);
         } else if let Some(rest) = line.strip_prefix(b"id:") {
             let id = String::from_utf8_lossy(rest.strip_prefix(b" ").unwrap_or(rest)).into_owned();
             // An id containing NUL is ignored, as the SSE standard says.
@@ -523,6 +567,20 @@ mod tests {
         got.extend(p.feed(b"1}\r\n\r\n: keepalive\n\ndata: x\ndata: y\n\n"));
         assert_eq!(got, vec![SseEvent::Data(b"{\"a\":1}".to_vec()), SseEvent::Data(b"x\ny".to_vec())]);
         assert_eq!(p.last_id.as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn event_types_other_than_message_are_told_apart() {
+        let mut p = SseParser::default();
+        let got = p.feed(b"event: endpoint\ndata: /messages/?session_id=1\n\nevent: message\ndata: {}\n\ndata: x\n\n");
+        assert_eq!(
+            got,
+            vec![
+                SseEvent::Named { event: "endpoint".into(), data: b"/messages/?session_id=1".to_vec() },
+                SseEvent::Data(b"{}".to_vec()),
+                SseEvent::Data(b"x".to_vec()),
+            ]
+        );
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Upstream MCP servers: a supervised control connection each, and, in `per_client` session
 //! mode, one more connection per client.
 //!
-//! An [`Upstream`] owns a supervisor task that connects ([`stdio`], [`http`] or an in-process
-//! server), performs the MCP handshake as a client, publishes the live control [`Conn`], and
+//! An [`Upstream`] owns a supervisor task that connects ([`stdio`], [`http`], [`sse`] or an
+//! in-process server), performs the MCP handshake as a client, publishes the live control [`Conn`], and
 //! when the connection dies reconnects with exponential backoff. The control connection
 //! serves the catalog (tools, prompts, resources), subscriptions for listen streams, and, in
 //! `shared` mode, every client's calls.
@@ -21,6 +21,7 @@
 
 mod conn;
 pub mod http;
+pub mod sse;
 pub mod stdio;
 
 pub use conn::{CallError, Conn, ConnRole, Inbound, Initiated, LINK_CAPACITY, Link, Origin, result_value};
@@ -376,14 +377,19 @@ impl Upstream {
                     }
                     self.stale.mark_connected();
                     let reason = loop {
+                        // Shutdown first: stopping closes the connection too, and that close
+                        // is not a loss to report.
                         tokio::select! {
-                            _ = conn.closed.cancelled() => break None,
+                            biased;
                             _ = self.env.shutdown.cancelled() => break Some(()),
+                            _ = conn.closed.cancelled() => break None,
                             _ = sweep.tick() => self.sweep_clients(),
                         }
                     };
                     self.control.send_replace(None);
-                    if reason.is_some() {
+                    // The connection may have died of the shutdown itself (a killed child, a
+                    // closed stream) just before the token was seen.
+                    if reason.is_some() || self.env.shutdown.is_cancelled() {
                         break;
                     }
                     // The reader records why the connection ended before it cancels it.
@@ -395,6 +401,7 @@ impl Upstream {
                         backoff = initial;
                     }
                 }
+                Err(_) if self.env.shutdown.is_cancelled() => break,
                 Err(e) => {
                     tracing::warn!(target: "stowage::upstream", upstream = %self.spec.name, "cannot start: {e}; retrying in {backoff:?}");
                     let was_up = self.health.send_replace(Health::Down { reason: e.clone() }) == Health::Up;
@@ -412,7 +419,7 @@ impl Upstream {
         self.health.send_replace(Health::Down { reason: "the gateway is shutting down".into() });
     }
 
-    fn open_link(&self) -> Result<Link, String> {
+    async fn open_link(&self, timeout: Duration) -> Result<Link, String> {
         match &self.spec.transport {
             TransportSpec::Stdio { command, args, env, cwd, inherit_env } => stdio::spawn(
                 &self.spec.name,
@@ -428,6 +435,9 @@ impl Upstream {
             TransportSpec::Http { url, headers, ca_file } => {
                 http::connect(&self.spec.name, url, headers, ca_file.as_deref(), self.env.max_message_bytes)
             }
+            TransportSpec::Sse { url, headers, ca_file } => {
+                sse::connect(&self.spec.name, url, headers, ca_file.as_deref(), self.env.max_message_bytes, timeout).await
+            }
             TransportSpec::Demo => {
                 let factory = self.env.in_process.as_ref().ok_or("no in-process demo server in this build")?;
                 let (from_server, to_server) = factory();
@@ -439,10 +449,10 @@ impl Upstream {
     /// Opens a transport, starts its reader and performs the handshake, declaring
     /// `capabilities` as the client's.
     async fn connect(&self, role: ConnRole, capabilities: Value) -> Result<Arc<Conn>, String> {
-        let link = self.open_link()?;
+        let timeout = self.spec.request_timeout.min(Duration::from_secs(60));
+        let link = self.open_link(timeout).await?;
         let (conn, rx) = Conn::new(self.index, &self.spec.name, role, link);
         tokio::spawn(conn::read_loop(conn.clone(), rx, self.env.initiated.clone(), self.env.routes.clone()));
-        let timeout = self.spec.request_timeout.min(Duration::from_secs(60));
         let fail = |e: CallError| match e {
             CallError::Closed { reason, .. } => format!("{reason} during start-up"),
             other => other.to_string(),

@@ -1,0 +1,64 @@
+//! `stowage serve --stdio` answers a host at once even when some upstreams are dead (a refused
+//! port, a missing command) or hang in their handshake: it used to wait up to 10 s for every
+//! upstream before reading stdin, long enough for hosts to give up on it.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use stowage_testkit::RpcClient;
+
+#[tokio::test]
+async fn stdio_serve_answers_initialize_and_tools_list_promptly_with_dead_and_hanging_upstreams() {
+    let dir = tempfile::tempdir().unwrap();
+    let refused = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let config = format!(
+        r#"
+[gateway.servers.local]
+command = "{fixture}"
+
+[gateway.servers.refused]
+url = "http://127.0.0.1:{refused}/mcp"
+
+[gateway.servers.missing]
+command = "/nonexistent/mcp-server"
+
+[gateway.servers.hanging]
+command = "sleep"
+args = ["600"]
+"#,
+        fixture = stowage_testkit::fixture_bin().display()
+    );
+    std::fs::write(dir.path().join("stowage.toml"), config).unwrap();
+    let started = Instant::now();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_stowage"))
+        .args(["--config", dir.path().join("stowage.toml").to_str().unwrap(), "--store", dir.path().join("store").to_str().unwrap()])
+        .args(["serve", "--stdio", "--no-links"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let rpc = RpcClient::connect(child.stdout.take().unwrap(), child.stdin.take().unwrap(), None);
+    let init = rpc
+        .request_within(
+            Duration::from_secs(9),
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}),
+        )
+        .await;
+    assert_eq!(init["result"]["protocolVersion"], "2025-06-18", "{init}");
+    rpc.notify("notifications/initialized", json!({}));
+    let tools = rpc.request_within(Duration::from_secs(9), "tools/list", json!({})).await;
+    let took = started.elapsed();
+    // The hanging upstream costs at most the start-up grace (3 s), never the old 10 s.
+    assert!(took < Duration::from_secs(5), "initialize + tools/list took {took:?}");
+    let names: Vec<&str> = tools["result"]["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
+    assert!(names.contains(&"local_echo"), "{names:?}");
+    // A call to the live upstream works; the dead ones are not in the list.
+    let r = rpc.call("local_echo", json!({"message": "still here"})).await;
+    assert_eq!(r["result"]["content"][0]["text"], "still here", "{r}");
+    assert!(!names.iter().any(|n| n.starts_with("refused_") || n.starts_with("missing_") || n.starts_with("hanging_")), "{names:?}");
+    let _ = child.kill().await;
+}
