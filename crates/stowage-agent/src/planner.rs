@@ -21,6 +21,7 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 use stowage_mcp::{CallOptions, Caller, Gateway, GatewayError, Outbox, Session, SessionKind};
 use stowage_store::ArtifactStore;
+use stowage_transform::ArtifactRecord;
 use tokio::sync::mpsc;
 
 use crate::collector::ArtifactCollector;
@@ -440,7 +441,7 @@ impl Planner {
                 if !is_error {
                     collector.collect_sources(schema, out.result.get("structuredContent"));
                 }
-                (observation(&out.result, schema), is_error)
+                (observation(&out.result, schema, records), is_error)
             }
             Err(e) => (tool_error_text(&e), true),
         };
@@ -485,10 +486,11 @@ fn live_chunk(line: &[u8], seqs: &mut HashMap<String, u64>) -> Option<AgentEvent
 /// What the model reads of a tool result: the structured content (with the seed's
 /// `stream=` placeholders for streamed fields) when there is some, else the text blocks, plus
 /// one line per resource link.
-pub fn observation(result: &Value, schema: Option<&Value>) -> String {
+pub fn observation(result: &Value, schema: Option<&Value>, records: &[ArtifactRecord]) -> String {
     let mut out = String::new();
     if let Some(sc) = result.get("structuredContent").filter(|v| !v.is_null()) {
         let mut sc = sc.clone();
+        seed_placeholders(&mut sc, records);
         if let (Some(schema), Some(obj)) = (schema, sc.as_object_mut()) {
             for (field, stream_id) in crate::collector::stream_marks(schema) {
                 if let Some(Value::String(s)) = obj.get_mut(&field)
@@ -525,6 +527,28 @@ pub fn observation(result: &Value, schema: Option<&Value>) -> String {
     out
 }
 
+/// Puts the seed's placeholders (`<artifact:list size=847 items> artifact://…`) where the
+/// pipeline offloaded a part of `structuredContent`. For MCP clients the gateway keeps those
+/// positions typed (a prefix of the array, the first keys of the object), because clients
+/// validate against the tool's `outputSchema`; the planner's model validates nothing, and a
+/// placeholder tells it plainly that the value is stored whole elsewhere, and how big it is.
+fn seed_placeholders(sc: &mut Value, records: &[ArtifactRecord]) {
+    for r in records {
+        // Only values of the structured content itself (not JSON embedded in a string, `#`).
+        let Some(rel) = r.pointer.strip_prefix("/structuredContent") else { continue };
+        if rel.is_empty() || rel.contains('#') {
+            continue;
+        }
+        let Some(slot) = sc.pointer_mut(rel) else { continue };
+        let shown = match (&*slot, r.partial) {
+            (Value::Array(_), Some(p)) => format!("<artifact:list size={} items>", p.total),
+            (Value::String(s), _) if s.starts_with("<artifact:") => continue,
+            (v, _) => stowage_transform::stub::placeholder(v, r.size_bytes),
+        };
+        *slot = Value::String(format!("{shown} {}", r.uri));
+    }
+}
+
 /// The seed's fallback answer: what the last observation said.
 fn fallback_answer(last: &Option<(String, String)>) -> String {
     match last {
@@ -551,13 +575,44 @@ mod tests {
             ],
             "structuredContent": {"chart": "<artifact:dict size=42KB> artifact://chart_1", "raw": "<artifact:list size=3 items> artifact://raw_1", "n": 1}
         });
-        let o = observation(&result, Some(&schema));
+        let o = observation(&result, Some(&schema), &[]);
         assert!(o.contains("\"chart\":\"<artifact:dict stream=c1> artifact://chart_1\""), "{o}");
         assert!(o.contains("<artifact:list size=3 items>"), "{o}");
         assert!(!o.contains("mirror"), "the text mirror of structured content is not sent twice: {o}");
         assert!(o.ends_with("[resource_link artifact://x_1 application/pdf x.pdf]"), "{o}");
         let err = json!({"content": [{"type": "text", "text": "boom"}], "isError": true});
-        assert_eq!(observation(&err, None), "error: boom");
+        assert_eq!(observation(&err, None, &[]), "error: boom");
+    }
+
+    #[test]
+    fn typed_prefixes_become_the_seeds_placeholders_for_the_model() {
+        // What the gateway returns to validating clients: the array as a prefix, the object
+        // reduced to its required keys; the report says what was offloaded.
+        let result = json!({
+            "content": [{"type": "text", "text": "mirror"}],
+            "structuredContent": {"raw": [1, 2], "chart": {}, "n": 1}
+        });
+        let rec = |ptr: &str, uri: &str, size: u64, partial: Option<stowage_transform::Partial>| {
+            let mut r: ArtifactRecord = serde_json::from_value(json!({
+                "id": "x", "uri": uri, "pointer": ptr, "mime_type": "application/json", "size_bytes": size,
+                "sha256": "00", "layer": "schema_field", "filename": null, "summary": "",
+                "ref": {"id": "x_0000000000000000", "uri": uri, "mime_type": "application/json", "size_bytes": size,
+                        "sha256": "00", "created_at": "2026-11-23T00:00:00Z"}
+            }))
+            .expect("a record");
+            r.partial = partial;
+            r
+        };
+        let records = [
+            rec("/structuredContent/raw", "artifact://raw_1", 9000, Some(stowage_transform::Partial { kept: 2, total: 847 })),
+            rec("/structuredContent/chart", "artifact://chart_1", 43_008, None),
+            rec("/content/0/text#/raw", "artifact://raw_1", 9000, None),
+        ];
+        let schema = json!({"properties": {"chart": {"artifact": true, "stream": true, "stream_id": "c1"}}});
+        let o = observation(&result, Some(&schema), &records);
+        assert!(o.contains("\"raw\":\"<artifact:list size=847 items> artifact://raw_1\""), "{o}");
+        assert!(o.contains("\"chart\":\"<artifact:dict stream=c1> artifact://chart_1\""), "{o}");
+        assert!(o.contains("\"n\":1"), "{o}");
     }
 
     #[test]
