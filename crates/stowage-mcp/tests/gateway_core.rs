@@ -282,18 +282,20 @@ async fn a_task_result_is_offloaded_like_a_tool_result() {
 /// naming the limit, under their own id.
 #[tokio::test]
 async fn batches_and_oversized_messages_are_answered_clearly() {
-    let config = stowage_mcp::GatewayConfig { max_message_bytes: 4096, ..fast_config() };
+    // The limit must still admit the fixture's own tools/list answer (a few KB, growing with
+    // its tools), or the catalog would be empty and the last call unknown.
+    let config = stowage_mcp::GatewayConfig { max_message_bytes: 32_768, ..fast_config() };
     let c = Client::start(vec![fixture_spec("fx", None, T)], Arc::new(MemSink::default()), config, None).await;
     let before = c.received.lock().unwrap().len();
     c.send_raw(br#"[{"jsonrpc":"2.0","id":41,"method":"ping"},{"jsonrpc":"2.0","id":"x","method":"tools/list"}]"#.to_vec());
-    let big = json!({"jsonrpc": "2.0", "id": 42, "method": "tools/call", "params": {"name": "echo", "arguments": {"message": "m".repeat(10_000)}}});
+    let big = json!({"jsonrpc": "2.0", "id": 42, "method": "tools/call", "params": {"name": "echo", "arguments": {"message": "m".repeat(40_000)}}});
     c.send_raw(serde_json::to_vec(&big).unwrap());
     assert!(common::eventually(5, || c.received.lock().unwrap().len() >= before + 2).await);
     let got: Vec<stowage_testkit::Received> = c.received.lock().unwrap()[before..].to_vec();
     let texts: Vec<String> = got.iter().map(|r| format!("{r:?}")).collect();
     assert!(texts[0].contains("\"id\": Number(41)") && texts[0].contains("batches are not supported"), "{texts:?}");
     assert!(texts[0].contains("String(\"x\")"), "{texts:?}");
-    assert!(texts[1].contains("Number(42)") && texts[1].contains("over the 4096 byte limit"), "{texts:?}");
+    assert!(texts[1].contains("Number(42)") && texts[1].contains("over the 32768 byte limit"), "{texts:?}");
     assert_eq!(text(&c.call("echo", json!({"message": "ok"})).await), "ok");
 }
 
