@@ -197,6 +197,28 @@ impl Gateway {
             started: Instant::now(),
             armed: true,
         };
+        // Blob chaining: artifact URIs in the arguments become what this tool takes. The
+        // materialized inputs (files of `path` mode) live until this call returns.
+        let _inputs = match self.translate_chain_inputs(&name, &scope, &mut params).await {
+            Ok(m) => m,
+            Err(e) => {
+                let message = e.to_string();
+                guard.finish(CallOutcome::ToolError, Some(message.clone()), [0; 4], 0);
+                tracing::info!(target: "stowage::call", upstream = %upstream, tool = %name, error = %message, "tool call refused: inputs");
+                let report = CallReport {
+                    call,
+                    tool: name,
+                    upstream,
+                    latency: guard.started.elapsed(),
+                    bytes_in: 0,
+                    bytes_out: 0,
+                    tokens_in: 0,
+                    tokens_out: 0,
+                    transform: None,
+                };
+                return Ok(CallReply::Rewritten(e.into_result(), report));
+            }
+        };
         params["name"] = Value::String(tool.original.clone());
         let task_requested = params.get("task").is_some();
         let mut reply = match self.forward(session, tool.upstream, "tools/call", params, outbox).await {
@@ -341,6 +363,25 @@ impl Gateway {
 }
 
 impl Gateway {
+    /// Applies tool `name`'s input rule (`[gateway.chaining.inputs]`) to the call's arguments;
+    /// a tool without one keeps its arguments as written.
+    async fn translate_chain_inputs(
+        &self,
+        name: &str,
+        scope: &stowage_core::ArtifactScope,
+        params: &mut Value,
+    ) -> Result<crate::chaining::Materialized, crate::local_tools::ToolError> {
+        let Some(&mode) = self.config.chaining.inputs.get(name) else { return Ok(Default::default()) };
+        let Some(arguments) = params.get_mut("arguments") else { return Ok(Default::default()) };
+        let env = crate::chaining::InputEnv {
+            store: self.artifacts.get(),
+            signer: self.links.get().map(stowage_http::LinkService::signer),
+            config: &self.config.chaining,
+            s3: &crate::chaining::NoS3,
+        };
+        crate::chaining::translate_inputs(&env, name, mode, scope, arguments).await
+    }
+
     /// Runs an upstream's payload that is not a result (log data, a progress message, error
     /// data) through the pipeline under `session`'s scope, so base64 and huge strings leave it
     /// like they leave results. A store failure drops the payload's content rather than let it

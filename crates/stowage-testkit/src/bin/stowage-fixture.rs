@@ -22,6 +22,7 @@
 //! | `list_storm` | sends `n` `notifications/tools/list_changed` in a row |
 //! | `env` | the names of the variables in the fixture's environment, sorted |
 //! | `stderr_noise` | writes a non-UTF-8 line and a `bytes`-long line to stderr, then answers |
+//! | `read_path` | reads the local file at `path` (blob chaining's `path` inputs): its length, whether it is read-only, its text |
 //! | `task_image` | task-capable (`task` param): the task's result is a 1 MB PNG image block |
 //!
 //! `STOWAGE_FIXTURE_STATELESS=1` makes it a 2026-07-28-only server: it refuses `initialize`,
@@ -145,6 +146,7 @@ impl Handler for Fixture {
             ]}),
             "tools/list" => json!({"tools": [
                 tool("echo", json!({"message": {"type": "string"}})),
+                tool("read_path", json!({"path": {"type": "string"}})),
                 tool("get_view_pdf", json!({"bytes": {"type": "integer"}})),
                 tool("get_image", json!({})),
                 {
@@ -182,6 +184,18 @@ impl Handler for Fixture {
             ]}),
             "tools/call" => match name {
                 "echo" => text_result(args.get("message").and_then(Value::as_str).unwrap_or("").to_owned()),
+                "read_path" => {
+                    let path = args.get("path").and_then(Value::as_str).unwrap_or("");
+                    match (std::fs::read(path), std::fs::metadata(path)) {
+                        (Ok(bytes), Ok(meta)) => text_result(format!(
+                            "len={} readonly={} text={}",
+                            bytes.len(),
+                            meta.permissions().readonly(),
+                            String::from_utf8_lossy(&bytes)
+                        )),
+                        (Err(e), _) | (_, Err(e)) => text_result(format!("cannot read {path}: {e}")),
+                    }
+                }
                 "get_view_pdf" => {
                     let size = args.get("bytes").and_then(Value::as_u64).unwrap_or(375_000) as usize;
                     if args.get("prepare").and_then(Value::as_bool) == Some(true) {

@@ -1,0 +1,207 @@
+//! Blob chaining, input side (issue 14 step 1): `artifact://` URIs in a tool's arguments
+//! materialized by the tool's `[gateway.chaining.inputs]` rule (`url`, `base64`, `text`,
+//! `path`), the URI scheme policy, the fetch allow-list, ownership, and every refusal as a
+//! one-line `code: message` tool error. A real gateway in front of real fixture children, a
+//! memory store, and the real signed-link routes on a loopback port the tools download from.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use serde_json::{Value, json};
+use stowage_core::{ArtifactRef, ArtifactScope, PutOptions};
+use stowage_links::{KeyRing, LinkSigner, LinksConfig};
+use stowage_mcp::chaining::InputMode;
+use stowage_mcp::{CallOptions, Caller, Gateway, SessionKind, SessionMode};
+use stowage_store::{ArtifactStore, MemoryStore, RetentionConfig};
+
+use common::{MemSink, fast_config, fixture_spec, rewriter, start_gateway};
+
+struct World {
+    gw: Arc<Gateway>,
+    store: Arc<dyn ArtifactStore>,
+    base: String,
+}
+
+/// Upstreams `u` (url), `b` (base64), `t` (text), `p` (path) and `n` (no rule), each a fixture
+/// child; tools are exposed as `{upstream}_{tool}`.
+async fn world(tune: impl FnOnce(&mut stowage_mcp::chaining::ChainingConfig)) -> World {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new(RetentionConfig::default()));
+    let links = LinksConfig { public_url: base.clone(), ..LinksConfig::default() };
+    let signer = Arc::new(LinkSigner::new(KeyRing::new([("k1", vec![7u8; 32])]).unwrap(), &links));
+    let state = stowage_http::HttpState::new(store.clone(), signer);
+    let service = state.link_service();
+    tokio::spawn(async move { axum::serve(listener, stowage_http::routes(state)).await });
+
+    let mut config = fast_config();
+    let rules = &mut config.chaining.inputs;
+    rules.insert("u_echo".into(), InputMode::Url);
+    rules.insert("b_echo".into(), InputMode::Base64);
+    rules.insert("t_echo".into(), InputMode::Text);
+    rules.insert("p_read_path".into(), InputMode::Path);
+    tune(&mut config.chaining);
+    let specs = ["u", "b", "t", "p", "n"].iter().map(|n| fixture_spec(n, None, Duration::from_secs(20))).collect();
+    let gw = start_gateway(specs, rewriter(Arc::new(MemSink::default())), config, SessionMode::Shared).await;
+    gw.set_link_service(service);
+    gw.set_artifact_store(store.clone());
+    World { gw, store, base }
+}
+
+/// The scope a session of `user` stores under (another session of the same user).
+fn scope_of(user: &str) -> ArtifactScope {
+    ArtifactScope { tenant_id: None, user_id: Some(user.into()), session_id: Some("earlier-session".into()), trace_id: None }
+}
+
+impl World {
+    async fn put(&self, user: &str, bytes: &[u8], mime: &str) -> ArtifactRef {
+        self.store.put_bytes(bytes.to_vec().into(), PutOptions::scoped(scope_of(user)).mime(mime)).await.unwrap()
+    }
+
+    /// Calls `tool` as a fresh session of the local user (the unauthenticated caller).
+    async fn call(&self, tool: &str, args: Value) -> Value {
+        let session = self.gw.open_session(SessionKind::InProcess, Caller::local(), None);
+        self.gw.call_tool(&session, tool, args, CallOptions::default()).await.unwrap().result
+    }
+}
+
+fn text(result: &Value) -> &str {
+    result["content"][0]["text"].as_str().unwrap_or_else(|| panic!("no text block in {result}"))
+}
+
+/// A refusal: `isError`, one text block `code: message`, no structuredContent.
+fn refusal(result: &Value) -> (&str, &str) {
+    assert_eq!(result["isError"], true, "{result}");
+    assert!(result.get("structuredContent").is_none(), "{result}");
+    assert_eq!(result["content"].as_array().unwrap().len(), 1, "{result}");
+    text(result).split_once(": ").unwrap_or_else(|| panic!("not `code: message`: {result}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn url_mode_hands_the_tool_a_signed_read_link_that_downloads_the_bytes() {
+    let w = world(|_| {}).await;
+    let png = stowage_demo::samples::png(64, 64);
+    // Stored by another session of the same user: chaining works across sessions.
+    let a = w.put("local", &png, "image/png").await;
+    let result = w.call("u_echo", json!({"message": a.id.uri()})).await;
+    let link = text(&result);
+    assert!(link.starts_with(&format!("{}/artifacts/{}?", w.base, a.id)), "{link}");
+    let got = reqwest::get(link).await.unwrap();
+    assert_eq!(got.status(), 200);
+    assert_eq!(got.bytes().await.unwrap().as_ref(), &png[..]);
+    // The link is read-only: a PUT with it is refused.
+    let put = reqwest::Client::new().put(link).body("x").send().await.unwrap();
+    assert!(put.status().is_client_error(), "{}", put.status());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn base64_text_and_path_modes_materialize_the_content() {
+    let w = world(|_| {}).await;
+    let doc = w.put("local", b"Quarterly report: revenue up 4%.", "text/plain").await;
+
+    let b = w.call("b_echo", json!({"message": doc.id.uri()})).await;
+    assert_eq!(base64::engine::general_purpose::STANDARD.decode(text(&b)).unwrap(), b"Quarterly report: revenue up 4%.");
+
+    let t = w.call("t_echo", json!({"message": doc.id.uri()})).await;
+    assert_eq!(text(&t), "Quarterly report: revenue up 4%.");
+
+    // path: the tool reads a read-only local file, which is gone once the call is over.
+    let p = w.call("p_read_path", json!({"path": doc.id.uri()})).await;
+    assert_eq!(text(&p), "len=32 readonly=true text=Quarterly report: revenue up 4%.");
+    let dirs: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("stowage-input-"))
+        .filter(|e| std::fs::read_dir(e.path()).is_ok_and(|mut d| d.any(|f| f.is_ok_and(|f| f.file_name().to_string_lossy().contains(doc.id.as_str())))))
+        .collect();
+    assert!(dirs.is_empty(), "the input file outlived its call: {dirs:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_users_artifact_answers_exactly_like_a_missing_one() {
+    let w = world(|_| {}).await;
+    let theirs = w.put("bob", b"bob's private notes", "text/plain").await;
+    let missing = "artifact://local_00000000deadbeef";
+    for tool in ["u_echo", "t_echo", "b_echo"] {
+        let r1 = w.call(tool, json!({"message": theirs.id.uri()})).await;
+        let r2 = w.call(tool, json!({"message": missing})).await;
+        let (c1, m1) = refusal(&r1);
+        let (c2, m2) = refusal(&r2);
+        assert_eq!((c1, c2), ("artifact_not_found", "artifact_not_found"));
+        // Same words once the URI itself is taken out: no existence oracle.
+        assert_eq!(m1.replace(&theirs.id.uri(), "URI"), m2.replace(missing, "URI"));
+    }
+    // Nested arguments are found too, and one bad URI refuses the whole call.
+    let mine = w.put("local", b"mine", "text/plain").await;
+    let r = w.call("t_echo", json!({"message": "x", "items": [mine.id.uri(), {"deep": theirs.id.uri()}]})).await;
+    assert_eq!(refusal(&r).0, "artifact_not_found");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scheme_policy_passes_https_and_refuses_the_rest() {
+    let w = world(|_| {}).await;
+    // https passes through as written to a url-mode tool: it fetches the URL itself.
+    let r = w.call("u_echo", json!({"message": "https://example.com/cat.png"})).await;
+    assert_eq!(text(&r), "https://example.com/cat.png");
+    for uri in ["file:///etc/passwd", "http://169.254.169.254/latest/meta-data/", "gopher://x/y", "ftp://h/f"] {
+        let r = w.call("u_echo", json!({"message": uri})).await;
+        let (code, message) = refusal(&r);
+        assert_eq!(code, "artifact_forbidden", "{uri}");
+        assert!(message.contains("use an artifact:// URI"), "{message}");
+    }
+    let r = w.call("t_echo", json!({"message": "s3://company-data/payroll.csv"})).await;
+    let (code, message) = refusal(&r);
+    assert_eq!(code, "artifact_forbidden");
+    assert!(message.contains("bucket \"company-data\" is not a bucket of this gateway's store"), "{message}");
+    // Text that merely mentions a URI is not a URI, and is left alone.
+    let r = w.call("t_echo", json!({"message": "see file:///etc/passwd"})).await;
+    assert_eq!(text(&r), "see file:///etc/passwd");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_fetches_only_from_allowed_hosts_and_fails_clearly() {
+    let w = world(|c| c.fetch_allowed_hosts = vec!["127.0.0.1".into()]).await;
+    // Not on the list: refused before any connection is made.
+    let r = w.call("t_echo", json!({"message": "https://internal.example/admin"})).await;
+    let (code, message) = refusal(&r);
+    assert_eq!(code, "artifact_forbidden");
+    assert!(message.contains("fetch_allowed_hosts") && message.contains("\"internal.example\""), "{message}");
+    // On the list but nothing speaks TLS there: a clear fetch error, not a hang or a crash.
+    let port = w.base.rsplit(':').next().unwrap();
+    let r = w.call("t_echo", json!({"message": format!("https://127.0.0.1:{port}/x")})).await;
+    let (code, message) = refusal(&r);
+    assert_eq!(code, "bad_request");
+    assert!(message.contains("cannot fetch it for t_echo"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_without_a_rule_get_their_arguments_as_written() {
+    let w = world(|_| {}).await;
+    let a = w.put("local", b"hello", "text/plain").await;
+    for arg in [a.id.uri(), "file:///etc/hosts".into(), "artifact://local_00000000deadbeef".into()] {
+        let r = w.call("n_echo", json!({"message": arg})).await;
+        assert_eq!(text(&r), arg);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversize_and_non_text_inputs_are_refused_with_the_fix() {
+    let w = world(|c| c.max_materialize_bytes = 1024).await;
+    let big = w.put("local", &vec![b'a'; 4096], "text/plain").await;
+    let r = w.call("b_echo", json!({"message": big.id.uri()})).await;
+    let (code, message) = refusal(&r);
+    assert_eq!(code, "bad_request");
+    assert!(message.contains("max_materialize_bytes") && message.contains("url input mode"), "{message}");
+    // url mode has no such cap: the tool downloads it.
+    let r = w.call("u_echo", json!({"message": big.id.uri()})).await;
+    assert!(r.get("isError").is_none(), "{r}");
+
+    let png = w.put("local", &stowage_demo::samples::png(64, 64)[..512], "image/png").await;
+    let r = w.call("t_echo", json!({"message": png.id.uri()})).await;
+    let (code, message) = refusal(&r);
+    assert_eq!(code, "bad_request");
+    assert!(message.contains("is not UTF-8 text") && message.contains("base64 or url input mode"), "{message}");
+}
