@@ -1,7 +1,8 @@
-//! Blob chaining, input side (issue 14 step 1): `artifact://` URIs in a tool's arguments
-//! materialized by the tool's `[gateway.chaining.inputs]` rule (`url`, `base64`, `text`,
-//! `path`), the URI scheme policy, the fetch allow-list, ownership, and every refusal as a
-//! one-line `code: message` tool error. A real gateway in front of real fixture children, a
+//! Blob chaining (issue 14): `artifact://` URIs in a tool's arguments materialized by the
+//! tool's `[gateway.chaining.inputs]` rule (`url`, `base64`, `text`, `path`), the URI scheme
+//! policy, the fetch allow-list, ownership, and every refusal as a one-line `code: message`
+//! tool error; tools that declare their blobs (AWP `_awp.blob`, `x-mcp-file`) chained through
+//! read links and upload slots, with every failure of an upload. A real gateway in front of real fixture children, a
 //! memory store, and the real signed-link routes on a loopback port the tools download from.
 
 mod common;
@@ -15,7 +16,8 @@ use stowage_core::{ArtifactRef, ArtifactScope, PutOptions};
 use stowage_links::{KeyRing, LinkSigner, LinksConfig};
 use stowage_mcp::chaining::InputMode;
 use stowage_mcp::{CallOptions, Caller, Gateway, SessionKind, SessionMode};
-use stowage_store::{ArtifactStore, MemoryStore, RetentionConfig};
+use stowage_store::{ArtifactStore, ListQuery, MemoryStore, RetentionConfig};
+use sha2::Digest;
 
 use common::{MemSink, fast_config, fixture_spec, rewriter, start_gateway};
 
@@ -43,11 +45,17 @@ async fn world(tune: impl FnOnce(&mut stowage_mcp::chaining::ChainingConfig)) ->
     rules.insert("b_echo".into(), InputMode::Base64);
     rules.insert("t_echo".into(), InputMode::Text);
     rules.insert("p_read_path".into(), InputMode::Path);
+    rules.insert("t_summarize_text".into(), InputMode::Text);
+    rules.insert("b_upload_file".into(), InputMode::Base64);
     tune(&mut config.chaining);
     let specs = ["u", "b", "t", "p", "n"].iter().map(|n| fixture_spec(n, None, Duration::from_secs(20))).collect();
     let gw = start_gateway(specs, rewriter(Arc::new(MemSink::default())), config, SessionMode::Shared).await;
     gw.set_link_service(service);
     gw.set_artifact_store(store.clone());
+    // Every upstream is up; wait until the catalog lists the last one's tools too.
+    let session = gw.open_session(SessionKind::InProcess, Caller::local(), None);
+    let listed = common::eventually(20, || gw.list_tools(&session).iter().filter(|t| t["name"] == "n_generate_image").count() == 1).await;
+    assert!(listed, "the catalog never listed every upstream's tools");
     World { gw, store, base }
 }
 
@@ -204,4 +212,142 @@ async fn oversize_and_non_text_inputs_are_refused_with_the_fix() {
     let (code, message) = refusal(&r);
     assert_eq!(code, "bad_request");
     assert!(message.contains("is not UTF-8 text") && message.contains("base64 or url input mode"), "{message}");
+}
+
+impl World {
+    /// Every artifact the local user holds.
+    async fn local_artifacts(&self) -> Vec<ArtifactRef> {
+        let q = ListQuery { owner: Some(scope_of("local").owner()), session_id: None, trace_id: None, cursor: None, limit: 0 };
+        self.store.list(q).await.unwrap().items
+    }
+}
+
+/// What the gateway injected for output blob `field`.
+fn blob<'a>(result: &'a Value, field: &str) -> &'a Value {
+    &result["_meta"]["io.stowage/blobs"][field]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn declared_blobs_are_shown_to_the_model_as_uris_and_optional_outputs() {
+    let w = world(|_| {}).await;
+    let session = w.gw.open_session(SessionKind::InProcess, Caller::local(), None);
+    let tools = w.gw.list_tools(&session);
+    let def = |n: &str| tools.iter().find(|t| t["name"] == n).unwrap_or_else(|| panic!("{n} not listed")).clone();
+    let gen_def = def("n_generate_image");
+    let props = &gen_def["inputSchema"]["properties"];
+    assert_eq!(gen_def["inputSchema"]["required"], json!(["prompt"]), "the output blob is not required of the model");
+    assert!(props["result"]["properties"].get("url").is_none() && props["result"]["properties"].get("accept").is_some());
+    let rb = def("n_remove_background");
+    let props = &rb["inputSchema"]["properties"];
+    assert_eq!(props["image"]["required"], json!(["uri"]));
+    assert_eq!(props["image"]["type"], "object");
+    assert!(props["image"]["description"].as_str().unwrap().starts_with("The image to clean up"));
+    // A tool that declares nothing is listed as it is.
+    assert_eq!(def("n_summarize_text")["inputSchema"]["properties"], json!({"text": {"type": "string"}}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_across_upstreams_and_sessions_keeps_only_references_in_the_transcript() {
+    let w = world(|_| {}).await;
+    let mut transcript = Vec::new();
+
+    // 1. generate_image (upstream n, AWP) writes to an output slot.
+    let gen_result = w.call("n_generate_image", json!({"prompt": "a red square", "result": {"accept": "image/png"}})).await;
+    let generated = blob(&gen_result, "result").clone();
+    let png = stowage_demo::samples::png(64, 48);
+    assert_eq!(generated["contentType"], "image/png", "{gen_result}");
+    assert_eq!(generated["size"], png.len());
+    assert_eq!(generated["sha256"], hex::encode(sha2::Sha256::digest(&png)));
+    let uri = generated["uri"].as_str().unwrap().to_owned();
+    assert!(uri.starts_with("artifact://n_generate_image_"), "{uri}");
+    assert_eq!(gen_result["structuredContent"]["result"]["uri"], uri.as_str(), "injected where programs read it too");
+    assert!(text(&gen_result).contains("generated") && gen_result.to_string().contains(&format!("result: {uri} (image/png")));
+    transcript.push(gen_result);
+
+    // 2. remove_background (upstream u, x-mcp-file), in another session of the same user: reads
+    //    the input through a signed link and writes another output.
+    let rb = w.call("u_remove_background", json!({"image": {"uri": uri}, "result": {}})).await;
+    assert!(text(&rb).starts_with(&format!("removed the background of a {}-byte PNG; upload HTTP 20", png.len())), "{rb}");
+    let cleaned = blob(&rb, "result")["uri"].as_str().unwrap().to_owned();
+    assert_ne!(cleaned, uri);
+    transcript.push(rb);
+
+    // 3. upload_file takes base64 only: the artifact is materialized as base64.
+    let up = w.call("b_upload_file", json!({"content_base64": cleaned, "name": "cat.png"})).await;
+    let small = stowage_demo::samples::png(32, 24);
+    assert_eq!(text(&up), format!("uploaded {} bytes, sha256 {}", small.len(), hex::encode(sha2::Sha256::digest(&small))));
+    transcript.push(up);
+
+    // 4. summarize_text takes inline text only: a text artifact materialized as text.
+    let doc = w.put("local", "The quarterly report says revenue grew. ".repeat(2000).as_bytes(), "text/plain").await;
+    let sum = w.call("t_summarize_text", json!({"text": doc.id.uri()})).await;
+    assert_eq!(text(&sum), "summary of 80000 chars: The quarterly report say");
+    transcript.push(sum);
+
+    // The model saw references only: no image bytes, no 80 KB document, a few KB in all.
+    let seen = serde_json::to_string(&transcript).unwrap();
+    assert!(!seen.contains("iVBOR") && !seen.contains("revenue grew. The"), "{seen}");
+    assert!(seen.len() < 4_000, "the transcript is {} bytes: {seen}", seen.len());
+    assert_eq!(w.local_artifacts().await.len(), 3, "two images and the document");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declared_input_that_is_missing_foreign_expired_or_refused_stops_the_call() {
+    let w = world(|_| {}).await;
+    let theirs = w.put("bob", &stowage_demo::samples::png(8, 8), "image/png").await;
+    let before = w.local_artifacts().await.len();
+    for uri in [theirs.id.uri(), "artifact://n_generate_image_00000000deadbeef".into()] {
+        let r = w.call("n_remove_background", json!({"image": {"uri": uri}, "result": {}})).await;
+        assert_eq!(refusal(&r).0, "artifact_not_found", "{r}");
+    }
+    for (uri, code) in [("file:///etc/passwd", "artifact_forbidden"), ("s3://other/x.png", "artifact_forbidden"), ("cat.png", "bad_request")] {
+        let r = w.call("n_remove_background", json!({"image": {"uri": uri}})).await;
+        assert_eq!(refusal(&r).0, code, "{uri}: {r}");
+    }
+    let r = w.call("n_remove_background", json!({"image": {"url": "artifact://x"}})).await;
+    let (code, message) = refusal(&r);
+    assert_eq!(code, "bad_request");
+    assert!(message.contains("needs {\"uri\""), "{message}");
+    // Expired: stored with a one-second lifetime.
+    let mut opts = PutOptions::scoped(scope_of("local")).mime("image/png");
+    opts.ttl = Some(Duration::from_secs(1));
+    let short = w.store.put_bytes(stowage_demo::samples::png(9, 9).into(), opts).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let r = w.call("n_remove_background", json!({"image": {"uri": short.id.uri()}})).await;
+    let (code, _) = refusal(&r);
+    assert!(code == "artifact_not_found" || code == "artifact_url_expired", "{r}");
+    // No slot was written for any refused call.
+    assert!(w.local_artifacts().await.len() <= before + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upload_failures_leave_no_artifact_and_the_result_says_so() {
+    let w = world(|c| c.max_output_bytes = 20_000).await;
+    let not_written = |r: &Value| {
+        assert_eq!(blob(r, "result")["error"], "slot_not_written", "{r}");
+        assert!(r.to_string().contains("result: not written"), "{r}");
+    };
+    // Oversize: the slot refuses the body (413), nothing is stored.
+    let r = w.call("n_generate_image", json!({"prompt": "big", "bytes": 50_000})).await;
+    assert!(text(&r).contains("HTTP 413"), "{r}");
+    not_written(&r);
+    // Wrong content type for what the slot accepts (image/png): 415.
+    let r = w.call("n_generate_image", json!({"prompt": "x", "content_type": "text/html"})).await;
+    assert!(text(&r).contains("HTTP 415"), "{r}");
+    not_written(&r);
+    // Never written: the result says so.
+    let r = w.call("n_generate_image", json!({"prompt": "x", "skip_upload": true})).await;
+    not_written(&r);
+    assert!(w.local_artifacts().await.is_empty());
+    // A slot is single use: the second PUT is refused, the first upload is the artifact.
+    let r = w.call("n_generate_image", json!({"prompt": "x", "upload_twice": true})).await;
+    assert_eq!(text(&r), "generated; second upload HTTP 409", "{r}");
+    assert_eq!(blob(&r, "result")["size"], stowage_demo::samples::png(64, 48).len());
+    assert_eq!(w.local_artifacts().await.len(), 1);
+    // A tool that crashes after sending half its upload: the call fails, no partial artifact.
+    let session = w.gw.open_session(SessionKind::InProcess, Caller::local(), None);
+    let crashed = w.gw.call_tool(&session, "n_generate_image", json!({"prompt": "x", "crash_mid_upload": true}), CallOptions::default()).await;
+    assert!(crashed.is_err() || crashed.as_ref().unwrap().result["isError"] == true, "{crashed:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(w.local_artifacts().await.len(), 1, "the half upload became an artifact");
 }

@@ -33,6 +33,9 @@ pub struct ChainingConfig {
     /// Largest artifact or fetched body materialized inline or as a file (`base64`, `text`,
     /// `path`), in bytes; larger ones are refused with a hint to use `url`.
     pub max_materialize_bytes: u64,
+    /// Largest body a tool may upload to one output blob's slot, in bytes (the store's
+    /// `retention.max_artifact_bytes` applies too).
+    pub max_output_bytes: u64,
 }
 
 impl Default for ChainingConfig {
@@ -42,6 +45,7 @@ impl Default for ChainingConfig {
             fetch_allowed_hosts: Vec::new(),
             input_link_ttl_secs: 300,
             max_materialize_bytes: 16 << 20,
+            max_output_bytes: 50 << 20,
         }
     }
 }

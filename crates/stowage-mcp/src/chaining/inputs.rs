@@ -153,6 +153,30 @@ async fn materialize(
     }
 }
 
+/// A read link for a declared input blob: `artifact://` becomes a short-lived signed GET URL
+/// (with the artifact's media type), `https://` passes through, every other URI is refused
+/// like in a tool with a `url` rule.
+pub(crate) async fn resolve_link(
+    env: &InputEnv<'_>,
+    tool: &str,
+    scope: &ArtifactScope,
+    uri: &str,
+) -> Result<(String, Option<String>), ToolError> {
+    let mut unused = Materialized::default();
+    if scheme_of(uri).is_some_and(|s| s.eq_ignore_ascii_case("artifact")) {
+        let (meta, _) = lookup(env, scope, uri).await?;
+        let url = materialize(env, tool, InputMode::Url, scope, uri, &mut unused).await?.unwrap_or_else(|| uri.to_owned());
+        return Ok((url, meta.mime_type));
+    }
+    if scheme_of(uri).is_none() {
+        return Err(ToolError::bad_request(format!(
+            "{tool} needs a URI here, not {uri:?}: the artifact:// URI of an earlier result, or an https:// URL"
+        )));
+    }
+    let url = materialize(env, tool, InputMode::Url, scope, uri, &mut unused).await?.unwrap_or_else(|| uri.to_owned());
+    Ok((url, None))
+}
+
 /// The artifact as the caller's owner: another owner's id answers exactly like a missing one.
 async fn lookup<'a>(env: &InputEnv<'a>, scope: &ArtifactScope, uri: &str) -> Result<(ArtifactRef, &'a Arc<dyn ArtifactStore>), ToolError> {
     let store = env.store.filter(|s| !s.is_noop()).ok_or_else(|| {

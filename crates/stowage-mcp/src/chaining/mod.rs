@@ -7,6 +7,12 @@
 //! the UTF-8 text, or a read-only local file removed after the call). Tools with no rule get
 //! their arguments as written.
 //!
+//! Tools that declare their blobs ([`schema`]: AWP's `_awp.blob`, or `x-mcp-file` markers)
+//! are shown to the model with `{uri, contentType?}` inputs and `{accept?, prefix?}` outputs;
+//! per call an input becomes a short-lived read link and an output an upload slot with a
+//! write-only link, and after the call each slot's artifact (`artifact://` URI, contentType,
+//! size, sha256) or the fact that it was never written is injected into the result.
+//!
 //! The scheme policy (only for tools with a rule, whose arguments the gateway reads):
 //! `artifact://` is ours and looked up as the caller's owner; `https://` passes through, and is
 //! fetched on the model's behalf only from hosts on `fetch_allowed_hosts` (no SSRF); `s3://`
@@ -16,9 +22,12 @@
 
 mod config;
 mod inputs;
+mod outputs;
+pub mod schema;
 
 pub use config::{ChainingConfig, InputMode};
 pub(crate) use inputs::{InputEnv, Materialized, translate_inputs};
+pub(crate) use outputs::{OpenSlot, inject, translate_blobs};
 
 /// Which `s3://` buckets the store's S3 backend owns. The seam for the S3 backend: until it
 /// lands, no bucket is owned and every `s3://` URI is refused with `artifact_forbidden`.

@@ -199,7 +199,7 @@ impl Gateway {
         };
         // Blob chaining: artifact URIs in the arguments become what this tool takes. The
         // materialized inputs (files of `path` mode) live until this call returns.
-        let _inputs = match self.translate_chain_inputs(&name, &scope, &mut params).await {
+        let chain = match self.translate_chain_inputs(&name, &tool, &scope, &mut params).await {
             Ok(m) => m,
             Err(e) => {
                 let message = e.to_string();
@@ -243,7 +243,9 @@ impl Gateway {
             return Ok(CallReply::Relayed(reply));
         }
         let ctx = CallContext { tool: tool.original.clone(), upstream: upstream.clone(), scope, output_schema: tool.output_schema.clone() };
-        let (result, report) = self.rewrite_result(call, &owner, &name, &ctx, raw, &mut guard).await;
+        let (mut result, report) = self.rewrite_result(call, &owner, &name, &ctx, raw, &mut guard).await;
+        // After the rewrite, so the pipeline never sees (or offloads) what is injected.
+        crate::chaining::inject(self.links.get(), &chain.slots, &mut result);
         Ok(CallReply::Rewritten(result, report))
     }
 
@@ -368,18 +370,29 @@ impl Gateway {
     async fn translate_chain_inputs(
         &self,
         name: &str,
+        tool: &crate::router::Exposed,
         scope: &stowage_core::ArtifactScope,
         params: &mut Value,
-    ) -> Result<crate::chaining::Materialized, crate::local_tools::ToolError> {
-        let Some(&mode) = self.config.chaining.inputs.get(name) else { return Ok(Default::default()) };
-        let Some(arguments) = params.get_mut("arguments") else { return Ok(Default::default()) };
+    ) -> Result<ChainCall, crate::local_tools::ToolError> {
         let env = crate::chaining::InputEnv {
             store: self.artifacts.get(),
             signer: self.links.get().map(stowage_http::LinkService::signer),
             config: &self.config.chaining,
             s3: &crate::chaining::NoS3,
         };
-        crate::chaining::translate_inputs(&env, name, mode, scope, arguments).await
+        let mut chain = ChainCall::default();
+        // Declared blobs first: a tool that says which fields are blobs gets exactly those.
+        if let Some(fields) = &tool.blobs {
+            let arguments = params.as_object_mut().map(|p| p.entry("arguments").or_insert_with(|| json!({})));
+            if let Some(arguments) = arguments {
+                chain.slots = crate::chaining::translate_blobs(&env, self.links.get(), name, fields, scope, arguments).await?;
+            }
+            return Ok(chain);
+        }
+        let Some(&mode) = self.config.chaining.inputs.get(name) else { return Ok(chain) };
+        let Some(arguments) = params.get_mut("arguments") else { return Ok(chain) };
+        chain._materialized = crate::chaining::translate_inputs(&env, name, mode, scope, arguments).await?;
+        Ok(chain)
     }
 
     /// Runs an upstream's payload that is not a result (log data, a progress message, error
@@ -441,6 +454,14 @@ impl crate::routes::Scrubber for GatewayScrubber {
 
 fn ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1000.0
+}
+
+/// What blob chaining keeps for one call: the files of `path` inputs (removed when this is
+/// dropped, when the call returns) and the upload slots to report on afterwards.
+#[derive(Default)]
+struct ChainCall {
+    _materialized: crate::chaining::Materialized,
+    slots: Vec<crate::chaining::OpenSlot>,
 }
 
 /// The `task.taskId` of a CreateTaskResult (a result with a task and no content).
