@@ -351,3 +351,36 @@ async fn upload_failures_leave_no_artifact_and_the_result_says_so() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(w.local_artifacts().await.len(), 1, "the half upload became an artifact");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_session_of_the_same_user_is_forbidden_only_where_sessions_are_isolated() {
+    let w = world(|_| {}).await;
+    // A store that keeps each session's artifacts to itself.
+    let isolated: Arc<dyn ArtifactStore> =
+        Arc::new(MemoryStore::builder().isolation(stowage_store::Isolation::Session).build());
+    let gw = {
+        let mut config = fast_config();
+        config.chaining.inputs.insert("echo".into(), InputMode::Text);
+        let gw = start_gateway(vec![fixture_spec("solo", None, Duration::from_secs(20))], rewriter(Arc::new(MemSink::default())), config, SessionMode::Shared).await;
+        gw.set_artifact_store(isolated.clone());
+        gw
+    };
+    let earlier = isolated.put_bytes(b"from an earlier session".to_vec().into(), PutOptions::scoped(scope_of("local"))).await.unwrap();
+    let bobs = isolated.put_bytes(b"bob's".to_vec().into(), PutOptions::scoped(scope_of("bob"))).await.unwrap();
+    let session = gw.open_session(SessionKind::InProcess, Caller::local(), None);
+    let call = |args| gw.call_tool(&session, "echo", args, CallOptions::default());
+    let r = call(json!({"message": earlier.id.uri()})).await.unwrap().result;
+    let (code, message) = refusal(&r);
+    assert_eq!(code, "artifact_forbidden");
+    assert!(message.contains("isolate_sessions"), "{message}");
+    // Another user's artifact is still exactly a missing one.
+    let r = call(json!({"message": bobs.id.uri()})).await.unwrap().result;
+    assert_eq!(refusal(&r).0, "artifact_not_found");
+    // The session that stored it can use it.
+    let mine = isolated.put_bytes(b"this session's".to_vec().into(), PutOptions::scoped(session.scope.clone())).await.unwrap();
+    let r = call(json!({"message": mine.id.uri()})).await.unwrap().result;
+    assert_eq!(text(&r), "this session's");
+    // Under user isolation (the default), every session of the user reaches it.
+    let r = w.call("t_echo", json!({"message": w.put("local", b"shared", "text/plain").await.id.uri()})).await;
+    assert_eq!(text(&r), "shared");
+}

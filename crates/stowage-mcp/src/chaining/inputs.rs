@@ -187,8 +187,27 @@ async fn lookup<'a>(env: &InputEnv<'a>, scope: &ArtifactScope, uri: &str) -> Res
         message: format!("{uri}: no such artifact for this user (it may have expired); pass a URI from one of your own tool results"),
     };
     let id = ArtifactId::parse_loose(uri).map_err(|_| not_found())?;
-    let meta = store.meta(&Access::owner_of(scope), &id).await.map_err(store_error(uri))?;
-    Ok((meta, store))
+    match store.meta(&Access::owner_of(scope), &id).await {
+        Ok(meta) => Ok((meta, store)),
+        Err(StoreError::NotFound { .. }) if another_session_of_the_caller(store, scope, &id).await => Err(forbidden(format!(
+            "{uri} belongs to another of your sessions, and this store keeps each session's artifacts to itself ([store] isolate_sessions); produce it again in this session"
+        ))),
+        Err(e) => Err(store_error(uri)(e)),
+    }
+}
+
+/// Whether `id`, which the caller's owner cannot reach, is held by another session of the
+/// same tenant and user (a store that isolates sessions). Only then may the answer differ from
+/// a missing artifact's: the user may know what their own sessions stored, while another
+/// user's id must stay indistinguishable from one that never existed. The operator view is
+/// used only to take that decision, and only a record of the caller's own user counts.
+async fn another_session_of_the_caller(store: &Arc<dyn ArtifactStore>, scope: &ArtifactScope, id: &ArtifactId) -> bool {
+    let Ok(meta) = store.meta(&Access::Operator, id).await else { return false };
+    let (theirs, mine) = (&meta.scope, scope);
+    theirs.user_id.is_some()
+        && theirs.tenant_id == mine.tenant_id
+        && theirs.user_id == mine.user_id
+        && theirs.session_id != mine.session_id
 }
 
 fn store_error(uri: &str) -> impl Fn(StoreError) -> ToolError + '_ {
