@@ -12,12 +12,12 @@ use std::time::Duration;
 
 use base64::Engine;
 use serde_json::{Value, json};
+use sha2::Digest;
 use stowage_core::{ArtifactRef, ArtifactScope, PutOptions};
 use stowage_links::{KeyRing, LinkSigner, LinksConfig};
 use stowage_mcp::chaining::InputMode;
 use stowage_mcp::{CallOptions, Caller, Gateway, SessionKind, SessionMode};
 use stowage_store::{ArtifactStore, ListQuery, MemoryStore, RetentionConfig};
-use sha2::Digest;
 
 use common::{MemSink, fast_config, fixture_spec, rewriter, start_gateway};
 
@@ -123,7 +123,10 @@ async fn base64_text_and_path_modes_materialize_the_content() {
         .unwrap()
         .filter_map(Result::ok)
         .filter(|e| e.file_name().to_string_lossy().starts_with("stowage-input-"))
-        .filter(|e| std::fs::read_dir(e.path()).is_ok_and(|mut d| d.any(|f| f.is_ok_and(|f| f.file_name().to_string_lossy().contains(doc.id.as_str())))))
+        .filter(|e| {
+            std::fs::read_dir(e.path())
+                .is_ok_and(|mut d| d.any(|f| f.is_ok_and(|f| f.file_name().to_string_lossy().contains(doc.id.as_str()))))
+        })
         .collect();
     assert!(dirs.is_empty(), "the input file outlived its call: {dirs:?}");
 }
@@ -300,7 +303,9 @@ async fn a_declared_input_that_is_missing_foreign_expired_or_refused_stops_the_c
         let r = w.call("n_remove_background", json!({"image": {"uri": uri}, "result": {}})).await;
         assert_eq!(refusal(&r).0, "artifact_not_found", "{r}");
     }
-    for (uri, code) in [("file:///etc/passwd", "artifact_forbidden"), ("s3://other/x.png", "artifact_forbidden"), ("cat.png", "bad_request")] {
+    for (uri, code) in
+        [("file:///etc/passwd", "artifact_forbidden"), ("s3://other/x.png", "artifact_forbidden"), ("cat.png", "bad_request")]
+    {
         let r = w.call("n_remove_background", json!({"image": {"uri": uri}})).await;
         assert_eq!(refusal(&r).0, code, "{uri}: {r}");
     }
@@ -346,7 +351,8 @@ async fn upload_failures_leave_no_artifact_and_the_result_says_so() {
     assert_eq!(w.local_artifacts().await.len(), 1);
     // A tool that crashes after sending half its upload: the call fails, no partial artifact.
     let session = w.gw.open_session(SessionKind::InProcess, Caller::local(), None);
-    let crashed = w.gw.call_tool(&session, "n_generate_image", json!({"prompt": "x", "crash_mid_upload": true}), CallOptions::default()).await;
+    let crashed =
+        w.gw.call_tool(&session, "n_generate_image", json!({"prompt": "x", "crash_mid_upload": true}), CallOptions::default()).await;
     assert!(crashed.is_err() || crashed.as_ref().unwrap().result["isError"] == true, "{crashed:?}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(w.local_artifacts().await.len(), 1, "the half upload became an artifact");
@@ -356,12 +362,17 @@ async fn upload_failures_leave_no_artifact_and_the_result_says_so() {
 async fn another_session_of_the_same_user_is_forbidden_only_where_sessions_are_isolated() {
     let w = world(|_| {}).await;
     // A store that keeps each session's artifacts to itself.
-    let isolated: Arc<dyn ArtifactStore> =
-        Arc::new(MemoryStore::builder().isolation(stowage_store::Isolation::Session).build());
+    let isolated: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::builder().isolation(stowage_store::Isolation::Session).build());
     let gw = {
         let mut config = fast_config();
         config.chaining.inputs.insert("echo".into(), InputMode::Text);
-        let gw = start_gateway(vec![fixture_spec("solo", None, Duration::from_secs(20))], rewriter(Arc::new(MemSink::default())), config, SessionMode::Shared).await;
+        let gw = start_gateway(
+            vec![fixture_spec("solo", None, Duration::from_secs(20))],
+            rewriter(Arc::new(MemSink::default())),
+            config,
+            SessionMode::Shared,
+        )
+        .await;
         gw.set_artifact_store(isolated.clone());
         gw
     };

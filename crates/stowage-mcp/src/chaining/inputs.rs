@@ -123,7 +123,7 @@ async fn materialize(
                 _ => {
                     check_size(env, tool, uri, meta.size_bytes)?;
                     let bytes = store.get(&Access::owner_of(scope), &meta.id).await.map_err(store_error(uri))?;
-                    inline(tool, mode, uri, &meta.id.to_string(), &bytes, done).map(Some)
+                    inline(tool, mode, uri, meta.id.as_str(), &bytes, done).map(Some)
                 }
             }
         }
@@ -204,10 +204,7 @@ async fn lookup<'a>(env: &InputEnv<'a>, scope: &ArtifactScope, uri: &str) -> Res
 async fn another_session_of_the_caller(store: &Arc<dyn ArtifactStore>, scope: &ArtifactScope, id: &ArtifactId) -> bool {
     let Ok(meta) = store.meta(&Access::Operator, id).await else { return false };
     let (theirs, mine) = (&meta.scope, scope);
-    theirs.user_id.is_some()
-        && theirs.tenant_id == mine.tenant_id
-        && theirs.user_id == mine.user_id
-        && theirs.session_id != mine.session_id
+    theirs.user_id.is_some() && theirs.tenant_id == mine.tenant_id && theirs.user_id == mine.user_id && theirs.session_id != mine.session_id
 }
 
 fn store_error(uri: &str) -> impl Fn(StoreError) -> ToolError + '_ {
@@ -238,12 +235,13 @@ fn inline(tool: &str, mode: InputMode, what: &str, name: &str, bytes: &[u8], don
     match mode {
         InputMode::Url => unreachable!("url mode never inlines"),
         InputMode::Base64 => Ok(base64::engine::general_purpose::STANDARD.encode(bytes)),
-        InputMode::Text => String::from_utf8(bytes.to_vec())
-            .map_err(|_| ToolError::bad_request(format!("{what} is not UTF-8 text, and {tool} takes its inputs as text; give {tool} the base64 or url input mode"))),
-        InputMode::Path => write_file(done, name, bytes).map_err(|e| ToolError {
-            code: "artifact_storage_failed",
-            message: format!("{what}: cannot write the file for {tool}: {e}"),
+        InputMode::Text => String::from_utf8(bytes.to_vec()).map_err(|_| {
+            ToolError::bad_request(format!(
+                "{what} is not UTF-8 text, and {tool} takes its inputs as text; give {tool} the base64 or url input mode"
+            ))
         }),
+        InputMode::Path => write_file(done, name, bytes)
+            .map_err(|e| ToolError { code: "artifact_storage_failed", message: format!("{what}: cannot write the file for {tool}: {e}") }),
     }
 }
 

@@ -51,12 +51,8 @@ pub fn declared(def: &Value) -> BlobFields {
     let mut fields = BlobFields::default();
     let props = def.pointer("/inputSchema/properties").and_then(Value::as_object);
     let Some(props) = props else { return fields };
-    let default_accept = |p: &Value| {
-        p.get("x-mcp-accept")
-            .or_else(|| p.pointer("/properties/accept/default"))
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-    };
+    let default_accept =
+        |p: &Value| p.get("x-mcp-accept").or_else(|| p.pointer("/properties/accept/default")).and_then(Value::as_str).map(str::to_owned);
     if let Some(blob) = def.pointer("/_awp/blob") {
         for (dir, list) in [("input", &mut fields.inputs), ("output", &mut fields.outputs)] {
             for name in blob.get(dir).and_then(Value::as_object).into_iter().flat_map(Map::keys) {

@@ -223,7 +223,9 @@ impl Handler for Fixture {
                         let ct = args.get("content_type").and_then(Value::as_str).unwrap_or("image/png");
                         let status = put(&url, png.clone(), ct).await;
                         if status != 200 && status != 201 {
-                            return Ok(Some(json!({"content": [{"type": "text", "text": format!("upload refused: HTTP {status}")}], "isError": true})));
+                            return Ok(Some(
+                                json!({"content": [{"type": "text", "text": format!("upload refused: HTTP {status}")}], "isError": true}),
+                            ));
                         }
                         if args.get("upload_twice").and_then(Value::as_bool) == Some(true) {
                             let again = put(&url, b"second".to_vec(), ct).await;
@@ -253,7 +255,11 @@ impl Handler for Fixture {
                 "upload_file" => {
                     let b64 = args.get("content_base64").and_then(Value::as_str).unwrap_or("");
                     match STANDARD.decode(b64) {
-                        Ok(bytes) => text_result(format!("uploaded {} bytes, sha256 {}", bytes.len(), hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes)))),
+                        Ok(bytes) => text_result(format!(
+                            "uploaded {} bytes, sha256 {}",
+                            bytes.len(),
+                            hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes))
+                        )),
                         Err(e) => text_result(format!("content_base64 is not base64: {e}")),
                     }
                 }
@@ -527,10 +533,7 @@ fn partial_put_then_exit(url: &str, body: &[u8]) -> ! {
     let rest = url.strip_prefix("http://").unwrap_or(url);
     let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
     if let Ok(mut s) = std::net::TcpStream::connect(host) {
-        let head = format!(
-            "PUT /{path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: image/png\r\nContent-Length: {}\r\n\r\n",
-            body.len()
-        );
+        let head = format!("PUT /{path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: image/png\r\nContent-Length: {}\r\n\r\n", body.len());
         let _ = s.write_all(head.as_bytes());
         let _ = s.write_all(&body[..body.len() / 2]);
         let _ = s.flush();
