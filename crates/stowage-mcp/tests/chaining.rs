@@ -19,7 +19,18 @@ use stowage_mcp::chaining::InputMode;
 use stowage_mcp::{CallOptions, Caller, Gateway, SessionKind, SessionMode};
 use stowage_store::{ArtifactStore, ListQuery, MemoryStore, RetentionConfig};
 
-use common::{MemSink, fast_config, fixture_spec, rewriter, start_gateway};
+use common::{MemSink, fast_config, rewriter, start_gateway};
+use stowage_mcp::config::{TransportSpec, UpstreamSpec};
+
+/// A `stowage-chain-fixture` child named `name`.
+fn chain_spec(name: &str) -> UpstreamSpec {
+    let command = stowage_testkit::chain_fixture_bin().display().to_string();
+    UpstreamSpec::new(
+        name,
+        TransportSpec::Stdio { command, args: vec![], env: Default::default(), cwd: None, inherit_env: false },
+        Duration::from_secs(20),
+    )
+}
 
 struct World {
     gw: Arc<Gateway>,
@@ -27,7 +38,7 @@ struct World {
     base: String,
 }
 
-/// Upstreams `u` (url), `b` (base64), `t` (text), `p` (path) and `n` (no rule), each a fixture
+/// Upstreams `u` (url), `b` (base64), `t` (text), `p` (path) and `n` (no rule), each a chain-fixture
 /// child; tools are exposed as `{upstream}_{tool}`.
 async fn world(tune: impl FnOnce(&mut stowage_mcp::chaining::ChainingConfig)) -> World {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -48,7 +59,7 @@ async fn world(tune: impl FnOnce(&mut stowage_mcp::chaining::ChainingConfig)) ->
     rules.insert("t_summarize_text".into(), InputMode::Text);
     rules.insert("b_upload_file".into(), InputMode::Base64);
     tune(&mut config.chaining);
-    let specs = ["u", "b", "t", "p", "n"].iter().map(|n| fixture_spec(n, None, Duration::from_secs(20))).collect();
+    let specs = ["u", "b", "t", "p", "n"].iter().map(|n| chain_spec(n)).collect();
     let gw = start_gateway(specs, rewriter(Arc::new(MemSink::default())), config, SessionMode::Shared).await;
     gw.set_link_service(service);
     gw.set_artifact_store(store.clone());
@@ -366,13 +377,7 @@ async fn another_session_of_the_same_user_is_forbidden_only_where_sessions_are_i
     let gw = {
         let mut config = fast_config();
         config.chaining.inputs.insert("echo".into(), InputMode::Text);
-        let gw = start_gateway(
-            vec![fixture_spec("solo", None, Duration::from_secs(20))],
-            rewriter(Arc::new(MemSink::default())),
-            config,
-            SessionMode::Shared,
-        )
-        .await;
+        let gw = start_gateway(vec![chain_spec("solo")], rewriter(Arc::new(MemSink::default())), config, SessionMode::Shared).await;
         gw.set_artifact_store(isolated.clone());
         gw
     };

@@ -28,7 +28,7 @@ fn python() -> Option<PathBuf> {
 fn chain(mode: &str) -> Option<Value> {
     let python = python()?;
     let dir = tempfile::tempdir().unwrap();
-    let fixture = stowage_testkit::fixture_bin();
+    let fixture = stowage_testkit::chain_fixture_bin();
     let conf = dir.path().join("stowage.toml");
     let config = format!(
         "[gateway.servers.img]\ncommand = {f:?}\n\n[gateway.servers.edit]\ncommand = {f:?}\n\n[gateway.chaining.inputs]\nedit_upload_file = \"base64\"\n",
