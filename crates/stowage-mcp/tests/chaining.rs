@@ -355,6 +355,11 @@ async fn upload_failures_leave_no_artifact_and_the_result_says_so() {
     let r = w.call("n_generate_image", json!({"prompt": "x", "skip_upload": true})).await;
     not_written(&r);
     assert!(w.local_artifacts().await.is_empty());
+    // A tool that answers first and uploads later: the slot was closed with the call.
+    let r = w.call("n_generate_image", json!({"prompt": "x", "upload_after_ms": 200})).await;
+    not_written(&r);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(w.local_artifacts().await.is_empty(), "an output appeared after the result said there was none");
     // A slot is single use: the second PUT is refused, the first upload is the artifact.
     let r = w.call("n_generate_image", json!({"prompt": "x", "upload_twice": true})).await;
     assert_eq!(text(&r), "generated; second upload HTTP 409", "{r}");

@@ -105,7 +105,8 @@ pub(crate) fn inject(links: Option<&LinkService>, slots: &[OpenSlot], result: &m
     let mut lines = Vec::new();
     let mut meta = serde_json::Map::new();
     for s in slots {
-        let state = links.and_then(|l| l.slot_state(&s.slot));
+        // Closed as it is read: a tool cannot fill a slot after its result said it was empty.
+        let state = links.and_then(|l| l.close_slot(&s.slot));
         let (entry, line) = match state {
             Some(SlotState::Done(a)) => {
                 let mime = a.mime_type.clone().unwrap_or_else(|| "application/octet-stream".into());

@@ -3,7 +3,7 @@
 //!
 //! | tool | why |
 //! |---|---|
-//! | `generate_image` | AWP: `_awp.blob.output.result`; PUTs a PNG (`bytes` long, `content_type`) to `result.url`; `upload_twice` tries the slot again, `skip_upload` writes nothing, `crash_mid_upload` sends half the body and exits |
+//! | `generate_image` | AWP: `_awp.blob.output.result`; PUTs a PNG (`bytes` long, `content_type`) to `result.url`; `upload_twice` tries the slot again, `skip_upload` writes nothing, `upload_after_ms` answers first and uploads later, `crash_mid_upload` sends half the body and exits |
 //! | `remove_background` | `x-mcp-file`: GETs `image` (a URL string), checks it is a PNG, PUTs a smaller PNG to `result` |
 //! | `summarize_text`, `upload_file` | declare nothing: take inline `text` / `content_base64` (the gateway's `text` and `base64` input rules) |
 //! | `echo` | declares nothing: returns `message` as written (what a tool received) |
@@ -75,6 +75,14 @@ impl Handler for ChainFixture {
                         }
                         None => samples::png(64, 48),
                     };
+                    if let Some(ms) = args.get("upload_after_ms").and_then(Value::as_u64) {
+                        // Answers first and uploads later: the slot must be closed by then.
+                        tokio::spawn(async move {
+                            tokio::time::sleep(Duration::from_millis(ms)).await;
+                            put(&url, png, "image/png").await;
+                        });
+                        return Ok(Some(text_result("generated; uploading later")));
+                    }
                     if args.get("crash_mid_upload").and_then(Value::as_bool) == Some(true) {
                         partial_put_then_exit(&url, &png);
                     }
