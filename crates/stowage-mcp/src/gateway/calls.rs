@@ -386,6 +386,7 @@ impl Gateway {
             let arguments = params.as_object_mut().map(|p| p.entry("arguments").or_insert_with(|| json!({})));
             if let Some(arguments) = arguments {
                 chain.slots = crate::chaining::translate_blobs(&env, self.links.get(), name, fields, scope, arguments).await?;
+                chain.links = self.links.get().filter(|_| !chain.slots.is_empty()).cloned();
             }
             return Ok(chain);
         }
@@ -462,6 +463,20 @@ fn ms(since: Instant) -> f64 {
 struct ChainCall {
     _materialized: crate::chaining::Materialized,
     slots: Vec<crate::chaining::OpenSlot>,
+    links: Option<stowage_http::LinkService>,
+}
+
+impl Drop for ChainCall {
+    /// However the call ended (an upstream error, a crash, a cancellation), its slots end with
+    /// it: nothing written after the call becomes an artifact nobody was told about. Slots the
+    /// result already reported are closed by then, and closing them again does nothing.
+    fn drop(&mut self) {
+        if let Some(links) = &self.links {
+            for s in &self.slots {
+                links.close_slot(&s.slot);
+            }
+        }
+    }
 }
 
 /// The `task.taskId` of a CreateTaskResult (a result with a task and no content).
