@@ -405,3 +405,16 @@ async fn another_session_of_the_same_user_is_forbidden_only_where_sessions_are_i
     let r = w.call("t_echo", json!({"message": w.put("local", b"shared", "text/plain").await.id.uri()})).await;
     assert_eq!(text(&r), "shared");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_augmented_call_with_output_blobs_is_refused_plainly() {
+    let w = world(|_| {}).await;
+    let c = common::Client::connect(w.gw.clone(), None, json!({})).await;
+    let params = json!({"name": "n_generate_image", "arguments": {"prompt": "x"}, "task": {"ttl": 60000}});
+    let r = c.request("tools/call", params).await;
+    let (code, message) = refusal(&r["result"]);
+    assert_eq!(code, "bad_request");
+    assert!(message.contains("call it without \"task\""), "{message}");
+    // The upstream was not called, so nothing was written.
+    assert!(w.local_artifacts().await.is_empty());
+}

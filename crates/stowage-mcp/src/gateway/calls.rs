@@ -221,6 +221,26 @@ impl Gateway {
         };
         params["name"] = Value::String(tool.original.clone());
         let task_requested = params.get("task").is_some();
+        if task_requested && !chain.slots.is_empty() {
+            // A task's result comes back through tasks/result, long after this call's slots end
+            // with it: refused plainly rather than losing the tool's output.
+            let e = crate::local_tools::ToolError::bad_request(format!(
+                "{name} writes output blobs, which the gateway cannot report for a task-augmented call yet; call it without \"task\""
+            ));
+            guard.finish(CallOutcome::ToolError, Some(e.to_string()), [0; 4], 0);
+            let report = CallReport {
+                call,
+                tool: name,
+                upstream,
+                latency: guard.started.elapsed(),
+                bytes_in: 0,
+                bytes_out: 0,
+                tokens_in: 0,
+                tokens_out: 0,
+                transform: None,
+            };
+            return Ok(CallReply::Rewritten(e.into_result(), report));
+        }
         let mut reply = match self.forward(session, tool.upstream, "tools/call", params, outbox).await {
             Ok(r) => r,
             Err(e) => {
