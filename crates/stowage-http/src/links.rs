@@ -130,4 +130,10 @@ impl LinkService {
     pub fn slot_state(&self, slot: &str) -> Option<SlotState> {
         self.slots.as_ref()?.state(slot, (self.clock)())
     }
+
+    /// Reads a slot's outcome and ends it (see [`SlotRegistry::close`]): an open slot takes no
+    /// upload after this, so a tool cannot write an output its call already reported missing.
+    pub fn close_slot(&self, slot: &str) -> Option<SlotState> {
+        self.slots.as_ref()?.close(slot, (self.clock)())
+    }
 }

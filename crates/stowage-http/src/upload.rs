@@ -89,6 +89,24 @@ impl SlotRegistry {
         Some(state.clone())
     }
 
+    /// Ends the slot's life once whoever opened it has read the outcome (the gateway, after the
+    /// tool call): an open slot is closed, so a tool cannot write its output after the call
+    /// said there was none, and a done slot is forgotten. An upload still running is left to
+    /// finish. Returns the state the slot was in; `None` for an unknown or expired one.
+    pub fn close(&self, id: &str, now: u64) -> Option<SlotState> {
+        let mut slots = self.lock();
+        let (spec, state) = slots.get(id)?;
+        if now >= spec.expires_at && *state != SlotState::Uploading {
+            slots.remove(id);
+            return None;
+        }
+        let state = state.clone();
+        if state != SlotState::Uploading {
+            slots.remove(id);
+        }
+        Some(state)
+    }
+
     /// Claims the slot for an upload by `owner` at `now`. The claim goes back to open when the
     /// returned guard is dropped without [`SlotClaim::done`].
     pub(crate) fn claim(self: &Arc<Self>, id: &str, owner: &Owner, now: u64) -> Result<SlotClaim, ApiError> {
@@ -301,6 +319,22 @@ mod tests {
         reg.claim(&id, &owner, 2).unwrap().done(artifact());
         assert_eq!(reg.state(&id, 2), Some(SlotState::Done(Box::new(artifact()))));
         assert_eq!(reg.claim(&id, &owner, 3).err().map(|e| e.status), Some(StatusCode::CONFLICT), "single use");
+    }
+
+    #[test]
+    fn a_closed_slot_takes_no_upload_and_a_running_one_is_left_to_finish() {
+        let reg = Arc::new(SlotRegistry::default());
+        let owner = Owner { user_id: Some("u".into()), ..Default::default() };
+        let open = reg.create(spec(&owner, 100), 0);
+        assert_eq!(reg.close(&open, 1), Some(SlotState::Open));
+        assert_eq!(reg.claim(&open, &owner, 2).err().map(|e| e.status), Some(StatusCode::NOT_FOUND), "closed: gone");
+        let running = reg.create(spec(&owner, 100), 0);
+        let claim = reg.claim(&running, &owner, 1).unwrap();
+        assert_eq!(reg.close(&running, 2), Some(SlotState::Uploading));
+        claim.done(artifact());
+        assert_eq!(reg.close(&running, 3), Some(SlotState::Done(Box::new(artifact()))));
+        assert_eq!(reg.close(&running, 3), None, "a done slot is forgotten once read");
+        assert_eq!(reg.close("slot_unknown", 3), None);
     }
 
     #[test]

@@ -70,6 +70,8 @@ pub struct GatewayConfig {
     /// least recently used idle one is closed for a new client; if none is idle, the new
     /// client's call fails with a clear error.
     pub max_upstream_sessions: usize,
+    /// Blob chaining: per-tool input rules and the hosts the gateway may fetch from.
+    pub chaining: crate::chaining::ChainingConfig,
     /// Upstream servers (in addition to those from `--mcp-config`).
     pub servers: BTreeMap<String, ServerConfig>,
 }
@@ -101,6 +103,7 @@ impl Default for GatewayConfig {
             session_idle_timeout_secs: 1_800,
             upstream_session_idle_secs: 600,
             max_upstream_sessions: 64,
+            chaining: Default::default(),
             servers: BTreeMap::new(),
         }
     }

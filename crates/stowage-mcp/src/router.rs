@@ -38,6 +38,9 @@ pub struct Exposed {
     pub def: Value,
     /// A tool's compiled `outputSchema`, when it declares one.
     pub output_schema: Option<Arc<OutputSchema>>,
+    /// A tool's declared blob fields (blob chaining); `def` then shows the model their
+    /// model-facing shape.
+    pub blobs: Option<Arc<crate::chaining::schema::BlobFields>>,
 }
 
 /// The routing table built from every upstream's lists.
@@ -142,7 +145,15 @@ fn expose(
             if let Some(obj) = def.as_object_mut() {
                 obj.insert("name".into(), Value::String(name.clone()));
             }
-            out.push(Exposed { name, upstream: i, original: original.to_owned(), def, output_schema: None });
+            let mut blobs = None;
+            if what == "tool" {
+                let fields = crate::chaining::schema::declared(&def);
+                if !fields.is_empty() {
+                    def = crate::chaining::schema::llm_facing(&def, &fields);
+                    blobs = Some(Arc::new(fields));
+                }
+            }
+            out.push(Exposed { name, upstream: i, original: original.to_owned(), def, output_schema: None, blobs });
         }
     }
     let index = out.iter().enumerate().map(|(k, e)| (e.name.clone(), k)).collect();

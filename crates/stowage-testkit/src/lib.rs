@@ -49,6 +49,11 @@ pub fn fixture_bin() -> PathBuf {
     bin("stowage-fixture")
 }
 
+/// The path of the `stowage-chain-fixture` binary (blob chaining's tools; see [`fixture_bin`]).
+pub fn chain_fixture_bin() -> PathBuf {
+    bin("stowage-chain-fixture")
+}
+
 /// The path of the `stowage-conformance-fixture` binary (see [`fixture_bin`]).
 pub fn conformance_fixture_bin() -> PathBuf {
     bin("stowage-conformance-fixture")

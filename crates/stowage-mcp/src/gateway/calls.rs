@@ -197,8 +197,50 @@ impl Gateway {
             started: Instant::now(),
             armed: true,
         };
+        // Blob chaining: artifact URIs in the arguments become what this tool takes. The
+        // materialized inputs (files of `path` mode) live until this call returns.
+        let chain = match self.translate_chain_inputs(&name, &tool, &scope, &mut params).await {
+            Ok(m) => m,
+            Err(e) => {
+                let message = e.to_string();
+                guard.finish(CallOutcome::ToolError, Some(message.clone()), [0; 4], 0);
+                tracing::info!(target: "stowage::call", upstream = %upstream, tool = %name, error = %message, "tool call refused: inputs");
+                let report = CallReport {
+                    call,
+                    tool: name,
+                    upstream,
+                    latency: guard.started.elapsed(),
+                    bytes_in: 0,
+                    bytes_out: 0,
+                    tokens_in: 0,
+                    tokens_out: 0,
+                    transform: None,
+                };
+                return Ok(CallReply::Rewritten(e.into_result(), report));
+            }
+        };
         params["name"] = Value::String(tool.original.clone());
         let task_requested = params.get("task").is_some();
+        if task_requested && !chain.slots.is_empty() {
+            // A task's result comes back through tasks/result, long after this call's slots end
+            // with it: refused plainly rather than losing the tool's output.
+            let e = crate::local_tools::ToolError::bad_request(format!(
+                "{name} writes output blobs, which the gateway cannot report for a task-augmented call yet; call it without \"task\""
+            ));
+            guard.finish(CallOutcome::ToolError, Some(e.to_string()), [0; 4], 0);
+            let report = CallReport {
+                call,
+                tool: name,
+                upstream,
+                latency: guard.started.elapsed(),
+                bytes_in: 0,
+                bytes_out: 0,
+                tokens_in: 0,
+                tokens_out: 0,
+                transform: None,
+            };
+            return Ok(CallReply::Rewritten(e.into_result(), report));
+        }
         let mut reply = match self.forward(session, tool.upstream, "tools/call", params, outbox).await {
             Ok(r) => r,
             Err(e) => {
@@ -221,7 +263,9 @@ impl Gateway {
             return Ok(CallReply::Relayed(reply));
         }
         let ctx = CallContext { tool: tool.original.clone(), upstream: upstream.clone(), scope, output_schema: tool.output_schema.clone() };
-        let (result, report) = self.rewrite_result(call, &owner, &name, &ctx, raw, &mut guard).await;
+        let (mut result, report) = self.rewrite_result(call, &owner, &name, &ctx, raw, &mut guard).await;
+        // After the rewrite, so the pipeline never sees (or offloads) what is injected.
+        crate::chaining::inject(self.links.get(), &chain.slots, &mut result);
         Ok(CallReply::Rewritten(result, report))
     }
 
@@ -341,6 +385,37 @@ impl Gateway {
 }
 
 impl Gateway {
+    /// Applies tool `name`'s input rule (`[gateway.chaining.inputs]`) to the call's arguments;
+    /// a tool without one keeps its arguments as written.
+    async fn translate_chain_inputs(
+        &self,
+        name: &str,
+        tool: &crate::router::Exposed,
+        scope: &stowage_core::ArtifactScope,
+        params: &mut Value,
+    ) -> Result<ChainCall, crate::local_tools::ToolError> {
+        let env = crate::chaining::InputEnv {
+            store: self.artifacts.get(),
+            signer: self.links.get().map(stowage_http::LinkService::signer),
+            config: &self.config.chaining,
+            s3: &crate::chaining::NoS3,
+        };
+        let mut chain = ChainCall::default();
+        // Declared blobs first: a tool that says which fields are blobs gets exactly those.
+        if let Some(fields) = &tool.blobs {
+            let arguments = params.as_object_mut().map(|p| p.entry("arguments").or_insert_with(|| json!({})));
+            if let Some(arguments) = arguments {
+                chain.slots = crate::chaining::translate_blobs(&env, self.links.get(), name, fields, scope, arguments).await?;
+                chain.links = self.links.get().filter(|_| !chain.slots.is_empty()).cloned();
+            }
+            return Ok(chain);
+        }
+        let Some(&mode) = self.config.chaining.inputs.get(name) else { return Ok(chain) };
+        let Some(arguments) = params.get_mut("arguments") else { return Ok(chain) };
+        chain._materialized = crate::chaining::translate_inputs(&env, name, mode, scope, arguments).await?;
+        Ok(chain)
+    }
+
     /// Runs an upstream's payload that is not a result (log data, a progress message, error
     /// data) through the pipeline under `session`'s scope, so base64 and huge strings leave it
     /// like they leave results. A store failure drops the payload's content rather than let it
@@ -400,6 +475,28 @@ impl crate::routes::Scrubber for GatewayScrubber {
 
 fn ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1000.0
+}
+
+/// What blob chaining keeps for one call: the files of `path` inputs (removed when this is
+/// dropped, when the call returns) and the upload slots to report on afterwards.
+#[derive(Default)]
+struct ChainCall {
+    _materialized: crate::chaining::Materialized,
+    slots: Vec<crate::chaining::OpenSlot>,
+    links: Option<stowage_http::LinkService>,
+}
+
+impl Drop for ChainCall {
+    /// However the call ended (an upstream error, a crash, a cancellation), its slots end with
+    /// it: nothing written after the call becomes an artifact nobody was told about. Slots the
+    /// result already reported are closed by then, and closing them again does nothing.
+    fn drop(&mut self) {
+        if let Some(links) = &self.links {
+            for s in &self.slots {
+                links.close_slot(&s.slot);
+            }
+        }
+    }
 }
 
 /// The `task.taskId` of a CreateTaskResult (a result with a task and no content).

@@ -95,7 +95,7 @@ pub(crate) struct ToolError {
 }
 
 impl ToolError {
-    pub fn bad_request(message: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
         ToolError { code: "bad_request", message: message.into() }
     }
 

@@ -1,0 +1,420 @@
+//! Blob chaining (issue 14): `artifact://` URIs in a tool's arguments materialized by the
+//! tool's `[gateway.chaining.inputs]` rule (`url`, `base64`, `text`, `path`), the URI scheme
+//! policy, the fetch allow-list, ownership, and every refusal as a one-line `code: message`
+//! tool error; tools that declare their blobs (AWP `_awp.blob`, `x-mcp-file`) chained through
+//! read links and upload slots, with every failure of an upload. A real gateway in front of real fixture children, a
+//! memory store, and the real signed-link routes on a loopback port the tools download from.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use serde_json::{Value, json};
+use sha2::Digest;
+use stowage_core::{ArtifactRef, ArtifactScope, PutOptions};
+use stowage_links::{KeyRing, LinkSigner, LinksConfig};
+use stowage_mcp::chaining::InputMode;
+use stowage_mcp::{CallOptions, Caller, Gateway, SessionKind, SessionMode};
+use stowage_store::{ArtifactStore, ListQuery, MemoryStore, RetentionConfig};
+
+use common::{MemSink, fast_config, rewriter, start_gateway};
+use stowage_mcp::config::{TransportSpec, UpstreamSpec};
+
+/// A `stowage-chain-fixture` child named `name`.
+fn chain_spec(name: &str) -> UpstreamSpec {
+    let command = stowage_testkit::chain_fixture_bin().display().to_string();
+    UpstreamSpec::new(
+        name,
+        TransportSpec::Stdio { command, args: vec![], env: Default::default(), cwd: None, inherit_env: false },
+        Duration::from_secs(20),
+    )
+}
+
+struct World {
+    gw: Arc<Gateway>,
+    store: Arc<dyn ArtifactStore>,
+    base: String,
+}
+
+/// Upstreams `u` (url), `b` (base64), `t` (text), `p` (path) and `n` (no rule), each a chain-fixture
+/// child; tools are exposed as `{upstream}_{tool}`.
+async fn world(tune: impl FnOnce(&mut stowage_mcp::chaining::ChainingConfig)) -> World {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new(RetentionConfig::default()));
+    let links = LinksConfig { public_url: base.clone(), ..LinksConfig::default() };
+    let signer = Arc::new(LinkSigner::new(KeyRing::new([("k1", vec![7u8; 32])]).unwrap(), &links));
+    let state = stowage_http::HttpState::new(store.clone(), signer);
+    let service = state.link_service();
+    tokio::spawn(async move { axum::serve(listener, stowage_http::routes(state)).await });
+
+    let mut config = fast_config();
+    let rules = &mut config.chaining.inputs;
+    rules.insert("u_echo".into(), InputMode::Url);
+    rules.insert("b_echo".into(), InputMode::Base64);
+    rules.insert("t_echo".into(), InputMode::Text);
+    rules.insert("p_read_path".into(), InputMode::Path);
+    rules.insert("t_summarize_text".into(), InputMode::Text);
+    rules.insert("b_upload_file".into(), InputMode::Base64);
+    tune(&mut config.chaining);
+    let specs = ["u", "b", "t", "p", "n"].iter().map(|n| chain_spec(n)).collect();
+    let gw = start_gateway(specs, rewriter(Arc::new(MemSink::default())), config, SessionMode::Shared).await;
+    gw.set_link_service(service);
+    gw.set_artifact_store(store.clone());
+    // Every upstream is up; wait until the catalog lists the last one's tools too.
+    let session = gw.open_session(SessionKind::InProcess, Caller::local(), None);
+    let listed = common::eventually(20, || gw.list_tools(&session).iter().filter(|t| t["name"] == "n_generate_image").count() == 1).await;
+    assert!(listed, "the catalog never listed every upstream's tools");
+    World { gw, store, base }
+}
+
+/// The scope a session of `user` stores under (another session of the same user).
+fn scope_of(user: &str) -> ArtifactScope {
+    ArtifactScope { tenant_id: None, user_id: Some(user.into()), session_id: Some("earlier-session".into()), trace_id: None }
+}
+
+impl World {
+    async fn put(&self, user: &str, bytes: &[u8], mime: &str) -> ArtifactRef {
+        self.store.put_bytes(bytes.to_vec().into(), PutOptions::scoped(scope_of(user)).mime(mime)).await.unwrap()
+    }
+
+    /// Calls `tool` as a fresh session of the local user (the unauthenticated caller).
+    async fn call(&self, tool: &str, args: Value) -> Value {
+        let session = self.gw.open_session(SessionKind::InProcess, Caller::local(), None);
+        self.gw.call_tool(&session, tool, args, CallOptions::default()).await.unwrap().result
+    }
+}
+
+fn text(result: &Value) -> &str {
+    result["content"][0]["text"].as_str().unwrap_or_else(|| panic!("no text block in {result}"))
+}
+
+/// A refusal: `isError`, one text block `code: message`, no structuredContent.
+fn refusal(result: &Value) -> (&str, &str) {
+    assert_eq!(result["isError"], true, "{result}");
+    assert!(result.get("structuredContent").is_none(), "{result}");
+    assert_eq!(result["content"].as_array().unwrap().len(), 1, "{result}");
+    text(result).split_once(": ").unwrap_or_else(|| panic!("not `code: message`: {result}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn url_mode_hands_the_tool_a_signed_read_link_that_downloads_the_bytes() {
+    let w = world(|_| {}).await;
+    let png = stowage_demo::samples::png(64, 64);
+    // Stored by another session of the same user: chaining works across sessions.
+    let a = w.put("local", &png, "image/png").await;
+    let result = w.call("u_echo", json!({"message": a.id.uri()})).await;
+    let link = text(&result);
+    assert!(link.starts_with(&format!("{}/artifacts/{}?", w.base, a.id)), "{link}");
+    let got = reqwest::get(link).await.unwrap();
+    assert_eq!(got.status(), 200);
+    assert_eq!(got.bytes().await.unwrap().as_ref(), &png[..]);
+    // The link is read-only: a PUT with it is refused.
+    let put = reqwest::Client::new().put(link).body("x").send().await.unwrap();
+    assert!(put.status().is_client_error(), "{}", put.status());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn base64_text_and_path_modes_materialize_the_content() {
+    let w = world(|_| {}).await;
+    let doc = w.put("local", b"Quarterly report: revenue up 4%.", "text/plain").await;
+
+    let b = w.call("b_echo", json!({"message": doc.id.uri()})).await;
+    assert_eq!(base64::engine::general_purpose::STANDARD.decode(text(&b)).unwrap(), b"Quarterly report: revenue up 4%.");
+
+    let t = w.call("t_echo", json!({"message": doc.id.uri()})).await;
+    assert_eq!(text(&t), "Quarterly report: revenue up 4%.");
+
+    // path: the tool reads a read-only local file, which is gone once the call is over.
+    let p = w.call("p_read_path", json!({"path": doc.id.uri()})).await;
+    assert_eq!(text(&p), "len=32 readonly=true text=Quarterly report: revenue up 4%.");
+    let dirs: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("stowage-input-"))
+        .filter(|e| {
+            std::fs::read_dir(e.path())
+                .is_ok_and(|mut d| d.any(|f| f.is_ok_and(|f| f.file_name().to_string_lossy().contains(doc.id.as_str()))))
+        })
+        .collect();
+    assert!(dirs.is_empty(), "the input file outlived its call: {dirs:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_users_artifact_answers_exactly_like_a_missing_one() {
+    let w = world(|_| {}).await;
+    let theirs = w.put("bob", b"bob's private notes", "text/plain").await;
+    let missing = "artifact://local_00000000deadbeef";
+    for tool in ["u_echo", "t_echo", "b_echo"] {
+        let r1 = w.call(tool, json!({"message": theirs.id.uri()})).await;
+        let r2 = w.call(tool, json!({"message": missing})).await;
+        let (c1, m1) = refusal(&r1);
+        let (c2, m2) = refusal(&r2);
+        assert_eq!((c1, c2), ("artifact_not_found", "artifact_not_found"));
+        // Same words once the URI itself is taken out: no existence oracle.
+        assert_eq!(m1.replace(&theirs.id.uri(), "URI"), m2.replace(missing, "URI"));
+    }
+    // Nested arguments are found too, and one bad URI refuses the whole call.
+    let mine = w.put("local", b"mine", "text/plain").await;
+    let r = w.call("t_echo", json!({"message": "x", "items": [mine.id.uri(), {"deep": theirs.id.uri()}]})).await;
+    assert_eq!(refusal(&r).0, "artifact_not_found");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scheme_policy_passes_https_and_refuses_the_rest() {
+    let w = world(|_| {}).await;
+    // https passes through as written to a url-mode tool: it fetches the URL itself.
+    let r = w.call("u_echo", json!({"message": "https://example.com/cat.png"})).await;
+    assert_eq!(text(&r), "https://example.com/cat.png");
+    for uri in ["file:///etc/passwd", "http://169.254.169.254/latest/meta-data/", "gopher://x/y", "ftp://h/f"] {
+        let r = w.call("u_echo", json!({"message": uri})).await;
+        let (code, message) = refusal(&r);
+        assert_eq!(code, "artifact_forbidden", "{uri}");
+        assert!(message.contains("use an artifact:// URI"), "{message}");
+    }
+    let r = w.call("t_echo", json!({"message": "s3://company-data/payroll.csv"})).await;
+    let (code, message) = refusal(&r);
+    assert_eq!(code, "artifact_forbidden");
+    assert!(message.contains("bucket \"company-data\" is not a bucket of this gateway's store"), "{message}");
+    // Text that merely mentions a URI is not a URI, and is left alone.
+    let r = w.call("t_echo", json!({"message": "see file:///etc/passwd"})).await;
+    assert_eq!(text(&r), "see file:///etc/passwd");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_fetches_only_from_allowed_hosts_and_fails_clearly() {
+    let w = world(|c| c.fetch_allowed_hosts = vec!["127.0.0.1".into()]).await;
+    // Not on the list: refused before any connection is made.
+    let r = w.call("t_echo", json!({"message": "https://internal.example/admin"})).await;
+    let (code, message) = refusal(&r);
+    assert_eq!(code, "artifact_forbidden");
+    assert!(message.contains("fetch_allowed_hosts") && message.contains("\"internal.example\""), "{message}");
+    // On the list but nothing speaks TLS there: a clear fetch error, not a hang or a crash.
+    let port = w.base.rsplit(':').next().unwrap();
+    let r = w.call("t_echo", json!({"message": format!("https://127.0.0.1:{port}/x")})).await;
+    let (code, message) = refusal(&r);
+    assert_eq!(code, "bad_request");
+    assert!(message.contains("cannot fetch it for t_echo"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_without_a_rule_get_their_arguments_as_written() {
+    let w = world(|_| {}).await;
+    let a = w.put("local", b"hello", "text/plain").await;
+    for arg in [a.id.uri(), "file:///etc/hosts".into(), "artifact://local_00000000deadbeef".into()] {
+        let r = w.call("n_echo", json!({"message": arg})).await;
+        assert_eq!(text(&r), arg);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversize_and_non_text_inputs_are_refused_with_the_fix() {
+    let w = world(|c| c.max_materialize_bytes = 1024).await;
+    let big = w.put("local", &vec![b'a'; 4096], "text/plain").await;
+    let r = w.call("b_echo", json!({"message": big.id.uri()})).await;
+    let (code, message) = refusal(&r);
+    assert_eq!(code, "bad_request");
+    assert!(message.contains("max_materialize_bytes") && message.contains("url input mode"), "{message}");
+    // url mode has no such cap: the tool downloads it.
+    let r = w.call("u_echo", json!({"message": big.id.uri()})).await;
+    assert!(r.get("isError").is_none(), "{r}");
+
+    let png = w.put("local", &stowage_demo::samples::png(64, 64)[..512], "image/png").await;
+    let r = w.call("t_echo", json!({"message": png.id.uri()})).await;
+    let (code, message) = refusal(&r);
+    assert_eq!(code, "bad_request");
+    assert!(message.contains("is not UTF-8 text") && message.contains("base64 or url input mode"), "{message}");
+}
+
+impl World {
+    /// Every artifact the local user holds.
+    async fn local_artifacts(&self) -> Vec<ArtifactRef> {
+        let q = ListQuery { owner: Some(scope_of("local").owner()), session_id: None, trace_id: None, cursor: None, limit: 0 };
+        self.store.list(q).await.unwrap().items
+    }
+}
+
+/// What the gateway injected for output blob `field`.
+fn blob<'a>(result: &'a Value, field: &str) -> &'a Value {
+    &result["_meta"]["io.stowage/blobs"][field]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn declared_blobs_are_shown_to_the_model_as_uris_and_optional_outputs() {
+    let w = world(|_| {}).await;
+    let session = w.gw.open_session(SessionKind::InProcess, Caller::local(), None);
+    let tools = w.gw.list_tools(&session);
+    let def = |n: &str| tools.iter().find(|t| t["name"] == n).unwrap_or_else(|| panic!("{n} not listed")).clone();
+    let gen_def = def("n_generate_image");
+    let props = &gen_def["inputSchema"]["properties"];
+    assert_eq!(gen_def["inputSchema"]["required"], json!(["prompt"]), "the output blob is not required of the model");
+    assert!(props["result"]["properties"].get("url").is_none() && props["result"]["properties"].get("accept").is_some());
+    let rb = def("n_remove_background");
+    let props = &rb["inputSchema"]["properties"];
+    assert_eq!(props["image"]["required"], json!(["uri"]));
+    assert_eq!(props["image"]["type"], "object");
+    assert!(props["image"]["description"].as_str().unwrap().starts_with("The image to clean up"));
+    // A tool that declares nothing is listed as it is.
+    assert_eq!(def("n_summarize_text")["inputSchema"]["properties"], json!({"text": {"type": "string"}}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_across_upstreams_and_sessions_keeps_only_references_in_the_transcript() {
+    let w = world(|_| {}).await;
+    let mut transcript = Vec::new();
+
+    // 1. generate_image (upstream n, AWP) writes to an output slot.
+    let gen_result = w.call("n_generate_image", json!({"prompt": "a red square", "result": {"accept": "image/png"}})).await;
+    let generated = blob(&gen_result, "result").clone();
+    let png = stowage_demo::samples::png(64, 48);
+    assert_eq!(generated["contentType"], "image/png", "{gen_result}");
+    assert_eq!(generated["size"], png.len());
+    assert_eq!(generated["sha256"], hex::encode(sha2::Sha256::digest(&png)));
+    let uri = generated["uri"].as_str().unwrap().to_owned();
+    assert!(uri.starts_with("artifact://n_generate_image_"), "{uri}");
+    assert_eq!(gen_result["structuredContent"]["result"]["uri"], uri.as_str(), "injected where programs read it too");
+    assert!(text(&gen_result).contains("generated") && gen_result.to_string().contains(&format!("result: {uri} (image/png")));
+    transcript.push(gen_result);
+
+    // 2. remove_background (upstream u, x-mcp-file), in another session of the same user: reads
+    //    the input through a signed link and writes another output.
+    let rb = w.call("u_remove_background", json!({"image": {"uri": uri}, "result": {}})).await;
+    assert!(text(&rb).starts_with(&format!("removed the background of a {}-byte PNG; upload HTTP 20", png.len())), "{rb}");
+    let cleaned = blob(&rb, "result")["uri"].as_str().unwrap().to_owned();
+    assert_ne!(cleaned, uri);
+    transcript.push(rb);
+
+    // 3. upload_file takes base64 only: the artifact is materialized as base64.
+    let up = w.call("b_upload_file", json!({"content_base64": cleaned, "name": "cat.png"})).await;
+    let small = stowage_demo::samples::png(32, 24);
+    assert_eq!(text(&up), format!("uploaded {} bytes, sha256 {}", small.len(), hex::encode(sha2::Sha256::digest(&small))));
+    transcript.push(up);
+
+    // 4. summarize_text takes inline text only: a text artifact materialized as text.
+    let doc = w.put("local", "The quarterly report says revenue grew. ".repeat(2000).as_bytes(), "text/plain").await;
+    let sum = w.call("t_summarize_text", json!({"text": doc.id.uri()})).await;
+    assert_eq!(text(&sum), "summary of 80000 chars: The quarterly report say");
+    transcript.push(sum);
+
+    // The model saw references only: no image bytes, no 80 KB document, a few KB in all.
+    let seen = serde_json::to_string(&transcript).unwrap();
+    assert!(!seen.contains("iVBOR") && !seen.contains("revenue grew. The"), "{seen}");
+    assert!(seen.len() < 4_000, "the transcript is {} bytes: {seen}", seen.len());
+    assert_eq!(w.local_artifacts().await.len(), 3, "two images and the document");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declared_input_that_is_missing_foreign_expired_or_refused_stops_the_call() {
+    let w = world(|_| {}).await;
+    let theirs = w.put("bob", &stowage_demo::samples::png(8, 8), "image/png").await;
+    let before = w.local_artifacts().await.len();
+    for uri in [theirs.id.uri(), "artifact://n_generate_image_00000000deadbeef".into()] {
+        let r = w.call("n_remove_background", json!({"image": {"uri": uri}, "result": {}})).await;
+        assert_eq!(refusal(&r).0, "artifact_not_found", "{r}");
+    }
+    for (uri, code) in
+        [("file:///etc/passwd", "artifact_forbidden"), ("s3://other/x.png", "artifact_forbidden"), ("cat.png", "bad_request")]
+    {
+        let r = w.call("n_remove_background", json!({"image": {"uri": uri}})).await;
+        assert_eq!(refusal(&r).0, code, "{uri}: {r}");
+    }
+    let r = w.call("n_remove_background", json!({"image": {"url": "artifact://x"}})).await;
+    let (code, message) = refusal(&r);
+    assert_eq!(code, "bad_request");
+    assert!(message.contains("needs {\"uri\""), "{message}");
+    // Expired: stored with a one-second lifetime.
+    let mut opts = PutOptions::scoped(scope_of("local")).mime("image/png");
+    opts.ttl = Some(Duration::from_secs(1));
+    let short = w.store.put_bytes(stowage_demo::samples::png(9, 9).into(), opts).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let r = w.call("n_remove_background", json!({"image": {"uri": short.id.uri()}})).await;
+    let (code, _) = refusal(&r);
+    assert!(code == "artifact_not_found" || code == "artifact_url_expired", "{r}");
+    // No slot was written for any refused call.
+    assert!(w.local_artifacts().await.len() <= before + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upload_failures_leave_no_artifact_and_the_result_says_so() {
+    let w = world(|c| c.max_output_bytes = 20_000).await;
+    let not_written = |r: &Value| {
+        assert_eq!(blob(r, "result")["error"], "slot_not_written", "{r}");
+        assert!(r.to_string().contains("result: not written"), "{r}");
+    };
+    // Oversize: the slot refuses the body (413), nothing is stored.
+    let r = w.call("n_generate_image", json!({"prompt": "big", "bytes": 50_000})).await;
+    assert!(text(&r).contains("HTTP 413"), "{r}");
+    not_written(&r);
+    // Wrong content type for what the slot accepts (image/png): 415.
+    let r = w.call("n_generate_image", json!({"prompt": "x", "content_type": "text/html"})).await;
+    assert!(text(&r).contains("HTTP 415"), "{r}");
+    not_written(&r);
+    // Never written: the result says so.
+    let r = w.call("n_generate_image", json!({"prompt": "x", "skip_upload": true})).await;
+    not_written(&r);
+    assert!(w.local_artifacts().await.is_empty());
+    // A tool that answers first and uploads later: the slot was closed with the call.
+    let r = w.call("n_generate_image", json!({"prompt": "x", "upload_after_ms": 200})).await;
+    not_written(&r);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(w.local_artifacts().await.is_empty(), "an output appeared after the result said there was none");
+    // A slot is single use: the second PUT is refused, the first upload is the artifact.
+    let r = w.call("n_generate_image", json!({"prompt": "x", "upload_twice": true})).await;
+    assert_eq!(text(&r), "generated; second upload HTTP 409", "{r}");
+    assert_eq!(blob(&r, "result")["size"], stowage_demo::samples::png(64, 48).len());
+    assert_eq!(w.local_artifacts().await.len(), 1);
+    // A tool that crashes after sending half its upload: the call fails, no partial artifact.
+    let session = w.gw.open_session(SessionKind::InProcess, Caller::local(), None);
+    let crashed =
+        w.gw.call_tool(&session, "n_generate_image", json!({"prompt": "x", "crash_mid_upload": true}), CallOptions::default()).await;
+    assert!(crashed.is_err() || crashed.as_ref().unwrap().result["isError"] == true, "{crashed:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(w.local_artifacts().await.len(), 1, "the half upload became an artifact");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_session_of_the_same_user_is_forbidden_only_where_sessions_are_isolated() {
+    let w = world(|_| {}).await;
+    // A store that keeps each session's artifacts to itself.
+    let isolated: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::builder().isolation(stowage_store::Isolation::Session).build());
+    let gw = {
+        let mut config = fast_config();
+        config.chaining.inputs.insert("echo".into(), InputMode::Text);
+        let gw = start_gateway(vec![chain_spec("solo")], rewriter(Arc::new(MemSink::default())), config, SessionMode::Shared).await;
+        gw.set_artifact_store(isolated.clone());
+        gw
+    };
+    let earlier = isolated.put_bytes(b"from an earlier session".to_vec().into(), PutOptions::scoped(scope_of("local"))).await.unwrap();
+    let bobs = isolated.put_bytes(b"bob's".to_vec().into(), PutOptions::scoped(scope_of("bob"))).await.unwrap();
+    let session = gw.open_session(SessionKind::InProcess, Caller::local(), None);
+    let call = |args| gw.call_tool(&session, "echo", args, CallOptions::default());
+    let r = call(json!({"message": earlier.id.uri()})).await.unwrap().result;
+    let (code, message) = refusal(&r);
+    assert_eq!(code, "artifact_forbidden");
+    assert!(message.contains("isolate_sessions"), "{message}");
+    // Another user's artifact is still exactly a missing one.
+    let r = call(json!({"message": bobs.id.uri()})).await.unwrap().result;
+    assert_eq!(refusal(&r).0, "artifact_not_found");
+    // The session that stored it can use it.
+    let mine = isolated.put_bytes(b"this session's".to_vec().into(), PutOptions::scoped(session.scope.clone())).await.unwrap();
+    let r = call(json!({"message": mine.id.uri()})).await.unwrap().result;
+    assert_eq!(text(&r), "this session's");
+    // Under user isolation (the default), every session of the user reaches it.
+    let r = w.call("t_echo", json!({"message": w.put("local", b"shared", "text/plain").await.id.uri()})).await;
+    assert_eq!(text(&r), "shared");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_augmented_call_with_output_blobs_is_refused_plainly() {
+    let w = world(|_| {}).await;
+    let c = common::Client::connect(w.gw.clone(), None, json!({})).await;
+    let params = json!({"name": "n_generate_image", "arguments": {"prompt": "x"}, "task": {"ttl": 60000}});
+    let r = c.request("tools/call", params).await;
+    let (code, message) = refusal(&r["result"]);
+    assert_eq!(code, "bad_request");
+    assert!(message.contains("call it without \"task\""), "{message}");
+    // The upstream was not called, so nothing was written.
+    assert!(w.local_artifacts().await.is_empty());
+}
