@@ -8,9 +8,13 @@
 #[cfg(feature = "sqlite")]
 mod fs;
 mod memory;
+#[cfg(feature = "s3")]
+mod s3;
 
 #[cfg(feature = "sqlite")]
 pub(crate) use fs::FsBlobs;
+#[cfg(feature = "s3")]
+pub(crate) use s3::S3Blobs;
 pub(crate) use memory::MemoryBlobs;
 
 use std::ops::Range;
