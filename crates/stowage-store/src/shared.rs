@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use object_store::aws::AmazonS3Builder;
+use object_store::{ClientOptions, RetryConfig};
 use stowage_core::{ArtifactId, Isolation, StoreError};
 
 use crate::blobs::S3Blobs;
@@ -171,7 +172,12 @@ impl SharedStoreBuilder {
         if prefix.split('/').any(|p| p == "." || p == "..") {
             return Err(StoreError::InvalidInput(format!("[store] prefix {:?} has a '.' or '..' segment: use plain names", loc.prefix)));
         }
-        let mut s3 = AmazonS3Builder::from_env().with_bucket_name(&loc.bucket);
+        // Fail in seconds rather than object_store's default of retrying for three minutes: a
+        // tool call is waiting, and an unreachable bucket should say so while it still can.
+        // (Client options first: with_allow_http below sets one of them.)
+        let retry = RetryConfig { max_retries: 3, retry_timeout: Duration::from_secs(20), ..RetryConfig::default() };
+        let client_options = ClientOptions::new().with_connect_timeout(self.connect_timeout);
+        let mut s3 = AmazonS3Builder::from_env().with_client_options(client_options).with_retry(retry).with_bucket_name(&loc.bucket);
         if let Some(region) = &loc.region {
             s3 = s3.with_region(region);
         } else if std::env::var_os("AWS_REGION").is_none() && std::env::var_os("AWS_DEFAULT_REGION").is_none() {
@@ -183,9 +189,11 @@ impl SharedStoreBuilder {
         if let Some((id, secret)) = &self.credentials {
             s3 = s3.with_access_key_id(id).with_secret_access_key(secret);
         }
-        let target = if prefix.is_empty() { format!("s3://{}", loc.bucket) } else { format!("s3://{}/{prefix}", loc.bucket) };
-        let client = s3.build().map_err(|e| StoreError::backend("configure bucket", target.clone(), e.to_string().replace('\n', " ")))?;
-        let blobs = S3Blobs::new(Arc::new(client), target.clone(), prefix, self.gc_grace);
+        let client = s3
+            .build()
+            .map_err(|e| StoreError::backend("configure bucket", format!("s3://{}", loc.bucket), e.to_string().replace('\n', " ")))?;
+        let blobs = S3Blobs::new(Arc::new(client), &loc.bucket, prefix, self.gc_grace);
+        let target = blobs.target().to_owned();
         let pg = PgOptions {
             url: self.index_url,
             schema: self.index_schema,

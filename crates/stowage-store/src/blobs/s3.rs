@@ -56,6 +56,8 @@ const HEAD_FIRST_FROM: usize = 1 << 20;
 pub(crate) struct S3Blobs {
     store: Arc<AmazonS3>,
     prefix: Path,
+    /// `s3://bucket`, for messages (keys already hold the prefix).
+    bucket_url: String,
     /// `s3://bucket/prefix`, for messages.
     target: String,
     grace: Duration,
@@ -126,8 +128,10 @@ fn temp_name() -> String {
 }
 
 impl S3Blobs {
-    pub fn new(store: Arc<AmazonS3>, target: String, prefix: &str, grace: Duration) -> Self {
-        S3Blobs { store, prefix: Path::from(prefix), target, grace, in_flight: Arc::default() }
+    pub fn new(store: Arc<AmazonS3>, bucket: &str, prefix: &str, grace: Duration) -> Self {
+        let bucket_url = format!("s3://{bucket}");
+        let target = if prefix.is_empty() { bucket_url.clone() } else { format!("{bucket_url}/{prefix}") };
+        S3Blobs { store, prefix: Path::from(prefix), bucket_url, target, grace, in_flight: Arc::default() }
     }
 
     fn key(&self, sha256: &str) -> Path {
@@ -139,7 +143,7 @@ impl S3Blobs {
     }
 
     fn fail(&self, op: &'static str, what: impl std::fmt::Display) -> impl Fn(object_store::Error) -> StoreError {
-        let target = format!("{}/{what}", self.target);
+        let target = format!("{}/{what}", self.bucket_url);
         move |e| StoreError::backend(op, target.clone(), one_line(&e))
     }
 
@@ -192,6 +196,10 @@ impl S3Blobs {
         let key = self.key(sha256);
         let url = self.store.signed_url(Method::GET, &key, expires_in).await.map_err(self.fail("presign blob", &key))?;
         Ok(url.to_string())
+    }
+
+    pub fn target(&self) -> &str {
+        &self.target
     }
 
     /// Whether the bucket answers: a listing of at most one key under the prefix.

@@ -235,12 +235,17 @@ impl Drop for S3Server {
 
 /// One HTTP/1.1 request on loopback without a client library: the status line and body.
 pub fn raw_http(port: u16, method: &str, path_and_query: &str) -> (String, String) {
+    let text = raw_response(port, method, path_and_query);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (head.lines().next().unwrap_or("").to_owned(), body.to_owned())
+}
+
+/// One HTTP/1.1 request on loopback: the whole response, headers and body.
+pub fn raw_response(port: u16, method: &str, path_and_query: &str) -> String {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     write!(s, "{method} {path_and_query} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
     let mut out = Vec::new();
     let _ = s.read_to_end(&mut out);
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    (head.lines().next().unwrap_or("").to_owned(), body.to_owned())
+    String::from_utf8_lossy(&out).into_owned()
 }
