@@ -84,11 +84,6 @@ impl<I: Index, B: Blobs> Engine<I, B> {
     }
 
     #[cfg_attr(not(all(feature = "postgres", feature = "s3")), allow(dead_code))]
-    pub fn index(&self) -> &I {
-        &self.index
-    }
-
-    #[cfg_attr(not(all(feature = "postgres", feature = "s3")), allow(dead_code))]
     pub fn blobs(&self) -> &B {
         &self.blobs
     }
@@ -473,6 +468,11 @@ impl<I: Index, B: Blobs> ArtifactStore for Engine<I, B> {
             None
         };
         Ok(ListPage { items: records.iter().map(Record::to_ref).collect(), next })
+    }
+
+    async fn ready(&self) -> Result<()> {
+        self.index.ping().await?;
+        self.blobs.ping().await
     }
 
     async fn gc(&self) -> Result<GcReport> {

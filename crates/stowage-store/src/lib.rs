@@ -235,6 +235,12 @@ pub trait ArtifactStore: Send + Sync + 'static {
     /// (blobs without records, records without blobs, temp files).
     async fn gc(&self) -> Result<GcReport>;
 
+    /// Whether the store can serve requests now: its index and its blob storage answer (for
+    /// `/readyz`). The default lists one artifact.
+    async fn ready(&self) -> Result<()> {
+        self.list(ListQuery { owner: Some(Owner::default()), limit: 1, ..ListQuery::default() }).await.map(drop)
+    }
+
     /// True for the NoOp store, which keeps nothing.
     fn is_noop(&self) -> bool {
         false

@@ -81,8 +81,7 @@ impl SharedStore {
 
     /// Checks that both the database and the bucket answer; the error names whichever does not.
     pub async fn check_ready(&self) -> Result<()> {
-        self.engine.index().ping().await?;
-        self.engine.blobs().ping().await
+        crate::ArtifactStore::ready(self).await
     }
 
     /// A URL the object store itself serves the artifact's bytes at, presigned with this

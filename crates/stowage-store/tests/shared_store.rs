@@ -318,3 +318,36 @@ async fn instances_must_agree_on_isolation() {
         .to_string();
     assert!(err.contains("keys its records by user isolation") && err.contains("isolate_sessions"), "{err}");
 }
+
+/// s3rver checks presigned URLs' expiry, which moto does not; the whole put (a multipart stream
+/// and a server-side copy) and read also run against a second S3 implementation here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_signature_checking_server_presigned_urls_work_and_then_expire() {
+    let Some(pg) = Postgres::start() else { return };
+    let Some(s3) = S3Server::start(S3Kind::S3rver, "signed") else { return };
+    let url = pg.create_database("signed");
+    let (id, secret) = s3.credentials();
+    let store = SharedStore::builder(s3.location("stowage"), url).static_credentials(id, secret).open().await.unwrap();
+    store.check_ready().await.unwrap();
+    let scope = ArtifactScope::session("s").with_user("u");
+    let access = Access::owner_of(&scope);
+    let big = pattern(9 << 20, 3); // a multipart stream: signed part uploads and a signed copy
+    let r = store.put_stream(source(&big, false), PutOptions::scoped(scope.clone())).await.unwrap();
+    assert!(store.get(&access, &r.id).await.unwrap()[..] == big[..]);
+
+    let presigned = store.presigned_url(&access, &r.id, Duration::from_secs(2)).await.unwrap();
+    let path = presigned.strip_prefix(&s3.endpoint()).unwrap().to_owned();
+    assert!(path.contains("X-Amz-Signature="), "{presigned}");
+    let (status, _) = s3.raw("GET", &path);
+    assert!(status.contains("200"), "fresh: {status}");
+    // (s3rver 3.7.1 was seen to accept a corrupted X-Amz-Signature on a presigned GET, so
+    // signatures are not asserted here; expiry it does check.)
+    tokio::time::sleep(Duration::from_millis(3200)).await;
+    let (status, body) = s3.raw("GET", &path);
+    assert!(status.contains("403") && body.contains("expired"), "expired: {status} {body}");
+
+    // Presigning goes through the same access checks as a read.
+    let stranger = Access::owner_of(&ArtifactScope::session("s").with_user("someone-else"));
+    let err = store.presigned_url(&stranger, &r.id, Duration::from_secs(60)).await.unwrap_err();
+    assert!(matches!(err, StoreError::NotFound { .. }), "{err}");
+}

@@ -88,6 +88,11 @@ pub(crate) trait Blobs: Send + Sync + 'static {
     /// Every blob, for gc.
     async fn list(&self) -> Result<Vec<BlobInfo>>;
 
+    /// Whether the blob storage answers, for readiness checks. Local storage always does.
+    async fn ping(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// Removes leftovers of interrupted writes that are older than the grace period; says
     /// what it found and what it removed.
     async fn clean_temp(&self) -> Result<TempSweep>;

@@ -202,11 +202,6 @@ impl S3Blobs {
         &self.target
     }
 
-    /// Whether the bucket answers: a listing of at most one key under the prefix.
-    pub async fn ping(&self) -> Result<()> {
-        let dir = self.prefix.clone().join("blobs");
-        self.store.list_with_delimiter(Some(&dir)).await.map(|_| ()).map_err(self.fail("reach bucket", &dir))
-    }
 }
 
 /// Aborts a multipart upload whose part failed; the abort's own failure is only logged (the
@@ -373,6 +368,12 @@ impl Blobs for S3Blobs {
             out.push(BlobInfo { sha256: name.to_owned(), size: meta.size, recent: written > cutoff });
         }
         Ok(out)
+    }
+
+    /// Whether the bucket answers: a listing of at most one key under the prefix.
+    async fn ping(&self) -> Result<()> {
+        let dir = self.prefix.clone().join("blobs");
+        self.store.list_with_delimiter(Some(&dir)).await.map(|_| ()).map_err(self.fail("reach bucket", &dir))
     }
 
     async fn clean_temp(&self) -> Result<TempSweep> {

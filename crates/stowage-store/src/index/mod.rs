@@ -110,6 +110,12 @@ pub(crate) trait Index: Send + Sync + 'static {
         Ok(Some(Box::new(())))
     }
 
+    /// Whether the index answers, for readiness checks: a trivial query.
+    async fn ping(&self) -> Result<()> {
+        let probe = ListFilter { owner_key: Some(String::new()), ..ListFilter::default() };
+        self.list(&probe, 0, 0, 1).await.map(drop)
+    }
+
     /// The owner's record of `id`, expired or not.
     async fn get(&self, owner_key: &str, id: &ArtifactId) -> Result<Option<Record>>;
 

@@ -155,11 +155,6 @@ impl PgIndex {
         Ok(row.get(0))
     }
 
-    /// Whether the database answers (for readiness checks).
-    pub async fn ping(&self) -> Result<()> {
-        self.query_one("ping index", "SELECT 1", &[]).await.map(|_| ())
-    }
-
     pub fn target(&self) -> &str {
         &self.target
     }
@@ -301,6 +296,11 @@ impl Index for PgIndex {
 
     async fn try_lock_sweeper(&self) -> Result<Option<DecisionLock>> {
         Ok(self.advisory(LOCK_SWEEPER, false).await?.map(|g| Box::new(g) as DecisionLock))
+    }
+
+    /// Whether the database answers (for readiness checks).
+    async fn ping(&self) -> Result<()> {
+        self.query_one("ping index", "SELECT 1", &[]).await.map(|_| ())
     }
 
     async fn get(&self, owner_key: &str, id: &ArtifactId) -> Result<Option<Record>> {
