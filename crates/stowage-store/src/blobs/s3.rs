@@ -47,7 +47,7 @@ const PART_SIZE: usize = 8 << 20;
 /// Parts uploaded at once.
 const PARTS_IN_FLIGHT: usize = 4;
 /// Bytes in memory at least this large go up as a multipart upload too, in parallel parts.
-const MULTIPART_FROM: usize = 16 << 20;
+const MULTIPART_FROM: usize = PART_SIZE;
 /// Bytes in memory at least this large are looked for before uploading (a HEAD is cheaper
 /// than sending them again when the same content is already stored).
 const HEAD_FIRST_FROM: usize = 1 << 20;
