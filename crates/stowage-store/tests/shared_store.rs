@@ -246,11 +246,8 @@ async fn one_gc_sweeps_at_a_time_and_the_others_say_they_skipped() {
     let (client, conn) = tokio_postgres::connect(&p.url, tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(conn);
     client.batch_execute("BEGIN").await.unwrap();
-    let got: bool = client
-        .query_one("SELECT pg_try_advisory_xact_lock($1, hashtext('stowage'))", &[&0x5354_0002_i32])
-        .await
-        .unwrap()
-        .get(0);
+    let got: bool =
+        client.query_one("SELECT pg_try_advisory_xact_lock($1, hashtext('stowage'))", &[&0x5354_0002_i32]).await.unwrap().get(0);
     assert!(got);
     let report = a.gc().await.unwrap();
     assert!(report.skipped, "{report:?}");

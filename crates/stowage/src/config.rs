@@ -193,7 +193,8 @@ mod tests {
 
     #[test]
     fn the_s3_backend_and_its_index_parse() {
-        let text = "[store]\nbackend = \"s3\"\nbucket = \"b\"\nendpoint = \"http://127.0.0.1:9000\"\n[index]\nurl = \"postgres://u@db/stowage\"\n";
+        let text =
+            "[store]\nbackend = \"s3\"\nbucket = \"b\"\nendpoint = \"http://127.0.0.1:9000\"\n[index]\nurl = \"postgres://u@db/stowage\"\n";
         let c = Config::parse(text, Path::new("f")).unwrap();
         assert_eq!((c.store.backend, c.store.bucket.as_str(), c.store.prefix.as_str()), (Backend::S3, "b", "stowage"));
         assert_eq!(c.index.url, "postgres://u@db/stowage");

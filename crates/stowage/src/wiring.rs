@@ -54,7 +54,11 @@ fn check_backend_keys(config: &Config) -> anyhow::Result<()> {
             .map(|(k, _)| k)
             .collect();
         if !set.is_empty() {
-            bail!("[store] {} only apply to backend = \"s3\" (backend is {:?}): remove them or set the backend", set.join(", "), store.backend);
+            bail!(
+                "[store] {} only apply to backend = \"s3\" (backend is {:?}): remove them or set the backend",
+                set.join(", "),
+                store.backend
+            );
         }
         if !index.url.is_empty() {
             bail!("[index] url only applies to backend = \"s3\" (the fs backend keeps its own SQLite index): remove it or set the backend");
@@ -69,8 +73,12 @@ fn check_backend_keys(config: &Config) -> anyhow::Result<()> {
 fn open_shared(config: &Config, isolation: Isolation) -> anyhow::Result<SharedStore> {
     let (store, index) = (&config.store, &config.index);
     let non_empty = |s: &str| (!s.trim().is_empty()).then(|| s.trim().to_owned());
-    let location =
-        S3Location { bucket: store.bucket.clone(), prefix: store.prefix.clone(), endpoint: non_empty(&store.endpoint), region: non_empty(&store.region) };
+    let location = S3Location {
+        bucket: store.bucket.clone(),
+        prefix: store.prefix.clone(),
+        endpoint: non_empty(&store.endpoint),
+        region: non_empty(&store.region),
+    };
     let builder = SharedStore::builder(location, index.url.clone())
         .index_schema(index.schema.clone())
         .max_connections(index.max_connections)

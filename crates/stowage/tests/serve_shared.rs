@@ -179,7 +179,8 @@ fn two_instances_share_artifacts_links_and_nothing_half_written() {
     // message at 16 MiB), and A killed while that upload is open in the bucket.
     let big = "x".repeat(12 << 20);
     let port = a.port;
-    let caller = std::thread::spawn(move || Client::connect(port).rpc("tools/call", json!({"name": "echo", "arguments": {"message": big}})));
+    let caller =
+        std::thread::spawn(move || Client::connect(port).rpc("tools/call", json!({"name": "echo", "arguments": {"message": big}})));
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (_, body) = s3.raw("GET", &format!("/{}?uploads", s3.bucket));

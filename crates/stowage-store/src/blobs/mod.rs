@@ -8,14 +8,15 @@
 #[cfg(feature = "sqlite")]
 mod fs;
 mod memory;
-#[cfg(feature = "s3")]
+// Only SharedStore uses it, and that needs the PostgreSQL index too.
+#[cfg(all(feature = "postgres", feature = "s3"))]
 mod s3;
 
 #[cfg(feature = "sqlite")]
 pub(crate) use fs::FsBlobs;
-#[cfg(feature = "s3")]
-pub(crate) use s3::S3Blobs;
 pub(crate) use memory::MemoryBlobs;
+#[cfg(all(feature = "postgres", feature = "s3"))]
+pub(crate) use s3::S3Blobs;
 
 use std::ops::Range;
 use std::pin::Pin;

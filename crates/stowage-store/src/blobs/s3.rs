@@ -28,8 +28,8 @@ use object_store::aws::AmazonS3;
 use object_store::path::Path;
 use object_store::signer::{Method, Signer};
 use object_store::{
-    Attribute, AttributeValue, Attributes, GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutMultipartOptions, PutOptions,
-    PutPayload, WriteMultipart,
+    Attribute, AttributeValue, Attributes, GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload,
+    WriteMultipart,
 };
 use sha2::{Digest, Sha256};
 use stowage_core::StoreError;
@@ -201,7 +201,6 @@ impl S3Blobs {
     pub fn target(&self) -> &str {
         &self.target
     }
-
 }
 
 /// Aborts a multipart upload whose part failed; the abort's own failure is only logged (the

@@ -9,13 +9,14 @@
 //! their scope ids instead ([`Group`]), which stay on every record whatever the isolation.
 
 mod memory;
-#[cfg(feature = "postgres")]
+// Only SharedStore uses it, and that needs the s3 blobs too.
+#[cfg(all(feature = "postgres", feature = "s3"))]
 mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
 pub(crate) use memory::MemoryIndex;
-#[cfg(feature = "postgres")]
+#[cfg(all(feature = "postgres", feature = "s3"))]
 pub(crate) use postgres::{DEFAULT_SCHEMA as DEFAULT_PG_SCHEMA, PgIndex, PgOptions};
 #[cfg(feature = "sqlite")]
 pub(crate) use sqlite::SqliteIndex;

@@ -39,7 +39,11 @@ fn wait_for_port(port: u16, child: &mut Child, what: &str, log: &Path) {
         if let Ok(Some(status)) = child.try_wait() {
             panic!("{what} exited ({status}) before listening: {}", std::fs::read_to_string(log).unwrap_or_default());
         }
-        assert!(Instant::now() < deadline, "{what} did not listen on {port} within 30 s: {}", std::fs::read_to_string(log).unwrap_or_default());
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not listen on {port} within 30 s: {}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -98,7 +102,12 @@ impl Postgres {
             Command::new(&exe)
         };
         let out = cmd.args(args).current_dir(self.dir.path()).stdin(Stdio::null()).output().unwrap();
-        assert!(out.status.success(), "{tool} {args:?} failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{tool} {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// A URL to a fresh database of this cluster.
@@ -124,7 +133,13 @@ impl Postgres {
     pub fn stop(&self) {
         let data = self.dir.path().join("data");
         let out = if is_root() {
-            Command::new("runuser").args(["-u", "postgres", "--"]).arg(self.bin.join("pg_ctl")).args(["-D"]).arg(&data).args(["-m", "immediate", "-w", "stop"]).output()
+            Command::new("runuser")
+                .args(["-u", "postgres", "--"])
+                .arg(self.bin.join("pg_ctl"))
+                .args(["-D"])
+                .arg(&data)
+                .args(["-m", "immediate", "-w", "stop"])
+                .output()
         } else {
             Command::new(self.bin.join("pg_ctl")).arg("-D").arg(&data).args(["-m", "immediate", "-w", "stop"]).output()
         };
@@ -179,7 +194,14 @@ impl S3Server {
                     return missing(&format!("s3rver ({})", js.display()));
                 }
                 let mut c = Command::new("node");
-                c.arg(js).arg("-d").arg(dir.path().join("data")).args(["-a", "127.0.0.1", "-p", &port.to_string(), "--configure-bucket", bucket]);
+                c.arg(js).arg("-d").arg(dir.path().join("data")).args([
+                    "-a",
+                    "127.0.0.1",
+                    "-p",
+                    &port.to_string(),
+                    "--configure-bucket",
+                    bucket,
+                ]);
                 c
             }
         };

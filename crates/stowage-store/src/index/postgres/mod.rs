@@ -141,8 +141,8 @@ impl PgIndex {
             .build()
             .map_err(|e| StoreError::backend("open index", target.clone(), e))?;
         let index = PgIndex { pool, schema: opts.schema.clone(), target };
-        let mut client = index.client("open index").await?;
-        migrations::apply(&mut client, &index.schema, isolation)
+        let client = index.client("open index").await?;
+        migrations::apply(&client, &index.schema, isolation)
             .await
             .map_err(|e| StoreError::backend("migrate index", index.target.clone(), e))?;
         Ok(index)
@@ -190,7 +190,11 @@ impl PgIndex {
     }
 
     async fn records(&self, op: &'static str, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Record>> {
-        self.query(op, sql, params).await?.iter().map(|r| record_from_row(r).map_err(|e| StoreError::backend(op, self.target.clone(), e))).collect()
+        self.query(op, sql, params)
+            .await?
+            .iter()
+            .map(|r| record_from_row(r).map_err(|e| StoreError::backend(op, self.target.clone(), e)))
+            .collect()
     }
 
     /// Opens a transaction on a pooled connection and takes the transaction-scoped advisory
@@ -415,7 +419,9 @@ impl Index for PgIndex {
                 let size: i64 = row.get(3);
                 Ok(BlobUse {
                     owner_key: row.get(0),
-                    id: id.parse().map_err(|e| StoreError::backend("read index", self.target.clone(), format!("bad artifact id {id:?}: {e}")))?,
+                    id: id
+                        .parse()
+                        .map_err(|e| StoreError::backend("read index", self.target.clone(), format!("bad artifact id {id:?}: {e}")))?,
                     sha256: row.get(2),
                     size: u64::try_from(size).unwrap_or(0),
                 })
@@ -452,8 +458,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_bad_url_is_a_one_line_error_saying_how_to_write_it() {
-        let opts =
-            PgOptions { url: "postgres://host:notaport/db".into(), schema: "s".into(), max_connections: 2, connect_timeout: Duration::from_secs(1) };
+        let opts = PgOptions {
+            url: "postgres://host:notaport/db".into(),
+            schema: "s".into(),
+            max_connections: 2,
+            connect_timeout: Duration::from_secs(1),
+        };
         let err = PgIndex::open(&opts, Isolation::User).await.unwrap_err().to_string();
         assert!(err.contains("postgres://user@host:port/database") && !err.contains('\n'), "{err}");
     }
