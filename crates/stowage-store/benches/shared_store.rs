@@ -100,12 +100,8 @@ fn main() {
     let url = pg.create_database("bench");
     runtime.block_on(async {
         let (id, secret) = s3.credentials();
-        let shared = SharedStore::builder(s3.location("stowage"), url)
-            .static_credentials(id, secret)
-            .retention(retention())
-            .open()
-            .await
-            .unwrap();
+        let shared =
+            SharedStore::builder(s3.location("stowage"), url).static_credentials(id, secret).retention(retention()).open().await.unwrap();
         let dir = tempfile::tempdir().unwrap();
         let fs = FsStore::open(dir.path().join("store"), retention()).unwrap();
 

@@ -216,3 +216,40 @@ fn two_instances_share_artifacts_links_and_nothing_half_written() {
     let body: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(body["not_ready"]["store"], "artifact_storage_failed", "{body}");
 }
+
+/// Quotas are the store's, not an instance's: calls on both instances at once, each offloading
+/// a different 30 000-character result, fill one user's budget exactly; every call past it is
+/// refused by the store (its text then goes through the observation clamp, as text the store
+/// cannot take always does).
+#[test]
+fn a_budget_holds_while_two_instances_write_at_once() {
+    let Some(pg) = Postgres::start() else { return };
+    let Some(s3) = S3Server::start(S3Kind::Moto, "artifacts") else { return };
+    let url = pg.create_database("stowage");
+    let conf = format!("{}\n[retention]\nmax_user_bytes = 150000\ncleanup_strategy = \"none\"\n", config(&s3, &url));
+    let (a, b) = (start(&conf), start(&conf));
+    let calls: Vec<_> = (0..12)
+        .map(|i| {
+            let port = if i % 2 == 0 { a.port } else { b.port };
+            std::thread::spawn(move || {
+                let message = format!("{i:02}{}", "y".repeat(29_998));
+                Client::connect(port).call("echo", json!({"message": message}))
+            })
+        })
+        .collect();
+    let mut refused = 0;
+    for call in calls {
+        let result = call.join().unwrap();
+        let text = result.to_string();
+        assert!(!text.contains(&"y".repeat(20_000)), "the text never stays inline");
+        let report = &result["_meta"]["io.stowage/transform"];
+        if report["artifacts"] == 0 {
+            // Refused by the budget: the clamp cuts the text down, with a warning.
+            assert!(text.contains("[truncated: 20000 chars]") && report["warnings"].as_u64() >= Some(1), "{text}");
+            refused += 1;
+        }
+    }
+    let stored = pg.psql("stowage", "SELECT count(*) || ' ' || sum(size) FROM stowage.artifacts");
+    assert_eq!(stored, "5 150000", "exactly the budget was stored");
+    assert_eq!(refused, 7);
+}
