@@ -5,9 +5,10 @@
 //! are stored once whichever instance put them, and no filename, tool name or user string ever
 //! reaches a key. Puts never hold a big artifact whole: a stream goes up as a multipart upload
 //! (8 MiB parts, at most four in flight) to a temporary key `<prefix>/tmp/<random>`, is hashed
-//! on the way, and is copied to its content address (a server-side copy) when the engine
-//! commits it; an upload that fails or is refused is aborted, so no part lingers. Bytes already
-//! in memory are hashed first and go straight to their content address.
+//! on the way, and is copied to its content address (a server-side copy) before the engine
+//! commits it, outside the engine's lock; an upload that fails or is refused is aborted, so no
+//! part lingers. Bytes already in memory are hashed first and go straight to their content
+//! address.
 //!
 //! Several instances share the bucket, so "is this blob still referenced?" and "publish this
 //! blob" must be atomic across them: [`Blobs::commit`] runs under the engine's cross-instance
@@ -300,7 +301,15 @@ impl Blobs for S3Blobs {
             return Err(fail(e));
         }
         let pending = TempObject { key: key.clone(), store: self.store.clone(), in_flight: self.in_flight.clone() };
-        Ok(Staged { sha256: hex::encode(hasher.finalize()), size, head: Bytes::from(head), pending: S3Pending::Temp(pending) })
+        let sha256 = hex::encode(hasher.finalize());
+        // Publish now, outside the engine's lock: a server-side copy of a big object takes
+        // seconds on S3, and the lock is fleet-wide. The commit only checks it is still there
+        // (copying again from the temp object, kept until then, if a delete took it).
+        let dest = self.key(&sha256);
+        if self.head_size(&dest).await? != Some(size) {
+            self.store.copy(&key, &dest).await.map_err(self.fail("publish blob", &dest))?;
+        }
+        Ok(Staged { sha256, size, head: Bytes::from(head), pending: S3Pending::Temp(pending) })
     }
 
     async fn commit(&self, staged: Staged<S3Pending>) -> Result<()> {
