@@ -355,3 +355,24 @@ async fn on_a_signature_checking_server_presigned_urls_work_and_then_expire() {
     let err = store.presigned_url(&stranger, &r.id, Duration::from_secs(60)).await.unwrap_err();
     assert!(matches!(err, StoreError::NotFound { .. }), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_starting_together_migrate_once_and_a_newer_schema_is_refused() {
+    let Some(p) = peers() else { return };
+    let opens: Vec<_> = (0..4)
+        .map(|_| {
+            let (id, secret) = p.s3.credentials();
+            SharedStore::builder(p.s3.location("stowage"), p.url.clone()).static_credentials(id, secret).open()
+        })
+        .collect();
+    for store in futures::future::join_all(opens).await {
+        store.expect("every instance opens");
+    }
+    assert_eq!(p.pg.psql("shared", "SELECT string_agg(version::text, ',') FROM stowage.schema_migrations"), "1");
+
+    p.pg.psql("shared", "INSERT INTO stowage.schema_migrations (version, name) VALUES (99, 'from the future')");
+    let (id, secret) = p.s3.credentials();
+    let err = SharedStore::builder(p.s3.location("stowage"), p.url.clone()).static_credentials(id, secret).open().await.unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("schema stowage is at version 99, newer than this Stowage knows (1)"), "{msg}");
+}
