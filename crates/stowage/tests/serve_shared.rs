@@ -174,6 +174,16 @@ fn two_instances_share_artifacts_links_and_nothing_half_written() {
     assert_ne!(fresh["isError"], true, "{fresh}");
     let count = || pg.psql("stowage", "SELECT count(*) FROM stowage.artifacts");
     assert_eq!(count(), "1");
+    // The operator's CLI on the same config sees it too.
+    let conf_file = a._dir.path().join("stowage.toml");
+    let ls = Command::new(env!("CARGO_BIN_EXE_stowage"))
+        .args(["--config", conf_file.to_str().unwrap(), "artifacts", "ls"])
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .output()
+        .unwrap();
+    assert!(ls.status.success(), "{}", String::from_utf8_lossy(&ls.stderr));
+    assert!(String::from_utf8_lossy(&ls.stdout).contains(&id), "{}", String::from_utf8_lossy(&ls.stdout));
 
     // A big result on A (12 MB of text, offloaded as a multipart upload; the demo's SDK caps a
     // message at 16 MiB), and A killed while that upload is open in the bucket.
