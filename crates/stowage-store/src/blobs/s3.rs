@@ -259,16 +259,14 @@ impl Blobs for S3Blobs {
         let name = temp_name();
         let key = self.temp_dir().join(name.as_str());
         lock(&self.in_flight).insert(key.to_string());
-        let forget = |in_flight: &Mutex<HashSet<String>>| lock(in_flight).remove(key.as_ref());
+        // From here on, however this put ends (an error, a refusal, the caller dropping the
+        // future), dropping `temp` deletes whatever reached the key and forgets it. A multipart
+        // upload cut off by a dropped future cannot be aborted from a destructor; the bucket's
+        // lifecycle rule removes its parts (docs/deploy.md).
+        let temp = TempObject { key: key.clone(), store: self.store.clone(), in_flight: self.in_flight.clone() };
         let fail = self.fail("upload blob", &key);
         let opts = PutMultipartOptions { attributes: Self::attributes(&head, false, None), ..Default::default() };
-        let upload = match self.store.put_multipart_opts(&key, opts).await {
-            Ok(u) => u,
-            Err(e) => {
-                forget(&self.in_flight);
-                return Err(fail(e));
-            }
-        };
+        let upload = self.store.put_multipart_opts(&key, opts).await.map_err(&fail)?;
         let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
         let mut hasher = Sha256::new();
         let mut size = 0u64;
@@ -293,14 +291,9 @@ impl Blobs for S3Blobs {
         };
         if let Err(e) = outcome {
             abort(writer, &key).await;
-            forget(&self.in_flight);
             return Err(e);
         }
-        if let Err(e) = writer.finish().await {
-            forget(&self.in_flight);
-            return Err(fail(e));
-        }
-        let pending = TempObject { key: key.clone(), store: self.store.clone(), in_flight: self.in_flight.clone() };
+        writer.finish().await.map_err(&fail)?;
         let sha256 = hex::encode(hasher.finalize());
         // Publish now, outside the engine's lock: a server-side copy of a big object takes
         // seconds on S3, and the lock is fleet-wide. The commit only checks it is still there
@@ -309,7 +302,7 @@ impl Blobs for S3Blobs {
         if self.head_size(&dest).await? != Some(size) {
             self.store.copy(&key, &dest).await.map_err(self.fail("publish blob", &dest))?;
         }
-        Ok(Staged { sha256, size, head: Bytes::from(head), pending: S3Pending::Temp(pending) })
+        Ok(Staged { sha256, size, head: Bytes::from(head), pending: S3Pending::Temp(temp) })
     }
 
     async fn commit(&self, staged: Staged<S3Pending>) -> Result<()> {
