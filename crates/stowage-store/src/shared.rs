@@ -68,6 +68,7 @@ impl SharedStore {
             gc_grace: DEFAULT_SHARED_GC_GRACE,
             isolation: Isolation::default(),
             credentials: None,
+            index_ca_file: None,
         }
     }
 
@@ -106,6 +107,7 @@ pub struct SharedStoreBuilder {
     gc_grace: Duration,
     isolation: Isolation,
     credentials: Option<(String, String)>,
+    index_ca_file: Option<std::path::PathBuf>,
 }
 
 impl SharedStoreBuilder {
@@ -144,6 +146,13 @@ impl SharedStoreBuilder {
     /// The most connections this instance opens to PostgreSQL (default 16, at least 2).
     pub fn max_connections(mut self, n: usize) -> Self {
         self.max_connections = n;
+        self
+    }
+
+    /// PEM certificates to trust for the database's TLS besides Mozilla's roots (a cloud
+    /// provider's or a private CA). Whether TLS is used is the URL's `sslmode`.
+    pub fn index_ca_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.index_ca_file = Some(path.into());
         self
     }
 
@@ -198,6 +207,7 @@ impl SharedStoreBuilder {
             schema: self.index_schema,
             max_connections: self.max_connections,
             connect_timeout: self.connect_timeout,
+            ca_file: self.index_ca_file,
         };
         let index = PgIndex::open(&pg, self.isolation).await?;
         let last_tick = index.max_last_access().await?;

@@ -376,3 +376,24 @@ async fn instances_starting_together_migrate_once_and_a_newer_schema_is_refused(
     let msg = err.to_string();
     assert!(msg.contains("schema stowage is at version 99, newer than this Stowage knows (1)"), "{msg}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_index_speaks_tls_when_asked_and_verifies_the_server() {
+    let Some(pg) = Postgres::start_tls() else { return };
+    let Some(s3) = S3Server::start(S3Kind::Moto, "tls") else { return };
+    let url = format!("{}?sslmode=require", pg.create_database("tls"));
+    let (id, secret) = s3.credentials();
+    let builder = || SharedStore::builder(s3.location("stowage"), url.clone()).static_credentials(id, secret);
+
+    // A private CA is not trusted by default: refused, saying why, in one line.
+    let msg = builder().open().await.unwrap_err().to_string();
+    assert!(msg.starts_with("open index postgres://127.0.0.1:") && msg.contains("UnknownIssuer"), "{msg}");
+    assert!(!msg.contains('\n'), "{msg}");
+
+    // Trusted through index_ca_file, the connection is encrypted.
+    let store = builder().index_ca_file(pg.ca_file()).open().await.unwrap();
+    store.put_bytes(Bytes::from_static(b"over tls"), PutOptions::scoped(ArtifactScope::session("s"))).await.unwrap();
+    let encrypted =
+        pg.psql("tls", "SELECT count(*) FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) WHERE ssl AND application_name = 'stowage'");
+    assert_ne!(encrypted, "0", "the store's connections use TLS");
+}

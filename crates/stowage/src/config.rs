@@ -90,11 +90,14 @@ pub struct IndexConfig {
     pub schema: String,
     /// Most connections one instance opens.
     pub max_connections: usize,
+    /// PEM file of CA certificates to trust for the database's TLS besides Mozilla's roots;
+    /// empty: those roots only. Whether TLS is used is the URL's `sslmode`.
+    pub ca_file: String,
 }
 
 impl Default for IndexConfig {
     fn default() -> Self {
-        IndexConfig { url: String::new(), schema: "stowage".into(), max_connections: 16 }
+        IndexConfig { url: String::new(), schema: "stowage".into(), max_connections: 16, ca_file: String::new() }
     }
 }
 

@@ -60,8 +60,10 @@ fn check_backend_keys(config: &Config) -> anyhow::Result<()> {
                 store.backend
             );
         }
-        if !index.url.is_empty() {
-            bail!("[index] url only applies to backend = \"s3\" (the fs backend keeps its own SQLite index): remove it or set the backend");
+        if !index.url.is_empty() || !index.ca_file.is_empty() {
+            bail!(
+                "[index] keys only apply to backend = \"s3\" (the fs backend keeps its own SQLite index): remove them or set the backend"
+            );
         }
     }
     Ok(())
@@ -79,11 +81,14 @@ fn open_shared(config: &Config, isolation: Isolation) -> anyhow::Result<SharedSt
         endpoint: non_empty(&store.endpoint),
         region: non_empty(&store.region),
     };
-    let builder = SharedStore::builder(location, index.url.clone())
+    let mut builder = SharedStore::builder(location, index.url.clone())
         .index_schema(index.schema.clone())
         .max_connections(index.max_connections)
         .retention(config.retention.clone())
         .isolation(isolation);
+    if !index.ca_file.is_empty() {
+        builder = builder.index_ca_file(&index.ca_file);
+    }
     let open = builder.open();
     let handle = tokio::runtime::Handle::current();
     tokio::task::block_in_place(|| handle.block_on(open)).with_context(|| format!("cannot open the s3 store (bucket {})", store.bucket))
@@ -116,7 +121,7 @@ mod tests {
     #[test]
     fn s3_keys_beside_another_backend_are_refused_not_ignored() {
         assert!(err("[store]\nbucket = \"b\"\nregion = \"eu-west-1\"\n").starts_with("[store] bucket, region only apply"));
-        assert!(err("[index]\nurl = \"postgres://db/x\"\n").starts_with("[index] url only applies"));
+        assert!(err("[index]\nurl = \"postgres://db/x\"\n").starts_with("[index] keys only apply"));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -65,6 +65,21 @@ impl Postgres {
     /// Finds the newest PostgreSQL under /usr/lib/postgresql and starts a cluster (as the
     /// `postgres` user when running as root: PostgreSQL refuses to run as root).
     pub fn start() -> Option<Postgres> {
+        Self::start_inner(false)
+    }
+
+    /// [`Postgres::start`] with TLS on, serving a certificate for 127.0.0.1 from a fresh CA
+    /// ([`Postgres::ca_file`]).
+    pub fn start_tls() -> Option<Postgres> {
+        Self::start_inner(true)
+    }
+
+    /// The CA that signed the TLS cluster's certificate.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.path().join("ca.crt")
+    }
+
+    fn start_inner(tls: bool) -> Option<Postgres> {
         let mut bins: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
             .into_iter()
             .flatten()
@@ -82,11 +97,31 @@ impl Postgres {
         let pg = Postgres { dir, bin, port: free_port() };
         let data = pg.dir.path().join("data");
         pg.run("initdb", &["-D", data.to_str().unwrap(), "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8"]);
-        let opts = format!(
+        let mut opts = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200",
             pg.port,
             pg.dir.path().display()
         );
+        if tls {
+            let d = pg.dir.path();
+            let (crt, key) = (d.join("server.crt"), d.join("server.key"));
+            std::fs::write(d.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n").unwrap();
+            // A CA, and a server certificate for 127.0.0.1 signed by it.
+            for args in [
+                "req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=stowage-test-ca -keyout ca.key -out ca.crt",
+                "req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout server.key -out server.csr",
+                "x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 -extfile ext.cnf -out server.crt",
+            ] {
+                let Ok(made) = Command::new("openssl").args(args.split(' ')).current_dir(d).output() else { return missing("openssl") };
+                assert!(made.status.success(), "openssl {args}: {}", String::from_utf8_lossy(&made.stderr));
+            }
+            if is_root() {
+                assert!(Command::new("chown").args(["postgres:postgres"]).arg(&crt).arg(&key).status().unwrap().success());
+            }
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+            opts.push_str(&format!(" -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}", crt.display(), key.display()));
+        }
         let log = pg.dir.path().join("postgres.log");
         pg.run("pg_ctl", &["-D", data.to_str().unwrap(), "-o", &opts, "-l", log.to_str().unwrap(), "-w", "-t", "60", "start"]);
         Some(pg)

@@ -8,20 +8,25 @@
 //! `stowage`) and ships as numbered migrations ([`migrations`]) applied on open under an
 //! advisory lock, so instances starting together migrate once.
 //!
+//! Connections use TLS as the URL's `sslmode` says ([`tls`]), always verifying the server.
+//!
 //! LRU accesses are written at once rather than batched as in SQLite: another instance's
 //! eviction must see every read, and only what is in the database is visible to it.
 
 mod migrations;
 
 use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use serde_json::{Map, Value};
 use stowage_core::{ArtifactId, ArtifactScope, Isolation, StoreError};
+use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{NoTls, Row};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::{BlobUse, DecisionLock, EvictOrder, Group, Index, ListFilter, Usage};
 use crate::Result;
@@ -54,6 +59,8 @@ pub(crate) struct PgOptions {
     pub max_connections: usize,
     /// How long to wait for a connection (to connect, or for a free one in the pool).
     pub connect_timeout: Duration,
+    /// PEM certificates to trust besides Mozilla's roots (a provider's CA, a private CA).
+    pub ca_file: Option<PathBuf>,
 }
 
 pub(crate) struct PgIndex {
@@ -96,6 +103,37 @@ fn describe_target(cfg: &tokio_postgres::Config) -> String {
     format!("postgres://{host}:{port}/{}", cfg.get_dbname().unwrap_or(""))
 }
 
+/// The TLS connector: rustls with the ring provider (as everywhere else in Stowage), Mozilla's
+/// roots compiled in, plus `ca_file`'s. The URL's `sslmode` decides whether TLS is used:
+/// `disable`, `prefer` (the default: TLS when the server offers it) or `require`. Unlike libpq,
+/// a TLS connection always verifies the server's certificate and name; a server with a private
+/// CA needs that CA in `ca_file`.
+fn tls(ca_file: Option<&Path>) -> Result<MakeRustlsConnect> {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    if let Some(path) = ca_file {
+        let bad = |why: String| StoreError::InvalidInput(format!("[index] ca_file {}: {why}", path.display()));
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+            .map_err(|e| bad(e.to_string()))?
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| bad(format!("not PEM certificates ({e})")))?;
+        if certs.is_empty() {
+            return Err(bad("holds no PEM certificate (-----BEGIN CERTIFICATE-----)".into()));
+        }
+        for cert in certs {
+            roots.add(cert).map_err(|e| bad(format!("unusable certificate ({e})")))?;
+        }
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| StoreError::backend("configure index TLS", "rustls", e))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(MakeRustlsConnect::new(config))
+}
+
 /// Checks a schema name: lowercase letters, digits and `_`, not starting with a digit, at most
 /// 63 bytes, so it can be spliced into SQL unquoted.
 pub(crate) fn check_schema_name(schema: &str) -> Result<()> {
@@ -131,7 +169,7 @@ impl PgIndex {
             cfg.application_name("stowage");
         }
         let target = describe_target(&cfg);
-        let manager = Manager::from_config(cfg, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        let manager = Manager::from_config(cfg, tls(opts.ca_file.as_deref())?, ManagerConfig { recycling_method: RecyclingMethod::Fast });
         // Two connections at least: the engine holds one for its lock while it queries on others.
         let pool = Pool::builder(manager)
             .max_size(opts.max_connections.max(2))
@@ -456,6 +494,17 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_ca_file_that_is_not_pem_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ca.pem");
+        std::fs::write(&path, "not a certificate\n").unwrap();
+        let err = tls(Some(&path)).err().unwrap().to_string();
+        assert!(err.contains("ca.pem") && err.contains("no PEM certificate"), "{err}");
+        let err = tls(Some(&dir.path().join("missing.pem"))).err().unwrap().to_string();
+        assert!(err.contains("missing.pem"), "{err}");
+    }
+
     #[tokio::test]
     async fn a_bad_url_is_a_one_line_error_saying_how_to_write_it() {
         let opts = PgOptions {
@@ -463,6 +512,7 @@ mod tests {
             schema: "s".into(),
             max_connections: 2,
             connect_timeout: Duration::from_secs(1),
+            ca_file: None,
         };
         let err = PgIndex::open(&opts, Isolation::User).await.unwrap_err().to_string();
         assert!(err.contains("postgres://user@host:port/database") && !err.contains('\n'), "{err}");
@@ -473,7 +523,7 @@ mod tests {
         // A port nothing listens on: the connect is refused at once.
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let url = format!("postgres://u:secret-pw@127.0.0.1:{port}/db");
-        let opts = PgOptions { url, schema: "s".into(), max_connections: 2, connect_timeout: Duration::from_secs(2) };
+        let opts = PgOptions { url, schema: "s".into(), max_connections: 2, connect_timeout: Duration::from_secs(2), ca_file: None };
         let err = PgIndex::open(&opts, Isolation::User).await.unwrap_err();
         assert_eq!(err.code(), "artifact_storage_failed");
         let msg = err.to_string();
