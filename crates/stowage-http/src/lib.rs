@@ -89,12 +89,14 @@ pub fn routes(state: HttpState) -> Router {
         .with_state(state)
 }
 
-/// Ready when the store answers a trivial listing and the readiness check reports nothing.
+/// Ready when the store answers (its index and its blob storage: for the s3 backend, the
+/// database and the bucket) and the readiness check reports nothing. The body names only the
+/// error code (it is unauthenticated); the log has the whole error.
 async fn ready(axum::extract::State(state): axum::extract::State<HttpState>) -> axum::response::Response {
     use axum::response::IntoResponse;
-    let query = stowage_store::ListQuery { owner: Some(Default::default()), limit: 1, ..Default::default() };
     let mut not_ready = serde_json::Map::new();
-    if let Err(e) = state.store.list(query).await {
+    if let Err(e) = state.store.ready().await {
+        tracing::warn!(target: "stowage::store", "not ready: {e}");
         not_ready.insert("store".into(), serde_json::Value::String(e.code().to_owned()));
     }
     if let Some(check) = state.readiness.get() {

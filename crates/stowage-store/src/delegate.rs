@@ -51,6 +51,9 @@ macro_rules! delegate_store {
             async fn gc(&self) -> $crate::Result<$crate::GcReport> {
                 self.engine.gc().await
             }
+            async fn ready(&self) -> $crate::Result<()> {
+                self.engine.ready().await
+            }
         }
 
         $crate::delegate::sink_via_store!($ty);

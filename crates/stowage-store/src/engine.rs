@@ -12,7 +12,9 @@
 //! publishing a blob, inserting its row, deleting a row and then its blob if unreferenced,
 //! gc — runs under one async mutex, so a put of some bytes can never lose its blob to a
 //! concurrent delete of the same bytes by another owner. Reads take no lock; a read racing
-//! a delete either sees the artifact or fails.
+//! a delete either sees the artifact or fails. An index shared by several processes
+//! (PostgreSQL) extends that mutex across them with [`Index::lock_decisions`], taken right
+//! after it, so the same holds for instances sharing one database and bucket.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -79,6 +81,18 @@ impl<I: Index, B: Blobs> Engine<I, B> {
 
     pub fn isolation(&self) -> Isolation {
         self.isolation
+    }
+
+    #[cfg_attr(not(all(feature = "postgres", feature = "s3")), allow(dead_code))]
+    pub fn blobs(&self) -> &B {
+        &self.blobs
+    }
+
+    /// The record behind a presigned URL: the same access and expiry checks as a read, and it
+    /// counts as one for LRU.
+    #[cfg_attr(not(all(feature = "postgres", feature = "s3")), allow(dead_code))]
+    pub async fn resolve_for_presign(&self, access: &Access, id: &ArtifactId) -> Result<Record> {
+        self.resolve_and_touch(access, id).await
     }
 
     fn key(&self, owner: &Owner) -> String {
@@ -230,6 +244,7 @@ impl<I: Index, B: Blobs> Engine<I, B> {
         let ttl = opts.ttl.unwrap_or(self.config.ttl);
 
         let _guard = self.lock.lock().await;
+        let _shared = self.index.lock_decisions().await?;
         let now = self.now();
         let tick = self.tick(now);
         let expires_at = floor_secs(now.saturating_add(duration_nanos(ttl)));
@@ -424,6 +439,7 @@ impl<I: Index, B: Blobs> ArtifactStore for Engine<I, B> {
             Access::Operator => self.index.get_all(id).await?.into_iter().map(|r| r.owner_key).collect(),
         };
         let _guard = self.lock.lock().await;
+        let _shared = self.index.lock_decisions().await?;
         let now = self.now();
         let mut deleted = false;
         for owner_key in owners {
@@ -454,8 +470,20 @@ impl<I: Index, B: Blobs> ArtifactStore for Engine<I, B> {
         Ok(ListPage { items: records.iter().map(Record::to_ref).collect(), next })
     }
 
+    async fn ready(&self) -> Result<()> {
+        self.index.ping().await?;
+        self.blobs.ping().await
+    }
+
     async fn gc(&self) -> Result<GcReport> {
+        // One sweeper at a time over a shared index: another process already sweeping does
+        // this one's work, so waiting for it would only repeat the sweep.
+        let Some(_sweeper) = self.index.try_lock_sweeper().await? else {
+            tracing::debug!("gc: another instance is sweeping the shared store; skipped");
+            return Ok(GcReport { skipped: true, ..GcReport::default() });
+        };
         let _guard = self.lock.lock().await;
+        let _shared = self.index.lock_decisions().await?;
         self.index.flush_accesses().await?;
         let mut report = GcReport::default();
         let (expired, freed) = self.purge_expired(self.now(), None).await?;

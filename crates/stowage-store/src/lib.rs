@@ -52,6 +52,8 @@ mod noop;
 mod private;
 mod record;
 mod retention;
+#[cfg(all(feature = "postgres", feature = "s3"))]
+mod shared;
 
 use std::ops::Range;
 use std::pin::Pin;
@@ -70,6 +72,8 @@ pub use noop::{NOOP_WARNING, NoOpStore};
 #[cfg(feature = "sqlite")]
 pub use private::{DIR_MODE, FILE_MODE, LooseEntry, PermissionReport};
 pub use retention::{CleanupStrategy, RetentionConfig};
+#[cfg(all(feature = "postgres", feature = "s3"))]
+pub use shared::{DEFAULT_SHARED_GC_GRACE, S3Location, SharedStore, SharedStoreBuilder};
 pub use stowage_core::{ArtifactId, ArtifactRef, ArtifactScope, ArtifactSink, Isolation, Owner, PutOptions, StoreError};
 
 /// A shared, type-erased store: what the CLI and the server hold.
@@ -180,6 +184,10 @@ pub struct GcReport {
     pub temp_bytes_removed: u64,
     /// Bytes of blob storage freed.
     pub bytes_freed: u64,
+    /// True when another instance sharing the store was already sweeping it, so this gc did
+    /// nothing (that sweep covers the same records and blobs).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub skipped: bool,
 }
 
 /// An artifact store.
@@ -226,6 +234,12 @@ pub trait ArtifactStore: Send + Sync + 'static {
     /// Removes expired artifacts and unreferenced blobs, and repairs what a crash left
     /// (blobs without records, records without blobs, temp files).
     async fn gc(&self) -> Result<GcReport>;
+
+    /// Whether the store can serve requests now: its index and its blob storage answer (for
+    /// `/readyz`). The default lists one artifact.
+    async fn ready(&self) -> Result<()> {
+        self.list(ListQuery { owner: Some(Owner::default()), limit: 1, ..ListQuery::default() }).await.map(drop)
+    }
 
     /// True for the NoOp store, which keeps nothing.
     fn is_noop(&self) -> bool {

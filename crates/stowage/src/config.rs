@@ -38,14 +38,16 @@ pub struct Config {
     pub gateway: stowage_mcp::GatewayConfig,
     #[serde(default)]
     pub agent: stowage_agent::AgentConfig,
+    pub index: IndexConfig,
 }
 
 /// `[store]`: where artifacts live.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreConfig {
-    /// Which backend: `fs` (blobs on disk + embedded SQLite index), `memory` (lost on exit) or
-    /// `noop` (keeps nothing: offloaded content is replaced by a truncated marker).
+    /// Which backend: `fs` (blobs on disk + embedded SQLite index), `s3` (blobs in an S3 bucket,
+    /// records in PostgreSQL: several instances share them), `memory` (lost on exit) or `noop`
+    /// (keeps nothing: offloaded content is replaced by a truncated marker).
     pub backend: Backend,
     /// Directory of the `fs` backend (and of the default link-signing key). Relative paths
     /// are relative to the working directory. Unset: `stowage` in the platform's local data
@@ -59,11 +61,50 @@ pub struct StoreConfig {
     /// is per (tenant, user, session). Switching it on an existing `fs` store re-keys its
     /// index the next time the store opens.
     pub isolate_sessions: bool,
+    /// `s3` backend: the bucket.
+    pub bucket: String,
+    /// `s3` backend: the key prefix objects go under (`<prefix>/blobs/…`).
+    pub prefix: String,
+    /// `s3` backend: endpoint URL of an S3-compatible store (R2, MinIO); empty is AWS S3.
+    pub endpoint: String,
+    /// `s3` backend: region; empty takes `AWS_REGION`/`AWS_DEFAULT_REGION`, else `us-east-1`.
+    pub region: String,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        StoreConfig { backend: Backend::Fs, dir: None, isolate_sessions: false }
+        StoreConfig {
+            backend: Backend::Fs,
+            dir: None,
+            isolate_sessions: false,
+            bucket: String::new(),
+            prefix: "stowage".into(),
+            endpoint: String::new(),
+            region: String::new(),
+        }
+    }
+}
+
+/// `[index]`: where the `s3` backend keeps its records (the `fs` backend's index is the
+/// SQLite file in its directory).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IndexConfig {
+    /// `postgres://user@host:port/database` (a password is better in `PGPASSWORD`-style
+    /// secrets management than here, but the URL accepts one). Required by `backend = "s3"`.
+    pub url: String,
+    /// PostgreSQL schema holding the tables (created, and migrated, on start).
+    pub schema: String,
+    /// Most connections one instance opens.
+    pub max_connections: usize,
+    /// PEM file of CA certificates to trust for the database's TLS besides Mozilla's roots;
+    /// empty: those roots only. Whether TLS is used is the URL's `sslmode`.
+    pub ca_file: String,
+}
+
+impl Default for IndexConfig {
+    fn default() -> Self {
+        IndexConfig { url: String::new(), schema: "stowage".into(), max_connections: 16, ca_file: String::new() }
     }
 }
 
@@ -71,6 +112,7 @@ impl Default for StoreConfig {
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
     Fs,
+    S3,
     Memory,
     Noop,
 }
@@ -157,6 +199,17 @@ mod tests {
         assert_eq!((c.retention.max_user_bytes, c.retention.max_tenant_bytes), (10, 20));
         let err = Config::parse("[store]\nisolate_sessions = \"yes\"\n", Path::new("f")).unwrap_err().to_string();
         assert!(err.starts_with("f:2: ") && err.contains("bool"), "{err}");
+    }
+
+    #[test]
+    fn the_s3_backend_and_its_index_parse() {
+        let text =
+            "[store]\nbackend = \"s3\"\nbucket = \"b\"\nendpoint = \"http://127.0.0.1:9000\"\n[index]\nurl = \"postgres://u@db/stowage\"\n";
+        let c = Config::parse(text, Path::new("f")).unwrap();
+        assert_eq!((c.store.backend, c.store.bucket.as_str(), c.store.prefix.as_str()), (Backend::S3, "b", "stowage"));
+        assert_eq!(c.index.url, "postgres://u@db/stowage");
+        let err = Config::parse("[index]\nurll = \"x\"\n", Path::new("f")).unwrap_err().to_string();
+        assert!(err.starts_with("f:2: ") && err.contains("urll"), "{err}");
     }
 
     #[test]

@@ -8,10 +8,15 @@
 #[cfg(feature = "sqlite")]
 mod fs;
 mod memory;
+// Only SharedStore uses it, and that needs the PostgreSQL index too.
+#[cfg(all(feature = "postgres", feature = "s3"))]
+mod s3;
 
 #[cfg(feature = "sqlite")]
 pub(crate) use fs::FsBlobs;
 pub(crate) use memory::MemoryBlobs;
+#[cfg(all(feature = "postgres", feature = "s3"))]
+pub(crate) use s3::S3Blobs;
 
 use std::ops::Range;
 use std::pin::Pin;
@@ -83,6 +88,11 @@ pub(crate) trait Blobs: Send + Sync + 'static {
 
     /// Every blob, for gc.
     async fn list(&self) -> Result<Vec<BlobInfo>>;
+
+    /// Whether the blob storage answers, for readiness checks. Local storage always does.
+    async fn ping(&self) -> Result<()> {
+        Ok(())
+    }
 
     /// Removes leftovers of interrupted writes that are older than the grace period; says
     /// what it found and what it removed.

@@ -9,10 +9,15 @@
 //! their scope ids instead ([`Group`]), which stay on every record whatever the isolation.
 
 mod memory;
+// Only SharedStore uses it, and that needs the s3 blobs too.
+#[cfg(all(feature = "postgres", feature = "s3"))]
+mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
 pub(crate) use memory::MemoryIndex;
+#[cfg(all(feature = "postgres", feature = "s3"))]
+pub(crate) use postgres::{DEFAULT_SCHEMA as DEFAULT_PG_SCHEMA, PgIndex, PgOptions};
 #[cfg(feature = "sqlite")]
 pub(crate) use sqlite::SqliteIndex;
 
@@ -86,8 +91,32 @@ pub(crate) struct BlobUse {
     pub size: u64,
 }
 
+/// Held while the engine decides which records and blobs exist; dropping it releases the lock.
+pub(crate) type DecisionLock = Box<dyn Send>;
+
 #[async_trait]
 pub(crate) trait Index: Send + Sync + 'static {
+    /// Takes the lock that serialises, across every process sharing this index, the decisions
+    /// the engine's own mutex serialises within one: dedup, budget plans and eviction, publishing
+    /// a blob and inserting its row, deleting a row and then its unused blob, gc. The engine
+    /// takes its mutex first, so one process holds at most one of these at a time. An embedded
+    /// index has no other writer to exclude (the default).
+    async fn lock_decisions(&self) -> Result<DecisionLock> {
+        Ok(Box::new(()))
+    }
+
+    /// Claims the right to run gc, without waiting: `None` when another process is sweeping,
+    /// which then does this one's work too. Held for the whole sweep.
+    async fn try_lock_sweeper(&self) -> Result<Option<DecisionLock>> {
+        Ok(Some(Box::new(())))
+    }
+
+    /// Whether the index answers, for readiness checks: a trivial query.
+    async fn ping(&self) -> Result<()> {
+        let probe = ListFilter { owner_key: Some(String::new()), ..ListFilter::default() };
+        self.list(&probe, 0, 0, 1).await.map(drop)
+    }
+
     /// The owner's record of `id`, expired or not.
     async fn get(&self, owner_key: &str, id: &ArtifactId) -> Result<Option<Record>>;
 

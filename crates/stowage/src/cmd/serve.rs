@@ -212,6 +212,11 @@ async fn collect_garbage(store: Arc<dyn ArtifactStore>, every: std::time::Durati
     loop {
         tick.tick().await;
         match store.gc().await {
+            // Another instance sharing the store (s3 backend) is sweeping it right now.
+            Ok(r) if r.skipped => {
+                metrics::counter!("stowage_gc_runs_total", "outcome" => "skipped").increment(1);
+                tracing::debug!(target: "stowage::store", "gc skipped: another instance is sweeping the shared store");
+            }
             Ok(r) => {
                 metrics::counter!("stowage_gc_runs_total", "outcome" => "ok").increment(1);
                 tracing::info!(target: "stowage::store", expired = r.expired_records, orphans = r.orphan_blobs, dangling = r.dangling_records, temp_files = r.temp_files, temp_files_removed = r.temp_files_removed, temp_bytes = r.temp_bytes, bytes_freed = r.bytes_freed, "gc");

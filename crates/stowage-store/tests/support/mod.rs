@@ -1,0 +1,308 @@
+//! Throwaway storage peers for the shared-store tests: a PostgreSQL cluster (Debian's
+//! `postgresql` package) and S3 servers (moto, and s3rver where signatures and expiry must be
+//! checked), each on a free loopback port, stopped and removed on drop. Installed by
+//! `scripts/storage-peers.sh`; a missing peer skips the test loudly, or fails it under `CI`.
+#![allow(dead_code)] // each test file uses part of this
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Skips (returns `None`) with a loud message, or panics under `CI`, where nothing may be
+/// skipped.
+pub fn missing<T>(what: &str) -> Option<T> {
+    let msg = format!("{what} is not installed; run scripts/storage-peers.sh");
+    if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false") {
+        panic!("{msg}");
+    }
+    eprintln!("\n!!!!!!!! SKIPPED: {msg} !!!!!!!!\n");
+    None
+}
+
+pub fn peers_dir() -> PathBuf {
+    let dir = std::env::var_os("STOWAGE_PEERS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/peers"));
+    dir.canonicalize().unwrap_or(dir)
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn wait_for_port(port: u16, child: &mut Child, what: &str, log: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{what} exited ({status}) before listening: {}", std::fs::read_to_string(log).unwrap_or_default());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not listen on {port} within 30 s: {}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn is_root() -> bool {
+    // The owner of /proc/self is this process's uid; no libc call needed.
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").map(|m| m.uid() == 0).unwrap_or(false)
+}
+
+/// A PostgreSQL cluster in a temp directory, trusting local connections, on a free port.
+pub struct Postgres {
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+    pub port: u16,
+}
+
+impl Postgres {
+    /// Finds the newest PostgreSQL under /usr/lib/postgresql and starts a cluster (as the
+    /// `postgres` user when running as root: PostgreSQL refuses to run as root).
+    pub fn start() -> Option<Postgres> {
+        Self::start_inner(false)
+    }
+
+    /// [`Postgres::start`] with TLS on, serving a certificate for 127.0.0.1 from a fresh CA
+    /// ([`Postgres::ca_file`]).
+    pub fn start_tls() -> Option<Postgres> {
+        Self::start_inner(true)
+    }
+
+    /// The CA that signed the TLS cluster's certificate.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.path().join("ca.crt")
+    }
+
+    fn start_inner(tls: bool) -> Option<Postgres> {
+        let mut bins: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path().join("bin"))
+            .filter(|b| b.join("initdb").exists())
+            .collect();
+        bins.sort_by_key(|b| b.parent().and_then(|v| v.file_name()).and_then(|v| v.to_str()).and_then(|v| v.parse::<u32>().ok()));
+        let Some(bin) = bins.pop() else { return missing("PostgreSQL (/usr/lib/postgresql/*/bin/initdb)") };
+        let dir = tempfile::tempdir().unwrap();
+        if is_root() {
+            let status = Command::new("chown").args(["-R", "postgres:postgres"]).arg(dir.path()).status().unwrap();
+            assert!(status.success(), "chown of the cluster directory failed");
+        }
+        let pg = Postgres { dir, bin, port: free_port() };
+        let data = pg.dir.path().join("data");
+        pg.run("initdb", &["-D", data.to_str().unwrap(), "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8"]);
+        let mut opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200",
+            pg.port,
+            pg.dir.path().display()
+        );
+        if tls {
+            let d = pg.dir.path();
+            let (crt, key) = (d.join("server.crt"), d.join("server.key"));
+            std::fs::write(d.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n").unwrap();
+            // A CA, and a server certificate for 127.0.0.1 signed by it.
+            for args in [
+                "req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=stowage-test-ca -keyout ca.key -out ca.crt",
+                "req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout server.key -out server.csr",
+                "x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 -extfile ext.cnf -out server.crt",
+            ] {
+                let Ok(made) = Command::new("openssl").args(args.split(' ')).current_dir(d).output() else { return missing("openssl") };
+                assert!(made.status.success(), "openssl {args}: {}", String::from_utf8_lossy(&made.stderr));
+            }
+            if is_root() {
+                assert!(Command::new("chown").args(["postgres:postgres"]).arg(&crt).arg(&key).status().unwrap().success());
+            }
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+            opts.push_str(&format!(" -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}", crt.display(), key.display()));
+        }
+        let log = pg.dir.path().join("postgres.log");
+        pg.run("pg_ctl", &["-D", data.to_str().unwrap(), "-o", &opts, "-l", log.to_str().unwrap(), "-w", "-t", "60", "start"]);
+        Some(pg)
+    }
+
+    fn run(&self, tool: &str, args: &[&str]) {
+        let exe = self.bin.join(tool);
+        let mut cmd = if is_root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&exe);
+            c
+        } else {
+            Command::new(&exe)
+        };
+        let out = cmd.args(args).current_dir(self.dir.path()).stdin(Stdio::null()).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{tool} {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// A URL to a fresh database of this cluster.
+    pub fn create_database(&self, name: &str) -> String {
+        self.run("createdb", &["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "postgres", name]);
+        self.url(name)
+    }
+
+    pub fn url(&self, db: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)
+    }
+
+    /// Runs SQL through psql (to break things on purpose).
+    pub fn psql(&self, db: &str, sql: &str) -> String {
+        let out = Command::new(self.bin.join("psql"))
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "postgres", "-d", db, "-At", "-c", sql])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "psql {sql:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    pub fn stop(&self) {
+        let data = self.dir.path().join("data");
+        let out = if is_root() {
+            Command::new("runuser")
+                .args(["-u", "postgres", "--"])
+                .arg(self.bin.join("pg_ctl"))
+                .args(["-D"])
+                .arg(&data)
+                .args(["-m", "immediate", "-w", "stop"])
+                .output()
+        } else {
+            Command::new(self.bin.join("pg_ctl")).arg("-D").arg(&data).args(["-m", "immediate", "-w", "stop"]).output()
+        };
+        drop(out);
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Which S3 server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum S3Kind {
+    /// moto: the whole API, no signature checks.
+    Moto,
+    /// s3rver: checks signatures and presigned expiry (credentials S3RVER/S3RVER).
+    S3rver,
+}
+
+/// A local S3 server with one bucket.
+pub struct S3Server {
+    child: Child,
+    _dir: tempfile::TempDir,
+    pub port: u16,
+    pub bucket: String,
+    pub kind: S3Kind,
+}
+
+impl S3Server {
+    pub fn start(kind: S3Kind, bucket: &str) -> Option<S3Server> {
+        let peers = peers_dir();
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let log_path = dir.path().join("server.log");
+        let log = std::fs::File::create(&log_path).unwrap();
+        let mut cmd = match kind {
+            S3Kind::Moto => {
+                let exe = peers.join("venv/bin/moto_server");
+                if !exe.exists() {
+                    return missing(&format!("moto_server ({})", exe.display()));
+                }
+                let mut c = Command::new(exe);
+                c.args(["-H", "127.0.0.1", "-p", &port.to_string()]);
+                c
+            }
+            S3Kind::S3rver => {
+                let js = peers.join("node_modules/s3rver/bin/s3rver.js");
+                if !js.exists() {
+                    return missing(&format!("s3rver ({})", js.display()));
+                }
+                let mut c = Command::new("node");
+                c.arg(js).arg("-d").arg(dir.path().join("data")).args([
+                    "-a",
+                    "127.0.0.1",
+                    "-p",
+                    &port.to_string(),
+                    "--configure-bucket",
+                    bucket,
+                ]);
+                c
+            }
+        };
+        std::fs::create_dir_all(dir.path().join("data")).unwrap();
+        let mut child = cmd.stdin(Stdio::null()).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
+        wait_for_port(port, &mut child, &format!("{kind:?}"), &log_path);
+        let server = S3Server { child, _dir: dir, port, bucket: bucket.to_owned(), kind };
+        if kind == S3Kind::Moto {
+            // moto checks no signature, so a bare PUT makes the bucket.
+            let (status, body) = server.raw("PUT", &format!("/{bucket}"));
+            assert!(status.starts_with("HTTP/1.1 200"), "create bucket: {status} {body}");
+        }
+        Some(server)
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn credentials(&self) -> (&'static str, &'static str) {
+        match self.kind {
+            S3Kind::Moto => ("testing", "testing"),
+            S3Kind::S3rver => ("S3RVER", "S3RVER"),
+        }
+    }
+
+    pub fn location(&self, prefix: &str) -> stowage_store::S3Location {
+        stowage_store::S3Location {
+            bucket: self.bucket.clone(),
+            prefix: prefix.to_owned(),
+            endpoint: Some(self.endpoint()),
+            region: Some("us-east-1".into()),
+        }
+    }
+
+    /// One unsigned HTTP/1.1 request; the status line and body.
+    pub fn raw(&self, method: &str, path: &str) -> (String, String) {
+        raw_http(self.port, method, path)
+    }
+
+    /// Stops the server (to test an unreachable bucket).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One HTTP/1.1 request on loopback without a client library: the status line and body.
+pub fn raw_http(port: u16, method: &str, path_and_query: &str) -> (String, String) {
+    let text = raw_response(port, method, path_and_query);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (head.lines().next().unwrap_or("").to_owned(), body.to_owned())
+}
+
+/// One HTTP/1.1 request on loopback: the whole response, headers and body.
+pub fn raw_response(port: u16, method: &str, path_and_query: &str) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "{method} {path_and_query} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}

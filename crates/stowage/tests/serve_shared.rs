@@ -1,0 +1,265 @@
+//! Two `stowage serve` processes sharing one S3 bucket (moto) and one PostgreSQL database, as a
+//! deployment behind a load balancer runs them: an artifact offloaded through A downloads
+//! through B with the link A minted (the same key source on both); killing A in the middle of
+//! an upload leaves no artifact visible anywhere; `/readyz` fails when the bucket goes away.
+
+#[path = "../../stowage-store/tests/support/mod.rs"]
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::{Postgres, S3Kind, S3Server};
+
+/// A link-signing secret both instances read from the same variable (base64url, 32 bytes).
+const LINK_KEY: &str = "c3Rvd2FnZS10ZXN0LWxpbmsta2V5LTMyLWJ5dGVzLW9r";
+
+struct Server {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn config(s3: &S3Server, pg_url: &str) -> String {
+    format!(
+        "[store]\nbackend = \"s3\"\nbucket = \"{}\"\nendpoint = \"{}\"\nregion = \"us-east-1\"\n\n\
+         [index]\nurl = \"{pg_url}\"\n\n\
+         [links]\nkeys = [{{ id = \"shared\", secret_env = \"STOWAGE_TEST_LINK_KEY\" }}]\n\n\
+         [gateway]\nmax_request_bytes = 67108864\n",
+        s3.bucket,
+        s3.endpoint()
+    )
+}
+
+fn start(config: &str) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("stowage.toml");
+    std::fs::write(&conf, config).unwrap();
+    let port = support::free_port();
+    let log = std::fs::File::create(dir.path().join("serve.log")).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_stowage"))
+        .current_dir(dir.path())
+        .args(["--config", conf.to_str().unwrap()])
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        // Credentials only from the environment, as in production.
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("STOWAGE_TEST_LINK_KEY", LINK_KEY)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let server = Server { child, port, _dir: dir };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while http(port, "GET", "/healthz", &[], None).0 != 200 {
+        let log = std::fs::read_to_string(server._dir.path().join("serve.log")).unwrap_or_default();
+        assert!(Instant::now() < deadline, "stowage serve did not come up: {log}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    server
+}
+
+/// A bare HTTP/1.1 exchange: (status, headers lowercased, body).
+fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&[u8]>) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return (0, vec![], vec![]) };
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if let Some(b) = body {
+        req.push_str(&format!("Content-Length: {}\r\n", b.len()));
+    }
+    req.push_str("\r\n");
+    if s.write_all(req.as_bytes()).is_err() || body.is_some_and(|b| s.write_all(b).is_err()) {
+        return (0, vec![], vec![]);
+    }
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let Some(split) = raw.windows(4).position(|w| w == b"\r\n\r\n") else { return (0, vec![], vec![]) };
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let mut body = raw[split + 4..].to_vec();
+    let mut lines = head.lines();
+    let status: u16 = lines.next().unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
+    let headers: Vec<(String, String)> =
+        lines.filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))).collect();
+    if headers.iter().any(|(k, v)| k == "transfer-encoding" && v.contains("chunked")) {
+        body = dechunk(&body);
+    }
+    (status, headers, body)
+}
+
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let end = b.windows(2).position(|w| w == b"\r\n").unwrap();
+        let n = usize::from_str_radix(std::str::from_utf8(&b[..end]).unwrap().trim(), 16).unwrap();
+        if n == 0 {
+            return out;
+        }
+        out.extend_from_slice(&b[end + 2..end + 2 + n]);
+        b = &b[end + 4 + n..];
+    }
+}
+
+/// A minimal MCP client over Streamable HTTP (JSON responses).
+struct Client {
+    port: u16,
+    session: Option<String>,
+}
+
+impl Client {
+    fn connect(port: u16) -> Client {
+        let mut c = Client { port, session: None };
+        let (status, v) =
+            c.rpc("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}));
+        assert_eq!(status, 200, "{v}");
+        c
+    }
+
+    fn rpc(&mut self, method: &str, params: Value) -> (u16, Value) {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();
+        let mut headers = vec![("Content-Type", "application/json"), ("Accept", "application/json")];
+        let sid = self.session.clone();
+        if let Some(s) = &sid {
+            headers.push(("Mcp-Session-Id", s));
+        }
+        let (status, h, body) = http(self.port, "POST", "/mcp", &headers, Some(body.as_bytes()));
+        if method == "initialize" {
+            self.session = h.iter().find(|(k, _)| k == "mcp-session-id").map(|(_, v)| v.clone());
+        }
+        (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+    }
+
+    fn call(&mut self, tool: &str, args: Value) -> Value {
+        let (status, v) = self.rpc("tools/call", json!({"name": tool, "arguments": args}));
+        assert_eq!(status, 200, "{v}");
+        v["result"].clone()
+    }
+}
+
+fn path_of(url: &str) -> String {
+    url.split_once("://").unwrap().1.split_once('/').map(|(_, p)| format!("/{p}")).unwrap()
+}
+
+#[test]
+fn two_instances_share_artifacts_links_and_nothing_half_written() {
+    let Some(pg) = Postgres::start() else { return };
+    let Some(mut s3) = S3Server::start(S3Kind::Moto, "artifacts") else { return };
+    let url = pg.create_database("stowage");
+    let conf = config(&s3, &url);
+    let mut a = start(&conf);
+    let b = start(&conf);
+
+    // Offloaded through A; the link A minted downloads through B.
+    let result = Client::connect(a.port).call("get_report", json!({}));
+    let asset = &result["structuredContent"]["assets"][0];
+    let (id, link) = (asset["id"].as_str().unwrap().to_owned(), asset["uri"].as_str().unwrap().to_owned());
+    assert!(link.contains(&format!("/artifacts/{id}?token=")), "{result}");
+    let (status, _, pdf) = http(b.port, "GET", &path_of(&link), &[], None);
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&pdf));
+    assert!(pdf.starts_with(b"%PDF-"));
+    // And B knows it by id too: a fresh link from B's artifact_url tool.
+    let fresh = Client::connect(b.port).call("artifact_url", json!({"id": id}));
+    assert_ne!(fresh["isError"], true, "{fresh}");
+    let count = || pg.psql("stowage", "SELECT count(*) FROM stowage.artifacts");
+    assert_eq!(count(), "1");
+    // The operator's CLI on the same config sees it too.
+    let conf_file = a._dir.path().join("stowage.toml");
+    let ls = Command::new(env!("CARGO_BIN_EXE_stowage"))
+        .args(["--config", conf_file.to_str().unwrap(), "artifacts", "ls"])
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .output()
+        .unwrap();
+    assert!(ls.status.success(), "{}", String::from_utf8_lossy(&ls.stderr));
+    assert!(String::from_utf8_lossy(&ls.stdout).contains(&id), "{}", String::from_utf8_lossy(&ls.stdout));
+
+    // A big result on A (12 MB of text, offloaded as a multipart upload; the demo's SDK caps a
+    // message at 16 MiB), and A killed while that upload is open in the bucket.
+    let big = "x".repeat(12 << 20);
+    let port = a.port;
+    let caller =
+        std::thread::spawn(move || Client::connect(port).rpc("tools/call", json!({"name": "echo", "arguments": {"message": big}})));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, body) = s3.raw("GET", &format!("/{}?uploads", s3.bucket));
+        if body.contains("<UploadId>") {
+            break;
+        }
+        if caller.is_finished() {
+            let (status, v) = caller.join().unwrap();
+            let text = v.to_string();
+            panic!("the call ended before its upload was seen: {status} {}", &text[..text.len().min(2000)]);
+        }
+        if Instant::now() > deadline {
+            let log = std::fs::read_to_string(a._dir.path().join("serve.log")).unwrap_or_default();
+            panic!("the upload never started; A's log: {}", &log[log.len().saturating_sub(3000)..]);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    let (status, _) = caller.join().unwrap();
+    assert_ne!(status, 200, "the call died with its instance");
+    // Nothing of it is visible: no record, and the only blob is the report's.
+    assert_eq!(count(), "1", "no record of the killed upload");
+    let (_, listing) = s3.raw("GET", &format!("/{}?list-type=2&prefix=stowage/blobs/", s3.bucket));
+    assert_eq!(listing.matches("<Key>").count(), 1, "{listing}");
+    let (status, _, _) = http(b.port, "GET", "/readyz", &[], None);
+    assert_eq!(status, 200, "B carries on");
+
+    // The bucket goes away: B is not ready, and says the store is why.
+    s3.kill();
+    let (status, _, body) = http(b.port, "GET", "/readyz", &[], None);
+    assert_eq!(status, 503);
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["not_ready"]["store"], "artifact_storage_failed", "{body}");
+}
+
+/// Quotas are the store's, not an instance's: calls on both instances at once, each offloading
+/// a different 30 000-character result, fill one user's budget exactly; every call past it is
+/// refused by the store (its text then goes through the observation clamp, as text the store
+/// cannot take always does).
+#[test]
+fn a_budget_holds_while_two_instances_write_at_once() {
+    let Some(pg) = Postgres::start() else { return };
+    let Some(s3) = S3Server::start(S3Kind::Moto, "artifacts") else { return };
+    let url = pg.create_database("stowage");
+    let conf = format!("{}\n[retention]\nmax_user_bytes = 150000\ncleanup_strategy = \"none\"\n", config(&s3, &url));
+    let (a, b) = (start(&conf), start(&conf));
+    let calls: Vec<_> = (0..12)
+        .map(|i| {
+            let port = if i % 2 == 0 { a.port } else { b.port };
+            std::thread::spawn(move || {
+                let message = format!("{i:02}{}", "y".repeat(29_998));
+                Client::connect(port).call("echo", json!({"message": message}))
+            })
+        })
+        .collect();
+    let mut refused = 0;
+    for call in calls {
+        let result = call.join().unwrap();
+        let text = result.to_string();
+        assert!(!text.contains(&"y".repeat(20_000)), "the text never stays inline");
+        let report = &result["_meta"]["io.stowage/transform"];
+        if report["artifacts"] == 0 {
+            // Refused by the budget: the clamp cuts the text down, with a warning.
+            assert!(text.contains("[truncated: 20000 chars]") && report["warnings"].as_u64() >= Some(1), "{text}");
+            refused += 1;
+        }
+    }
+    let stored = pg.psql("stowage", "SELECT count(*) || ' ' || sum(size) FROM stowage.artifacts");
+    assert_eq!(stored, "5 150000", "exactly the budget was stored");
+    assert_eq!(refused, 7);
+}
