@@ -3,10 +3,16 @@
 //! generic parameters (private backend pairs) stay private.
 
 /// `delegate_store!(FsStore)` for `struct FsStore { engine: Engine<..>, .. }`.
+/// `delegate_store!(SharedStore, { async fn direct_url(..) .. })` adds methods a backend
+/// overrides (those the engine cannot offer for every backend pair).
 macro_rules! delegate_store {
     ($ty:ty) => {
+        $crate::delegate::delegate_store!($ty, {});
+    };
+    ($ty:ty, { $($extra:tt)* }) => {
         #[async_trait::async_trait]
         impl $crate::ArtifactStore for $ty {
+            $($extra)*
             async fn put_bytes(&self, data: bytes::Bytes, opts: stowage_core::PutOptions) -> $crate::Result<stowage_core::ArtifactRef> {
                 self.engine.put_bytes(data, opts).await
             }

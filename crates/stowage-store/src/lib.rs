@@ -245,4 +245,14 @@ pub trait ArtifactStore: Send + Sync + 'static {
     fn is_noop(&self) -> bool {
         false
     }
+
+    /// A URL the storage backend itself serves the artifact's bytes at, valid for
+    /// `expires_in`, after the same access and expiry checks as a read; `None` for a backend
+    /// without such URLs (the default). For tools only (blob chaining's `presign_direct`): the
+    /// bytes then bypass the gateway, and the URL names the bucket, so it is never a link
+    /// for people.
+    async fn direct_url(&self, access: &Access, id: &ArtifactId, expires_in: std::time::Duration) -> Result<Option<String>> {
+        let _ = (access, id, expires_in);
+        Ok(None)
+    }
 }

@@ -218,4 +218,8 @@ impl SharedStoreBuilder {
     }
 }
 
-delegate_store!(SharedStore);
+delegate_store!(SharedStore, {
+    async fn direct_url(&self, access: &Access, id: &ArtifactId, expires_in: Duration) -> Result<Option<String>> {
+        self.presigned_url(access, id, expires_in).await.map(Some)
+    }
+});

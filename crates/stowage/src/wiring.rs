@@ -125,6 +125,11 @@ fn check_backend_keys(config: &Config) -> anyhow::Result<()> {
             );
         }
     } else {
+        if config.gateway.chaining.presign_direct {
+            bail!(
+                "gateway.chaining.presign_direct needs [store] backend = \"s3\": only an object store serves presigned URLs; remove it or switch the backend"
+            );
+        }
         let set: Vec<&str> = [("bucket", &store.bucket), ("endpoint", &store.endpoint), ("region", &store.region)]
             .into_iter()
             .filter(|(_, v)| !v.is_empty())
@@ -207,6 +212,12 @@ mod tests {
         assert!(err("[store]\nbackend = \"s3\"\nbucket = \"b\"\n").contains("needs [index] url"));
         let no_keys = err("[store]\nbackend = \"s3\"\nbucket = \"b\"\n[index]\nurl = \"postgres://db/x\"\n");
         assert!(no_keys.contains("[links] keys") && no_keys.contains("another"), "{no_keys}");
+    }
+
+    #[test]
+    fn presign_direct_needs_the_s3_backend() {
+        let e = err("[gateway.chaining]\npresign_direct = true\n");
+        assert!(e.starts_with("gateway.chaining.presign_direct needs [store] backend = \"s3\""), "{e}");
     }
 
     #[test]

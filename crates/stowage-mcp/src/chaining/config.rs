@@ -36,6 +36,11 @@ pub struct ChainingConfig {
     /// Largest body a tool may upload to one output blob's slot, in bytes (the store's
     /// `retention.max_artifact_bytes` applies too).
     pub max_output_bytes: u64,
+    /// `url` tools get the storage backend's own presigned URL instead of a gateway link, so
+    /// the bytes go from the bucket to the tool without passing through the gateway. Only
+    /// with `[store] backend = "s3"` (refused otherwise). Links for people always go through
+    /// the gateway: a presigned URL names the bucket.
+    pub presign_direct: bool,
 }
 
 impl Default for ChainingConfig {
@@ -46,6 +51,7 @@ impl Default for ChainingConfig {
             input_link_ttl_secs: 300,
             max_materialize_bytes: 16 << 20,
             max_output_bytes: 50 << 20,
+            presign_direct: false,
         }
     }
 }

@@ -113,6 +113,13 @@ async fn materialize(
             let ttl = env.config.input_link_ttl();
             match mode {
                 InputMode::Url => {
+                    if env.config.presign_direct {
+                        // The backend's own URL: the same access and expiry checks as a read.
+                        let direct = store.direct_url(&Access::owner_of(scope), &meta.id, ttl).await.map_err(store_error(uri))?;
+                        if let Some(url) = direct {
+                            return Ok(Some(url));
+                        }
+                    }
                     let signer = env.signer.ok_or_else(|| {
                         ToolError::bad_request(format!(
                             "{tool} takes artifacts as signed URLs, but signed links are off: enable [links] or set another input mode for it in [gateway.chaining.inputs]"
