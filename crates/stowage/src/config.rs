@@ -38,6 +38,7 @@ pub struct Config {
     pub gateway: stowage_mcp::GatewayConfig,
     #[serde(default)]
     pub agent: stowage_agent::AgentConfig,
+    #[serde(default)]
     pub index: IndexConfig,
 }
 
