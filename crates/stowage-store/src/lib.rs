@@ -246,6 +246,13 @@ pub trait ArtifactStore: Send + Sync + 'static {
         false
     }
 
+    /// Whether `bucket` is this store's own object-store bucket (the `s3` backend's), so an
+    /// `s3://` URI into it may be handed to a tool (blob chaining's scheme policy).
+    fn owns_bucket(&self, bucket: &str) -> bool {
+        let _ = bucket;
+        false
+    }
+
     /// A URL the storage backend itself serves the artifact's bytes at, valid for
     /// `expires_in`, after the same access and expiry checks as a read; `None` for a backend
     /// without such URLs (the default). For tools only (blob chaining's `presign_direct`): the

@@ -46,6 +46,7 @@ pub struct S3Location {
 pub struct SharedStore {
     engine: Engine<PgIndex, S3Blobs>,
     target: String,
+    bucket: String,
 }
 
 impl std::fmt::Debug for SharedStore {
@@ -214,11 +215,14 @@ impl SharedStoreBuilder {
         let target = format!("{target} + {}", index.target());
         let settings =
             Settings { config: self.retention, clock: self.clock, failpoints: Failpoints::default(), isolation: self.isolation, last_tick };
-        Ok(SharedStore { engine: Engine::new(index, blobs, settings), target })
+        Ok(SharedStore { engine: Engine::new(index, blobs, settings), target, bucket: loc.bucket.clone() })
     }
 }
 
 delegate_store!(SharedStore, {
+    fn owns_bucket(&self, bucket: &str) -> bool {
+        self.bucket == bucket
+    }
     async fn direct_url(&self, access: &Access, id: &ArtifactId, expires_in: Duration) -> Result<Option<String>> {
         self.presigned_url(access, id, expires_in).await.map(Some)
     }

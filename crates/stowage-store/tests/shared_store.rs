@@ -357,7 +357,7 @@ async fn on_a_signature_checking_server_presigned_urls_work_and_then_expire() {
     let err = store.presigned_url(&stranger, &r.id, Duration::from_secs(60)).await.unwrap_err();
     assert!(matches!(err, StoreError::NotFound { .. }), "{err}");
     // A backend without its own URLs says so, and chaining falls back to gateway links.
-    let memory = stowage_store::MemoryStore::new(stowage_store::RetentionConfig::default());
+    let memory = stowage_store::MemoryStore::new(RetentionConfig::default());
     let m = memory.put_bytes(Bytes::from_static(b"x"), PutOptions::scoped(scope.clone())).await.unwrap();
     assert_eq!(memory.direct_url(&access, &m.id, Duration::from_secs(60)).await.unwrap(), None);
 }

@@ -144,14 +144,16 @@ async fn materialize(
         },
         "s3" => {
             let bucket = uri["s3://".len()..].split('/').next().unwrap_or_default();
-            if env.s3.owns(bucket) {
-                // The S3 backend owns it: the bucket's objects are artifacts; once that backend
-                // lands, this resolves the object to its artifact and materializes it like one.
-                Err(forbidden(format!("{uri}: s3:// inputs are not materialized yet; pass the artifact:// URI instead")))
-            } else {
-                Err(forbidden(format!(
+            match (env.s3.owns(bucket), mode) {
+                // The store's own bucket: a `url` tool reads it with its own access to the
+                // bucket, as it would an https:// URL; the gateway only vouches for the bucket.
+                (true, InputMode::Url) => Ok(None),
+                (true, _) => Err(forbidden(format!(
+                    "{uri}: {tool} takes content, not object keys; pass the artifact:// URI of the result instead and the gateway gives it the bytes"
+                ))),
+                (false, _) => Err(forbidden(format!(
                     "{uri}: bucket \"{bucket}\" is not a bucket of this gateway's store; pass an artifact:// URI or an https:// URL"
-                )))
+                ))),
             }
         }
         other => Err(forbidden(format!(
@@ -308,6 +310,30 @@ mod tests {
         assert_eq!(scheme_of("plain text"), None);
         assert_eq!(scheme_of("1ab://x"), None);
         assert_eq!(scheme_of("artifact://"), None);
+    }
+
+    /// s3:// is accepted only for the store's own bucket, and there only for `url` tools (they
+    /// read the object themselves); content modes need the artifact:// URI.
+    #[tokio::test]
+    async fn s3_uris_pass_only_into_the_stores_own_bucket_and_only_for_url_tools() {
+        struct Ours;
+        impl S3Buckets for Ours {
+            fn owns(&self, bucket: &str) -> bool {
+                bucket == "ours"
+            }
+        }
+        let config = ChainingConfig::default();
+        let env = InputEnv { store: None, signer: None, config: &config, s3: &Ours };
+        let scope = ArtifactScope::default();
+        let mut done = Materialized::default();
+        let own = materialize(&env, "t", InputMode::Url, &scope, "s3://ours/stowage/blobs/ab/abcd", &mut done).await;
+        assert_eq!(own.unwrap(), None, "passed through as written");
+        let inline = materialize(&env, "t", InputMode::Base64, &scope, "s3://ours/k", &mut done).await.unwrap_err();
+        assert_eq!(inline.code, "artifact_forbidden");
+        assert!(inline.message.contains("pass the artifact:// URI"), "{}", inline.message);
+        let theirs = materialize(&env, "t", InputMode::Url, &scope, "s3://theirs/k", &mut done).await.unwrap_err();
+        assert_eq!(theirs.code, "artifact_forbidden");
+        assert!(theirs.message.contains("not a bucket of this gateway's store"), "{}", theirs.message);
     }
 
     #[test]

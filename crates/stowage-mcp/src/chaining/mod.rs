@@ -16,7 +16,8 @@
 //! The scheme policy (only for tools with a rule, whose arguments the gateway reads):
 //! `artifact://` is ours and looked up as the caller's owner; `https://` passes through, and is
 //! fetched on the model's behalf only from hosts on `fetch_allowed_hosts` (no SSRF); `s3://`
-//! only for a bucket the store's S3 backend owns ([`S3Buckets`], none today); anything else is
+//! only into the store's own bucket ([`S3Buckets`]: the `s3` backend owns its bucket), passed
+//! through to `url` tools, which read it themselves; anything else is
 //! refused. Every refusal is a one-line `code: message` tool error and the upstream is not
 //! called.
 
@@ -41,5 +42,14 @@ pub struct NoS3;
 impl S3Buckets for NoS3 {
     fn owns(&self, _bucket: &str) -> bool {
         false
+    }
+}
+
+/// The gateway's artifact store decides: the `s3` backend owns its configured bucket.
+pub(crate) struct StoreBuckets<'a>(pub Option<&'a std::sync::Arc<dyn stowage_store::ArtifactStore>>);
+
+impl S3Buckets for StoreBuckets<'_> {
+    fn owns(&self, bucket: &str) -> bool {
+        self.0.is_some_and(|s| s.owns_bucket(bucket))
     }
 }

@@ -394,11 +394,12 @@ impl Gateway {
         scope: &stowage_core::ArtifactScope,
         params: &mut Value,
     ) -> Result<ChainCall, crate::local_tools::ToolError> {
+        let buckets = crate::chaining::StoreBuckets(self.artifacts.get());
         let env = crate::chaining::InputEnv {
             store: self.artifacts.get(),
             signer: self.links.get().map(stowage_http::LinkService::signer),
             config: &self.config.chaining,
-            s3: &crate::chaining::NoS3,
+            s3: &buckets,
         };
         let mut chain = ChainCall::default();
         // Declared blobs first: a tool that says which fields are blobs gets exactly those.
