@@ -201,6 +201,9 @@ impl Planner {
             (c.session.clone(), c.history.clone())
         };
         messages.push(ChatMessage::User(req.query.clone()));
+        // The same start-up rule as a client's tools/list: upstreams still on their first
+        // attempt get the grace, so a run started the moment serve listens sees every tool.
+        self.gateway.wait_startup().await;
         let defs = self.gateway.list_tools(&session);
         let schemas: HashMap<String, Value> = defs
             .iter()
