@@ -75,6 +75,24 @@ struct FinishGuard<'a> {
 }
 
 impl FinishGuard<'_> {
+    /// A call refused before it reached its upstream (blob chaining's inputs or slots): it
+    /// finishes as a tool error and the error is its result; nothing was sent or measured.
+    fn refuse(&mut self, e: crate::local_tools::ToolError) -> CallReply {
+        self.finish(CallOutcome::ToolError, Some(e.to_string()), [0; 4], 0);
+        let report = CallReport {
+            call: self.call,
+            tool: self.tool.clone(),
+            upstream: self.upstream.clone(),
+            latency: self.started.elapsed(),
+            bytes_in: 0,
+            bytes_out: 0,
+            tokens_in: 0,
+            tokens_out: 0,
+            transform: None,
+        };
+        CallReply::Rewritten(e.into_result(), report)
+    }
+
     fn finish(&mut self, outcome: CallOutcome, error: Option<String>, sizes: [u64; 4], artifacts: usize) {
         self.armed = false;
         let [bytes_in, bytes_out, tokens_in, tokens_out] = sizes;
@@ -202,21 +220,8 @@ impl Gateway {
         let chain = match self.translate_chain_inputs(&name, &tool, &scope, &mut params).await {
             Ok(m) => m,
             Err(e) => {
-                let message = e.to_string();
-                guard.finish(CallOutcome::ToolError, Some(message.clone()), [0; 4], 0);
-                tracing::info!(target: "stowage::call", upstream = %upstream, tool = %name, error = %message, "tool call refused: inputs");
-                let report = CallReport {
-                    call,
-                    tool: name,
-                    upstream,
-                    latency: guard.started.elapsed(),
-                    bytes_in: 0,
-                    bytes_out: 0,
-                    tokens_in: 0,
-                    tokens_out: 0,
-                    transform: None,
-                };
-                return Ok(CallReply::Rewritten(e.into_result(), report));
+                tracing::info!(target: "stowage::call", upstream = %upstream, tool = %name, error = %e, "tool call refused: inputs");
+                return Ok(guard.refuse(e));
             }
         };
         params["name"] = Value::String(tool.original.clone());
@@ -227,19 +232,7 @@ impl Gateway {
             let e = crate::local_tools::ToolError::bad_request(format!(
                 "{name} writes output blobs, which the gateway cannot report for a task-augmented call yet; call it without \"task\""
             ));
-            guard.finish(CallOutcome::ToolError, Some(e.to_string()), [0; 4], 0);
-            let report = CallReport {
-                call,
-                tool: name,
-                upstream,
-                latency: guard.started.elapsed(),
-                bytes_in: 0,
-                bytes_out: 0,
-                tokens_in: 0,
-                tokens_out: 0,
-                transform: None,
-            };
-            return Ok(CallReply::Rewritten(e.into_result(), report));
+            return Ok(guard.refuse(e));
         }
         let mut reply = match self.forward(session, tool.upstream, "tools/call", params, outbox).await {
             Ok(r) => r,
