@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Installs what the scale-out store tests run against (issue 17, see ../shared/PEERS.md):
 # Debian's PostgreSQL server (a throwaway cluster per test run, started by the tests), the
-# moto S3 server into target/peers/venv and s3rver (which checks presigned signatures and
-# expiry) into target/peers/node_modules. Idempotent: a stamp file records what was
+# moto S3 server and Azure's Python SDK (which makes Azurite's containers) into
+# target/peers/venv, and s3rver (which checks presigned signatures and expiry) and Azurite
+# (Microsoft's Azure Blob Storage emulator) into target/peers/node_modules. Idempotent: a stamp file records what was
 # installed, so a second run with the same pins does nothing. The tests find the peers
 # through STOWAGE_PEERS_DIR (default target/peers) and PostgreSQL under /usr/lib/postgresql.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PEERS_DIR="${STOWAGE_PEERS_DIR:-target/peers}"
-NPM_PKGS=("s3rver@3.7.1")
-PIP_PKGS=("moto[server]==5.2.5")
+NPM_PKGS=("s3rver@3.7.1" "azurite@3.37.0")
+PIP_PKGS=("moto[server]==5.2.5" "azure-storage-blob==12.31.1")
 STAMP_WANT="npm:${NPM_PKGS[*]} pip:${PIP_PKGS[*]}"
 
 # PostgreSQL: initdb/pg_ctl/postgres from Debian's package (15.x on bookworm).

@@ -96,7 +96,7 @@ fn main() {
         return;
     }
     let Some(pg) = support::Postgres::start() else { return };
-    let Some(s3) = support::S3Server::start(support::S3Kind::Moto, "bench") else { return };
+    let Some(s3) = support::BucketServer::start(support::BucketKind::Moto, "bench") else { return };
     let url = pg.create_database("bench");
     runtime.block_on(async {
         let (id, secret) = s3.credentials();

@@ -73,7 +73,7 @@ pub use noop::{NOOP_WARNING, NoOpStore};
 pub use private::{DIR_MODE, FILE_MODE, LooseEntry, PermissionReport};
 pub use retention::{CleanupStrategy, RetentionConfig};
 #[cfg(all(feature = "postgres", feature = "s3"))]
-pub use shared::{DEFAULT_SHARED_GC_GRACE, S3Location, SharedStore, SharedStoreBuilder};
+pub use shared::{BucketLocation, DEFAULT_SHARED_GC_GRACE, Provider, SharedStore, SharedStoreBuilder};
 pub use stowage_core::{ArtifactId, ArtifactRef, ArtifactScope, ArtifactSink, Isolation, Owner, PutOptions, StoreError};
 
 /// A shared, type-erased store: what the CLI and the server hold.

@@ -1,6 +1,7 @@
-//! The shared conformance suite on [`SharedStore`]: a real PostgreSQL cluster and a real S3
-//! server (moto), each started for this test. Every store the suite asks for gets its own
-//! PostgreSQL schema and its own key prefix in one bucket, so each starts empty.
+//! The shared conformance suite on [`SharedStore`]: a real PostgreSQL cluster and a real
+//! object store (moto for S3, Azurite for Azure Blob Storage), each started for the test. Every
+//! store the suite asks for gets its own PostgreSQL schema and its own key prefix in one
+//! bucket, so each starts empty.
 
 mod support;
 
@@ -10,12 +11,21 @@ use std::time::Duration;
 
 use stowage_store::conformance::{self, Factory};
 use stowage_store::{Clock, DynStore, Isolation, RetentionConfig, SharedStore};
-use support::{Postgres, S3Kind, S3Server};
+use support::{BucketKind, BucketServer, Postgres};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_store_conforms_on_postgres_and_moto() {
+    conforms_on(BucketKind::Moto).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_store_conforms_on_postgres_and_azurite() {
+    conforms_on(BucketKind::Azurite).await;
+}
+
+async fn conforms_on(kind: BucketKind) {
     let Some(pg) = Postgres::start() else { return };
-    let Some(s3) = S3Server::start(S3Kind::Moto, "conformance") else { return };
+    let Some(s3) = BucketServer::start(kind, "conformance") else { return };
     let url = pg.create_database("conformance");
     let n = AtomicUsize::new(0);
     let factory = |r: RetentionConfig, c: Arc<dyn Clock>, i: Isolation| -> DynStore {

@@ -46,9 +46,10 @@ pub struct Config {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreConfig {
-    /// Which backend: `fs` (blobs on disk + embedded SQLite index), `s3` (blobs in an S3 bucket,
-    /// records in PostgreSQL: several instances share them), `memory` (lost on exit) or `noop`
-    /// (keeps nothing: offloaded content is replaced by a truncated marker).
+    /// Which backend: `fs` (blobs on disk + embedded SQLite index); `s3`, `gcs` or `azure`
+    /// (blobs in an S3, Google Cloud Storage or Azure Blob Storage bucket, records in
+    /// PostgreSQL: several instances share them); `memory` (lost on exit) or `noop` (keeps
+    /// nothing: offloaded content is replaced by a truncated marker).
     pub backend: Backend,
     /// Directory of the `fs` backend (and of the default link-signing key). Relative paths
     /// are relative to the working directory. Unset: `stowage` in the platform's local data
@@ -62,11 +63,12 @@ pub struct StoreConfig {
     /// is per (tenant, user, session). Switching it on an existing `fs` store re-keys its
     /// index the next time the store opens.
     pub isolate_sessions: bool,
-    /// `s3` backend: the bucket.
+    /// `s3`, `gcs`, `azure` backends: the bucket (the container, on Azure).
     pub bucket: String,
-    /// `s3` backend: the key prefix objects go under (`<prefix>/blobs/…`).
+    /// `s3`, `gcs`, `azure` backends: the key prefix objects go under (`<prefix>/blobs/…`).
     pub prefix: String,
-    /// `s3` backend: endpoint URL of an S3-compatible store (R2, MinIO); empty is AWS S3.
+    /// `s3`, `gcs`, `azure` backends: endpoint URL of a compatible or local service (R2, MinIO;
+    /// an Azure account URL; a GCS base URL); empty is the provider's own.
     pub endpoint: String,
     /// `s3` backend: region; empty takes `AWS_REGION`/`AWS_DEFAULT_REGION`, else `us-east-1`.
     pub region: String,
@@ -114,8 +116,35 @@ impl Default for IndexConfig {
 pub enum Backend {
     Fs,
     S3,
+    Gcs,
+    Azure,
     Memory,
     Noop,
+}
+
+impl Backend {
+    /// The object store of the shared backends (`s3`, `gcs`, `azure`: blobs in a bucket,
+    /// records in PostgreSQL); `None` for the single-machine ones.
+    pub fn provider(self) -> Option<stowage_store::Provider> {
+        match self {
+            Backend::S3 => Some(stowage_store::Provider::S3),
+            Backend::Gcs => Some(stowage_store::Provider::Gcs),
+            Backend::Azure => Some(stowage_store::Provider::Azure),
+            Backend::Fs | Backend::Memory | Backend::Noop => None,
+        }
+    }
+
+    /// Its name in `[store] backend`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Fs => "fs",
+            Backend::S3 => "s3",
+            Backend::Gcs => "gcs",
+            Backend::Azure => "azure",
+            Backend::Memory => "memory",
+            Backend::Noop => "noop",
+        }
+    }
 }
 
 impl Config {

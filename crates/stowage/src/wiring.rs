@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use stowage_store::{ArtifactStore, FsStore, Isolation, MemoryStore, NoOpStore, S3Location, SharedStore};
+use stowage_store::{ArtifactStore, BucketLocation, FsStore, Isolation, MemoryStore, NoOpStore, SharedStore};
 
 use crate::config::{Backend, Config, LEGACY_STORE_DIR};
 
@@ -64,7 +64,9 @@ impl StoreLocation {
                     StoreOrigin::Config => format!("fs store {dir} (store.dir; list: stowage artifacts ls with the same config)"),
                 }
             }
-            Backend::S3 => "s3 store (blobs in the configured bucket, records in PostgreSQL; shared by every instance)".to_owned(),
+            Backend::S3 | Backend::Gcs | Backend::Azure => {
+                format!("{} store (blobs in the configured bucket, records in PostgreSQL; shared by every instance)", backend.name())
+            }
             Backend::Memory => "memory store (lost on exit)".to_owned(),
             Backend::Noop => "noop store (keeps nothing)".to_owned(),
         }
@@ -97,37 +99,43 @@ pub fn open_store(config: &Config, location: &StoreLocation) -> anyhow::Result<A
                 .with_context(|| format!("cannot open store {}", dir.display()))?;
             Arc::new(store)
         }
-        Backend::S3 => Arc::new(open_shared(config, isolation)?),
+        Backend::S3 | Backend::Gcs | Backend::Azure => Arc::new(open_shared(config, isolation)?),
         Backend::Memory => Arc::new(MemoryStore::builder().retention(config.retention.clone()).isolation(isolation).build()),
         // Keeps nothing, so there is nothing to isolate.
         Backend::Noop => Arc::new(NoOpStore::new()),
     })
 }
 
-/// Keys that only mean something with the other backend are refused rather than ignored: an
+/// Keys that only mean something with another backend are refused rather than ignored: an
 /// `[index] url` beside `backend = "fs"` is a half-done migration, not a preference.
 fn check_backend_keys(config: &Config) -> anyhow::Result<()> {
     let (store, index) = (&config.store, &config.index);
-    if store.backend == Backend::S3 {
+    let backend = store.backend;
+    let name = backend.name();
+    if let Some(provider) = backend.provider() {
         if store.bucket.trim().is_empty() {
-            bail!("[store] backend = \"s3\" needs bucket = \"<name>\": the bucket the artifacts go to");
+            let what = if provider == stowage_store::Provider::Azure { "the container" } else { "the bucket" };
+            bail!("[store] backend = \"{name}\" needs bucket = \"<name>\": {what} the artifacts go to");
         }
         if index.url.trim().is_empty() {
             bail!(
-                "[store] backend = \"s3\" needs [index] url = \"postgres://user@host:5432/db\": instances sharing a bucket must share its records too"
+                "[store] backend = \"{name}\" needs [index] url = \"postgres://user@host:5432/db\": instances sharing a bucket must share its records too"
             );
+        }
+        if provider != stowage_store::Provider::S3 && !store.region.is_empty() {
+            bail!("[store] region only applies to backend = \"s3\" (backend is \"{name}\"): remove it");
         }
         // The embedded default key lives in each machine's own store directory: every
         // instance would sign with a different key and reject the others' links.
         if config.links.keys.is_empty() {
             bail!(
-                "[store] backend = \"s3\" needs [links] keys with a shared source (secret_env or secret_file, the same on every instance): the embedded default key is per machine, so a link minted by one instance would fail on another"
+                "[store] backend = \"{name}\" needs [links] keys with a shared source (secret_env or secret_file, the same on every instance): the embedded default key is per machine, so a link minted by one instance would fail on another"
             );
         }
     } else {
         if config.gateway.chaining.presign_direct {
             bail!(
-                "gateway.chaining.presign_direct needs [store] backend = \"s3\": only an object store serves presigned URLs; remove it or switch the backend"
+                "gateway.chaining.presign_direct needs an object-store backend ([store] backend = \"s3\", \"gcs\" or \"azure\"): only those serve presigned URLs; remove it or switch the backend"
             );
         }
         let set: Vec<&str> = [("bucket", &store.bucket), ("endpoint", &store.endpoint), ("region", &store.region)]
@@ -137,27 +145,27 @@ fn check_backend_keys(config: &Config) -> anyhow::Result<()> {
             .collect();
         if !set.is_empty() {
             bail!(
-                "[store] {} only apply to backend = \"s3\" (backend is {:?}): remove them or set the backend",
+                "[store] {} only apply to backend = \"s3\", \"gcs\" or \"azure\" (backend is \"{name}\"): remove them or set the backend",
                 set.join(", "),
-                store.backend
             );
         }
         if !index.url.is_empty() || !index.ca_file.is_empty() {
             bail!(
-                "[index] keys only apply to backend = \"s3\" (the fs backend keeps its own SQLite index): remove them or set the backend"
+                "[index] keys only apply to backend = \"s3\", \"gcs\" or \"azure\" (the fs backend keeps its own SQLite index): remove them or set the backend"
             );
         }
     }
     Ok(())
 }
 
-/// The `s3` backend. Opening it is async (it connects and migrates the database) while the
+/// The shared backends (`s3`, `gcs`, `azure`). Opening one is async (it connects and migrates the database) while the
 /// commands open their store synchronously; every command runs on the multi-threaded runtime,
 /// where `block_in_place` may wait for it without stalling other tasks.
 fn open_shared(config: &Config, isolation: Isolation) -> anyhow::Result<SharedStore> {
     let (store, index) = (&config.store, &config.index);
     let non_empty = |s: &str| (!s.trim().is_empty()).then(|| s.trim().to_owned());
-    let location = S3Location {
+    let location = BucketLocation {
+        provider: store.backend.provider().context("not an object-store backend")?,
         bucket: store.bucket.clone(),
         prefix: store.prefix.clone(),
         endpoint: non_empty(&store.endpoint),
@@ -173,7 +181,8 @@ fn open_shared(config: &Config, isolation: Isolation) -> anyhow::Result<SharedSt
     }
     let open = builder.open();
     let handle = tokio::runtime::Handle::current();
-    tokio::task::block_in_place(|| handle.block_on(open)).with_context(|| format!("cannot open the s3 store (bucket {})", store.bucket))
+    tokio::task::block_in_place(|| handle.block_on(open))
+        .with_context(|| format!("cannot open the {} store (bucket {})", store.backend.name(), store.bucket))
 }
 
 /// The store as the pipeline's sink.
@@ -215,9 +224,17 @@ mod tests {
     }
 
     #[test]
-    fn presign_direct_needs_the_s3_backend() {
+    fn gcs_and_azure_need_the_same_keys_and_refuse_a_region() {
+        assert!(err("[store]\nbackend = \"azure\"\n").contains("needs bucket = \"<name>\": the container"));
+        assert!(err("[store]\nbackend = \"gcs\"\nbucket = \"b\"\n").starts_with("[store] backend = \"gcs\" needs [index] url"));
+        let region = err("[store]\nbackend = \"gcs\"\nbucket = \"b\"\nregion = \"eu\"\n[index]\nurl = \"postgres://db/x\"\n");
+        assert_eq!(region, "[store] region only applies to backend = \"s3\" (backend is \"gcs\"): remove it");
+    }
+
+    #[test]
+    fn presign_direct_needs_an_object_store_backend() {
         let e = err("[gateway.chaining]\npresign_direct = true\n");
-        assert!(e.starts_with("gateway.chaining.presign_direct needs [store] backend = \"s3\""), "{e}");
+        assert!(e.starts_with("gateway.chaining.presign_direct needs an object-store backend"), "{e}");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! deployment behind a load balancer runs them: an artifact offloaded through A downloads
 //! through B with the link A minted (the same key source on both); killing A in the middle of
 //! an upload leaves no artifact visible anywhere; `/readyz` fails when the bucket goes away.
+//! The Azure backend serves the same way against Azurite.
 
 #[path = "../../stowage-store/tests/support/mod.rs"]
 mod support;
@@ -12,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{Postgres, S3Kind, S3Server};
+use support::{BucketKind, BucketServer, Postgres};
 
 /// A link-signing secret both instances read from the same variable (base64url, 32 bytes).
 const LINK_KEY: &str = "c3Rvd2FnZS10ZXN0LWxpbmsta2V5LTMyLWJ5dGVzLW9r";
@@ -30,9 +31,13 @@ impl Drop for Server {
     }
 }
 
-fn config(s3: &S3Server, pg_url: &str) -> String {
+fn config(s3: &BucketServer, pg_url: &str) -> String {
+    let backend = match s3.kind {
+        BucketKind::Azurite => "backend = \"azure\"",
+        BucketKind::Moto | BucketKind::S3rver => "backend = \"s3\"\nregion = \"us-east-1\"",
+    };
     format!(
-        "[store]\nbackend = \"s3\"\nbucket = \"{}\"\nendpoint = \"{}\"\nregion = \"us-east-1\"\n\n\
+        "[store]\n{backend}\nbucket = \"{}\"\nendpoint = \"{}\"\n\n\
          [index]\nurl = \"{pg_url}\"\n\n\
          [links]\nkeys = [{{ id = \"shared\", secret_env = \"STOWAGE_TEST_LINK_KEY\" }}]\n\n\
          [gateway]\nmax_request_bytes = 67108864\n",
@@ -51,9 +56,11 @@ fn start(config: &str) -> Server {
         .current_dir(dir.path())
         .args(["--config", conf.to_str().unwrap()])
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        // Credentials only from the environment, as in production.
+        // Credentials only from the environment, as in production (each provider reads its own).
         .env("AWS_ACCESS_KEY_ID", "testing")
         .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("AZURE_STORAGE_ACCOUNT_NAME", support::AZURITE_ACCOUNT)
+        .env("AZURE_STORAGE_ACCOUNT_KEY", support::AZURITE_KEY)
         .env("STOWAGE_TEST_LINK_KEY", LINK_KEY)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -155,7 +162,7 @@ fn path_of(url: &str) -> String {
 #[test]
 fn two_instances_share_artifacts_links_and_nothing_half_written() {
     let Some(pg) = Postgres::start() else { return };
-    let Some(mut s3) = S3Server::start(S3Kind::Moto, "artifacts") else { return };
+    let Some(mut s3) = BucketServer::start(BucketKind::Moto, "artifacts") else { return };
     let url = pg.create_database("stowage");
     let conf = config(&s3, &url);
     let mut a = start(&conf);
@@ -227,6 +234,31 @@ fn two_instances_share_artifacts_links_and_nothing_half_written() {
     assert_eq!(body["not_ready"]["store"], "artifact_storage_failed", "{body}");
 }
 
+/// `backend = "azure"` (Azurite, which checks every Shared Key signature), credentials from
+/// the environment: an offload lands in the container, its link downloads, and `/readyz`
+/// follows the container's reachability.
+#[test]
+fn the_azure_backend_offloads_and_serves_links() {
+    let Some(pg) = Postgres::start() else { return };
+    let Some(mut az) = BucketServer::start(BucketKind::Azurite, "artifacts") else { return };
+    let url = pg.create_database("stowage");
+    let a = start(&config(&az, &url));
+    let (status, _, body) = http(a.port, "GET", "/readyz", &[], None);
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let result = Client::connect(a.port).call("get_report", json!({}));
+    let asset = &result["structuredContent"]["assets"][0];
+    let link = asset["uri"].as_str().unwrap().to_owned();
+    let (status, _, pdf) = http(a.port, "GET", &path_of(&link), &[], None);
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&pdf));
+    assert!(pdf.starts_with(b"%PDF-"));
+    assert_eq!(pg.psql("stowage", "SELECT count(*) FROM stowage.artifacts"), "1");
+    az.kill();
+    let (status, _, body) = http(a.port, "GET", "/readyz", &[], None);
+    assert_eq!(status, 503);
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["not_ready"]["store"], "artifact_storage_failed", "{body}");
+}
+
 /// Quotas are the store's, not an instance's: calls on both instances at once, each offloading
 /// a different 40 000-character result (over `transform.max_inline_chars`, so text offloaded
 /// on its length whatever its token count), fill one user's budget exactly; every call past it is
@@ -235,7 +267,7 @@ fn two_instances_share_artifacts_links_and_nothing_half_written() {
 #[test]
 fn a_budget_holds_while_two_instances_write_at_once() {
     let Some(pg) = Postgres::start() else { return };
-    let Some(s3) = S3Server::start(S3Kind::Moto, "artifacts") else { return };
+    let Some(s3) = BucketServer::start(BucketKind::Moto, "artifacts") else { return };
     let url = pg.create_database("stowage");
     let conf = format!("{}\n[retention]\nmax_user_bytes = 200000\ncleanup_strategy = \"none\"\n", config(&s3, &url));
     let (a, b) = (start(&conf), start(&conf));

@@ -10,13 +10,13 @@ mod fs;
 mod memory;
 // Only SharedStore uses it, and that needs the PostgreSQL index too.
 #[cfg(all(feature = "postgres", feature = "s3"))]
-mod s3;
+mod object;
 
 #[cfg(feature = "sqlite")]
 pub(crate) use fs::FsBlobs;
 pub(crate) use memory::MemoryBlobs;
 #[cfg(all(feature = "postgres", feature = "s3"))]
-pub(crate) use s3::S3Blobs;
+pub(crate) use object::{Bucket, ObjectBlobs};
 
 use std::ops::Range;
 use std::pin::Pin;

@@ -1,6 +1,7 @@
 //! Throwaway storage peers for the shared-store tests: a PostgreSQL cluster (Debian's
-//! `postgresql` package) and S3 servers (moto, and s3rver where signatures and expiry must be
-//! checked), each on a free loopback port, stopped and removed on drop. Installed by
+//! `postgresql` package), S3 servers (moto, and s3rver where signatures and expiry must be
+//! checked) and Azurite (Microsoft's Azure Blob Storage emulator), each on a free loopback
+//! port, stopped and removed on drop. Installed by
 //! `scripts/storage-peers.sh`; a missing peer skips the test loudly, or fails it under `CI`.
 #![allow(dead_code)] // each test file uses part of this
 
@@ -188,33 +189,40 @@ impl Drop for Postgres {
     }
 }
 
-/// Which S3 server.
+/// Which object-store server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum S3Kind {
-    /// moto: the whole API, no signature checks.
+pub enum BucketKind {
+    /// moto: the whole S3 API, no signature checks.
     Moto,
-    /// s3rver: checks signatures and presigned expiry (credentials S3RVER/S3RVER).
+    /// s3rver: S3 that checks signatures and presigned expiry (credentials S3RVER/S3RVER).
     S3rver,
+    /// Azurite: Azure Blob Storage, checking Shared Key and SAS signatures and expiry (its
+    /// well-known development account).
+    Azurite,
 }
 
-/// A local S3 server with one bucket.
-pub struct S3Server {
+/// Azurite's well-known development account (public, documented by Microsoft).
+pub const AZURITE_ACCOUNT: &str = "devstoreaccount1";
+pub const AZURITE_KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+/// A local object-store server with one bucket (container, on Azurite).
+pub struct BucketServer {
     child: Child,
     _dir: tempfile::TempDir,
     pub port: u16,
     pub bucket: String,
-    pub kind: S3Kind,
+    pub kind: BucketKind,
 }
 
-impl S3Server {
-    pub fn start(kind: S3Kind, bucket: &str) -> Option<S3Server> {
+impl BucketServer {
+    pub fn start(kind: BucketKind, bucket: &str) -> Option<BucketServer> {
         let peers = peers_dir();
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let log_path = dir.path().join("server.log");
         let log = std::fs::File::create(&log_path).unwrap();
         let mut cmd = match kind {
-            S3Kind::Moto => {
+            BucketKind::Moto => {
                 let exe = peers.join("venv/bin/moto_server");
                 if !exe.exists() {
                     return missing(&format!("moto_server ({})", exe.display()));
@@ -223,7 +231,7 @@ impl S3Server {
                 c.args(["-H", "127.0.0.1", "-p", &port.to_string()]);
                 c
             }
-            S3Kind::S3rver => {
+            BucketKind::S3rver => {
                 let js = peers.join("node_modules/s3rver/bin/s3rver.js");
                 if !js.exists() {
                     return missing(&format!("s3rver ({})", js.display()));
@@ -239,36 +247,71 @@ impl S3Server {
                 ]);
                 c
             }
+            BucketKind::Azurite => {
+                let js = peers.join("node_modules/azurite/dist/src/blob/main.js");
+                if !js.exists() {
+                    return missing(&format!("azurite ({})", js.display()));
+                }
+                let mut c = Command::new("node");
+                c.arg(js).args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string(), "--skipApiVersionCheck", "--silent", "-l"]);
+                c.arg(dir.path().join("data"));
+                c
+            }
         };
         std::fs::create_dir_all(dir.path().join("data")).unwrap();
         let mut child = cmd.stdin(Stdio::null()).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
         wait_for_port(port, &mut child, &format!("{kind:?}"), &log_path);
-        let server = S3Server { child, _dir: dir, port, bucket: bucket.to_owned(), kind };
-        if kind == S3Kind::Moto {
+        let server = BucketServer { child, _dir: dir, port, bucket: bucket.to_owned(), kind };
+        if kind == BucketKind::Moto {
             // moto checks no signature, so a bare PUT makes the bucket.
             let (status, body) = server.raw("PUT", &format!("/{bucket}"));
             assert!(status.starts_with("HTTP/1.1 200"), "create bucket: {status} {body}");
         }
+        if kind == BucketKind::Azurite {
+            // Azurite checks every signature: the container is made by Azure's own Python SDK
+            // (installed beside moto), as an operator would.
+            let python = peers.join("venv/bin/python");
+            let script = "import sys\nfrom azure.storage.blob import BlobServiceClient\nBlobServiceClient.from_connection_string(sys.argv[1]).create_container(sys.argv[2])\n";
+            let conn = format!(
+                "DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};BlobEndpoint={}",
+                server.endpoint()
+            );
+            let out = Command::new(&python).args(["-c", script, &conn, bucket]).output();
+            match out {
+                Ok(o) if o.status.success() => {}
+                Ok(o) => panic!("create container {bucket}: {}", String::from_utf8_lossy(&o.stderr)),
+                Err(_) => return missing(&format!("azure-storage-blob ({})", python.display())),
+            }
+        }
         Some(server)
     }
 
+    /// The endpoint the store is configured with: the server's root, or on Azurite the
+    /// account's URL (the emulator puts the account in the path).
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    pub fn credentials(&self) -> (&'static str, &'static str) {
         match self.kind {
-            S3Kind::Moto => ("testing", "testing"),
-            S3Kind::S3rver => ("S3RVER", "S3RVER"),
+            BucketKind::Azurite => format!("http://127.0.0.1:{}/{AZURITE_ACCOUNT}", self.port),
+            BucketKind::Moto | BucketKind::S3rver => format!("http://127.0.0.1:{}", self.port),
         }
     }
 
-    pub fn location(&self, prefix: &str) -> stowage_store::S3Location {
-        stowage_store::S3Location {
+    /// Access key id and secret (account name and key, on Azurite).
+    pub fn credentials(&self) -> (&'static str, &'static str) {
+        match self.kind {
+            BucketKind::Moto => ("testing", "testing"),
+            BucketKind::S3rver => ("S3RVER", "S3RVER"),
+            BucketKind::Azurite => (AZURITE_ACCOUNT, AZURITE_KEY),
+        }
+    }
+
+    pub fn location(&self, prefix: &str) -> stowage_store::BucketLocation {
+        let azure = self.kind == BucketKind::Azurite;
+        stowage_store::BucketLocation {
+            provider: if azure { stowage_store::Provider::Azure } else { stowage_store::Provider::S3 },
             bucket: self.bucket.clone(),
             prefix: prefix.to_owned(),
             endpoint: Some(self.endpoint()),
-            region: Some("us-east-1".into()),
+            region: (!azure).then(|| "us-east-1".into()),
         }
     }
 
@@ -284,7 +327,7 @@ impl S3Server {
     }
 }
 
-impl Drop for S3Server {
+impl Drop for BucketServer {
     fn drop(&mut self) {
         self.kill();
     }

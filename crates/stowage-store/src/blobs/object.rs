@@ -1,5 +1,6 @@
-//! Blobs in S3 or an S3-compatible object store (AWS S3, Cloudflare R2, MinIO), through the
-//! `object_store` crate.
+//! Blobs in an object store, through the `object_store` crate: S3 or an S3-compatible store
+//! (AWS S3, Cloudflare R2, MinIO), Google Cloud Storage, or Azure Blob Storage. Nothing here
+//! depends on which: the provider only decides how the client is built (`crate::shared`).
 //!
 //! Keys are opaque and content-addressed, `<prefix>/blobs/<2 hex>/<sha256>`, so identical bytes
 //! are stored once whichever instance put them, and no filename, tool name or user string ever
@@ -25,7 +26,6 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
-use object_store::aws::AmazonS3;
 use object_store::path::Path;
 use object_store::signer::{Method, Signer};
 use object_store::{
@@ -42,6 +42,11 @@ use super::{
 use crate::Result;
 use crate::mime::SNIFF_LEN;
 
+/// What the blobs need of a bucket client: the object API and presigning. Every provider's
+/// client (`AmazonS3`, `GoogleCloudStorage`, `MicrosoftAzure`) is both.
+pub(crate) trait Bucket: ObjectStore + Signer {}
+impl<T: ObjectStore + Signer> Bucket for T {}
+
 /// Multipart part size: S3 wants at least 5 MiB per part (but the last); 8 MiB keeps a 100 MB
 /// artifact to 13 parts and the memory of four in flight to 32 MiB.
 const PART_SIZE: usize = 8 << 20;
@@ -54,12 +59,12 @@ const MULTIPART_FROM: usize = PART_SIZE;
 const HEAD_FIRST_FROM: usize = 1 << 20;
 
 /// Where the blobs live and how to reach them.
-pub(crate) struct S3Blobs {
-    store: Arc<AmazonS3>,
+pub(crate) struct ObjectBlobs {
+    store: Arc<dyn Bucket>,
     prefix: Path,
-    /// `s3://bucket`, for messages (keys already hold the prefix).
+    /// `s3://bucket` (`gs://`, `az://`), for messages (keys already hold the prefix).
     bucket_url: String,
-    /// `s3://bucket/prefix`, for messages.
+    /// `s3://bucket/prefix` (or `gs://…`, `az://…`), for messages.
     target: String,
     grace: Duration,
     /// Temporary keys this process is writing or about to commit: never swept by this
@@ -67,14 +72,14 @@ pub(crate) struct S3Blobs {
     in_flight: Arc<Mutex<HashSet<String>>>,
 }
 
-impl std::fmt::Debug for S3Blobs {
+impl std::fmt::Debug for ObjectBlobs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("S3Blobs").field("target", &self.target).finish_non_exhaustive()
+        f.debug_struct("ObjectBlobs").field("target", &self.target).finish_non_exhaustive()
     }
 }
 
 /// A staged blob: where its bytes are until the commit publishes them.
-pub(crate) enum S3Pending {
+pub(crate) enum ObjectPending {
     /// Already at its content address (bytes from memory, which are kept to upload them again
     /// if a concurrent delete removes the object before the commit).
     Final(Bytes),
@@ -82,11 +87,11 @@ pub(crate) enum S3Pending {
     Temp(TempObject),
 }
 
-impl std::fmt::Debug for S3Pending {
+impl std::fmt::Debug for ObjectPending {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            S3Pending::Final(b) => write!(f, "Final({} bytes)", b.len()),
-            S3Pending::Temp(t) => write!(f, "Temp({})", t.key),
+            ObjectPending::Final(b) => write!(f, "Final({} bytes)", b.len()),
+            ObjectPending::Temp(t) => write!(f, "Temp({})", t.key),
         }
     }
 }
@@ -95,7 +100,7 @@ impl std::fmt::Debug for S3Pending {
 /// cannot wait); gc removes it later if even that fails.
 pub(crate) struct TempObject {
     key: Path,
-    store: Arc<AmazonS3>,
+    store: Arc<dyn Bucket>,
     in_flight: Arc<Mutex<HashSet<String>>>,
 }
 
@@ -128,11 +133,12 @@ fn temp_name() -> String {
     hex::encode(&Sha256::digest(seed.as_bytes())[..16])
 }
 
-impl S3Blobs {
-    pub fn new(store: Arc<AmazonS3>, bucket: &str, prefix: &str, grace: Duration) -> Self {
-        let bucket_url = format!("s3://{bucket}");
+impl ObjectBlobs {
+    /// Blobs under `prefix` in `bucket`; `scheme` (`s3`, `gs`, `az`) only names it in messages.
+    pub fn new(store: Arc<dyn Bucket>, scheme: &str, bucket: &str, prefix: &str, grace: Duration) -> Self {
+        let bucket_url = format!("{scheme}://{bucket}");
         let target = if prefix.is_empty() { bucket_url.clone() } else { format!("{bucket_url}/{prefix}") };
-        S3Blobs { store, prefix: Path::from(prefix), bucket_url, target, grace, in_flight: Arc::default() }
+        ObjectBlobs { store, prefix: Path::from(prefix), bucket_url, target, grace, in_flight: Arc::default() }
     }
 
     fn key(&self, sha256: &str) -> Path {
@@ -229,10 +235,10 @@ fn one_line(e: &object_store::Error) -> String {
 }
 
 #[async_trait]
-impl Blobs for S3Blobs {
-    type Pending = S3Pending;
+impl Blobs for ObjectBlobs {
+    type Pending = ObjectPending;
 
-    async fn stage_bytes(&self, data: Bytes) -> Result<Staged<S3Pending>> {
+    async fn stage_bytes(&self, data: Bytes) -> Result<Staged<ObjectPending>> {
         let sha256 = sha256_hex_off_thread(data.clone()).await?;
         let size = data.len() as u64;
         let head = data.slice(..data.len().min(SNIFF_LEN));
@@ -242,10 +248,10 @@ impl Blobs for S3Blobs {
         if !present {
             self.upload(&key, data.clone(), Self::attributes(&head, true, Some(&sha256))).await?;
         }
-        Ok(Staged { sha256, size, head, pending: S3Pending::Final(data) })
+        Ok(Staged { sha256, size, head, pending: ObjectPending::Final(data) })
     }
 
-    async fn stage_stream(&self, mut reader: BoxReader, limit: Limit) -> Result<Staged<S3Pending>> {
+    async fn stage_stream(&self, mut reader: BoxReader, limit: Limit) -> Result<Staged<ObjectPending>> {
         let first = read_chunk(&mut reader).await.map_err(read_stream_error)?;
         if first.len() as u64 > limit.1 {
             return Err(stream_too_large(first.len() as u64, limit));
@@ -302,22 +308,22 @@ impl Blobs for S3Blobs {
         if self.head_size(&dest).await? != Some(size) {
             self.store.copy(&key, &dest).await.map_err(self.fail("publish blob", &dest))?;
         }
-        Ok(Staged { sha256, size, head: Bytes::from(head), pending: S3Pending::Temp(temp) })
+        Ok(Staged { sha256, size, head: Bytes::from(head), pending: ObjectPending::Temp(temp) })
     }
 
-    async fn commit(&self, staged: Staged<S3Pending>) -> Result<()> {
+    async fn commit(&self, staged: Staged<ObjectPending>) -> Result<()> {
         let key = self.key(&staged.sha256);
         // Under the engine's lock: no delete can run between this check and the row insert.
         if self.head_size(&key).await? == Some(staged.size) {
             return Ok(()); // a Temp object is deleted as it drops
         }
         match staged.pending {
-            S3Pending::Final(data) => {
+            ObjectPending::Final(data) => {
                 tracing::debug!(sha256 = %staged.sha256, "blob went missing between staging and commit; uploading it again");
                 let head = data.slice(..data.len().min(SNIFF_LEN));
                 self.upload(&key, data, Self::attributes(&head, true, Some(&staged.sha256))).await
             }
-            S3Pending::Temp(temp) => self.store.copy(&temp.key, &key).await.map_err(self.fail("publish blob", &key)),
+            ObjectPending::Temp(temp) => self.store.copy(&temp.key, &key).await.map_err(self.fail("publish blob", &key)),
         }
     }
 
