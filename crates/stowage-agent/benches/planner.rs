@@ -58,7 +58,7 @@ fn percentile(v: &mut [f64], p: f64) -> f64 {
 #[tokio::main]
 async fn main() {
     // 1. Context economy.
-    let pdf = 7_500_000; // 10 MB of base64 each
+    let pdf: usize = 7_500_000; // 10 MB of base64 each
     let mut script: Vec<Turn> = (0..5).map(|_| Turn::tool("get_view_pdf", json!({"bytes": pdf}))).collect();
     script.push(Turn::Text(json!({"raw_answer": "five dashboards"}).to_string()));
     let h = harness(script, |c| c.max_steps = 5).await;
@@ -66,13 +66,16 @@ async fn main() {
     let payload = out.expect("a payload").payload;
     assert_eq!(payload.warnings, Vec::<String>::new());
     let sizes: Vec<usize> = h.sent().iter().map(String::len).collect();
-    let tool_bytes: usize = (pdf * 4 / 3 + 200) * 5;
-    println!("context economy: 5 steps, tools returned ~{} MB", tool_bytes / 1_000_000);
-    println!("| request | bytes sent | inline observations would send |");
+    // Each result carries the PDF as base64: exactly 4/3 of its bytes. Inline observations
+    // (penguiflow's) would put every earlier result back into each request, so our request
+    // plus those base64 strings is a lower bound of what they send (the JSON around them adds
+    // a little more).
+    let b64_len = pdf.div_ceil(3) * 4;
+    println!("context economy: 5 steps, tools returned {} MB of base64", b64_len * 5 / 1_000_000);
+    println!("| request | bytes sent | inline observations would send (at least) |");
     println!("|---|---|---|");
     for (i, s) in sizes.iter().enumerate() {
-        let inline = s + (pdf * 4 / 3 + 200) * i;
-        println!("| {} | {} | {} |", i + 1, s, inline);
+        println!("| {} | {} | {} |", i + 1, s, s + b64_len * i);
     }
     let max = sizes.iter().max().copied().unwrap_or(0);
     println!("largest request: {max} bytes (budget 16384): {}", if max < 16 * 1024 { "ok" } else { "OVER" });
