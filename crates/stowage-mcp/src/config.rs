@@ -72,8 +72,25 @@ pub struct GatewayConfig {
     pub max_upstream_sessions: usize,
     /// Blob chaining: per-tool input rules and the hosts the gateway may fetch from.
     pub chaining: crate::chaining::ChainingConfig,
+    /// Upstream resource reads (`resources/read`).
+    pub resources: ResourcesConfig,
     /// Upstream servers (in addition to those from `--mcp-config`).
     pub servers: BTreeMap<String, ServerConfig>,
+}
+
+/// `[gateway.resources]`: how upstream resource reads reach the client.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ResourcesConfig {
+    /// Text contents of a `resources/read` up to this many characters stay inline; longer
+    /// text becomes an artifact (blobs follow `transform.inline_binary_max_bytes`).
+    pub inline_text_if_under_chars: usize,
+}
+
+impl Default for ResourcesConfig {
+    fn default() -> Self {
+        ResourcesConfig { inline_text_if_under_chars: 10_000 }
+    }
 }
 
 /// Default HTTP listen address.
@@ -104,6 +121,7 @@ impl Default for GatewayConfig {
             upstream_session_idle_secs: 600,
             max_upstream_sessions: 64,
             chaining: Default::default(),
+            resources: Default::default(),
             servers: BTreeMap::new(),
         }
     }

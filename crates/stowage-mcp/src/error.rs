@@ -35,6 +35,10 @@ pub enum GatewayError {
     Panicked { method: String },
     #[error("internal error: {0}")]
     Internal(String),
+    /// An upstream's reply the gateway will not relay (content it could not store, or that is
+    /// malformed); the message says which and why.
+    #[error("{0}")]
+    NotRelayed(String),
 }
 
 impl GatewayError {
@@ -48,6 +52,7 @@ impl GatewayError {
             GatewayError::Upstream(e) => e.code(),
             GatewayError::Refused { code, .. } => *code,
             GatewayError::ClientDidNotAnswer { .. } | GatewayError::Panicked { .. } | GatewayError::Internal(_) => code::INTERNAL_ERROR,
+            GatewayError::NotRelayed(_) => code::INTERNAL_ERROR,
         }
     }
 

@@ -277,7 +277,7 @@ pub fn error_result(e: &OffloadError, has_output_schema: bool) -> Value {
     v
 }
 
-fn set_meta(value: &mut Value, key: &str, entry: Value) {
+pub(crate) fn set_meta(value: &mut Value, key: &str, entry: Value) {
     if let Some(obj) = value.as_object_mut() {
         let meta = obj.entry("_meta").or_insert_with(|| json!({}));
         if !meta.is_object() {

@@ -6,7 +6,6 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine;
 use common::{Client, MemSink, eventually, fast_config, fixture_spec, read_log};
 use serde_json::{Value, json};
 use stowage_mcp::config::{TransportSpec, UpstreamSpec};
@@ -287,11 +286,14 @@ async fn several_upstreams_are_namespaced_and_routed() {
     }
     assert_eq!(c.call("fx_echo", json!({"message": "a"})).await["result"]["content"][0]["text"], "a");
     assert_eq!(c.call("demo_echo", json!({"message": "b"})).await["result"]["content"][0]["text"], "b");
-    // Resources route back to the server that listed them, bytes unchanged.
+    // Resources route back to the server that listed them; the PDF blob is stored, and the
+    // client reads a line about it under the same uri.
     let read = c.request("resources/read", json!({"uri": "demo://reports/q3.pdf"})).await;
-    let blob = read["result"]["contents"][0]["blob"].as_str().unwrap();
-    let bytes = base64::engine::general_purpose::STANDARD.decode(blob).unwrap();
-    assert!(bytes.starts_with(b"%PDF-"));
+    let entry = &read["result"]["contents"][0];
+    assert_eq!(entry["uri"], "demo://reports/q3.pdf", "{read}");
+    assert!(entry.get("blob").is_none() && entry["text"].as_str().unwrap().contains("artifact://"), "{read}");
+    let id = entry["_meta"]["io.stowage/artifact"]["id"].as_str().unwrap();
+    assert!(sink.items.lock().unwrap().get(id).is_some_and(|(b, _)| b.starts_with(b"%PDF-")), "the PDF is in the store");
     // Every heavy kind from the demo becomes a link.
     for tool in ["demo_get_report", "demo_get_chart", "demo_get_audio", "demo_get_attachment"] {
         let r = c.call(tool, json!({})).await;

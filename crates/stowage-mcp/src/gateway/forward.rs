@@ -235,7 +235,11 @@ impl Gateway {
                 return Ok(Message::response(Value::Null, &json!({})));
             }
         }
-        self.forward(session, u, method, params, outbox).await
+        let mut reply = self.forward(session, u, method, params, outbox).await?;
+        if method == "resources/read" {
+            self.rewrite_read(session, upstream.name(), super::reads::ReadKind::Resource, &mut reply).await?;
+        }
+        Ok(reply)
     }
 
     /// The client's roots changed: tell the upstream sessions it uses (that declared roots).

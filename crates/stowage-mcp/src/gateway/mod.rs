@@ -25,6 +25,7 @@ mod catalog;
 mod forward;
 mod handshake;
 mod inbound;
+mod reads;
 mod subscriptions;
 mod tasks;
 
@@ -397,7 +398,9 @@ impl Gateway {
                 let p = self.catalog().prompt(name).cloned().ok_or_else(|| GatewayError::UnknownPrompt(name.to_owned()))?;
                 let mut params = params;
                 params["name"] = Value::String(p.original);
-                self.forward(session, p.upstream, &method, params, outbox).await
+                let mut reply = self.forward(session, p.upstream, &method, params, outbox).await?;
+                self.rewrite_read(session, self.upstreams[p.upstream].name(), reads::ReadKind::Prompt, &mut reply).await?;
+                Ok(reply)
             }
             "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
                 self.resource_request(session, &method, params, outbox).await

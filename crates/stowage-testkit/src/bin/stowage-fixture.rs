@@ -27,6 +27,11 @@
 //! | `search_docs` | `x-produces-sources` results with a `source_field` mapping, duplicates included |
 //! | `tool_error` | a result with `isError: true` |
 //!
+//! Resources (`resources/read`): `fx://docs/report.pdf` (a 200 KB PDF blob), `fx://docs/log.txt`
+//! (17,000 characters of text), `fx://docs/note.txt` (one short line), `fx://docs/dot.png` (a
+//! tiny PNG blob, under the inline threshold) and `fx://docs/broken.bin` (a blob that is not
+//! base64). Prompt `chart_prompt`: a user message holding a 600×600 PNG image block.
+//!
 //! `STOWAGE_FIXTURE_STATELESS=1` makes it a 2026-07-28-only server: it refuses `initialize`,
 //! answers `server/discover`, `sample` asks for input by returning `input_required`, and
 //! change notifications go only to `subscriptions/listen` streams: `touch` announces a tool
@@ -98,6 +103,15 @@ impl Fixture {
         }
     }
 }
+
+/// The fixture's resources: URI and media type.
+const DOCS: [(&str, &str); 5] = [
+    ("fx://docs/report.pdf", "application/pdf"),
+    ("fx://docs/log.txt", "text/plain"),
+    ("fx://docs/note.txt", "text/plain"),
+    ("fx://docs/dot.png", "image/png"),
+    ("fx://docs/broken.bin", "application/octet-stream"),
+];
 
 /// A 1 MB PNG as an image block (the task tool's result).
 fn image_result() -> Value {
@@ -180,7 +194,7 @@ impl Handler for Fixture {
             });
         }
         json!({
-            "capabilities": {"tools": {"listChanged": true}, "logging": {}, "tasks": {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}},
+            "capabilities": {"tools": {"listChanged": true}, "logging": {}, "resources": {}, "prompts": {}, "tasks": {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}},
             "serverInfo": {"name": "stowage-fixture", "version": "1"},
         })
     }
@@ -473,7 +487,49 @@ impl Handler for Fixture {
                 json!({"tasks": tasks})
             }
             "logging/setLevel" => json!({}),
-            "resources/list" => json!({"resources": []}),
+            "resources/list" => {
+                json!({"resources": DOCS.iter().map(|(uri, mime)| json!({"uri": uri, "name": uri.rsplit('/').next(), "mimeType": mime})).collect::<Vec<_>>()})
+            }
+            "resources/read" => {
+                let uri = params.get("uri").and_then(Value::as_str).unwrap_or("");
+                let Some(&(_, mime)) = DOCS.iter().find(|(u, _)| *u == uri) else {
+                    return Err((code::RESOURCE_NOT_FOUND, format!("resource not found: {uri}")));
+                };
+                let entry = match uri {
+                    "fx://docs/report.pdf" => json!({"blob": STANDARD.encode(samples::pdf(200_000, "Fixture report"))}),
+                    "fx://docs/log.txt" => {
+                        let mut log = String::new();
+                        for i in 0.. {
+                            if log.len() >= 17_000 {
+                                break;
+                            }
+                            log.push_str(&format!(
+                                "2026-11-23T10:{:02}:{:02}Z request {i} served in {} ms\n",
+                                (i / 60) % 60,
+                                i % 60,
+                                i % 97
+                            ));
+                        }
+                        log.truncate(17_000);
+                        json!({"text": log})
+                    }
+                    "fx://docs/note.txt" => json!({"text": "the quarter closed on Friday"}),
+                    "fx://docs/dot.png" => json!({"blob": STANDARD.encode(samples::png(2, 2))}),
+                    _ => json!({"blob": "this is %% not base64"}),
+                };
+                let mut entry = entry;
+                entry["uri"] = json!(uri);
+                entry["mimeType"] = json!(mime);
+                json!({"contents": [entry]})
+            }
+            "prompts/list" => json!({"prompts": [{"name": "chart_prompt", "description": "a chart to discuss"}]}),
+            "prompts/get" => json!({
+                "description": "a chart to discuss",
+                "messages": [
+                    {"role": "user", "content": {"type": "text", "text": "What does this chart say?"}},
+                    {"role": "user", "content": {"type": "image", "mimeType": "image/png", "data": STANDARD.encode(samples::png(600, 600))}},
+                ],
+            }),
             "resources/templates/list" => json!({"resourceTemplates": []}),
             "subscriptions/listen" if self.stateless => {
                 let filter = params.get("notifications").cloned().unwrap_or(json!({}));

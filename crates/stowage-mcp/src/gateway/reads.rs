@@ -1,0 +1,226 @@
+//! `resources/read` and `prompts/get` results through the pipeline: a blob resource or an
+//! image in a prompt leaves the upstream as base64 and reaches the client as a one-line text,
+//! the artifact's reference and a signed link, exactly as a tool result's would.
+//!
+//! The read policy (seed RFC §3.5): text contents up to `resources.inline_text_if_under_chars`
+//! stay inline, longer text becomes an artifact, and a blob above
+//! `transform.inline_binary_max_bytes` becomes an artifact. The offloader already knows a
+//! `contents` entry (its blob becomes a text stub that keeps the entry's `uri`); long text is
+//! handed to it as a blob of its UTF-8 bytes so that every offload takes the same road to the
+//! store (sniffing, dedupe, summaries, events) — one encode of text that is leaving the
+//! context anyway.
+//!
+//! Nothing is ever passed through on failure: a store failure or a blob that is not base64
+//! answers the read with a JSON-RPC error that says so.
+
+use base64::Engine;
+use serde_json::{Value, json};
+
+use super::Gateway;
+use crate::error::GatewayError;
+use crate::events::{EventOwner, GatewayEvent};
+use crate::jsonrpc::Message;
+use crate::rewrite::{ASSETS_META_KEY, CallContext, LinkMinter, OffloadedItem, TRANSFORM_META_KEY};
+use crate::session::Session;
+
+/// `_meta` key, on a contents entry that the gateway replaced, of the artifact it stands for.
+pub const ARTIFACT_META_KEY: &str = "io.stowage/artifact";
+
+/// Which read-like result is being rewritten.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ReadKind {
+    Resource,
+    Prompt,
+}
+
+impl ReadKind {
+    fn method(self) -> &'static str {
+        match self {
+            ReadKind::Resource => "resources/read",
+            ReadKind::Prompt => "prompts/get",
+        }
+    }
+}
+
+impl Gateway {
+    /// Rewrites a successful `resources/read` or `prompts/get` reply from `upstream` in place;
+    /// an error reply is left to the caller's usual relaying.
+    pub(super) async fn rewrite_read(
+        &self,
+        session: &Session,
+        upstream: &str,
+        kind: ReadKind,
+        reply: &mut Message,
+    ) -> Result<(), GatewayError> {
+        let Some(raw) = reply.result.as_ref() else { return Ok(()) };
+        let mut value: Value =
+            serde_json::from_str(raw.get()).map_err(|e| GatewayError::Internal(format!("{}: unreadable result: {e}", kind.method())))?;
+        let long_texts = match kind {
+            ReadKind::Resource => self.prepare_contents(upstream, &mut value)?,
+            ReadKind::Prompt => Vec::new(),
+        };
+        let ctx = CallContext {
+            tool: kind.method().to_owned(),
+            upstream: upstream.to_owned(),
+            scope: session.scope.clone(),
+            output_schema: None,
+        };
+        let started = std::time::Instant::now();
+        let off = self.rewriter.offloader_for(upstream).offload(&ctx, value.to_string()).await.map_err(|e| {
+            self.events.publish(GatewayEvent::StoreFailed {
+                call: 0,
+                owner: EventOwner::from(&session.scope),
+                tool: kind.method().to_owned(),
+                fatal: true,
+                message: e.to_string(),
+            });
+            // The store's own message names paths and hosts of the server: it goes to the log
+            // and the event bus, the client gets the code and what to do.
+            tracing::warn!(target: "stowage::call", upstream, method = kind.method(), error = %e, "a read's content could not be stored");
+            GatewayError::NotRelayed(format!(
+                "{}: the {} from upstream {upstream} could not be stored (the gateway's log says why), and it is not relayed inline; try again once the store has room",
+                e.code,
+                kind.method()
+            ))
+        })?;
+        for a in &off.report.artifacts {
+            self.events.publish(GatewayEvent::offloaded(0, EventOwner::from(&session.scope), kind.method(), a));
+        }
+        let mut value = off.value;
+        if kind == ReadKind::Resource {
+            check_remaining_blobs(upstream, &value)?;
+        }
+        if off.items.is_empty() {
+            // Nothing left the result: relay it as the upstream sent it (after the checks).
+            return Ok(());
+        }
+        let links = self.rewriter.links.as_deref();
+        let mut assets = Vec::new();
+        for item in &off.items {
+            let asset = asset_of(item, links);
+            if kind == ReadKind::Resource {
+                mark_contents_entry(&mut value, item, &asset, long_texts.contains(&entry_index(&item.pointer).unwrap_or(usize::MAX)));
+            }
+            if !assets.iter().any(|a: &Value| a["id"] == asset["id"]) {
+                assets.push(asset);
+            }
+        }
+        let report = &off.report;
+        let stats = json!({
+            "bytesIn": report.bytes_in,
+            "bytesOut": report.bytes_out,
+            "artifacts": assets.len(),
+            "ms": (started.elapsed().as_secs_f64() * 10_000.0).round() / 10.0,
+        });
+        crate::rewrite::set_meta(&mut value, ASSETS_META_KEY, Value::Array(assets));
+        crate::rewrite::set_meta(&mut value, TRANSFORM_META_KEY, stats);
+        reply.result = Some(crate::jsonrpc::to_raw(&value));
+        Ok(())
+    }
+
+    /// Hands text contents over the inline limit to the offloader as blobs of their UTF-8
+    /// bytes (see the module docs); returns the entries it changed.
+    fn prepare_contents(&self, upstream: &str, value: &mut Value) -> Result<Vec<usize>, GatewayError> {
+        let limit = self.config.resources.inline_text_if_under_chars;
+        let Some(contents) = value.get_mut("contents").and_then(Value::as_array_mut) else {
+            return Err(GatewayError::NotRelayed(format!("resources/read: upstream {upstream} answered without a contents list")));
+        };
+        let mut changed = Vec::new();
+        for (i, entry) in contents.iter_mut().enumerate() {
+            let Some(map) = entry.as_object_mut() else { continue };
+            let long = map.get("text").and_then(Value::as_str).is_some_and(|t| t.len() > limit && t.chars().count() > limit);
+            if !long || map.contains_key("blob") {
+                continue;
+            }
+            let Some(Value::String(text)) = map.remove("text") else { continue };
+            map.insert("blob".into(), Value::String(base64::engine::general_purpose::STANDARD.encode(text.as_bytes())));
+            if !map.contains_key("mimeType") {
+                map.insert("mimeType".into(), Value::String("text/plain".into()));
+            }
+            changed.push(i);
+        }
+        Ok(changed)
+    }
+}
+
+/// `/contents/3/blob` → 3.
+fn entry_index(pointer: &str) -> Option<usize> {
+    pointer.strip_prefix("/contents/")?.split('/').next()?.parse().ok()
+}
+
+/// A blob the offloader left in place is small, or not base64 at all: the second kind is an
+/// upstream fault that must not reach the client as if it were content.
+fn check_remaining_blobs(upstream: &str, value: &Value) -> Result<(), GatewayError> {
+    let Some(contents) = value.get("contents").and_then(Value::as_array) else { return Ok(()) };
+    for (i, entry) in contents.iter().enumerate() {
+        let Some(blob) = entry.get("blob").and_then(Value::as_str) else { continue };
+        if let Err(e) = base64::engine::general_purpose::STANDARD.decode(blob.trim_end()) {
+            let uri = entry.get("uri").and_then(Value::as_str).unwrap_or("?");
+            return Err(GatewayError::NotRelayed(format!(
+                "resources/read: upstream {upstream} sent contents[{i}] ({uri}) with a blob that is not base64 ({e}); the gateway does not relay it — fix the server's encoding"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The asset entry of an offloaded item, with a signed link when links are on.
+fn asset_of(item: &OffloadedItem, links: Option<&dyn LinkMinter>) -> Value {
+    let r = &item.reference;
+    let mut asset = json!({
+        "id": r.id.to_string(),
+        "uri": r.uri,
+        "mimeType": r.mime_type,
+        "size": r.size_bytes,
+        "summary": item.summary,
+    });
+    if let Some((url, expires)) = links.and_then(|l| l.link(r)) {
+        asset["uri"] = Value::String(url);
+        asset["expiresAt"] = Value::String(expires);
+        asset["artifact"] = Value::String(r.uri.clone());
+    }
+    asset
+}
+
+/// The replaced contents entry says what it is: a text entry (its `uri` kept) whose line
+/// names the artifact and the link, with the artifact in its `_meta`.
+fn mark_contents_entry(value: &mut Value, item: &OffloadedItem, asset: &Value, was_text: bool) {
+    let Some(i) = entry_index(&item.pointer) else { return };
+    let Some(entry) = value.get_mut("contents").and_then(|c| c.get_mut(i)).and_then(Value::as_object_mut) else { return };
+    let mut line = entry.get("text").and_then(Value::as_str).unwrap_or(&item.summary).to_owned();
+    if let Some(url) = asset.get("expiresAt").and(asset.get("uri")).and_then(Value::as_str) {
+        line.push_str(&format!("; download: {url}"));
+    }
+    line.push_str("; read parts of it with artifact_read");
+    entry.insert("text".into(), Value::String(line));
+    // The entry is now text about the resource, not the resource's bytes.
+    entry.insert("mimeType".into(), Value::String("text/plain".into()));
+    let mut meta = asset.clone();
+    if was_text {
+        meta["original"] = json!("text");
+    }
+    let slot = entry.entry("_meta").or_insert_with(|| json!({}));
+    if let Some(m) = slot.as_object_mut() {
+        m.insert(ARTIFACT_META_KEY.into(), meta);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_indices_come_from_contents_pointers_only() {
+        assert_eq!(entry_index("/contents/3/blob"), Some(3));
+        assert_eq!(entry_index("/contents/0"), Some(0));
+        assert_eq!(entry_index("/messages/0/content"), None);
+    }
+
+    #[test]
+    fn a_blob_that_is_not_base64_is_refused_with_its_entry_named() {
+        let v = json!({"contents": [{"uri": "a://ok", "blob": "aGk="}, {"uri": "a://bad", "blob": "not base64!"}]});
+        let e = check_remaining_blobs("fx", &v).unwrap_err().to_string();
+        assert!(e.contains("contents[1] (a://bad)") && e.contains("not base64"), "{e}");
+        assert!(check_remaining_blobs("fx", &json!({"contents": [{"uri": "a://t", "text": "x"}]})).is_ok());
+    }
+}
