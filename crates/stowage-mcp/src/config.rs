@@ -85,11 +85,17 @@ pub struct ResourcesConfig {
     /// Text contents of a `resources/read` up to this many characters stay inline; longer
     /// text becomes an artifact (blobs follow `transform.inline_binary_max_bytes`).
     pub inline_text_if_under_chars: usize,
+    /// `resources/read` of an `artifact://` URI returns the bytes up to this size; a larger
+    /// artifact answers with its metadata and a fresh signed link.
+    pub artifact_inline_max_bytes: u64,
+    /// The most bytes a read returns inline when the client asks for them explicitly
+    /// (`_meta["io.stowage/inline"]: true`).
+    pub artifact_inline_cap_bytes: u64,
 }
 
 impl Default for ResourcesConfig {
     fn default() -> Self {
-        ResourcesConfig { inline_text_if_under_chars: 10_000 }
+        ResourcesConfig { inline_text_if_under_chars: 10_000, artifact_inline_max_bytes: 64 << 10, artifact_inline_cap_bytes: 8 << 20 }
     }
 }
 

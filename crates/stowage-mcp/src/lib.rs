@@ -32,6 +32,9 @@ mod gateway;
 mod inputs;
 mod jsonrpc;
 mod local_tools;
+/// Artifacts per `resources/list` page of the caller's artifacts (and the most one
+/// `artifact_list` answer holds).
+pub use local_tools::resources::PAGE as ARTIFACTS_PER_PAGE;
 pub mod metrics;
 pub mod outbox;
 pub mod output_schema;

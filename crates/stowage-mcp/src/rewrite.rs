@@ -33,6 +33,9 @@ use crate::output_schema::{OutputSchema, Violation};
 
 /// `_meta` key of the transform stats on every rewritten result.
 pub const TRANSFORM_META_KEY: &str = "io.stowage/transform";
+/// `_meta` key, on a `resources/read` contents entry that stands for an artifact, of that
+/// artifact (id, link, type, size).
+pub const ARTIFACT_META_KEY: &str = "io.stowage/artifact";
 /// `_meta` key of the assets when the tool's output schema forbids adding `assets`.
 pub const ASSETS_META_KEY: &str = "io.stowage/assets";
 /// Error code of a result whose compact form could not be made to match the tool's output

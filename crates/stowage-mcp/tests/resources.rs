@@ -131,3 +131,91 @@ async fn a_prompt_with_an_image_reaches_the_client_as_a_reference() {
     assert!(result["_meta"]["io.stowage/assets"][0]["uri"].as_str().unwrap().starts_with("https://stowage.test/"));
     assert_eq!(sink.items.lock().unwrap().len(), 1);
 }
+
+/// A gateway whose pipeline stores into a real (memory) store, with signed links: what
+/// `stowage serve` runs.
+async fn with_store() -> (Client, Arc<dyn stowage_store::ArtifactStore>) {
+    let store: Arc<dyn stowage_store::ArtifactStore> = Arc::new(stowage_store::MemoryStore::new(stowage_store::RetentionConfig::default()));
+    let rw = common::rewriter(stowage_store::into_sink(store.clone()));
+    let gateway = common::start_gateway(vec![fixture_spec("fx", None, T)], rw, fast_config(), stowage_mcp::SessionMode::Shared).await;
+    let links = stowage_links::LinksConfig { public_url: "http://127.0.0.1:9".into(), ..Default::default() };
+    let signer = Arc::new(stowage_links::LinkSigner::new(stowage_links::KeyRing::new([("k1", vec![7u8; 32])]).unwrap(), &links));
+    gateway.set_link_service(stowage_http::HttpState::new(store.clone(), signer).link_service());
+    gateway.set_artifact_store(store.clone());
+    (Client::connect(gateway, None, json!({})).await, store)
+}
+
+fn scope_of(user: &str) -> stowage_core::ArtifactScope {
+    stowage_core::ArtifactScope { user_id: Some(user.into()), ..Default::default() }
+}
+
+#[tokio::test]
+async fn the_callers_artifacts_are_resources_small_ones_inline_large_ones_as_links() {
+    let (c, store) = with_store().await;
+    // One artifact from a read the gateway offloaded, one small text put by hand, and one of
+    // another user's that must stay invisible.
+    let pdf = c.request("resources/read", json!({"uri": "fx://docs/report.pdf"})).await;
+    let pdf_uri = pdf["result"]["contents"][0]["_meta"]["io.stowage/artifact"]["artifact"].as_str().unwrap().to_owned();
+    let note = store
+        .put_bytes(bytes::Bytes::from_static(b"remember the milk"), stowage_core::PutOptions::scoped(scope_of("local")).mime("text/plain"))
+        .await
+        .unwrap();
+    let theirs = store
+        .put_bytes(bytes::Bytes::from_static(b"not yours"), stowage_core::PutOptions::scoped(scope_of("someone-else")).mime("text/plain"))
+        .await
+        .unwrap();
+
+    let list = c.request("resources/list", json!({})).await;
+    let uris: Vec<&str> = list["result"]["resources"].as_array().unwrap().iter().filter_map(|r| r["uri"].as_str()).collect();
+    assert!(uris.contains(&pdf_uri.as_str()) && uris.contains(&note.uri.as_str()), "{uris:?}");
+    assert!(uris.contains(&"fx://docs/report.pdf"), "the upstream's resources are still there: {uris:?}");
+    assert!(!uris.contains(&theirs.uri.as_str()), "another user's artifact is listed: {uris:?}");
+    let templates = c.request("resources/templates/list", json!({})).await;
+    assert!(templates.to_string().contains("artifact://{id}"), "{templates}");
+
+    // Small: the bytes themselves. Large: a line and a fresh link, unless asked explicitly.
+    let small = c.request("resources/read", json!({"uri": note.uri})).await;
+    assert_eq!(small["result"]["contents"][0]["text"], "remember the milk", "{small}");
+    let large = c.request("resources/read", json!({"uri": pdf_uri})).await;
+    let entry = &large["result"]["contents"][0];
+    assert!(entry.get("blob").is_none(), "{large}");
+    let text = entry["text"].as_str().unwrap();
+    assert!(text.contains("too large to read inline") && text.contains("download: http://127.0.0.1:9/artifacts/"), "{text}");
+    let asked = c.request("resources/read", json!({"uri": pdf_uri, "_meta": {"io.stowage/inline": true}})).await;
+    let blob = asked["result"]["contents"][0]["blob"].as_str().expect("the bytes, when asked");
+    assert!(base64::engine::general_purpose::STANDARD.decode(blob).unwrap().starts_with(b"%PDF-"));
+
+    // Another user's id and a made-up one get the same answer.
+    let other = c.request("resources/read", json!({"uri": theirs.uri})).await;
+    let made_up = c.request("resources/read", json!({"uri": "artifact://nothing_0123456789abcdef"})).await;
+    assert_eq!(other["error"]["code"], -32002, "{other}");
+    assert_eq!(made_up["error"]["code"], -32002, "{made_up}");
+    assert!(!other.to_string().contains("someone-else"), "{other}");
+
+    // Hosts that never show resources get the same list as a tool.
+    let tools = c.request("tools/list", json!({})).await;
+    assert!(tools.to_string().contains("\"artifact_list\""), "{tools}");
+    let listed = c.call("artifact_list", json!({})).await;
+    let artifacts = listed["result"]["structuredContent"]["artifacts"].as_array().unwrap();
+    assert_eq!(artifacts.len(), 2, "{listed}");
+    assert!(!listed.to_string().contains(theirs.id.as_str()), "{listed}");
+}
+
+#[tokio::test]
+async fn the_artifact_list_pages_with_a_cursor_and_a_foreign_cursor_is_refused() {
+    let (c, store) = with_store().await;
+    for i in 0..(stowage_mcp::ARTIFACTS_PER_PAGE + 5) {
+        let body = format!("note {i}");
+        store.put_bytes(bytes::Bytes::from(body), stowage_core::PutOptions::scoped(scope_of("local")).mime("text/plain")).await.unwrap();
+    }
+    let first = c.request("resources/list", json!({})).await;
+    let cursor = first["result"]["nextCursor"].as_str().expect("a second page").to_owned();
+    let second = c.request("resources/list", json!({"cursor": cursor})).await;
+    let n = |v: &Value| {
+        v["result"]["resources"].as_array().unwrap().iter().filter(|r| r["uri"].as_str().unwrap().starts_with("artifact://")).count()
+    };
+    assert_eq!(n(&first) + n(&second), stowage_mcp::ARTIFACTS_PER_PAGE + 5);
+    assert!(second["result"].get("nextCursor").is_none(), "{second}");
+    let bad = c.request("resources/list", json!({"cursor": "upstream-7"})).await;
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+}

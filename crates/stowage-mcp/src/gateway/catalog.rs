@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use super::Gateway;
 use crate::error::GatewayError;
 use crate::jsonrpc::Message;
+use crate::local_tools::resources as local_resources;
 use crate::outbox::Outbox;
 use crate::output_schema::OutputSchema;
 use crate::router::{Catalog, UpstreamLists};
@@ -41,8 +42,24 @@ impl Gateway {
         session: &Arc<Session>,
         key: &str,
         method: &str,
+        params: &Value,
         outbox: &Outbox,
     ) -> Result<Message, GatewayError> {
+        // The caller's artifacts come after the upstreams' resources, a page at a time: a
+        // cursor of ours asks for the next page of them only.
+        let cursor = params.get("cursor").and_then(Value::as_str);
+        let artifacts = self.local_tools().readers().cloned();
+        if let Some(c) = cursor {
+            let Some(store) = artifacts.as_ref().filter(|_| key == "resources" && local_resources::is_artifact_cursor(c)) else {
+                return Err(GatewayError::InvalidParams(format!(
+                    "{method}: unknown cursor {c:?}; pass the nextCursor of the previous page"
+                )));
+            };
+            let (items, next) = local_resources::list(store, &session.scope, Some(c), local_resources::PAGE)
+                .await
+                .map_err(|e| GatewayError::InvalidParams(e.to_string()))?;
+            return Ok(Message::response(Value::Null, &page(key, items, next)));
+        }
         let catalog = self.catalog();
         let entries = if key == "resources" { &catalog.resources } else { &catalog.templates };
         let mut items = Vec::new();
@@ -71,7 +88,19 @@ impl Gateway {
                 }
             }
         }
-        Ok(Message::response(Value::Null, &json!({ key: items })))
+        let mut next = None;
+        if let Some(store) = &artifacts {
+            if key == "resources" {
+                let (mine, more) = local_resources::list(store, &session.scope, None, local_resources::PAGE)
+                    .await
+                    .map_err(|e| GatewayError::NotRelayed(format!("{method}: listing your artifacts failed: {e}")))?;
+                items.extend(mine);
+                next = more;
+            } else {
+                items.push(local_resources::template());
+            }
+        }
+        Ok(Message::response(Value::Null, &page(key, items, next)))
     }
 
     /// Fetches every list of upstream `index` (following pagination) and rebuilds the catalog.
@@ -129,6 +158,15 @@ impl Gateway {
 
 /// Compiles the `outputSchema` of every tool that declares one, once per fetched list: the
 /// rewrite checks each result against it (see [`crate::output_schema`]).
+/// A list result: the items under `key`, and `nextCursor` when there is more.
+fn page(key: &str, items: Vec<Value>, next: Option<String>) -> Value {
+    let mut v = json!({ key: items });
+    if let Some(n) = next {
+        v["nextCursor"] = Value::String(n);
+    }
+    v
+}
+
 fn compile_output_schemas(upstream: &str, tools: &[Value]) -> std::collections::HashMap<String, Arc<OutputSchema>> {
     let mut out = std::collections::HashMap::new();
     for t in tools {

@@ -207,6 +207,11 @@ impl Gateway {
         outbox: &Outbox,
     ) -> Result<Message, GatewayError> {
         let uri = params.get("uri").and_then(Value::as_str).unwrap_or("").to_owned();
+        if uri.starts_with("artifact://")
+            && let Some(store) = self.local_tools().readers().cloned()
+        {
+            return self.artifact_resource(session, &store, method, &uri, &params).await;
+        }
         let mine = session.resource_routes.lock().get(&uri).copied();
         let u = mine
             .or_else(|| self.catalog().resource_upstream(&uri, self.upstreams.len()))

@@ -390,8 +390,8 @@ impl Gateway {
             "subscriptions/listen" => self.listen(&id, &params, outbox).await,
             "tools/list" => ok(serde_json::json!({"tools": self.list_tools(session)})),
             "prompts/list" => ok(self.list_prompts()),
-            "resources/list" => self.list_resources(session, "resources", &method, outbox).await,
-            "resources/templates/list" => self.list_resources(session, "resourceTemplates", &method, outbox).await,
+            "resources/list" => self.list_resources(session, "resources", &method, &params, outbox).await,
+            "resources/templates/list" => self.list_resources(session, "resourceTemplates", &method, &params, outbox).await,
             "tools/call" => self.call_tool_message(session, params, outbox).await,
             "prompts/get" => {
                 let name = params.get("name").and_then(Value::as_str).unwrap_or("");

@@ -13,18 +13,19 @@
 //! Nothing is ever passed through on failure: a store failure or a blob that is not base64
 //! answers the read with a JSON-RPC error that says so.
 
+use std::sync::Arc;
+
 use base64::Engine;
 use serde_json::{Value, json};
+use stowage_store::ArtifactStore;
 
 use super::Gateway;
 use crate::error::GatewayError;
 use crate::events::{EventOwner, GatewayEvent};
 use crate::jsonrpc::Message;
-use crate::rewrite::{ASSETS_META_KEY, CallContext, LinkMinter, OffloadedItem, TRANSFORM_META_KEY};
+use crate::local_tools::resources as local_resources;
+use crate::rewrite::{ARTIFACT_META_KEY, ASSETS_META_KEY, CallContext, LinkMinter, OffloadedItem, TRANSFORM_META_KEY};
 use crate::session::Session;
-
-/// `_meta` key, on a contents entry that the gateway replaced, of the artifact it stands for.
-pub const ARTIFACT_META_KEY: &str = "io.stowage/artifact";
 
 /// Which read-like result is being rewritten.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,6 +119,29 @@ impl Gateway {
         Ok(())
     }
 
+    /// `resources/read` (and subscribe, unsubscribe) of one of the caller's artifacts: answered
+    /// here, never routed upstream. Another owner's id is "not found", like a missing one.
+    pub(super) async fn artifact_resource(
+        &self,
+        session: &Session,
+        store: &Arc<dyn ArtifactStore>,
+        method: &str,
+        uri: &str,
+        params: &Value,
+    ) -> Result<Message, GatewayError> {
+        if method != "resources/read" {
+            // Artifacts are immutable: a subscription never fires, and is accepted as such.
+            return Ok(Message::response(Value::Null, &json!({})));
+        }
+        let inline = params.pointer("/_meta/io.stowage~1inline").and_then(Value::as_bool).unwrap_or(false);
+        let links = self.local_tools().links;
+        match local_resources::read(store, links, &self.config.resources, &session.scope, uri, inline).await {
+            Ok(Some(result)) => Ok(Message::response(Value::Null, &result)),
+            Ok(None) => Err(GatewayError::ResourceNotFound(uri.to_owned())),
+            Err(e) => Err(GatewayError::NotRelayed(e.to_string())),
+        }
+    }
+
     /// Hands text contents over the inline limit to the offloader as blobs of their UTF-8
     /// bytes (see the module docs); returns the entries it changed.
     fn prepare_contents(&self, upstream: &str, value: &mut Value) -> Result<Vec<usize>, GatewayError> {
@@ -170,6 +194,7 @@ fn asset_of(item: &OffloadedItem, links: Option<&dyn LinkMinter>) -> Value {
     let mut asset = json!({
         "id": r.id.to_string(),
         "uri": r.uri,
+        "artifact": r.uri,
         "mimeType": r.mime_type,
         "size": r.size_bytes,
         "summary": item.summary,
@@ -177,7 +202,6 @@ fn asset_of(item: &OffloadedItem, links: Option<&dyn LinkMinter>) -> Value {
     if let Some((url, expires)) = links.and_then(|l| l.link(r)) {
         asset["uri"] = Value::String(url);
         asset["expiresAt"] = Value::String(expires);
-        asset["artifact"] = Value::String(r.uri.clone());
     }
     asset
 }

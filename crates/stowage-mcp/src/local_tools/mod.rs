@@ -1,8 +1,9 @@
 //! Tools the gateway answers itself, one file each: `artifact_url` (a fresh signed link),
-//! `artifact_read` (a window of a text artifact, or its lines matching a regex) and
-//! `artifact_query` (a part of a JSON artifact by JSON Pointer or JMESPath).
+//! `artifact_read` (a window of a text artifact, or its lines matching a regex),
+//! `artifact_query` (a part of a JSON artifact by JSON Pointer or JMESPath) and
+//! `artifact_list` (the caller's artifacts; `resources.rs` also serves them as MCP resources).
 //!
-//! All three look artifacts up as the calling session's owner, so none can reveal another
+//! All of them look artifacts up as the calling session's owner, so none can reveal another
 //! owner's artifact: an unknown id, a guessed id and someone else's id all answer
 //! `artifact_not_found`, with the same message. Their errors are `isError: true` results with
 //! one text block naming the code (`artifact_not_found: …`) and no `structuredContent`, so an
@@ -15,6 +16,7 @@
 
 mod query;
 mod read;
+pub(crate) mod resources;
 mod url;
 
 use std::sync::Arc;
@@ -27,6 +29,7 @@ use stowage_store::{Access, ArtifactStore};
 
 pub use query::ARTIFACT_QUERY_TOOL;
 pub use read::ARTIFACT_READ_TOOL;
+pub use resources::ARTIFACT_LIST_TOOL;
 pub use url::ARTIFACT_URL_TOOL;
 
 /// The most bytes of artifact content one reader-tool answer carries.
@@ -44,8 +47,8 @@ pub(crate) struct LocalTools<'a> {
 }
 
 impl LocalTools<'_> {
-    /// The reader tools need a store that keeps bytes.
-    fn readers(&self) -> Option<&Arc<dyn ArtifactStore>> {
+    /// The reader tools (and artifacts as resources) need a store that keeps bytes.
+    pub(crate) fn readers(&self) -> Option<&Arc<dyn ArtifactStore>> {
         self.store.filter(|s| !s.is_noop())
     }
 
@@ -59,6 +62,7 @@ impl LocalTools<'_> {
         if self.readers().is_some() {
             defs.push(read::def());
             defs.push(query::def());
+            defs.push(resources::def());
         }
         defs
     }
@@ -67,7 +71,7 @@ impl LocalTools<'_> {
     pub fn handles(&self, name: &str) -> bool {
         match name {
             ARTIFACT_URL_TOOL => self.links.is_some(),
-            ARTIFACT_READ_TOOL | ARTIFACT_QUERY_TOOL => self.readers().is_some(),
+            ARTIFACT_READ_TOOL | ARTIFACT_QUERY_TOOL | ARTIFACT_LIST_TOOL => self.readers().is_some(),
             _ => false,
         }
     }
@@ -79,6 +83,7 @@ impl LocalTools<'_> {
             ARTIFACT_URL_TOOL => url::call(self.links?, scope, arguments).await,
             ARTIFACT_READ_TOOL => read::call(self.readers()?, scope, arguments).await,
             ARTIFACT_QUERY_TOOL => query::call(self.readers()?, scope, arguments).await,
+            ARTIFACT_LIST_TOOL => resources::call(self.readers()?, scope, arguments).await,
             _ => return None,
         };
         Some(result.unwrap_or_else(|e| e.into_result()))
