@@ -91,11 +91,19 @@ pub struct ResourcesConfig {
     /// The most bytes a read returns inline when the client asks for them explicitly
     /// (`_meta["io.stowage/inline"]: true`).
     pub artifact_inline_cap_bytes: u64,
+    /// Every upstream with resources gets `{server}_resources_list`, `_resources_read` and
+    /// `_resources_templates_list` tools, for hosts that never show resources to the model.
+    pub generated_tools: bool,
 }
 
 impl Default for ResourcesConfig {
     fn default() -> Self {
-        ResourcesConfig { inline_text_if_under_chars: 10_000, artifact_inline_max_bytes: 64 << 10, artifact_inline_cap_bytes: 8 << 20 }
+        ResourcesConfig {
+            inline_text_if_under_chars: 10_000,
+            artifact_inline_max_bytes: 64 << 10,
+            artifact_inline_cap_bytes: 8 << 20,
+            generated_tools: true,
+        }
     }
 }
 

@@ -219,3 +219,63 @@ async fn the_artifact_list_pages_with_a_cursor_and_a_foreign_cursor_is_refused()
     let bad = c.request("resources/list", json!({"cursor": "upstream-7"})).await;
     assert_eq!(bad["error"]["code"], -32602, "{bad}");
 }
+
+#[tokio::test]
+async fn hosts_without_resources_get_generated_tools_that_read_through_the_pipeline() {
+    let sink = Arc::new(MemSink::default());
+    let c = client(sink.clone()).await;
+    let tools = c.request("tools/list", json!({})).await;
+    let names: Vec<&str> = tools["result"]["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
+    for want in ["fx_resources_list", "fx_resources_read", "fx_resources_templates_list"] {
+        assert!(names.contains(&want), "{want} missing from {names:?}");
+    }
+    let list = c.call("fx_resources_list", json!({})).await;
+    assert!(
+        list["result"]["content"][0]["text"].as_str().unwrap().contains("fx://docs/report.pdf — report.pdf (application/pdf)"),
+        "{list}"
+    );
+    assert_eq!(list["result"]["structuredContent"]["resources"].as_array().unwrap().len(), 5);
+
+    let pdf = c.call("fx_resources_read", json!({"uri": "fx://docs/report.pdf"})).await;
+    assert!(pdf.to_string().len() < 2048, "{} bytes: {pdf}", pdf.to_string().len());
+    let text = pdf["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("artifact://") && text.contains("download: https://stowage.test/"), "{text}");
+    assert_eq!(pdf["result"]["_meta"]["io.stowage/assets"][0]["mimeType"], "application/pdf");
+    let dot = c.call("fx_resources_read", json!({"uri": "fx://docs/dot.png"})).await;
+    assert_eq!(dot["result"]["content"][0]["type"], "image", "{dot}");
+
+    let missing = c.call("fx_resources_read", json!({})).await;
+    assert_eq!(missing["result"]["isError"], true);
+    assert!(
+        missing["result"]["content"][0]["text"].as_str().unwrap().starts_with("bad_request: fx_resources_read needs \"uri\""),
+        "{missing}"
+    );
+    let unknown = c.call("fx_resources_read", json!({"uri": "fx://docs/nothing"})).await;
+    assert!(unknown["result"]["content"][0]["text"].as_str().unwrap().starts_with("resource_not_found: "), "{unknown}");
+    let broken = c.call("fx_resources_read", json!({"uri": "fx://docs/broken.bin"})).await;
+    assert_eq!(broken["result"]["isError"], true, "{broken}");
+    assert!(!broken.to_string().contains("%% not base64"), "{broken}");
+}
+
+#[tokio::test]
+async fn generated_tools_can_be_turned_off_and_an_upstream_without_resources_gets_none() {
+    let mut config = fast_config();
+    config.resources.generated_tools = false;
+    let c = Client::start(vec![fixture_spec("fx", None, T)], Arc::new(MemSink::default()), config, None).await;
+    let tools = c.request("tools/list", json!({})).await;
+    assert!(!tools.to_string().contains("resources_read"), "{tools}");
+    let r = c.call("fx_resources_read", json!({"uri": "fx://docs/note.txt"})).await;
+    assert!(r.get("error").is_some() || r["result"]["isError"] == true, "{r}");
+
+    // The chain fixture declares tools only.
+    let command = stowage_testkit::chain_fixture_bin().display().to_string();
+    let transport =
+        stowage_mcp::config::TransportSpec::Stdio { command, args: vec![], env: Default::default(), cwd: None, inherit_env: false };
+    let ch = stowage_mcp::config::UpstreamSpec::new("ch", transport, T);
+    let c = Client::start(vec![ch], Arc::new(MemSink::default()), fast_config(), None).await;
+    let tools = c.request("tools/list", json!({})).await;
+    assert!(!tools.to_string().contains("ch_resources"), "{tools}");
+    let r = c.request("resources/read", json!({"uri": "fx://docs/note.txt"})).await;
+    let msg = r["error"]["message"].as_str().unwrap_or_else(|| panic!("an error: {r}"));
+    assert!(msg.contains("upstream ch, which serves no resources"), "{msg}");
+}

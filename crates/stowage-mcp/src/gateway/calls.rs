@@ -189,19 +189,13 @@ impl Gateway {
             let started = Instant::now();
             let args = params.get("arguments").cloned().unwrap_or(json!({}));
             let result = local.call(&name, &scope, &args).await.expect("handles() said it is a local tool");
-            let bytes_out = serde_json::to_vec(&result).map_or(0, |v| v.len() as u64);
-            let report = CallReport {
-                call,
-                tool: name,
-                upstream: "stowage".into(),
-                latency: started.elapsed(),
-                bytes_in: bytes_out,
-                bytes_out,
-                tokens_in: 0,
-                tokens_out: 0,
-                transform: None,
-            };
-            return Ok(CallReply::Rewritten(result, report));
+            return Ok(answered_here(call, name, "stowage".into(), started, result));
+        }
+        if let Some((u, op)) = self.resource_tool(&name) {
+            let started = Instant::now();
+            let args = params.get("arguments").cloned().unwrap_or(json!({}));
+            let result = self.call_resource_tool(session, u, op, &args, outbox).await;
+            return Ok(answered_here(call, name, self.upstreams[u].name().to_owned(), started, result));
         }
         let tool = self.catalog().tool(&name).cloned().ok_or_else(|| GatewayError::UnknownTool(name.clone()))?;
         let upstream = self.upstreams[tool.upstream].name().to_owned();
@@ -504,4 +498,22 @@ fn task_id_of(raw: &Raw) -> Option<String> {
         return None;
     }
     v.pointer("/task/taskId").and_then(Value::as_str).map(str::to_owned)
+}
+
+/// The reply of a call the gateway answered itself (its own tools, the generated resource
+/// tools): the result as it is, nothing transformed.
+fn answered_here(call: u64, tool: String, upstream: String, started: Instant, result: Value) -> CallReply {
+    let bytes_out = serde_json::to_vec(&result).map_or(0, |v| v.len() as u64);
+    let report = CallReport {
+        call,
+        tool,
+        upstream,
+        latency: started.elapsed(),
+        bytes_in: bytes_out,
+        bytes_out,
+        tokens_in: 0,
+        tokens_out: 0,
+        transform: None,
+    };
+    CallReply::Rewritten(result, report)
 }

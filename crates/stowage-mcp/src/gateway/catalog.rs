@@ -25,6 +25,7 @@ impl Gateway {
     pub fn list_tools(&self, _session: &Session) -> Vec<Value> {
         let mut tools: Vec<Value> = self.catalog().tools.iter().map(|t| t.def.clone()).collect();
         tools.extend(self.local_tools().defs());
+        tools.extend(self.resource_tool_defs());
         tools
     }
 
@@ -60,33 +61,9 @@ impl Gateway {
                 .map_err(|e| GatewayError::InvalidParams(e.to_string()))?;
             return Ok(Message::response(Value::Null, &page(key, items, next)));
         }
-        let catalog = self.catalog();
-        let entries = if key == "resources" { &catalog.resources } else { &catalog.templates };
         let mut items = Vec::new();
-        for (i, u) in self.upstreams.iter().enumerate() {
-            if !u.capability("resources") {
-                continue;
-            }
-            if u.mode.is_shared() || u.is_stateless() {
-                items.extend(entries.iter().filter(|(k, _)| *k == i).map(|(_, v)| v.clone()));
-                continue;
-            }
-            let mut cursor: Option<String> = None;
-            for _page in 0..1000 {
-                let params = cursor.as_ref().map_or_else(|| json!({}), |c| json!({"cursor": c}));
-                let reply = self.forward(session, i, method, params, outbox).await?;
-                let v = result_value(&reply).map_err(|e| GatewayError::Internal(format!("{method} from upstream {}: {e}", u.name())))?;
-                for item in v.get(key).and_then(Value::as_array).into_iter().flatten() {
-                    if let Some(uri) = item.get("uri").and_then(Value::as_str) {
-                        session.resource_routes.lock().insert(uri.to_owned(), i);
-                    }
-                    items.push(item.clone());
-                }
-                cursor = v.get("nextCursor").and_then(Value::as_str).map(str::to_owned);
-                if cursor.is_none() {
-                    break;
-                }
-            }
+        for i in 0..self.upstreams.len() {
+            items.extend(self.upstream_resources(session, i, key, method, outbox).await?);
         }
         let mut next = None;
         if let Some(store) = &artifacts {
@@ -158,6 +135,48 @@ impl Gateway {
 
 /// Compiles the `outputSchema` of every tool that declares one, once per fetched list: the
 /// rewrite checks each result against it (see [`crate::output_schema`]).
+impl Gateway {
+    /// One upstream's resources (`key` `resources`) or templates (`resourceTemplates`) as
+    /// `session` sees them: the catalog's, except that a `per_client` upstream is asked on the
+    /// session's own upstream session. Nothing for an upstream without resources.
+    pub(super) async fn upstream_resources(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        i: usize,
+        key: &str,
+        method: &str,
+        outbox: &Outbox,
+    ) -> Result<Vec<Value>, GatewayError> {
+        let u = &self.upstreams[i];
+        if !u.capability("resources") {
+            return Ok(Vec::new());
+        }
+        if u.mode.is_shared() || u.is_stateless() {
+            let catalog = self.catalog();
+            let entries = if key == "resources" { &catalog.resources } else { &catalog.templates };
+            return Ok(entries.iter().filter(|(k, _)| *k == i).map(|(_, v)| v.clone()).collect());
+        }
+        let mut items = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _page in 0..1000 {
+            let params = cursor.as_ref().map_or_else(|| json!({}), |c| json!({"cursor": c}));
+            let reply = self.forward(session, i, method, params, outbox).await?;
+            let v = result_value(&reply).map_err(|e| GatewayError::Internal(format!("{method} from upstream {}: {e}", u.name())))?;
+            for item in v.get(key).and_then(Value::as_array).into_iter().flatten() {
+                if let Some(uri) = item.get("uri").and_then(Value::as_str) {
+                    session.resource_routes.lock().insert(uri.to_owned(), i);
+                }
+                items.push(item.clone());
+            }
+            cursor = v.get("nextCursor").and_then(Value::as_str).map(str::to_owned);
+            if cursor.is_none() {
+                break;
+            }
+        }
+        Ok(items)
+    }
+}
+
 /// A list result: the items under `key`, and `nextCursor` when there is more.
 fn page(key: &str, items: Vec<Value>, next: Option<String>) -> Value {
     let mut v = json!({ key: items });

@@ -217,6 +217,14 @@ impl Gateway {
             .or_else(|| self.catalog().resource_upstream(&uri, self.upstreams.len()))
             .ok_or_else(|| GatewayError::ResourceNotFound(uri.clone()))?;
         let upstream = &self.upstreams[u];
+        // Only an upstream that is up has said what it serves; a down one answers with why
+        // it is down (from forward, below).
+        if upstream.current().is_some() && !upstream.capability("resources") {
+            return Err(GatewayError::InvalidParams(format!(
+                "{method}: {uri} routes to upstream {}, which serves no resources (it did not declare the capability)",
+                upstream.name()
+            )));
+        }
         match method {
             "resources/subscribe" => {
                 session.subscriptions.lock().insert(uri.clone());
@@ -240,10 +248,22 @@ impl Gateway {
                 return Ok(Message::response(Value::Null, &json!({})));
             }
         }
-        let mut reply = self.forward(session, u, method, params, outbox).await?;
         if method == "resources/read" {
-            self.rewrite_read(session, upstream.name(), super::reads::ReadKind::Resource, &mut reply).await?;
+            return self.read_from(session, u, params, outbox).await;
         }
+        self.forward(session, u, method, params, outbox).await
+    }
+
+    /// `resources/read` on upstream `u`, its reply through the pipeline.
+    pub(super) async fn read_from(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        u: usize,
+        params: Value,
+        outbox: &Outbox,
+    ) -> Result<Message, GatewayError> {
+        let mut reply = self.forward(session, u, "resources/read", params, outbox).await?;
+        self.rewrite_read(session, self.upstreams[u].name(), super::reads::ReadKind::Resource, &mut reply).await?;
         Ok(reply)
     }
 

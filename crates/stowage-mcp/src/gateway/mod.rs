@@ -26,6 +26,7 @@ mod forward;
 mod handshake;
 mod inbound;
 mod reads;
+mod resource_tools;
 mod subscriptions;
 mod tasks;
 
