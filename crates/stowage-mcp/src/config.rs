@@ -94,6 +94,15 @@ pub struct ResourcesConfig {
     /// Every upstream with resources gets `{server}_resources_list`, `_resources_read` and
     /// `_resources_templates_list` tools, for hosts that never show resources to the model.
     pub generated_tools: bool,
+    /// How long an upstream resource read is answered from the cache (per owner; the
+    /// upstream's `ttlMs` shortens it, an update notification ends it). 0 turns the cache off.
+    pub cache_ttl_secs: u64,
+}
+
+impl ResourcesConfig {
+    pub fn cache_ttl(&self) -> Duration {
+        Duration::from_secs(self.cache_ttl_secs)
+    }
 }
 
 impl Default for ResourcesConfig {
@@ -103,6 +112,7 @@ impl Default for ResourcesConfig {
             artifact_inline_max_bytes: 64 << 10,
             artifact_inline_cap_bytes: 8 << 20,
             generated_tools: true,
+            cache_ttl_secs: 300,
         }
     }
 }

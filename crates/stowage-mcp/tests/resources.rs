@@ -279,3 +279,68 @@ async fn generated_tools_can_be_turned_off_and_an_upstream_without_resources_get
     let msg = r["error"]["message"].as_str().unwrap_or_else(|| panic!("an error: {r}"));
     assert!(msg.contains("upstream ch, which serves no resources"), "{msg}");
 }
+
+#[tokio::test]
+async fn reads_are_cached_with_fresh_links_and_an_update_invalidates_them_before_it_is_forwarded() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("fx.log");
+    let sink = Arc::new(MemSink::default());
+    let mut rw = common::rewriter(sink.clone());
+    rw.links = Some(Arc::new(TestLinks));
+    let c = Client::start_with_rewriter(vec![fixture_spec("fx", Some(&log), T)], rw, fast_config()).await;
+    let reads = || common::read_log(&log).lines().filter(|l| l.contains("resources/read")).count();
+
+    let first = c.request("resources/read", json!({"uri": "fx://docs/report.pdf"})).await;
+    let second = c.request("resources/read", json!({"uri": "fx://docs/report.pdf"})).await;
+    assert_eq!(reads(), 1, "the second read came from the cache");
+    assert_eq!(second["result"]["_meta"]["io.stowage/transform"]["cached"], true, "{second}");
+    assert_eq!(first["result"]["contents"][0]["_meta"], second["result"]["contents"][0]["_meta"], "the same artifact, with a link");
+    assert_eq!(sink.items.lock().unwrap().len(), 1, "stored once");
+
+    // Subscribed, the client hears of an update; by then the cached read is gone, so the read
+    // it makes on hearing of it returns the new content.
+    c.request("resources/subscribe", json!({"uri": "fx://docs/note.txt"})).await;
+    let note = c.request("resources/read", json!({"uri": "fx://docs/note.txt"})).await;
+    assert_eq!(note["result"]["contents"][0]["text"], "the quarter closed on Friday");
+    let again = c.request("resources/read", json!({"uri": "fx://docs/note.txt"})).await;
+    assert_eq!(again["result"]["_meta"]["io.stowage/transform"]["cached"], true, "{again}");
+    let before = reads();
+    let edited = c.call("edit_note", json!({"text": "the quarter closes on Monday"})).await;
+    assert_eq!(edited["result"]["content"][0]["text"], "edited", "{edited}");
+    let heard = || c.notifications.lock().unwrap().iter().any(|n| n["method"] == "notifications/resources/updated");
+    assert!(common::eventually(5, heard).await, "no update reached the client");
+    let fresh = c.request("resources/read", json!({"uri": "fx://docs/note.txt"})).await;
+    assert_eq!(fresh["result"]["contents"][0]["text"], "the quarter closes on Monday", "{fresh}");
+    assert_eq!(reads(), before + 1);
+}
+
+#[tokio::test]
+async fn a_zero_ttl_turns_the_cache_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("fx.log");
+    let mut config = fast_config();
+    config.resources.cache_ttl_secs = 0;
+    let c = Client::start(vec![fixture_spec("fx", Some(&log), T)], Arc::new(MemSink::default()), config, None).await;
+    for _ in 0..2 {
+        c.request("resources/read", json!({"uri": "fx://docs/note.txt"})).await;
+    }
+    assert_eq!(common::read_log(&log).lines().filter(|l| l.contains("resources/read")).count(), 2);
+}
+
+#[tokio::test]
+async fn the_upstream_subscription_ends_when_the_last_subscribed_session_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("fx.log");
+    let a = Client::start(vec![fixture_spec("fx", Some(&log), T)], Arc::new(MemSink::default()), fast_config(), None).await;
+    let b = Client::connect(a.gateway.clone(), None, json!({})).await;
+    let unsubscribes = || common::read_log(&log).lines().filter(|l| l.contains("resources/unsubscribe")).count();
+    a.request("resources/subscribe", json!({"uri": "fx://docs/note.txt"})).await;
+    b.request("resources/subscribe", json!({"uri": "fx://docs/note.txt"})).await;
+    let gateway = a.gateway.clone();
+    drop(b);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(unsubscribes(), 0, "a still wants the updates");
+    drop(a);
+    assert!(common::eventually(5, || unsubscribes() == 1).await, "the last session's end did not unsubscribe the upstream");
+    gateway.shutdown();
+}

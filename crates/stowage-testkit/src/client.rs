@@ -32,6 +32,9 @@ pub struct RpcClient {
     /// Every message received, in arrival order (to check ordering).
     pub received: Arc<Mutex<Vec<Received>>>,
     closed: Arc<tokio::sync::Notify>,
+    /// Dropped with the client: the reader stops and lets go of its end of the pipe, so the
+    /// server sees the client go away.
+    _stop: oneshot::Sender<()>,
 }
 
 impl RpcClient {
@@ -46,15 +49,22 @@ impl RpcClient {
         let notifications: Arc<Mutex<Vec<Value>>> = Arc::default();
         let received: Arc<Mutex<Vec<Received>>> = Arc::default();
         let closed = Arc::new(tokio::sync::Notify::new());
-        let (p, n, r, back, done) = (pending.clone(), notifications.clone(), received.clone(), tx.clone(), closed.clone());
+        // The reader answers server requests through a weak sender: dropping the client drops
+        // the last strong one, which closes the pipe and so ends the session, as a client
+        // going away does.
+        let (p, n, r, back, done) = (pending.clone(), notifications.clone(), received.clone(), tx.downgrade(), closed.clone());
+        let (stop_tx, mut stop) = oneshot::channel::<()>();
         tokio::spawn(async move {
             let mut reader = BufReader::with_capacity(1 << 20, reader);
             let mut line = Vec::new();
             loop {
                 line.clear();
-                match reader.read_until(b'\n', &mut line).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {}
+                tokio::select! {
+                    read = reader.read_until(b'\n', &mut line) => match read {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {}
+                    },
+                    _ = &mut stop => break,
                 }
                 let v: Value = serde_json::from_slice(&line).expect("the server sent valid json");
                 match (v.get("id"), v.get("method")) {
@@ -73,7 +83,9 @@ impl RpcClient {
                                 json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "not supported by this client"}})
                             }
                         };
-                        let _ = back.send(serde_json::to_vec(&answer).unwrap());
+                        if let Some(back) = back.upgrade() {
+                            let _ = back.send(serde_json::to_vec(&answer).unwrap());
+                        }
                     }
                     _ => {
                         r.lock().unwrap().push(Received::Notification(v.clone()));
@@ -84,7 +96,7 @@ impl RpcClient {
             done.notify_waiters();
             done.notify_one();
         });
-        RpcClient { tx, pending, next: AtomicU64::new(1), notifications, received, closed }
+        RpcClient { tx, pending, next: AtomicU64::new(1), notifications, received, closed, _stop: stop_tx }
     }
 
     /// Sends a request with this id; the receiver gets the whole response message.

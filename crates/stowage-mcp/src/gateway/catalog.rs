@@ -216,6 +216,8 @@ pub(super) async fn refresh_loop(gw: Weak<Gateway>, index: usize) {
         }
         tokio::time::sleep(DEBOUNCE).await;
         let Some(gw) = gw.upgrade() else { return };
+        // It (re)connected or its lists changed: what it served before may have too.
+        gw.read_cache.forget_upstream(index);
         gw.refresh(index).await;
         if std::mem::take(&mut first) {
             // Read before the upstream counts as listed: a client answered after that point

@@ -262,9 +262,7 @@ impl Gateway {
         params: Value,
         outbox: &Outbox,
     ) -> Result<Message, GatewayError> {
-        let mut reply = self.forward(session, u, "resources/read", params, outbox).await?;
-        self.rewrite_read(session, self.upstreams[u].name(), super::reads::ReadKind::Resource, &mut reply).await?;
-        Ok(reply)
+        self.cached_read(session, u, params, outbox).await
     }
 
     /// The client's roots changed: tell the upstream sessions it uses (that declared roots).

@@ -85,16 +85,25 @@ impl Gateway {
                     ConnRole::Client { session: None, .. } => {}
                 }
             }
-            "notifications/resources/updated" => match &conn.role {
-                // A client's own upstream session: its subscriptions are that client's.
-                ConnRole::Client { session: Some(s), .. } => {
-                    if let Some(s) = s.upgrade() {
-                        s.notify(&msg);
-                    }
+            "notifications/resources/updated" => {
+                // The cached read is stale from now on, for every owner: dropped before anyone
+                // hears of the update (and reads again).
+                if let Some(uri) = msg.params_value().get("uri").and_then(Value::as_str) {
+                    self.read_cache.invalidate(conn.upstream, uri);
                 }
-                ConnRole::Client { session: None, .. } => crate::routes::dropped(&conn.name, "a resource update for a stateless client"),
-                ConnRole::Control => self.publish(&msg),
-            },
+                match &conn.role {
+                    // A client's own upstream session: its subscriptions are that client's.
+                    ConnRole::Client { session: Some(s), .. } => {
+                        if let Some(s) = s.upgrade() {
+                            s.notify(&msg);
+                        }
+                    }
+                    ConnRole::Client { session: None, .. } => {
+                        crate::routes::dropped(&conn.name, "a resource update for a stateless client")
+                    }
+                    ConnRole::Control => self.publish(&msg),
+                }
+            }
             // Our own listen stream to a stateless upstream opening: nothing for clients.
             "notifications/subscriptions/acknowledged" => {}
             "notifications/elicitation/complete" => {

@@ -25,6 +25,7 @@ mod catalog;
 mod forward;
 mod handshake;
 mod inbound;
+mod read_cache;
 mod reads;
 mod resource_tools;
 mod subscriptions;
@@ -106,6 +107,8 @@ pub struct Gateway {
     listeners: Mutex<Vec<Arc<subscriptions::Listener>>>,
     /// Interactive requests of 2026-07-28 clients waiting for their retry with input.
     exchanges: Arc<Exchanges>,
+    /// Upstream resource reads, offloaded, by upstream, URI and owner.
+    read_cache: read_cache::ReadCache,
     events: EventBus,
     /// Which upstream (and identity) each task belongs to.
     tasks: Mutex<tasks::Tasks>,
@@ -171,6 +174,7 @@ impl Gateway {
             artifacts: std::sync::OnceLock::new(),
             listeners: Mutex::new(Vec::new()),
             exchanges: Arc::default(),
+            read_cache: Default::default(),
             events,
             tasks: Mutex::default(),
             fault: Mutex::new(None),
@@ -290,6 +294,15 @@ impl Gateway {
     /// are closed.
     pub fn close_session(&self, session: &Session) {
         session.close();
+        // Its subscriptions end with it: an upstream subscription nobody else wants is dropped.
+        let uris: Vec<String> = session.subscriptions.lock().drain().collect();
+        for uri in uris {
+            if !self.uri_wanted(&uri)
+                && let Some(u) = self.catalog().resource_upstream(&uri, self.upstreams.len())
+            {
+                self.drop_upstream_subscription(u, &uri);
+            }
+        }
         if !session.is_stateless() {
             for u in &self.upstreams {
                 u.close_client(&session.upstream_key());

@@ -20,10 +20,12 @@ use serde_json::{Value, json};
 use stowage_store::ArtifactStore;
 
 use super::Gateway;
+use super::read_cache::CacheKey;
 use crate::error::GatewayError;
 use crate::events::{EventOwner, GatewayEvent};
 use crate::jsonrpc::Message;
 use crate::local_tools::resources as local_resources;
+use crate::outbox::Outbox;
 use crate::rewrite::{ARTIFACT_META_KEY, ASSETS_META_KEY, CallContext, LinkMinter, OffloadedItem, TRANSFORM_META_KEY};
 use crate::session::Session;
 
@@ -43,19 +45,57 @@ impl ReadKind {
     }
 }
 
+/// A read's result after the offload, before the contract: what the cache keeps. Links are
+/// minted from it on every answer, so a cached read never hands out a stale link.
+#[derive(Debug, Clone)]
+pub(super) struct OffloadedRead {
+    value: Value,
+    items: Vec<OffloadedItem>,
+    /// Contents entries that were text before they went to the offloader as blobs.
+    long_texts: Vec<usize>,
+    bytes_in: u64,
+    bytes_out: u64,
+    /// The upstream's `ttlMs`, when it gave one.
+    ttl_ms: Option<u64>,
+}
+
+impl OffloadedRead {
+    #[cfg(test)]
+    pub(super) fn for_tests(value: Value) -> Self {
+        OffloadedRead { value, items: Vec::new(), long_texts: Vec::new(), bytes_in: 0, bytes_out: 0, ttl_ms: None }
+    }
+}
+
 impl Gateway {
     /// Rewrites a successful `resources/read` or `prompts/get` reply from `upstream` in place;
-    /// an error reply is left to the caller's usual relaying.
+    /// an error reply is left to the caller's usual relaying. Returns what the cache may keep
+    /// (`None` for an error reply).
     pub(super) async fn rewrite_read(
         &self,
         session: &Session,
         upstream: &str,
         kind: ReadKind,
         reply: &mut Message,
-    ) -> Result<(), GatewayError> {
-        let Some(raw) = reply.result.as_ref() else { return Ok(()) };
+    ) -> Result<Option<OffloadedRead>, GatewayError> {
+        let started = std::time::Instant::now();
+        let Some(read) = self.offload_read(session, upstream, kind, reply).await? else { return Ok(None) };
+        reply.result = Some(crate::jsonrpc::to_raw(&self.contract_read(&read, kind, started, false)));
+        Ok(Some(read))
+    }
+
+    /// The offload half of [`Self::rewrite_read`].
+    async fn offload_read(
+        &self,
+        session: &Session,
+        upstream: &str,
+        kind: ReadKind,
+        reply: &Message,
+    ) -> Result<Option<OffloadedRead>, GatewayError> {
+        let Some(raw) = reply.result.as_ref() else { return Ok(None) };
+        let bytes_in = raw.get().len() as u64;
         let mut value: Value =
             serde_json::from_str(raw.get()).map_err(|e| GatewayError::Internal(format!("{}: unreadable result: {e}", kind.method())))?;
+        let ttl_ms = value.get("ttlMs").and_then(Value::as_u64);
         let long_texts = match kind {
             ReadKind::Resource => self.prepare_contents(upstream, &mut value)?,
             ReadKind::Prompt => Vec::new(),
@@ -66,7 +106,6 @@ impl Gateway {
             scope: session.scope.clone(),
             output_schema: None,
         };
-        let started = std::time::Instant::now();
         let off = self.rewriter.offloader_for(upstream).offload(&ctx, value.to_string()).await.map_err(|e| {
             self.events.publish(GatewayEvent::StoreFailed {
                 call: 0,
@@ -87,36 +126,75 @@ impl Gateway {
         for a in &off.report.artifacts {
             self.events.publish(GatewayEvent::offloaded(0, EventOwner::from(&session.scope), kind.method(), a));
         }
-        let mut value = off.value;
         if kind == ReadKind::Resource {
-            check_remaining_blobs(upstream, &value)?;
+            check_remaining_blobs(upstream, &off.value)?;
         }
-        if off.items.is_empty() {
-            // Nothing left the result: relay it as the upstream sent it (after the checks).
-            return Ok(());
+        let bytes_out = off.report.bytes_out;
+        Ok(Some(OffloadedRead { value: off.value, items: off.items, long_texts, bytes_in, bytes_out, ttl_ms }))
+    }
+
+    /// The client's result from an offloaded read: each offloaded entry a line with the
+    /// reference and a freshly minted link, the assets and stats in `_meta`. A read with
+    /// nothing offloaded is returned as the upstream sent it (`cached` still marks a hit).
+    fn contract_read(&self, read: &OffloadedRead, kind: ReadKind, started: std::time::Instant, cached: bool) -> Value {
+        let mut value = read.value.clone();
+        if read.items.is_empty() && !cached {
+            return value;
         }
         let links = self.rewriter.links.as_deref();
         let mut assets = Vec::new();
-        for item in &off.items {
+        for item in &read.items {
             let asset = asset_of(item, links);
             if kind == ReadKind::Resource {
-                mark_contents_entry(&mut value, item, &asset, long_texts.contains(&entry_index(&item.pointer).unwrap_or(usize::MAX)));
+                mark_contents_entry(&mut value, item, &asset, read.long_texts.contains(&entry_index(&item.pointer).unwrap_or(usize::MAX)));
             }
             if !assets.iter().any(|a: &Value| a["id"] == asset["id"]) {
                 assets.push(asset);
             }
         }
-        let report = &off.report;
-        let stats = json!({
-            "bytesIn": report.bytes_in,
-            "bytesOut": report.bytes_out,
+        let mut stats = json!({
+            "bytesIn": read.bytes_in,
+            "bytesOut": read.bytes_out,
             "artifacts": assets.len(),
             "ms": (started.elapsed().as_secs_f64() * 10_000.0).round() / 10.0,
         });
-        crate::rewrite::set_meta(&mut value, ASSETS_META_KEY, Value::Array(assets));
+        if cached {
+            stats["cached"] = json!(true);
+        }
+        if !assets.is_empty() {
+            crate::rewrite::set_meta(&mut value, ASSETS_META_KEY, Value::Array(assets));
+        }
         crate::rewrite::set_meta(&mut value, TRANSFORM_META_KEY, stats);
-        reply.result = Some(crate::jsonrpc::to_raw(&value));
-        Ok(())
+        value
+    }
+
+    /// `resources/read` of `params.uri` on upstream `u`: from the cache when a fresh entry is
+    /// there for this owner (and, for a `per_client` upstream, this client's session), else
+    /// from the upstream through the pipeline, kept for the entry's TTL.
+    pub(super) async fn cached_read(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        u: usize,
+        params: Value,
+        outbox: &Outbox,
+    ) -> Result<Message, GatewayError> {
+        let started = std::time::Instant::now();
+        let uri = params.get("uri").and_then(Value::as_str).unwrap_or("").to_owned();
+        let upstream = &self.upstreams[u];
+        let client = (!upstream.mode.is_shared()).then(|| session.upstream_key());
+        let key = CacheKey { upstream: u, uri, owner: session.scope.owner(), client };
+        if let Some(hit) = self.read_cache.get(&key) {
+            metrics::counter!("stowage_resource_cache_hits_total").increment(1);
+            return Ok(Message::response(Value::Null, &self.contract_read(&hit, ReadKind::Resource, started, true)));
+        }
+        let generation = self.read_cache.generation(u, &key.uri);
+        let mut reply = self.forward(session, u, "resources/read", params, outbox).await?;
+        if let Some(read) = self.rewrite_read(session, upstream.name(), ReadKind::Resource, &mut reply).await? {
+            let ttl = self.config.resources.cache_ttl();
+            let ttl = read.ttl_ms.map_or(ttl, |ms| ttl.min(std::time::Duration::from_millis(ms)));
+            self.read_cache.put(key, read, ttl, generation);
+        }
+        Ok(reply)
     }
 
     /// `resources/read` (and subscribe, unsubscribe) of one of the caller's artifacts: answered

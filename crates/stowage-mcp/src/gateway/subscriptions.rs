@@ -144,6 +144,26 @@ impl Gateway {
         }
     }
 
+    /// Unsubscribes upstream `i` from `uri` when the last client that wanted it went away
+    /// (a session ended). A `per_client` upstream's own session closes with the client's.
+    pub(super) fn drop_upstream_subscription(&self, i: usize, uri: &str) {
+        let u = self.upstreams[i].clone();
+        if u.is_stateless() {
+            u.set_resource_subscription(uri, false);
+            return;
+        }
+        if !u.mode.is_shared() {
+            return;
+        }
+        let uri = uri.to_owned();
+        let timeout = u.spec.request_timeout.min(Duration::from_secs(30));
+        tokio::spawn(async move {
+            if let Err(e) = u.request("resources/unsubscribe", Some(&json!({"uri": uri})), timeout).await {
+                tracing::warn!(target: "stowage::upstream", upstream = %u.name(), "resources/unsubscribe {uri}: {e}");
+            }
+        });
+    }
+
     /// Whether any session or listen stream still wants updates of `uri`.
     pub(super) fn uri_wanted(&self, uri: &str) -> bool {
         self.listeners.lock().iter().any(|l| l.uris.contains(uri))

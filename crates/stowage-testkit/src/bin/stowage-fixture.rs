@@ -26,6 +26,7 @@
 //! | `analyze_sales` | the planner seed's Appendix A: `chart_options` (~40 KB, `artifact` + `stream`, `stream_id` `sales_chart`, one partial chunk sent live as progress `_meta["io.stowage/artifact_chunk"]` when a progress token is given) and `raw_data` (847 items, `x-artifact`) |
 //! | `search_docs` | `x-produces-sources` results with a `source_field` mapping, duplicates included |
 //! | `tool_error` | a result with `isError: true` |
+//! | `edit_note` | sets `fx://docs/note.txt`'s text and sends `notifications/resources/updated` for it |
 //!
 //! Resources (`resources/read`): `fx://docs/report.pdf` (a 200 KB PDF blob), `fx://docs/log.txt`
 //! (17,000 characters of text), `fx://docs/note.txt` (one short line), `fx://docs/dot.png` (a
@@ -63,6 +64,8 @@ struct Fixture {
     ready_lines: std::sync::Mutex<std::collections::HashMap<usize, Vec<u8>>>,
     /// Tasks started with `task_image`: id → done.
     tasks: std::sync::Mutex<std::collections::HashMap<String, bool>>,
+    /// `fx://docs/note.txt`'s text, once `edit_note` changed it.
+    note: std::sync::Mutex<Option<String>>,
 }
 
 /// The blank the id of a prepared response line is written into.
@@ -260,6 +263,7 @@ impl Handler for Fixture {
                 analyze_sales_tool(),
                 search_docs_tool(),
                 tool("tool_error", json!({})),
+                tool("edit_note", json!({"text": {"type": "string"}})),
             ]}),
             "tools/call" => match name {
                 "echo" => text_result(args.get("message").and_then(Value::as_str).unwrap_or("").to_owned()),
@@ -468,6 +472,12 @@ impl Handler for Fixture {
                 }
                 "search_docs" => search_docs(),
                 "tool_error" => json!({"content": [{"type": "text", "text": "the warehouse is closed"}], "isError": true}),
+                "edit_note" => {
+                    let text = args.get("text").and_then(Value::as_str).unwrap_or("").to_owned();
+                    *self.note.lock().unwrap() = Some(text);
+                    peer.notify("notifications/resources/updated", json!({"uri": "fx://docs/note.txt"}));
+                    text_result("edited".to_owned())
+                }
                 other => return Err((code::INVALID_PARAMS, format!("unknown tool: {other}"))),
             },
             "tasks/get" | "tasks/result" => {
@@ -513,7 +523,10 @@ impl Handler for Fixture {
                         log.truncate(17_000);
                         json!({"text": log})
                     }
-                    "fx://docs/note.txt" => json!({"text": "the quarter closed on Friday"}),
+                    "fx://docs/note.txt" => {
+                        let note = self.note.lock().unwrap().clone();
+                        json!({"text": note.unwrap_or_else(|| "the quarter closed on Friday".to_owned())})
+                    }
                     "fx://docs/dot.png" => json!({"blob": STANDARD.encode(samples::png(2, 2))}),
                     _ => json!({"blob": "this is %% not base64"}),
                 };
@@ -557,6 +570,7 @@ async fn main() {
         view_pdfs: Default::default(),
         ready_lines: Default::default(),
         tasks: Default::default(),
+        note: Default::default(),
     });
     fixture.log(&format!("started pid {}", std::process::id()));
     eprintln!("stowage-fixture: serving on stdio");
