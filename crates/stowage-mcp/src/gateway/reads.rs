@@ -89,16 +89,31 @@ impl Gateway {
         session: &Session,
         upstream: &str,
         kind: ReadKind,
-        reply: &Message,
+        reply: &mut Message,
     ) -> Result<Option<OffloadedRead>, GatewayError> {
-        let Some(raw) = reply.result.as_ref() else { return Ok(None) };
+        let Some(raw) = reply.result.take() else { return Ok(None) };
         let bytes_in = raw.get().len() as u64;
-        let mut value: Value =
-            serde_json::from_str(raw.get()).map_err(|e| GatewayError::Internal(format!("{}: unreadable result: {e}", kind.method())))?;
-        let ttl_ms = value.get("ttlMs").and_then(Value::as_u64);
-        let long_texts = match kind {
-            ReadKind::Resource => self.prepare_contents(upstream, &mut value)?,
-            ReadKind::Prompt => Vec::new(),
+        let unreadable = |e: serde_json::Error| GatewayError::Internal(format!("{}: unreadable result: {e}", kind.method()));
+        // A borrowed look first: a 50 MB blob is neither copied nor decoded to learn that no
+        // text needs preparing, and the result then goes to the offloader as the upstream's
+        // own text (one parse, there, which lifts big strings without copying them).
+        let (needs_prep, ttl_ms) = {
+            let peek: Peek<'_> = serde_json::from_str(raw.get()).map_err(unreadable)?;
+            let limit = self.config.resources.inline_text_if_under_chars;
+            let contents = match (kind, &peek.contents) {
+                (ReadKind::Resource, None) => {
+                    return Err(GatewayError::NotRelayed(format!("resources/read: upstream {upstream} answered without a contents list")));
+                }
+                (_, c) => c.as_deref().unwrap_or_default(),
+            };
+            (kind == ReadKind::Resource && contents.iter().any(|c| c.is_long_text(limit)), peek.ttl_ms)
+        };
+        let (text, long_texts) = if needs_prep {
+            let mut value: Value = serde_json::from_str(raw.get()).map_err(unreadable)?;
+            let long = self.prepare_contents(upstream, &mut value)?;
+            (value.to_string(), long)
+        } else {
+            (raw.into_string(), Vec::new())
         };
         let ctx = CallContext {
             tool: kind.method().to_owned(),
@@ -106,7 +121,7 @@ impl Gateway {
             scope: session.scope.clone(),
             output_schema: None,
         };
-        let off = self.rewriter.offloader_for(upstream).offload(&ctx, value.to_string()).await.map_err(|e| {
+        let off = self.rewriter.offloader_for(upstream).offload(&ctx, text).await.map_err(|e| {
             self.events.publish(GatewayEvent::StoreFailed {
                 call: 0,
                 owner: EventOwner::from(&session.scope),
@@ -242,6 +257,30 @@ impl Gateway {
             changed.push(i);
         }
         Ok(changed)
+    }
+}
+
+/// What [`Gateway::offload_read`] needs to know of a result before deciding how to hand it
+/// over, borrowed from its text (blobs are skipped, not copied).
+#[derive(serde::Deserialize)]
+struct Peek<'a> {
+    #[serde(default, borrow)]
+    contents: Option<Vec<PeekEntry<'a>>>,
+    #[serde(default, rename = "ttlMs")]
+    ttl_ms: Option<u64>,
+}
+
+#[derive(serde::Deserialize)]
+struct PeekEntry<'a> {
+    #[serde(default, borrow)]
+    text: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default)]
+    blob: Option<serde::de::IgnoredAny>,
+}
+
+impl PeekEntry<'_> {
+    fn is_long_text(&self, limit: usize) -> bool {
+        self.blob.is_none() && self.text.as_deref().is_some_and(|t| t.len() > limit && t.chars().count() > limit)
     }
 }
 

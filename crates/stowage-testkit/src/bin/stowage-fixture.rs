@@ -31,7 +31,9 @@
 //! Resources (`resources/read`): `fx://docs/report.pdf` (a 200 KB PDF blob), `fx://docs/log.txt`
 //! (17,000 characters of text), `fx://docs/note.txt` (one short line), `fx://docs/dot.png` (a
 //! tiny PNG blob, under the inline threshold) and `fx://docs/broken.bin` (a blob that is not
-//! base64). Prompt `chart_prompt`: a user message holding a 600×600 PNG image block.
+//! base64). Template `fx://blob/{bytes}`: a PDF blob of that many bytes (made once per size).
+//! `STOWAGE_FIXTURE_RESOURCES=N` lists N more, `fx://many/{i}`. Prompt `chart_prompt`: a user
+//! message holding a 600×600 PNG image block.
 //!
 //! `STOWAGE_FIXTURE_STATELESS=1` makes it a 2026-07-28-only server: it refuses `initialize`,
 //! answers `server/discover`, `sample` asks for input by returning `input_required`, and
@@ -66,6 +68,10 @@ struct Fixture {
     tasks: std::sync::Mutex<std::collections::HashMap<String, bool>>,
     /// `fx://docs/note.txt`'s text, once `edit_note` changed it.
     note: std::sync::Mutex<Option<String>>,
+    /// `fx://blob/{bytes}` contents, base64, made once per size.
+    blobs: std::sync::Mutex<std::collections::HashMap<usize, Arc<String>>>,
+    /// `STOWAGE_FIXTURE_RESOURCES=N`: N more listed resources, `fx://many/{i}`.
+    many: usize,
 }
 
 /// The blank the id of a prepared response line is written into.
@@ -498,7 +504,19 @@ impl Handler for Fixture {
             }
             "logging/setLevel" => json!({}),
             "resources/list" => {
-                json!({"resources": DOCS.iter().map(|(uri, mime)| json!({"uri": uri, "name": uri.rsplit('/').next(), "mimeType": mime})).collect::<Vec<_>>()})
+                let docs = DOCS.iter().map(|(uri, mime)| json!({"uri": uri, "name": uri.rsplit('/').next(), "mimeType": mime}));
+                let many =
+                    (0..self.many).map(|i| json!({"uri": format!("fx://many/{i}"), "name": format!("item {i}"), "mimeType": "text/plain"}));
+                json!({"resources": docs.chain(many).collect::<Vec<_>>()})
+            }
+            "resources/read" if params.get("uri").and_then(Value::as_str).is_some_and(|u| u.starts_with("fx://blob/")) => {
+                let uri = params.get("uri").and_then(Value::as_str).unwrap_or("");
+                let Some(size) = uri.strip_prefix("fx://blob/").and_then(|n| n.parse::<usize>().ok()).filter(|n| *n <= 200 << 20) else {
+                    return Err((code::RESOURCE_NOT_FOUND, format!("resource not found: {uri} (fx://blob/<bytes>, at most 200 MiB)")));
+                };
+                let blob =
+                    self.blobs.lock().unwrap().entry(size).or_insert_with(|| Arc::new(STANDARD.encode(samples::pdf(size, "Blob")))).clone();
+                json!({"contents": [{"uri": uri, "mimeType": "application/pdf", "blob": blob.as_str()}]})
             }
             "resources/read" => {
                 let uri = params.get("uri").and_then(Value::as_str).unwrap_or("");
@@ -543,7 +561,9 @@ impl Handler for Fixture {
                     {"role": "user", "content": {"type": "image", "mimeType": "image/png", "data": STANDARD.encode(samples::png(600, 600))}},
                 ],
             }),
-            "resources/templates/list" => json!({"resourceTemplates": []}),
+            "resources/templates/list" => {
+                json!({"resourceTemplates": [{"uriTemplate": "fx://blob/{bytes}", "name": "blob", "mimeType": "application/pdf"}]})
+            }
             "subscriptions/listen" if self.stateless => {
                 let filter = params.get("notifications").cloned().unwrap_or(json!({}));
                 let meta = json!({"io.modelcontextprotocol/subscriptionId": id});
@@ -571,6 +591,8 @@ async fn main() {
         ready_lines: Default::default(),
         tasks: Default::default(),
         note: Default::default(),
+        blobs: Default::default(),
+        many: std::env::var("STOWAGE_FIXTURE_RESOURCES").ok().and_then(|v| v.parse().ok()).unwrap_or(0),
     });
     fixture.log(&format!("started pid {}", std::process::id()));
     eprintln!("stowage-fixture: serving on stdio");
