@@ -97,6 +97,9 @@ pub struct ResourcesConfig {
     /// How long an upstream resource read is answered from the cache (per owner; the
     /// upstream's `ttlMs` shortens it, an update notification ends it). 0 turns the cache off.
     pub cache_ttl_secs: u64,
+    /// Upstream resources (or templates) per `resources/list` page at most; past it the
+    /// answer has a `nextCursor` naming the upstream and position that come next.
+    pub list_page_size: usize,
 }
 
 impl ResourcesConfig {
@@ -113,6 +116,7 @@ impl Default for ResourcesConfig {
             artifact_inline_cap_bytes: 8 << 20,
             generated_tools: true,
             cache_ttl_secs: 300,
+            list_page_size: 1000,
         }
     }
 }

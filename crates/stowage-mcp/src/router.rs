@@ -4,9 +4,11 @@
 //! default whenever there is more than one upstream). Collisions are resolved
 //! deterministically: upstreams in configuration order, items in the order each upstream
 //! listed them; the first keeps the name and later ones get `{separator}2`, `{separator}3`, …
-//! Every rename is reported so the start-up banner can show it. Resource URIs are not
-//! rewritten (they are the server's own identifiers); they are routed back by exact URI, then
-//! by template prefix, then — with a single upstream — to it.
+//! Every rename is reported so the start-up banner can show it. Resource URIs are the servers'
+//! own identifiers and are kept, except when two upstreams list the same one: the later one's
+//! is exposed as `stowage-upstream://<server>/<percent-encoded URI>`, which routes back to it
+//! with the original URI (a reversible rewrite, reported like a renamed tool). URIs are routed
+//! back by exact URI, then by template prefix, then — with a single upstream — to it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -53,6 +55,11 @@ pub struct Catalog {
     tool_index: HashMap<String, usize>,
     prompt_index: HashMap<String, usize>,
     resource_owner: HashMap<String, usize>,
+    /// (upstream, original URI) → the URI clients see, for the URIs a collision rewrote.
+    renamed_uris: HashMap<(usize, String), String>,
+    /// Human-readable reports of resource URIs a collision rewrote (routine and reversible:
+    /// logged at info, shown in the banner).
+    pub renamed_resources: Vec<String>,
     /// Human-readable reports of renamed collisions.
     pub collisions: Vec<String>,
 }
@@ -71,10 +78,24 @@ impl Catalog {
         c.prompt_index = prompt_index;
         for (i, l) in lists.iter().enumerate() {
             for r in &l.resources {
-                if let Some(uri) = r.get("uri").and_then(Value::as_str) {
-                    c.resource_owner.entry(uri.to_owned()).or_insert(i);
+                let mut r = r.clone();
+                if let Some(uri) = r.get("uri").and_then(Value::as_str).map(str::to_owned) {
+                    match c.resource_owner.get(&uri) {
+                        Some(&j) if j != i => {
+                            let exposed = collided_uri(&l.name, &uri);
+                            c.renamed_resources
+                                .push(format!("resource {uri} of {} is exposed as {exposed} ({} lists it too)", l.name, lists[j].name));
+                            r["uri"] = Value::String(exposed.clone());
+                            c.resource_owner.insert(exposed.clone(), i);
+                            c.renamed_uris.insert((i, uri), exposed);
+                        }
+                        Some(_) => {}
+                        None => {
+                            c.resource_owner.insert(uri, i);
+                        }
+                    }
                 }
-                c.resources.push((i, r.clone()));
+                c.resources.push((i, r));
             }
             for t in &l.templates {
                 c.templates.push((i, t.clone()));
@@ -89,6 +110,11 @@ impl Catalog {
 
     pub fn prompt(&self, name: &str) -> Option<&Exposed> {
         self.prompt_index.get(name).map(|&i| &self.prompts[i])
+    }
+
+    /// The URI clients know upstream `i`'s `uri` by (itself unless a collision rewrote it).
+    pub fn exposed_uri<'a>(&'a self, i: usize, uri: &'a str) -> &'a str {
+        self.renamed_uris.get(&(i, uri.to_owned())).map_or(uri, String::as_str)
     }
 
     /// Which upstream serves `uri`.
@@ -106,6 +132,28 @@ impl Catalog {
         }
         best.map(|(_, i)| i).or((upstream_count == 1).then_some(0))
     }
+}
+
+/// Prefix of the URIs a collision rewrote.
+pub const COLLIDED_PREFIX: &str = "stowage-upstream://";
+
+/// Everything but unreserved characters is encoded, so the original URI survives intact.
+const URI_ENCODE: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
+/// The URI clients see for `upstream`'s `uri` when another upstream listed it first.
+pub fn collided_uri(upstream: &str, uri: &str) -> String {
+    format!(
+        "{COLLIDED_PREFIX}{}/{}",
+        percent_encoding::utf8_percent_encode(upstream, URI_ENCODE),
+        percent_encoding::utf8_percent_encode(uri, URI_ENCODE)
+    )
+}
+
+/// The upstream name and original URI of a rewritten one; `None` for any other URI.
+pub fn split_collided(uri: &str) -> Option<(String, String)> {
+    let (server, original) = uri.strip_prefix(COLLIDED_PREFIX)?.split_once('/')?;
+    let decode = |s: &str| percent_encoding::percent_decode_str(s).decode_utf8().ok().map(|c| c.into_owned());
+    Some((decode(server)?, decode(original)?))
 }
 
 type Index = HashMap<String, usize>;
@@ -192,6 +240,26 @@ mod tests {
         let t = c.tool("a_b_x_2").unwrap();
         assert_eq!((t.upstream, t.original.as_str()), (1, "x"));
         assert_eq!(t.def["name"], "a_b_x_2");
+    }
+
+    #[test]
+    fn a_uri_two_upstreams_list_is_rewritten_reversibly_for_the_second() {
+        let list = |name: &str| UpstreamLists {
+            name: name.into(),
+            resources: vec![json!({"uri": "file:///notes/a b.txt", "name": "a"}), json!({"uri": format!("{name}://own")})],
+            ..Default::default()
+        };
+        let c = Catalog::build(&[list("one"), list("two_2")], true, "_");
+        let uris: Vec<&str> = c.resources.iter().filter_map(|(_, r)| r["uri"].as_str()).collect();
+        let exposed = "stowage-upstream://two_2/file%3A%2F%2F%2Fnotes%2Fa%20b.txt";
+        assert_eq!(uris, vec!["file:///notes/a b.txt", "one://own", exposed, "two_2://own"]);
+        assert_eq!(c.resource_upstream("file:///notes/a b.txt", 2), Some(0));
+        assert_eq!(c.resource_upstream(exposed, 2), Some(1));
+        assert_eq!(split_collided(exposed), Some(("two_2".to_owned(), "file:///notes/a b.txt".to_owned())));
+        assert_eq!(c.exposed_uri(1, "file:///notes/a b.txt"), exposed);
+        assert_eq!(c.exposed_uri(0, "file:///notes/a b.txt"), "file:///notes/a b.txt");
+        assert!(c.renamed_resources.iter().any(|m| m.contains("two_2") && m.contains(exposed)), "{:?}", c.renamed_resources);
+        assert_eq!(split_collided("file:///x"), None);
     }
 
     #[test]

@@ -222,7 +222,7 @@ pub fn banner(gw: &Gateway, mode: &Mode, addr: Option<SocketAddr>, store: &str, 
     for why in skipped {
         s.push_str(&format!("  NOT SERVED: {why}\n"));
     }
-    for c in &catalog.collisions {
+    for c in catalog.collisions.iter().chain(&catalog.renamed_resources) {
         s.push_str(&format!("  renamed: {c}\n"));
     }
     s.push_str(&format!("  artifacts: {store}\n"));

@@ -344,3 +344,46 @@ async fn the_upstream_subscription_ends_when_the_last_subscribed_session_does() 
     assert!(common::eventually(5, || unsubscribes() == 1).await, "the last session's end did not unsubscribe the upstream");
     gateway.shutdown();
 }
+
+#[tokio::test]
+async fn lists_page_across_upstreams_and_a_uri_two_upstreams_list_is_rewritten_reversibly() {
+    let dir = tempfile::tempdir().unwrap();
+    let b_log = dir.path().join("b.log");
+    let mut config = fast_config();
+    config.resources.list_page_size = 4;
+    let specs = vec![fixture_spec("a", None, T), fixture_spec("b", Some(&b_log), T)];
+    let c = Client::start(specs, Arc::new(MemSink::default()), config, None).await;
+
+    // Both fixtures list the same five URIs: b's come back rewritten, and the pages cover all ten.
+    let (mut uris, mut cursor, mut pages) = (Vec::new(), None::<String>, 0);
+    loop {
+        let params = cursor.as_ref().map_or(json!({}), |c| json!({"cursor": c}));
+        let r = c.request("resources/list", params).await;
+        let items = r["result"]["resources"].as_array().unwrap_or_else(|| panic!("{r}"));
+        assert!(items.len() <= 4, "{r}");
+        uris.extend(items.iter().map(|i| i["uri"].as_str().unwrap().to_owned()));
+        pages += 1;
+        match r["result"]["nextCursor"].as_str() {
+            Some(n) => cursor = Some(n.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!((uris.len(), pages), (10, 3), "{uris:?}");
+    let note_b = "stowage-upstream://b/fx%3A%2F%2Fdocs%2Fnote.txt";
+    assert!(uris.contains(&"fx://docs/note.txt".to_owned()) && uris.contains(&note_b.to_owned()), "{uris:?}");
+    let bad = c.request("resources/list", json!({"cursor": "not-ours"})).await;
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+
+    // The rewritten URI reads from b, under the URI the client asked for.
+    let read = c.request("resources/read", json!({"uri": note_b})).await;
+    assert_eq!(read["result"]["contents"][0]["uri"], note_b, "{read}");
+    assert_eq!(common::read_log(&b_log).lines().filter(|l| l.contains("resources/read")).count(), 1);
+    // b's update of its note is announced under the rewritten URI.
+    c.request("resources/subscribe", json!({"uri": note_b})).await;
+    c.call("b_edit_note", json!({"text": "b's note changed"})).await;
+    let heard =
+        || c.notifications.lock().unwrap().iter().any(|n| n["method"] == "notifications/resources/updated" && n["params"]["uri"] == note_b);
+    assert!(common::eventually(5, heard).await, "{:?}", c.notifications.lock().unwrap());
+    let fresh = c.request("resources/read", json!({"uri": note_b})).await;
+    assert_eq!(fresh["result"]["contents"][0]["text"], "b's note changed", "{fresh}");
+}

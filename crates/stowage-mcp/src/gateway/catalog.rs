@@ -35,9 +35,12 @@ impl Gateway {
         json!({ "prompts": prompts })
     }
 
-    /// `resources/list` or `resources/templates/list` for `session`: the catalog's entries,
-    /// except that a `per_client` upstream is asked on the session's own upstream session,
-    /// whose resources may be the session's alone (and must not be anyone else's).
+    /// `resources/list` or `resources/templates/list` for `session`, a page at a time: the
+    /// upstreams' entries in configuration order (the catalog's, except that a `per_client`
+    /// upstream is asked on the session's own upstream session, whose resources may be the
+    /// session's alone), at most `gateway.resources.list_page_size` per page with a cursor
+    /// naming the upstream and position that come next; then the caller's artifacts (or the
+    /// `artifact://{id}` template), a page at a time with their own cursor.
     pub(super) async fn list_resources(
         self: &Arc<Self>,
         session: &Arc<Session>,
@@ -46,24 +49,34 @@ impl Gateway {
         params: &Value,
         outbox: &Outbox,
     ) -> Result<Message, GatewayError> {
-        // The caller's artifacts come after the upstreams' resources, a page at a time: a
-        // cursor of ours asks for the next page of them only.
-        let cursor = params.get("cursor").and_then(Value::as_str);
+        let unknown =
+            |c: &str| GatewayError::InvalidParams(format!("{method}: unknown cursor {c:?}; pass the nextCursor of the previous page"));
         let artifacts = self.local_tools().readers().cloned();
-        if let Some(c) = cursor {
-            let Some(store) = artifacts.as_ref().filter(|_| key == "resources" && local_resources::is_artifact_cursor(c)) else {
-                return Err(GatewayError::InvalidParams(format!(
-                    "{method}: unknown cursor {c:?}; pass the nextCursor of the previous page"
-                )));
-            };
-            let (items, next) = local_resources::list(store, &session.scope, Some(c), local_resources::PAGE)
-                .await
-                .map_err(|e| GatewayError::InvalidParams(e.to_string()))?;
-            return Ok(Message::response(Value::Null, &page(key, items, next)));
+        let mut start = (0usize, 0usize);
+        if let Some(c) = params.get("cursor").and_then(Value::as_str) {
+            if local_resources::is_artifact_cursor(c) {
+                let Some(store) = artifacts.as_ref().filter(|_| key == "resources") else { return Err(unknown(c)) };
+                let (items, next) = local_resources::list(store, &session.scope, Some(c), local_resources::PAGE)
+                    .await
+                    .map_err(|e| GatewayError::InvalidParams(e.to_string()))?;
+                return Ok(Message::response(Value::Null, &page(key, items, next)));
+            }
+            start = decode_position(c).filter(|(u, _)| *u < self.upstreams.len()).ok_or_else(|| unknown(c))?;
         }
+        let size = self.config.resources.list_page_size.max(1);
         let mut items = Vec::new();
-        for i in 0..self.upstreams.len() {
-            items.extend(self.upstream_resources(session, i, key, method, outbox).await?);
+        for i in start.0..self.upstreams.len() {
+            let skip = if i == start.0 { start.1 } else { 0 };
+            let all = self.upstream_resources(session, i, key, method, outbox).await?;
+            let room = size - items.len();
+            let rest = all.len().saturating_sub(skip);
+            items.extend(all.into_iter().skip(skip).take(room));
+            if rest > room {
+                return Ok(Message::response(Value::Null, &page(key, items, Some(encode_position(i, skip + room)))));
+            }
+            if items.len() == size && i + 1 < self.upstreams.len() {
+                return Ok(Message::response(Value::Null, &page(key, items, Some(encode_position(i + 1, 0)))));
+            }
         }
         let mut next = None;
         if let Some(store) = &artifacts {
@@ -129,6 +142,9 @@ impl Gateway {
         for c in &catalog.collisions {
             tracing::warn!(target: "stowage::router", "name collision: {c}");
         }
+        for r in &catalog.renamed_resources {
+            tracing::info!(target: "stowage::router", "{r}");
+        }
         *self.catalog.write() = Arc::new(catalog);
     }
 }
@@ -175,6 +191,22 @@ impl Gateway {
         }
         Ok(items)
     }
+}
+
+/// Prefix of a cursor into the upstreams' entries (`up:<upstream>:<offset>`, base64url so
+/// clients treat it as opaque).
+const POSITION_PREFIX: &str = "up:";
+
+fn encode_position(upstream: usize, offset: usize) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{POSITION_PREFIX}{upstream}:{offset}"))
+}
+
+fn decode_position(cursor: &str) -> Option<(usize, usize)> {
+    use base64::Engine;
+    let text = String::from_utf8(base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(cursor).ok()?).ok()?;
+    let (u, o) = text.strip_prefix(POSITION_PREFIX)?.split_once(':')?;
+    Some((u.parse().ok()?, o.parse().ok()?))
 }
 
 /// A list result: the items under `key`, and `nextCursor` when there is more.

@@ -217,6 +217,13 @@ impl Gateway {
             .or_else(|| self.catalog().resource_upstream(&uri, self.upstreams.len()))
             .ok_or_else(|| GatewayError::ResourceNotFound(uri.clone()))?;
         let upstream = &self.upstreams[u];
+        let mut params = params;
+        // A URI two upstreams listed reaches the second with its own URI back.
+        let original = crate::router::split_collided(&uri).filter(|(name, _)| name == upstream.name()).map(|(_, o)| o);
+        if let Some(o) = &original {
+            params["uri"] = Value::String(o.clone());
+        }
+        let upstream_uri = original.clone().unwrap_or_else(|| uri.clone());
         // Only an upstream that is up has said what it serves; a down one answers with why
         // it is down (from forward, below).
         if upstream.current().is_some() && !upstream.capability("resources") {
@@ -239,7 +246,7 @@ impl Gateway {
                 // A stateless upstream hears about subscriptions through its listen stream.
                 let on = method == "resources/subscribe";
                 if on || !self.uri_wanted(&uri) {
-                    upstream.set_resource_subscription(&uri, on);
+                    upstream.set_resource_subscription(&upstream_uri, on);
                 }
                 return Ok(Message::response(Value::Null, &json!({})));
             }
@@ -249,7 +256,11 @@ impl Gateway {
             }
         }
         if method == "resources/read" {
-            return self.read_from(session, u, params, outbox).await;
+            let mut reply = self.read_from(session, u, params, outbox).await?;
+            if let Some(o) = &original {
+                expose_contents_uri(&mut reply, o, &uri);
+            }
+            return Ok(reply);
         }
         self.forward(session, u, method, params, outbox).await
     }
@@ -274,6 +285,18 @@ impl Gateway {
             }
         }
     }
+}
+
+/// A read of a rewritten URI answers with the URI the client asked for.
+fn expose_contents_uri(reply: &mut Message, original: &str, exposed: &str) {
+    let Some(raw) = reply.result.as_ref() else { return };
+    let Ok(mut v) = serde_json::from_str::<Value>(raw.get()) else { return };
+    for entry in v.get_mut("contents").and_then(Value::as_array_mut).into_iter().flatten() {
+        if entry.get("uri").and_then(Value::as_str) == Some(original) {
+            entry["uri"] = Value::String(exposed.to_owned());
+        }
+    }
+    reply.result = Some(to_raw(&v));
 }
 
 /// Sends an upstream's request to a client and turns its answer into the reply upstream.

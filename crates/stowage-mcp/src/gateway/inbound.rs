@@ -88,8 +88,16 @@ impl Gateway {
             "notifications/resources/updated" => {
                 // The cached read is stale from now on, for every owner: dropped before anyone
                 // hears of the update (and reads again).
-                if let Some(uri) = msg.params_value().get("uri").and_then(Value::as_str) {
-                    self.read_cache.invalidate(conn.upstream, uri);
+                let mut msg = msg;
+                let mut params = msg.params_value();
+                if let Some(uri) = params.get("uri").and_then(Value::as_str).map(str::to_owned) {
+                    self.read_cache.invalidate(conn.upstream, &uri);
+                    // A URI a collision rewrote is announced as the clients know it.
+                    let exposed = self.catalog().exposed_uri(conn.upstream, &uri).to_owned();
+                    if exposed != uri {
+                        params["uri"] = Value::String(exposed);
+                        msg = Message::notification("notifications/resources/updated", Some(&params));
+                    }
                 }
                 match &conn.role {
                     // A client's own upstream session: its subscriptions are that client's.
