@@ -100,6 +100,10 @@ pub struct ResourcesConfig {
     /// Upstream resources (or templates) per `resources/list` page at most; past it the
     /// answer has a `nextCursor` naming the upstream and position that come next.
     pub list_page_size: usize,
+    /// A `resource_link` in a tool result whose `size` is under this many bytes is read
+    /// (through the cache) and inlined as an embedded resource; 0 (the default) keeps links
+    /// lazy. A failed read leaves the link, noting the error.
+    pub auto_read_if_size_under_bytes: u64,
 }
 
 impl ResourcesConfig {
@@ -117,6 +121,7 @@ impl Default for ResourcesConfig {
             generated_tools: true,
             cache_ttl_secs: 300,
             list_page_size: 1000,
+            auto_read_if_size_under_bytes: 0,
         }
     }
 }

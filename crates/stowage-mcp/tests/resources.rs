@@ -387,3 +387,24 @@ async fn lists_page_across_upstreams_and_a_uri_two_upstreams_list_is_rewritten_r
     let fresh = c.request("resources/read", json!({"uri": note_b})).await;
     assert_eq!(fresh["result"]["contents"][0]["text"], "b's note changed", "{fresh}");
 }
+
+#[tokio::test]
+async fn small_resource_links_are_read_for_the_model_when_asked_and_a_failed_read_keeps_the_link() {
+    let lazy = Client::start(vec![fixture_spec("fx", None, T)], Arc::new(MemSink::default()), fast_config(), None).await;
+    let r = lazy.call("get_links", json!({})).await;
+    let kinds: Vec<&str> = r["result"]["content"].as_array().unwrap().iter().filter_map(|b| b["type"].as_str()).collect();
+    assert_eq!(kinds, ["text", "resource_link", "resource_link", "resource_link"], "links stay lazy by default: {r}");
+
+    let mut config = fast_config();
+    config.resources.auto_read_if_size_under_bytes = 1024;
+    let c = Client::start(vec![fixture_spec("fx", None, T)], Arc::new(MemSink::default()), config, None).await;
+    let r = c.call("get_links", json!({})).await;
+    let content = r["result"]["content"].as_array().unwrap();
+    assert_eq!(content[1]["type"], "resource", "{r}");
+    assert_eq!(content[1]["resource"]["text"], "the quarter closed on Friday");
+    assert_eq!(content[2]["type"], "resource_link", "over the limit: {r}");
+    assert_eq!(content[3]["type"], "resource_link", "{r}");
+    let why = content[3]["_meta"]["io.stowage/fetch_error"].as_str().expect("a fetch_error note");
+    assert!(why.contains("fx://docs/gone.txt"), "{why}");
+    assert!(r["result"].get("isError").is_none(), "a failed auto-read never fails the call: {r}");
+}

@@ -253,6 +253,7 @@ impl Gateway {
         let (mut result, report) = self.rewrite_result(call, &owner, &name, &ctx, raw, &mut guard).await;
         // After the rewrite, so the pipeline never sees (or offloads) what is injected.
         crate::chaining::inject(self.links.get(), &chain.slots, &mut result);
+        self.auto_read_links(session, &mut result, outbox).await;
         Ok(CallReply::Rewritten(result, report))
     }
 

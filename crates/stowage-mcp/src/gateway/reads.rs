@@ -29,6 +29,9 @@ use crate::outbox::Outbox;
 use crate::rewrite::{ARTIFACT_META_KEY, ASSETS_META_KEY, CallContext, LinkMinter, OffloadedItem, TRANSFORM_META_KEY};
 use crate::session::Session;
 
+/// `_meta` key on a `resource_link` the gateway tried to read for the model and could not.
+pub const FETCH_ERROR_META_KEY: &str = "io.stowage/fetch_error";
+
 /// Which read-like result is being rewritten.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum ReadKind {
@@ -210,6 +213,62 @@ impl Gateway {
             self.read_cache.put(key, read, ttl, generation);
         }
         Ok(reply)
+    }
+
+    /// `resource_link` blocks of a tool result whose `size` is under
+    /// `gateway.resources.auto_read_if_size_under_bytes` are read (through the cache and the
+    /// pipeline) and put in their place as embedded resources. Links stay lazy by default (the
+    /// setting is 0), a link of unknown size or to an artifact is left alone, and a read that
+    /// fails leaves the link with `_meta["io.stowage/fetch_error"]`: never a failed call.
+    pub(super) async fn auto_read_links(self: &Arc<Self>, session: &Arc<Session>, result: &mut Value, outbox: &Outbox) {
+        let limit = self.config.resources.auto_read_if_size_under_bytes;
+        if limit == 0 {
+            return;
+        }
+        let Some(content) = result.get_mut("content").and_then(Value::as_array_mut) else { return };
+        let wanted = |b: &Value| {
+            b.get("type").and_then(Value::as_str) == Some("resource_link")
+                && b.get("size").and_then(Value::as_u64).is_some_and(|s| s < limit)
+                && b.get("uri").and_then(Value::as_str).is_some_and(|u| !u.starts_with("artifact://"))
+        };
+        if !content.iter().any(wanted) {
+            return;
+        }
+        let mut out = Vec::with_capacity(content.len());
+        for mut block in std::mem::take(content) {
+            if !wanted(&block) {
+                out.push(block);
+                continue;
+            }
+            let uri = block["uri"].as_str().unwrap_or_default().to_owned();
+            match self.read_link(session, &uri, outbox).await {
+                Ok(entries) => out.extend(entries.into_iter().map(|e| json!({"type": "resource", "resource": e}))),
+                Err(e) => {
+                    let meta = block.as_object_mut().map(|m| m.entry("_meta").or_insert_with(|| json!({})));
+                    if let Some(Value::Object(m)) = meta {
+                        m.insert(FETCH_ERROR_META_KEY.into(), Value::String(e.to_string()));
+                    }
+                    out.push(block);
+                }
+            }
+        }
+        *content = out;
+    }
+
+    /// The contents of `uri`, read as the session would read it.
+    async fn read_link(self: &Arc<Self>, session: &Arc<Session>, uri: &str, outbox: &Outbox) -> Result<Vec<Value>, GatewayError> {
+        let routed = session.resource_routes.lock().get(uri).copied();
+        let u = routed
+            .or_else(|| self.catalog().resource_upstream(uri, self.upstreams.len()))
+            .ok_or_else(|| GatewayError::ResourceNotFound(uri.to_owned()))?;
+        let reply = self.read_from(session, u, json!({"uri": uri}), outbox).await?;
+        if let Some(err) = &reply.error {
+            let v: Value = serde_json::from_str(err.get()).unwrap_or(Value::Null);
+            let message = v.get("message").and_then(Value::as_str).unwrap_or("the upstream refused the read");
+            return Err(GatewayError::NotRelayed(format!("reading {uri} failed: {message}")));
+        }
+        let result = crate::upstream::result_value(&reply).map_err(|e| GatewayError::Internal(format!("resources/read: {e}")))?;
+        Ok(result.get("contents").and_then(Value::as_array).cloned().unwrap_or_default())
     }
 
     /// `resources/read` (and subscribe, unsubscribe) of one of the caller's artifacts: answered

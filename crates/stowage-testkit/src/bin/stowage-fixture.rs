@@ -26,6 +26,7 @@
 //! | `analyze_sales` | the planner seed's Appendix A: `chart_options` (~40 KB, `artifact` + `stream`, `stream_id` `sales_chart`, one partial chunk sent live as progress `_meta["io.stowage/artifact_chunk"]` when a progress token is given) and `raw_data` (847 items, `x-artifact`) |
 //! | `search_docs` | `x-produces-sources` results with a `source_field` mapping, duplicates included |
 //! | `tool_error` | a result with `isError: true` |
+//! | `get_links` | `resource_link`s to a small note, the 200 KB report and a resource that does not exist |
 //! | `edit_note` | sets `fx://docs/note.txt`'s text and sends `notifications/resources/updated` for it |
 //!
 //! Resources (`resources/read`): `fx://docs/report.pdf` (a 200 KB PDF blob), `fx://docs/log.txt`
@@ -270,6 +271,7 @@ impl Handler for Fixture {
                 search_docs_tool(),
                 tool("tool_error", json!({})),
                 tool("edit_note", json!({"text": {"type": "string"}})),
+                tool("get_links", json!({})),
             ]}),
             "tools/call" => match name {
                 "echo" => text_result(args.get("message").and_then(Value::as_str).unwrap_or("").to_owned()),
@@ -478,6 +480,12 @@ impl Handler for Fixture {
                 }
                 "search_docs" => search_docs(),
                 "tool_error" => json!({"content": [{"type": "text", "text": "the warehouse is closed"}], "isError": true}),
+                "get_links" => json!({"content": [
+                    {"type": "text", "text": "three documents"},
+                    {"type": "resource_link", "uri": "fx://docs/note.txt", "name": "note.txt", "mimeType": "text/plain", "size": 28},
+                    {"type": "resource_link", "uri": "fx://docs/report.pdf", "name": "report.pdf", "mimeType": "application/pdf", "size": 200_000},
+                    {"type": "resource_link", "uri": "fx://docs/gone.txt", "name": "gone.txt", "mimeType": "text/plain", "size": 10},
+                ]}),
                 "edit_note" => {
                     let text = args.get("text").and_then(Value::as_str).unwrap_or("").to_owned();
                     *self.note.lock().unwrap() = Some(text);
