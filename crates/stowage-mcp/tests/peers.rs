@@ -337,3 +337,42 @@ asyncio.run(main())
     }
     let _ = http_child.kill().await;
 }
+
+/// server-everything's resources through the gateway to the official Python client: lists and
+/// templates pass, small text and blob reads stay inline, long documents become artifacts, a
+/// repeated read is answered from the cache, and after a subscribed update the read reaches the
+/// server again (the cache was invalidated before the update was forwarded).
+#[tokio::test]
+async fn python_client_reads_everythings_resources_through_the_pipeline_and_the_cache() {
+    let (Some(everything), Some(python)) = (require(EVERYTHING), require(PYTHON)) else { return };
+    let (gw, url) = gateway(stdio_everything(&everything)).await;
+    let o = run_python(&python, "resources_everything.py", vec![url]).await;
+    assert_eq!(o["protocol_version"], "2026-07-28");
+    let templates: Vec<&str> = o["templates"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(templates.contains(&"demo://resource/dynamic/text/{resourceId}"), "{templates:?}");
+    let text = o["text"]["contents"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with("Resource 1: This is a plaintext resource created at"), "{text}");
+    let blob = o["blob"]["contents"][0]["blob"].as_str().expect("a tiny blob stays inline");
+    use base64::Engine;
+    assert!(base64::engine::general_purpose::STANDARD.decode(blob).unwrap().starts_with(b"Resource 1: This is a base64 blob"));
+    // Every document reads; any over the inline limit comes back as a reference.
+    let docs = o["docs"].as_object().unwrap();
+    assert!(!docs.is_empty(), "{o}");
+    for (uri, doc) in docs {
+        let entry = &doc["contents"][0];
+        assert_eq!(entry["uri"], *uri);
+        let text = entry["text"].as_str().unwrap();
+        if entry["_meta"].get("io.stowage/artifact").is_some() {
+            assert!(text.contains("artifact://") && text.len() < 600, "{uri}: {text}");
+        } else {
+            assert!(text.chars().count() <= 10_000, "{uri}: {} chars inline", text.chars().count());
+        }
+    }
+    assert_eq!(o["text_again"]["_meta"]["io.stowage/transform"]["cached"], true, "{}", o["text_again"]);
+    assert_eq!(o["text_again"]["contents"][0]["text"], o["text"]["contents"][0]["text"]);
+    assert_eq!(o["updated"], "demo://resource/dynamic/text/1", "{o}");
+    let after = &o["text_after_update"];
+    assert!(after["_meta"].get("io.stowage/transform").is_none_or(|t| t.get("cached").is_none()), "{after}");
+    assert_ne!(after["contents"][0]["text"], o["text"]["contents"][0]["text"], "the read after the update reached the server");
+    gw.shutdown();
+}

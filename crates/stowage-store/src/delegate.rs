@@ -60,6 +60,9 @@ macro_rules! delegate_store {
             async fn ready(&self) -> $crate::Result<()> {
                 self.engine.ready().await
             }
+            fn isolation(&self) -> stowage_core::Isolation {
+                self.engine.isolation()
+            }
         }
 
         $crate::delegate::sink_via_store!($ty);

@@ -246,6 +246,12 @@ pub trait ArtifactStore: Send + Sync + 'static {
         false
     }
 
+    /// Which owner ids decide access to an artifact; what callers key by owner (the gateway's
+    /// read cache) follows it.
+    fn isolation(&self) -> Isolation {
+        Isolation::User
+    }
+
     /// Whether `bucket` is this store's own object-store bucket (the `s3` backend's), so an
     /// `s3://` URI into it may be handed to a tool (blob chaining's scheme policy).
     fn owns_bucket(&self, bucket: &str) -> bool {

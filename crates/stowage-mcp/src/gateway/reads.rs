@@ -200,7 +200,13 @@ impl Gateway {
         let uri = params.get("uri").and_then(Value::as_str).unwrap_or("").to_owned();
         let upstream = &self.upstreams[u];
         let client = (!upstream.mode.is_shared()).then(|| session.upstream_key());
-        let key = CacheKey { upstream: u, uri, owner: session.scope.owner(), client };
+        // Entries are shared exactly as the artifacts in them are: by (tenant, user), and by
+        // session too when the store isolates sessions.
+        let mut owner = session.scope.owner();
+        if self.artifacts.get().is_none_or(|s| s.isolation() == stowage_core::Isolation::User) {
+            owner.session_id = None;
+        }
+        let key = CacheKey { upstream: u, uri, owner, client };
         if let Some(hit) = self.read_cache.get(&key) {
             metrics::counter!("stowage_resource_cache_hits_total").increment(1);
             return Ok(Message::response(Value::Null, &self.contract_read(&hit, ReadKind::Resource, started, true)));
