@@ -408,3 +408,16 @@ async fn small_resource_links_are_read_for_the_model_when_asked_and_a_failed_rea
     assert!(why.contains("fx://docs/gone.txt"), "{why}");
     assert!(r["result"].get("isError").is_none(), "a failed auto-read never fails the call: {r}");
 }
+
+#[tokio::test]
+async fn an_upstream_that_does_not_answer_a_read_times_out_clearly() {
+    let c = Client::start(vec![fixture_spec("fx", None, Duration::from_secs(1))], Arc::new(MemSink::default()), fast_config(), None).await;
+    let started = std::time::Instant::now();
+    let r = c.request("resources/read", json!({"uri": "fx://docs/hang.bin"})).await;
+    let msg = r["error"]["message"].as_str().unwrap_or_else(|| panic!("an error: {r}"));
+    assert_eq!(msg, "upstream fx did not answer resources/read within 1.0s", "{r}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // The gateway carries on.
+    let note = c.request("resources/read", json!({"uri": "fx://docs/note.txt"})).await;
+    assert_eq!(note["result"]["contents"][0]["text"], "the quarter closed on Friday");
+}

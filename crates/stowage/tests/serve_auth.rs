@@ -500,3 +500,47 @@ fn a_loose_existing_store_is_reported_at_start() {
     assert!(warned.contains("readable by other local users") && warned.contains(&format!("chmod -R go= {}", store.display())), "{warned}");
     assert_eq!(up, 200, "a loose store is a warning, not a refusal");
 }
+
+/// Every resource path looks artifacts up as the caller: bob cannot list, read or subscribe to
+/// alice's artifacts, as resources or through `artifact_list`, and a read of the same upstream
+/// resource is stored for each of them separately (the read cache is per owner).
+#[test]
+fn resource_paths_keep_users_apart() {
+    let server = start(&auth_config());
+    let mut alice = Client::new(server.port, "alice-secret-key-0123456789");
+    alice.init();
+    let id = alice.call("get_report", json!({}))["structuredContent"]["assets"][0]["id"].as_str().unwrap().to_owned();
+    let uri = format!("artifact://{id}");
+    let (_, list) = alice.rpc("resources/list", json!({}));
+    assert!(list.to_string().contains(&uri), "{list}");
+    let (_, read) = alice.rpc("resources/read", json!({"uri": uri}));
+    assert!(read["result"]["contents"][0]["text"].as_str().unwrap().contains("download: http://127.0.0.1:"), "{read}");
+    let (_, sub) = alice.rpc("resources/subscribe", json!({"uri": uri}));
+    assert!(sub.get("error").is_none(), "{sub}");
+    let (_, demo) = alice.rpc("resources/read", json!({"uri": "demo://reports/q3.pdf"}));
+    let alice_link = demo["result"]["contents"][0]["_meta"]["io.stowage/artifact"]["uri"].as_str().unwrap().to_owned();
+
+    let mut bob = Client::new(server.port, "bob-secret-key-0123456789");
+    bob.init();
+    let (_, list) = bob.rpc("resources/list", json!({}));
+    assert!(!list.to_string().contains(&id), "{list}");
+    let listed = bob.call("artifact_list", json!({}));
+    assert!(!listed.to_string().contains(&id), "{listed}");
+    let ghost = "artifact://get_report_0000000000000000";
+    for method in ["resources/read", "resources/subscribe"] {
+        let (_, theirs) = bob.rpc(method, json!({"uri": uri}));
+        let (_, missing) = bob.rpc(method, json!({"uri": ghost}));
+        assert_eq!(theirs["error"]["code"], -32002, "{method}: {theirs}");
+        assert_eq!(
+            theirs["error"]["message"].as_str().unwrap().replace(&uri, "X"),
+            missing["error"]["message"].as_str().unwrap().replace(ghost, "X")
+        );
+    }
+    // The same upstream resource, read by bob: his own artifact and link, not alice's cached one.
+    let (_, demo) = bob.rpc("resources/read", json!({"uri": "demo://reports/q3.pdf"}));
+    let bob_link = demo["result"]["contents"][0]["_meta"]["io.stowage/artifact"]["uri"].as_str().unwrap().to_owned();
+    assert_ne!(bob_link, alice_link);
+    assert!(demo["result"]["_meta"]["io.stowage/transform"].get("cached").is_none(), "{demo}");
+    let (status, _, pdf) = http(server.port, "GET", &path_of(&bob_link), &[], None);
+    assert_eq!((status, pdf.starts_with(b"%PDF-")), (200, true));
+}

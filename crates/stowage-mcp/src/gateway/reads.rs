@@ -288,7 +288,15 @@ impl Gateway {
         params: &Value,
     ) -> Result<Message, GatewayError> {
         if method != "resources/read" {
-            // Artifacts are immutable: a subscription never fires, and is accepted as such.
+            // Only one's own artifact can be subscribed to (another owner's is "not found").
+            // Artifacts are immutable, so the subscription itself never fires.
+            let found = match stowage_core::ArtifactId::parse_loose(uri) {
+                Ok(id) => store.meta(&stowage_store::Access::owner_of(&session.scope), &id).await.is_ok(),
+                Err(_) => false,
+            };
+            if !found && method == "resources/subscribe" {
+                return Err(GatewayError::ResourceNotFound(uri.to_owned()));
+            }
             return Ok(Message::response(Value::Null, &json!({})));
         }
         let inline = params.pointer("/_meta/io.stowage~1inline").and_then(Value::as_bool).unwrap_or(false);

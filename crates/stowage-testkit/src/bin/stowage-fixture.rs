@@ -31,8 +31,8 @@
 //!
 //! Resources (`resources/read`): `fx://docs/report.pdf` (a 200 KB PDF blob), `fx://docs/log.txt`
 //! (17,000 characters of text), `fx://docs/note.txt` (one short line), `fx://docs/dot.png` (a
-//! tiny PNG blob, under the inline threshold) and `fx://docs/broken.bin` (a blob that is not
-//! base64). Template `fx://blob/{bytes}`: a PDF blob of that many bytes (made once per size).
+//! tiny PNG blob, under the inline threshold), `fx://docs/broken.bin` (a blob that is not
+//! base64) and `fx://docs/hang.bin` (never answered). Template `fx://blob/{bytes}`: a PDF blob of that many bytes (made once per size).
 //! `STOWAGE_FIXTURE_RESOURCES=N` lists N more, `fx://many/{i}`. Prompt `chart_prompt`: a user
 //! message holding a 600×600 PNG image block.
 //!
@@ -517,6 +517,8 @@ impl Handler for Fixture {
                     (0..self.many).map(|i| json!({"uri": format!("fx://many/{i}"), "name": format!("item {i}"), "mimeType": "text/plain"}));
                 json!({"resources": docs.chain(many).collect::<Vec<_>>()})
             }
+            // A read that never answers (an upstream timing out on a large read).
+            "resources/read" if params.get("uri").and_then(Value::as_str) == Some("fx://docs/hang.bin") => return Ok(None),
             "resources/read" if params.get("uri").and_then(Value::as_str).is_some_and(|u| u.starts_with("fx://blob/")) => {
                 let uri = params.get("uri").and_then(Value::as_str).unwrap_or("");
                 let Some(size) = uri.strip_prefix("fx://blob/").and_then(|n| n.parse::<usize>().ok()).filter(|n| *n <= 200 << 20) else {
