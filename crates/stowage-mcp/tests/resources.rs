@@ -421,3 +421,25 @@ async fn an_upstream_that_does_not_answer_a_read_times_out_clearly() {
     let note = c.request("resources/read", json!({"uri": "fx://docs/note.txt"})).await;
     assert_eq!(note["result"]["contents"][0]["text"], "the quarter closed on Friday");
 }
+
+#[tokio::test]
+async fn a_subscriber_to_an_artifact_hears_when_it_expires() {
+    let (c, store) = with_store().await;
+    let opts = stowage_core::PutOptions {
+        ttl: Some(Duration::from_secs(1)),
+        ..stowage_core::PutOptions::scoped(scope_of("local")).mime("text/plain")
+    };
+    let short = store.put_bytes(bytes::Bytes::from_static(b"soon gone"), opts).await.unwrap();
+    let sub = c.request("resources/subscribe", json!({"uri": short.uri})).await;
+    assert!(sub.get("error").is_none(), "{sub}");
+    let heard = || {
+        c.notifications
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|n| n["method"] == "notifications/resources/updated" && n["params"]["uri"] == short.uri.as_str())
+    };
+    assert!(common::eventually(5, heard).await, "{:?}", c.notifications.lock().unwrap());
+    let gone = c.request("resources/read", json!({"uri": short.uri})).await;
+    assert_eq!(gone["error"]["code"], -32002, "{gone}");
+}

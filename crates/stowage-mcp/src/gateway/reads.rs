@@ -281,7 +281,7 @@ impl Gateway {
     /// here, never routed upstream. Another owner's id is "not found", like a missing one.
     pub(super) async fn artifact_resource(
         &self,
-        session: &Session,
+        session: &Arc<Session>,
         store: &Arc<dyn ArtifactStore>,
         method: &str,
         uri: &str,
@@ -289,13 +289,21 @@ impl Gateway {
     ) -> Result<Message, GatewayError> {
         if method != "resources/read" {
             // Only one's own artifact can be subscribed to (another owner's is "not found").
-            // Artifacts are immutable, so the subscription itself never fires.
-            let found = match stowage_core::ArtifactId::parse_loose(uri) {
-                Ok(id) => store.meta(&stowage_store::Access::owner_of(&session.scope), &id).await.is_ok(),
-                Err(_) => false,
+            let id = stowage_core::ArtifactId::parse_loose(uri).ok();
+            let found = match &id {
+                Some(id) => store.meta(&stowage_store::Access::owner_of(&session.scope), id).await.is_ok(),
+                None => false,
             };
-            if !found && method == "resources/subscribe" {
-                return Err(GatewayError::ResourceNotFound(uri.to_owned()));
+            match (method, id) {
+                ("resources/subscribe", Some(id)) if found => {
+                    if session.subscriptions.lock().insert(uri.to_owned()) {
+                        watch_artifact(session.clone(), store.clone(), uri.to_owned(), id);
+                    }
+                }
+                ("resources/subscribe", _) => return Err(GatewayError::ResourceNotFound(uri.to_owned())),
+                _ => {
+                    session.subscriptions.lock().remove(uri);
+                }
             }
             return Ok(Message::response(Value::Null, &json!({})));
         }
@@ -355,6 +363,45 @@ impl PeekEntry<'_> {
     fn is_long_text(&self, limit: usize) -> bool {
         self.blob.is_none() && self.text.as_deref().is_some_and(|t| t.len() > limit && t.chars().count() > limit)
     }
+}
+
+/// How often a subscribed artifact with no expiry (or a far one) is looked at: it may still
+/// go early (evicted for room, deleted).
+const ARTIFACT_WATCH_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Artifacts never change, but they end: a subscriber to one hears
+/// `notifications/resources/updated` when it expires or is removed, once, and the
+/// subscription ends with it. The watch looks when the artifact is due to expire (and every
+/// [`ARTIFACT_WATCH_EVERY`] otherwise) and stops when the session unsubscribes or ends.
+fn watch_artifact(session: Arc<Session>, store: Arc<dyn ArtifactStore>, uri: String, id: stowage_core::ArtifactId) {
+    tokio::spawn(async move {
+        let access = stowage_store::Access::owner_of(&session.scope);
+        loop {
+            if session.is_closed() || !session.subscriptions.lock().contains(&uri) {
+                return;
+            }
+            let wait = match store.meta(&access, &id).await {
+                Ok(meta) => meta
+                    .expires_at
+                    .map(|at| {
+                        let left = at - time::OffsetDateTime::now_utc();
+                        std::time::Duration::try_from(left).unwrap_or_default() + std::time::Duration::from_millis(50)
+                    })
+                    .map_or(ARTIFACT_WATCH_EVERY, |d| d.min(ARTIFACT_WATCH_EVERY)),
+                Err(stowage_store::StoreError::NotFound { .. } | stowage_store::StoreError::Expired { .. }) => {
+                    session.subscriptions.lock().remove(&uri);
+                    session.notify(&Message::notification("notifications/resources/updated", Some(&json!({"uri": uri}))));
+                    return;
+                }
+                // The store is in trouble: look again later rather than announce an end.
+                Err(_) => ARTIFACT_WATCH_EVERY,
+            };
+            tokio::select! {
+                _ = session.closed() => return,
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    });
 }
 
 /// `/contents/3/blob` → 3.
