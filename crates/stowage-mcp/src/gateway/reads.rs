@@ -267,14 +267,30 @@ impl Gateway {
         let u = routed
             .or_else(|| self.catalog().resource_upstream(uri, self.upstreams.len()))
             .ok_or_else(|| GatewayError::ResourceNotFound(uri.to_owned()))?;
+        let result = self.read_result(session, u, uri, outbox).await?;
+        Ok(result.get("contents").and_then(Value::as_array).cloned().unwrap_or_default())
+    }
+
+    /// `resources/read` of `uri` on upstream `u` (through the cache and the pipeline) for the
+    /// gateway's own use: the result, or the upstream's refusal as an error (not found as
+    /// [`GatewayError::ResourceNotFound`]).
+    pub(super) async fn read_result(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        u: usize,
+        uri: &str,
+        outbox: &Outbox,
+    ) -> Result<Value, GatewayError> {
         let reply = self.read_from(session, u, json!({"uri": uri}), outbox).await?;
         if let Some(err) = &reply.error {
             let v: Value = serde_json::from_str(err.get()).unwrap_or(Value::Null);
+            if v.get("code").and_then(Value::as_i64) == Some(crate::jsonrpc::code::RESOURCE_NOT_FOUND) {
+                return Err(GatewayError::ResourceNotFound(uri.to_owned()));
+            }
             let message = v.get("message").and_then(Value::as_str).unwrap_or("the upstream refused the read");
             return Err(GatewayError::NotRelayed(format!("reading {uri} failed: {message}")));
         }
-        let result = crate::upstream::result_value(&reply).map_err(|e| GatewayError::Internal(format!("resources/read: {e}")))?;
-        Ok(result.get("contents").and_then(Value::as_array).cloned().unwrap_or_default())
+        crate::upstream::result_value(&reply).map_err(|e| GatewayError::Internal(format!("resources/read: {e}")))
     }
 
     /// `resources/read` (and subscribe, unsubscribe) of one of the caller's artifacts: answered

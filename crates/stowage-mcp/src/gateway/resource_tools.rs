@@ -15,7 +15,6 @@ use super::Gateway;
 use crate::error::GatewayError;
 use crate::outbox::Outbox;
 use crate::session::Session;
-use crate::upstream::result_value;
 
 /// What a generated tool does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,17 +110,7 @@ impl Gateway {
                 self.upstreams[u].name()
             )));
         }
-        let reply = self.read_from(session, u, json!({"uri": uri}), outbox).await?;
-        if let Some(err) = &reply.error {
-            let v: Value = serde_json::from_str(err.get()).unwrap_or(Value::Null);
-            let message = v.get("message").and_then(Value::as_str).unwrap_or("the upstream refused the read").to_owned();
-            return Err(if v.get("code").and_then(Value::as_i64) == Some(crate::jsonrpc::code::RESOURCE_NOT_FOUND) {
-                GatewayError::ResourceNotFound(uri.to_owned())
-            } else {
-                GatewayError::NotRelayed(message)
-            });
-        }
-        let result = result_value(&reply).map_err(|e| GatewayError::Internal(format!("resources/read: {e}")))?;
+        let result = self.read_result(session, u, uri, outbox).await?;
         let mut content = Vec::new();
         for entry in result.get("contents").and_then(Value::as_array).into_iter().flatten() {
             let mime = entry.get("mimeType").and_then(Value::as_str).unwrap_or("");

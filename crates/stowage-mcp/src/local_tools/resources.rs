@@ -113,8 +113,8 @@ pub(crate) async fn read(
         };
         return Ok(Some(json!({"contents": [entry]})));
     }
-    let mut line = format!("{} {} ({}, {})", meta.id, meta.filename.as_deref().unwrap_or(""), mime, human_size(meta.size_bytes));
-    line = line.replace("  ", " ");
+    let name = meta.filename.as_deref().map(|f| format!(" {f}")).unwrap_or_default();
+    let mut line = format!("{}{name} ({mime}, {})", meta.id, human_size(meta.size_bytes));
     let mut artifact = json!({"id": meta.id.as_str(), "artifact": meta.uri, "mimeType": mime, "size": meta.size_bytes});
     match links.map(|l| l.link_for(&meta)) {
         Some(link) => {
