@@ -198,7 +198,7 @@ impl Rewriter {
 
 /// How many distinct assets a result has (the same bytes found twice are one asset).
 fn unique_assets(items: &[OffloadedItem]) -> usize {
-    items.iter().map(|i| &i.reference.id).collect::<std::collections::HashSet<_>>().len()
+    items.iter().filter(|i| !i.reference.is_truncated()).map(|i| &i.reference.id).collect::<std::collections::HashSet<_>>().len()
 }
 
 /// The compact summary of a transform that rides in every rewritten result's `_meta`: sizes
@@ -333,6 +333,18 @@ fn contract(off: Offloaded, output_schema: Option<&Value>, links: Option<&dyn Li
             continue;
         }
         let r = &item.reference;
+        if r.is_truncated() {
+            // The NoOp store kept nothing: the model reads that it was not kept, and gets no
+            // link, no `artifact://` and no asset (there is nothing behind any of them).
+            let blocks = vec![json!({"type": "text", "text": item.summary.clone()})];
+            match content_position(&item.pointer) {
+                // A whole block the offloader already replaced with its own line.
+                Some((k, true)) if k < content_len => {}
+                Some((k, false)) if k < content_len => inserts.push((k, false, blocks)),
+                _ => inserts.push((usize::MAX, false, blocks)),
+            }
+            continue;
+        }
         let (uri, expires) = match links.and_then(|l| l.link(r)) {
             Some((url, exp)) => (url, Some(exp)),
             None => (r.uri.clone(), r.expires_at.and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())),
@@ -437,6 +449,10 @@ fn contract(off: Offloaded, output_schema: Option<&Value>, links: Option<&dyn Li
         obj.insert("content".into(), Value::Array(blocks));
     }
 
+    if assets.is_empty() {
+        // Only content the NoOp store did not keep: nothing to list.
+        return (value, false);
+    }
     let assets = Value::Array(assets);
     let schema_allows = output_schema.is_none_or(schema_accepts_assets);
     match value.get_mut("structuredContent") {

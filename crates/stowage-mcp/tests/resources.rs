@@ -443,3 +443,25 @@ async fn a_subscriber_to_an_artifact_hears_when_it_expires() {
     let gone = c.request("resources/read", json!({"uri": short.uri})).await;
     assert_eq!(gone["error"]["code"], -32002, "{gone}");
 }
+
+/// `store.backend = "noop"` keeps nothing: the model reads that, and gets no link, no
+/// `artifact://` and no asset for bytes that were never kept (issue 19 found links that 404).
+#[tokio::test]
+async fn with_the_noop_store_nothing_names_or_links_an_artifact() {
+    let sink = stowage_store::into_sink(Arc::new(stowage_store::NoOpStore::new()));
+    let mut rw = common::rewriter(sink);
+    rw.links = Some(Arc::new(TestLinks));
+    let c = Client::start_with_rewriter(vec![fixture_spec("fx", None, T)], rw, fast_config()).await;
+    for r in [c.call("get_image", json!({})).await, c.call("get_view_pdf", json!({})).await] {
+        let text = r.to_string();
+        assert!(text.contains("was not kept: no artifact store is configured"), "{text}");
+        for absent in ["artifact://", "resource_link", "https://stowage.test/", "\"assets\"", "iVBORw0KGgo", "JVBERi"] {
+            assert!(!text.contains(absent), "{absent} in {text}");
+        }
+    }
+    let read = c.request("resources/read", json!({"uri": "fx://docs/report.pdf"})).await;
+    let entry = &read["result"]["contents"][0];
+    assert!(entry["text"].as_str().unwrap().contains("was not kept"), "{read}");
+    assert_eq!(entry["mimeType"], "text/plain");
+    assert!(!read.to_string().contains("artifact://") && !read.to_string().contains("stowage.test"), "{read}");
+}

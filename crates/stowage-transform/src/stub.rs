@@ -168,25 +168,26 @@ pub fn content_type_of(mime: &str) -> Option<String> {
     })
 }
 
+/// What a summary says of content the NoOp store did not keep.
+pub const NOT_KEPT: &str = "was not kept: no artifact store is configured";
+
 /// The default summary: `PDF document 'Sales Dashboard' (499.6 KB) stored as artifact://…`.
 pub fn default_summary(r: &ArtifactRef, vars: &TemplateVars) -> String {
     let kind = describe_mime(r.mime_type.as_deref());
     let size = human_size(r.size_bytes);
-    let mut s = match vars.name() {
-        Some(name) => format!("{kind} '{}' ({size}) stored as {}", one_line(&name, 80), r.uri),
-        None => format!("{kind} ({size}) stored as {}", r.uri),
-    };
-    if r.is_truncated() {
-        s.push_str(" (not stored: no artifact store is configured)");
+    // The NoOp store's marker names no artifact: nothing was kept, so nothing can be fetched.
+    let what = if r.is_truncated() { NOT_KEPT.to_owned() } else { format!("stored as {}", r.uri) };
+    match vars.name() {
+        Some(name) => format!("{kind} '{}' ({size}) {what}", one_line(&name, 80)),
+        None => format!("{kind} ({size}) {what}"),
     }
-    s
 }
 
 /// The one-line string stub that replaces a heavy string inside JSON.
 pub fn string_stub(r: &ArtifactRef, summary: &str) -> String {
     let mut s = one_line(summary, 240);
     s.push_str(" [");
-    if !summary.contains(&r.uri) {
+    if !summary.contains(&r.uri) && !r.is_truncated() {
         s.push_str(&r.uri);
         s.push_str(", ");
     }

@@ -319,15 +319,11 @@ pub(crate) async fn commit(
         };
         stored += 1;
         let vars = off.vars.with_artifact(&r, off.content_type.as_deref());
+        // A tool's template may say "stored as {uri}": for content the NoOp store did not
+        // keep, the default summary says what it was and that it was not kept.
         let summary = match &off.summary_template {
-            Some(t) => {
-                let mut s = vars.fill(t);
-                if r.is_truncated() {
-                    s.push_str(" (not stored: no artifact store is configured)");
-                }
-                s
-            }
-            None => stub::default_summary(&r, &vars),
+            Some(t) if !r.is_truncated() => vars.fill(t),
+            _ => stub::default_summary(&r, &vars),
         };
         let line = stub::string_stub(&r, &summary);
         let mut partial = None;
@@ -346,6 +342,8 @@ pub(crate) async fn commit(
                 m.insert("schema".into(), schema);
                 Value::Object(m)
             }
+            // Content the NoOp store did not keep gets no link: there is nothing behind one.
+            Render::Link if r.is_truncated() => stub::text_block(line),
             Render::Link => {
                 let mut block = stub::resource_link_block(&r);
                 block["description"] = Value::String(summary.clone());
@@ -360,13 +358,17 @@ pub(crate) async fn commit(
                 entry
             }
             Render::Blocks => {
-                if let Some((array_ptr, index)) = split_last(&off.ptr).and_then(|(a, i)| Some((a.to_owned(), i.parse::<usize>().ok()?))) {
+                if let Some((array_ptr, index)) = split_last(&off.ptr).and_then(|(a, i)| Some((a.to_owned(), i.parse::<usize>().ok()?)))
+                    && !r.is_truncated()
+                {
                     inserts.push((off.doc, array_ptr, index, seq, stub::resource_link_block(&r)));
                 }
                 stub::text_block(line)
             }
         };
-        if let Some((array_ptr, index)) = docs.content_block_of(off.doc) {
+        if let Some((array_ptr, index)) = docs.content_block_of(off.doc)
+            && !r.is_truncated()
+        {
             inserts.push((0, array_ptr, index, seq, stub::resource_link_block(&r)));
         }
         if let Some(slot) = docs.docs[off.doc].value.pointer_mut(&off.ptr) {

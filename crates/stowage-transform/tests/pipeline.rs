@@ -675,8 +675,10 @@ fn noop_sink_marks_not_stored() {
     let out =
         try_run(TransformConfig::default(), Arc::new(NoopSink), "download_workbook", None, tableau_result(&fake_pdf(20_000))).unwrap();
     let text = out.value.to_string();
-    assert!(text.contains("not stored: no artifact store is configured"), "{text}");
+    assert!(text.contains("was not kept: no artifact store is configured"), "{text}");
     assert!(!text.contains("JVBERi"));
+    // Nothing was kept, so nothing names an artifact or links to one.
+    assert!(!text.contains("artifact://") && !text.contains("resource_link"), "{text}");
 }
 
 // ---------------------------------------------------------------- clamp
@@ -734,10 +736,15 @@ fn clamp_stores_truncates_and_emits() {
 fn clamp_never_loses_artifacts() {
     let mut v = many_small_fields();
     v["file"] = json!(b64(&fake_pdf(40_000)));
-    let out = try_run(clamp_config(), Arc::new(NoopSink), "t", None, v).unwrap();
+    // (A store that keeps things: the NoOp store's markers name no artifact at all.)
+    let out = try_run(clamp_config(), MemorySink::new(), "t", None, v).unwrap();
     assert!(out.report.clamped);
-    assert_eq!(out.report.artifacts.len(), 1);
-    assert!(out.value.to_string().contains(&out.report.artifacts[0].uri));
+    // The PDF, and the whole observation the clamp stored before cutting it.
+    assert_eq!(out.report.artifacts.len(), 2, "{:?}", out.report.artifacts);
+    let text = out.value.to_string();
+    for a in &out.report.artifacts {
+        assert!(text.contains(&a.uri), "{} lost: {text}", a.uri);
+    }
 }
 
 // ---------------------------------------------------------------- L5 custom and hook

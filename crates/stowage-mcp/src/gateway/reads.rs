@@ -162,6 +162,13 @@ impl Gateway {
         let links = self.rewriter.links.as_deref();
         let mut assets = Vec::new();
         for item in &read.items {
+            if item.reference.is_truncated() {
+                // The NoOp store kept nothing: the entry says so, with no link or artifact.
+                if let Some(entry) = entry_index(&item.pointer).and_then(|i| value.get_mut("contents")?.get_mut(i)) {
+                    entry["mimeType"] = json!("text/plain");
+                }
+                continue;
+            }
             let asset = asset_of(item, links);
             if kind == ReadKind::Resource {
                 mark_contents_entry(&mut value, item, &asset, read.long_texts.contains(&entry_index(&item.pointer).unwrap_or(usize::MAX)));
