@@ -286,7 +286,12 @@ fn resource_links_everywhere_are_kept_lazy() {
         assert_eq!(got, want, "{v}");
         assert!(r.out.report.artifacts.is_empty());
         let text = r.text();
-        assert!(text.contains("io.stowage/read_hint") && text.contains("file:///r/report.pdf"), "{text}");
+        if want[0].starts_with("/structuredContent") {
+            // Recorded, but left exactly as the tool shaped it (its outputSchema may be closed).
+            assert_eq!(r.out.value, v, "{text}");
+        } else {
+            assert!(text.contains("io.stowage/read_hint") && text.contains("file:///r/report.pdf"), "{text}");
+        }
         assert_eq!(r.out.report.links[0].size_bytes, Some(123456));
         // A second pass changes nothing.
         assert_eq!(run("t", r.out.value.clone()).out.value, r.out.value);

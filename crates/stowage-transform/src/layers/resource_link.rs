@@ -5,7 +5,9 @@
 //! a content list, nested JSON, JSON inside a text block) it is recorded in the report and
 //! given a read hint: in `description` when the server sent none (so the model sees it), and
 //! always in `_meta["io.stowage/read_hint"]` (so a second pass knows it was done). Links to
-//! our own `artifact://` URIs are left alone: they are stubs this pipeline wrote.
+//! our own `artifact://` URIs are left alone: they are stubs this pipeline wrote. So are
+//! links inside `structuredContent`, recorded but not touched: that object is validated against
+//! the tool's `outputSchema`, and a closed schema refuses keys the tool did not put there.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -64,7 +66,10 @@ fn walk(value: &mut Value, ptr: &mut String, prefix: &str, config: &ResourcesCon
                         mime_type: map.get("mimeType").and_then(Value::as_str).map(str::to_owned),
                         size_bytes: map.get("size").and_then(Value::as_u64),
                     });
-                    *changed |= add_hint(map, &config.read_hint.replace("{uri}", &uri));
+                    let shaped_by_the_tool = prefix.is_empty() && ptr.starts_with("/structuredContent");
+                    if !shaped_by_the_tool {
+                        *changed |= add_hint(map, &config.read_hint.replace("{uri}", &uri));
+                    }
                 }
                 return;
             }
