@@ -265,17 +265,6 @@ impl Gateway {
         self.forward(session, u, method, params, outbox).await
     }
 
-    /// `resources/read` on upstream `u`, its reply through the pipeline.
-    pub(super) async fn read_from(
-        self: &Arc<Self>,
-        session: &Arc<Session>,
-        u: usize,
-        params: Value,
-        outbox: &Outbox,
-    ) -> Result<Message, GatewayError> {
-        self.cached_read(session, u, params, outbox).await
-    }
-
     /// The client's roots changed: tell the upstream sessions it uses (that declared roots).
     pub(super) fn roots_changed(&self, session: &Session, msg: &Message) {
         for u in &self.upstreams {

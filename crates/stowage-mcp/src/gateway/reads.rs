@@ -196,7 +196,7 @@ impl Gateway {
     /// `resources/read` of `params.uri` on upstream `u`: from the cache when a fresh entry is
     /// there for this owner (and, for a `per_client` upstream, this client's session), else
     /// from the upstream through the pipeline, kept for the entry's TTL.
-    pub(super) async fn cached_read(
+    pub(super) async fn read_from(
         self: &Arc<Self>,
         session: &Arc<Session>,
         u: usize,
