@@ -42,6 +42,17 @@ pub struct SignedLink {
     pub expires_at: u64,
 }
 
+impl SignedLink {
+    /// The expiry as RFC 3339 (`2026-11-23T18:29:55Z`), as results and tools show it.
+    pub fn expires_rfc3339(&self) -> String {
+        i64::try_from(self.expires_at)
+            .ok()
+            .and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok())
+            .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+            .unwrap_or_default()
+    }
+}
+
 /// Mints links: a key ring plus where links point and how long they live.
 #[derive(Debug)]
 pub struct LinkSigner {

@@ -198,6 +198,13 @@ impl Gateway {
         answer
     }
 
+    /// The upstream serving `uri` for `session`: its own `per_client` listing first, then the
+    /// catalog (exact URI, template prefix, the only upstream).
+    pub(super) fn resource_route(&self, session: &Session, uri: &str) -> Option<usize> {
+        let mine = session.resource_routes.lock().get(uri).copied();
+        mine.or_else(|| self.catalog().resource_upstream(uri, self.upstreams.len()))
+    }
+
     /// `resources/read`, `resources/subscribe`, `resources/unsubscribe`: routed by URI.
     pub(super) async fn resource_request(
         self: &Arc<Self>,
@@ -212,10 +219,7 @@ impl Gateway {
         {
             return self.artifact_resource(session, &store, method, &uri, &params).await;
         }
-        let mine = session.resource_routes.lock().get(&uri).copied();
-        let u = mine
-            .or_else(|| self.catalog().resource_upstream(&uri, self.upstreams.len()))
-            .ok_or_else(|| GatewayError::ResourceNotFound(uri.clone()))?;
+        let u = self.resource_route(session, &uri).ok_or_else(|| GatewayError::ResourceNotFound(uri.clone()))?;
         let upstream = &self.upstreams[u];
         let mut params = params;
         // A URI two upstreams listed reaches the second with its own URI back.

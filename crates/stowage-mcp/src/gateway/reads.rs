@@ -100,9 +100,9 @@ impl Gateway {
         // A borrowed look first: a 50 MB blob is neither copied nor decoded to learn that no
         // text needs preparing, and the result then goes to the offloader as the upstream's
         // own text (one parse, there, which lifts big strings without copying them).
+        let limit = self.config.resources.inline_text_if_under_chars;
         let (needs_prep, ttl_ms) = {
             let peek: Peek<'_> = serde_json::from_str(raw.get()).map_err(unreadable)?;
-            let limit = self.config.resources.inline_text_if_under_chars;
             let contents = match (kind, &peek.contents) {
                 (ReadKind::Resource, None) => {
                     return Err(GatewayError::NotRelayed(format!("resources/read: upstream {upstream} answered without a contents list")));
@@ -113,7 +113,7 @@ impl Gateway {
         };
         let (text, long_texts) = if needs_prep {
             let mut value: Value = serde_json::from_str(raw.get()).map_err(unreadable)?;
-            let long = self.prepare_contents(upstream, &mut value)?;
+            let long = prepare_contents(&mut value, limit);
             (value.to_string(), long)
         } else {
             (raw.into_string(), Vec::new())
@@ -270,10 +270,7 @@ impl Gateway {
 
     /// The contents of `uri`, read as the session would read it.
     async fn read_link(self: &Arc<Self>, session: &Arc<Session>, uri: &str, outbox: &Outbox) -> Result<Vec<Value>, GatewayError> {
-        let routed = session.resource_routes.lock().get(uri).copied();
-        let u = routed
-            .or_else(|| self.catalog().resource_upstream(uri, self.upstreams.len()))
-            .ok_or_else(|| GatewayError::ResourceNotFound(uri.to_owned()))?;
+        let u = self.resource_route(session, uri).ok_or_else(|| GatewayError::ResourceNotFound(uri.to_owned()))?;
         let result = self.read_result(session, u, uri, outbox).await?;
         Ok(result.get("contents").and_then(Value::as_array).cloned().unwrap_or_default())
     }
@@ -338,30 +335,30 @@ impl Gateway {
             Err(e) => Err(GatewayError::NotRelayed(e.to_string())),
         }
     }
+}
 
-    /// Hands text contents over the inline limit to the offloader as blobs of their UTF-8
-    /// bytes (see the module docs); returns the entries it changed.
-    fn prepare_contents(&self, upstream: &str, value: &mut Value) -> Result<Vec<usize>, GatewayError> {
-        let limit = self.config.resources.inline_text_if_under_chars;
-        let Some(contents) = value.get_mut("contents").and_then(Value::as_array_mut) else {
-            return Err(GatewayError::NotRelayed(format!("resources/read: upstream {upstream} answered without a contents list")));
-        };
-        let mut changed = Vec::new();
-        for (i, entry) in contents.iter_mut().enumerate() {
-            let Some(map) = entry.as_object_mut() else { continue };
-            let long = map.get("text").and_then(Value::as_str).is_some_and(|t| t.len() > limit && t.chars().count() > limit);
-            if !long || map.contains_key("blob") {
-                continue;
-            }
-            let Some(Value::String(text)) = map.remove("text") else { continue };
-            map.insert("blob".into(), Value::String(base64::engine::general_purpose::STANDARD.encode(text.as_bytes())));
-            if !map.contains_key("mimeType") {
-                map.insert("mimeType".into(), Value::String("text/plain".into()));
-            }
-            changed.push(i);
+/// Hands text contents over the inline limit to the offloader as blobs of their UTF-8 bytes
+/// (see the module docs); returns the entries it changed.
+fn prepare_contents(value: &mut Value, limit: usize) -> Vec<usize> {
+    let mut changed = Vec::new();
+    for (i, entry) in value.get_mut("contents").and_then(Value::as_array_mut).into_iter().flatten().enumerate() {
+        let Some(map) = entry.as_object_mut() else { continue };
+        if map.contains_key("blob") || !map.get("text").and_then(Value::as_str).is_some_and(|t| is_long(t, limit)) {
+            continue;
         }
-        Ok(changed)
+        let Some(Value::String(text)) = map.remove("text") else { continue };
+        map.insert("blob".into(), Value::String(base64::engine::general_purpose::STANDARD.encode(text.as_bytes())));
+        if !map.contains_key("mimeType") {
+            map.insert("mimeType".into(), Value::String("text/plain".into()));
+        }
+        changed.push(i);
     }
+    changed
+}
+
+/// Over the inline limit in characters (the byte length decides first: it is free).
+fn is_long(text: &str, limit: usize) -> bool {
+    text.len() > limit && text.chars().count() > limit
 }
 
 /// What [`Gateway::offload_read`] needs to know of a result before deciding how to hand it
@@ -384,7 +381,7 @@ struct PeekEntry<'a> {
 
 impl PeekEntry<'_> {
     fn is_long_text(&self, limit: usize) -> bool {
-        self.blob.is_none() && self.text.as_deref().is_some_and(|t| t.len() > limit && t.chars().count() > limit)
+        self.blob.is_none() && self.text.as_deref().is_some_and(|t| is_long(t, limit))
     }
 }
 

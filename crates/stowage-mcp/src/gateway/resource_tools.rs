@@ -102,8 +102,7 @@ impl Gateway {
     /// A read routed to upstream `u` (a URI another upstream listed is refused), as tool
     /// content: each entry's text, or a small blob as an image, audio or embedded resource.
     async fn read_for_tool(self: &Arc<Self>, session: &Arc<Session>, u: usize, uri: &str, outbox: &Outbox) -> Result<Value, GatewayError> {
-        let routed =
-            session.resource_routes.lock().get(uri).copied().or_else(|| self.catalog().resource_upstream(uri, self.upstreams.len()));
+        let routed = self.resource_route(session, uri);
         if routed.is_some_and(|r| r != u) {
             return Err(GatewayError::InvalidParams(format!(
                 "{uri} is not one of {}'s resources; use the resources_read tool of the server that lists it",

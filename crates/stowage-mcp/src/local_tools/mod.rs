@@ -180,17 +180,21 @@ async fn read_text(store: &Arc<dyn ArtifactStore>, scope: &ArtifactScope, tool: 
     }
     let bytes = store.get(&access, &id).await.map_err(|e| ToolError::from(ApiError::from(e)))?;
     // Text is valid UTF-8 without NUL bytes; the check runs on the CPU pool for big artifacts.
-    let check = |b: &Bytes| std::str::from_utf8(b).is_ok() && memchr::memchr(0, b).is_none();
     let is_text = if bytes.len() >= CPU_POOL_BYTES {
         let b = bytes.clone();
-        crate::cpu_pool::run(move || check(&b)).await
+        crate::cpu_pool::run(move || is_text(&b)).await
     } else {
-        check(&bytes)
+        is_text(&bytes)
     };
     if !is_text {
         return Err(not_text(&meta));
     }
     Ok((meta, bytes))
+}
+
+/// Text is valid UTF-8 without NUL bytes.
+fn is_text(bytes: &[u8]) -> bool {
+    std::str::from_utf8(bytes).is_ok() && memchr::memchr(0, bytes).is_none()
 }
 
 /// The text of bytes [`read_text`] checked.

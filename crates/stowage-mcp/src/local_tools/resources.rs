@@ -106,7 +106,7 @@ pub(crate) async fn read(
     if meta.size_bytes <= limit && !store.is_noop() {
         let bytes = store.get(&access, &id).await.map_err(|e| ToolError::from(ApiError::from(e)))?;
         let entry = match std::str::from_utf8(&bytes) {
-            Ok(text) if !super::is_binary_type(&mime) && memchr::memchr(0, &bytes).is_none() => {
+            Ok(text) if !super::is_binary_type(&mime) && super::is_text(&bytes) => {
                 json!({"uri": meta.uri, "mimeType": mime, "text": text})
             }
             _ => json!({"uri": meta.uri, "mimeType": mime, "blob": base64::engine::general_purpose::STANDARD.encode(&bytes)}),
@@ -118,10 +118,7 @@ pub(crate) async fn read(
     let mut artifact = json!({"id": meta.id.as_str(), "artifact": meta.uri, "mimeType": mime, "size": meta.size_bytes});
     match links.map(|l| l.link_for(&meta)) {
         Some(link) => {
-            let expires = time::OffsetDateTime::from_unix_timestamp(link.expires_at as i64)
-                .ok()
-                .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
-                .unwrap_or_default();
+            let expires = link.expires_rfc3339();
             line.push_str(&format!(": too large to read inline (over {}); download: {} (expires {expires})", human_size(limit), link.url));
             artifact["uri"] = json!(link.url);
             artifact["expiresAt"] = json!(expires);

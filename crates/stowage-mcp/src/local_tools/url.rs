@@ -43,10 +43,7 @@ pub(super) fn def() -> Value {
 pub(super) async fn call(links: &LinkService, scope: &ArtifactScope, arguments: &Value) -> Result<Value, ToolError> {
     let id = id_argument(ARTIFACT_URL_TOOL, arguments)?;
     let (meta, link) = links.fresh_link(scope, &id).await?;
-    let expires = time::OffsetDateTime::from_unix_timestamp(link.expires_at as i64)
-        .ok()
-        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
-        .unwrap_or_default();
+    let expires = link.expires_rfc3339();
     let mime = meta.mime_type.clone().unwrap_or_else(|| "application/octet-stream".into());
     Ok(json!({
         "content": [{

@@ -170,11 +170,8 @@ struct SignedLinks(Arc<LinkSigner>);
 impl LinkMinter for SignedLinks {
     fn link(&self, artifact: &ArtifactRef) -> Option<(String, String)> {
         let link = self.0.link_for(artifact, stowage_links::unix_now(), None);
-        let expires = time::OffsetDateTime::from_unix_timestamp(link.expires_at as i64)
-            .ok()?
-            .format(&time::format_description::well_known::Rfc3339)
-            .ok()?;
-        Some((link.url, expires))
+        let expires = link.expires_rfc3339();
+        (!expires.is_empty()).then_some((link.url, expires))
     }
 }
 
