@@ -63,9 +63,14 @@ async fn world(tune: impl FnOnce(&mut stowage_mcp::chaining::ChainingConfig)) ->
     let gw = start_gateway(specs, rewriter(Arc::new(MemSink::default())), config, SessionMode::Shared).await;
     gw.set_link_service(service);
     gw.set_artifact_store(store.clone());
-    // Every upstream is up; wait until the catalog lists the last one's tools too.
+    // Every upstream is up; wait until the catalog lists every one's tools too (each upstream
+    // is listed on its own, so the last one started is not necessarily the last one listed).
     let session = gw.open_session(SessionKind::InProcess, Caller::local(), None);
-    let listed = common::eventually(20, || gw.list_tools(&session).iter().filter(|t| t["name"] == "n_generate_image").count() == 1).await;
+    let listed = common::eventually(20, || {
+        let tools = gw.list_tools(&session);
+        ["u", "b", "t", "p", "n"].iter().all(|u| tools.iter().any(|t| t["name"] == format!("{u}_echo").as_str()))
+    })
+    .await;
     assert!(listed, "the catalog never listed every upstream's tools");
     World { gw, store, base }
 }

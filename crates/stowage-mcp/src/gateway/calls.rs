@@ -191,13 +191,14 @@ impl Gateway {
             let result = local.call(&name, &scope, &args).await.expect("handles() said it is a local tool");
             return Ok(answered_here(call, name, "stowage".into(), started, result));
         }
-        if let Some((u, op)) = self.resource_tool(&name) {
+        // An upstream's own tool first; a generated resource tool only by a name none has.
+        let Some(tool) = self.catalog().tool(&name).cloned() else {
+            let (u, op) = self.resource_tool(&name).ok_or_else(|| GatewayError::UnknownTool(name.clone()))?;
             let started = Instant::now();
             let args = params.get("arguments").cloned().unwrap_or(json!({}));
             let result = self.call_resource_tool(session, u, op, &args, outbox).await;
             return Ok(answered_here(call, name, self.upstreams[u].name().to_owned(), started, result));
-        }
-        let tool = self.catalog().tool(&name).cloned().ok_or_else(|| GatewayError::UnknownTool(name.clone()))?;
+        };
         let upstream = self.upstreams[tool.upstream].name().to_owned();
         self.events.publish(GatewayEvent::ToolCallStarted { call, owner: owner.clone(), tool: name.clone(), upstream: upstream.clone() });
         let mut guard = FinishGuard {

@@ -47,9 +47,10 @@ impl Gateway {
         defs
     }
 
-    /// The upstream and operation of a generated tool's name.
+    /// The upstream and operation of a generated tool's name (asked only for a name no
+    /// upstream tool has: theirs come first).
     pub(super) fn resource_tool(&self, name: &str) -> Option<(usize, ResourceOp)> {
-        if !self.config.resources.generated_tools || self.catalog().tool(name).is_some() {
+        if !self.config.resources.generated_tools {
             return None;
         }
         self.upstreams.iter().enumerate().filter(|(_, u)| u.capability("resources")).find_map(|(i, u)| {
