@@ -8,10 +8,9 @@
 //! client that goes away does not stop the run: its artifacts are stored whole either way.
 //!
 //! A run calls tools, so a web page must not be able to start one from a user's browser: the
-//! body must be `application/json` (a cross-site request then needs a CORS preflight, which
-//! this route never grants), and an `Origin`, when present, must be loopback or one of
-//! `gateway.allowed_origins` (which also defeats DNS rebinding: the rebound page's origin is
-//! the attacker's name), as on `/mcp`.
+//! route sits behind [`stowage_http::guard_json_api`] with `/mcp`'s Host and Origin lists (a
+//! JSON body, whose cross-site sending needs a CORS preflight this route never grants; a
+//! loopback or allowed `Origin` and `Host`, which also defeats DNS rebinding).
 
 use std::sync::{Arc, OnceLock};
 
@@ -25,7 +24,7 @@ use axum::routing::post;
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::json;
-use stowage_http::{Authenticator, Identity, require_auth};
+use stowage_http::{Authenticator, BrowserGuard, Identity, guard_json_api, require_auth};
 use stowage_mcp::Caller;
 use tokio::sync::mpsc;
 
@@ -48,36 +47,14 @@ struct RunBody {
     session: Option<String>,
 }
 
-/// The `/agent/runs` route over `planner`, behind `auth` when given; `allowed_origins` are
-/// the browser origins besides loopback that may call it (`gateway.allowed_origins`).
-pub fn router(planner: PlannerSlot, auth: Option<Arc<Authenticator>>, allowed_origins: &[String]) -> Router {
-    let origins: Arc<Vec<String>> = Arc::new(allowed_origins.iter().map(|o| o.trim_end_matches('/').to_ascii_lowercase()).collect());
+/// The `/agent/runs` route over `planner`, behind `auth` when given, for browsers that
+/// `guard` lets in (the gateway's Host and Origin lists).
+pub fn router(planner: PlannerSlot, auth: Option<Arc<Authenticator>>, guard: Arc<BrowserGuard>) -> Router {
     let mut r = Router::new().route("/agent/runs", post(run)).with_state(planner);
     if let Some(auth) = auth {
         r = r.route_layer(middleware::from_fn_with_state(auth, require_auth));
     }
-    r.route_layer(middleware::from_fn_with_state(origins, guard_origin))
-}
-
-/// Refuses a foreign `Origin` (403) and a body that is not JSON (415).
-async fn guard_origin(State(origins): State<Arc<Vec<String>>>, req: axum::extract::Request, next: middleware::Next) -> Response {
-    if let Some(origin) = req.headers().get(header::ORIGIN) {
-        let o = origin.to_str().unwrap_or("").trim_end_matches('/').to_ascii_lowercase();
-        if !origin_is_loopback(&o) && !origins.contains(&o) {
-            return error(StatusCode::FORBIDDEN, "forbidden", format!("origin {o:?} is not allowed (set gateway.allowed_origins)"));
-        }
-    }
-    let json = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<mime::Mime>().ok());
-    if !json.is_some_and(|m| m.type_() == mime::APPLICATION && m.subtype() == mime::JSON) {
-        return error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "bad_request", "send the body as Content-Type: application/json");
-    }
-    next.run(req).await
-}
-
-fn origin_is_loopback(origin: &str) -> bool {
-    let rest = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://")).unwrap_or("");
-    let name = rest.rsplit_once(':').map_or(rest, |(n, _)| n);
-    matches!(name, "localhost" | "127.0.0.1" | "[::1]")
+    r.route_layer(middleware::from_fn_with_state(guard, guard_json_api))
 }
 
 fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {

@@ -27,6 +27,7 @@
 #![forbid(unsafe_code)]
 
 mod auth;
+mod browser;
 mod conditional;
 mod download;
 mod error;
@@ -45,6 +46,7 @@ pub use auth::{
     API_KEY_USER_PREFIX, ApiKeyConfig, AuthConfig, AuthSetupError, Authenticator, Identity, JWT_USER_PREFIX, JwtConfig, hash_api_key,
     require_auth,
 };
+pub use browser::{BrowserGuard, guard_json_api, origin_is_loopback};
 pub use error::ApiError;
 pub use links::{LinkService, SlotRequest, UploadSlot};
 pub use range::{ByteRange, RangeRequest, parse_range};

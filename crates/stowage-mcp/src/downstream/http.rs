@@ -37,7 +37,7 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
-use stowage_http::{Authenticator, Identity, require_auth};
+use stowage_http::{Authenticator, BrowserGuard, Identity, require_auth};
 
 use crate::gateway::Gateway;
 use crate::jsonrpc::{Incoming, Kind, Message, code, refuse_batch};
@@ -82,8 +82,7 @@ type Sessions = Arc<Mutex<HashMap<String, Arc<HttpSession>>>>;
 struct AppState {
     gw: Arc<Gateway>,
     sessions: Sessions,
-    hosts: Arc<Vec<String>>,
-    origins: Arc<Vec<String>>,
+    browser: Arc<BrowserGuard>,
     resume: ResumeSettings,
     retry: Duration,
 }
@@ -97,15 +96,7 @@ pub fn router(gw: Arc<Gateway>, listen: &str) -> Router {
 /// The caller's identity (tenant, user) joins each session's artifact scope, and a session
 /// can only be used by the identity that opened it.
 pub fn router_with_auth(gw: Arc<Gateway>, listen: &str, auth: Option<Arc<Authenticator>>) -> Router {
-    let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "[::1]"].map(String::from).to_vec();
-    hosts.extend(gw.config.allowed_hosts.iter().map(|h| h.to_ascii_lowercase()));
-    if let Some((host, _)) = listen.rsplit_once(':')
-        && host != "0.0.0.0"
-        && host != "[::]"
-    {
-        hosts.push(host.to_ascii_lowercase());
-    }
-    let origins = gw.config.allowed_origins.iter().map(|o| o.trim_end_matches('/').to_ascii_lowercase()).collect();
+    let browser = Arc::new(BrowserGuard::new(listen, &gw.config.allowed_hosts, &gw.config.allowed_origins));
     let metrics_on = gw.config.metrics;
     let max_body = gw.config.max_request_bytes;
     let resume =
@@ -117,7 +108,7 @@ pub fn router_with_auth(gw: Arc<Gateway>, listen: &str, auth: Option<Arc<Authent
     {
         rt.spawn(sweep(Arc::downgrade(&gw), Arc::downgrade(&sessions), Duration::from_secs(gw.config.session_idle_timeout_secs)));
     }
-    let state = AppState { gw, sessions, hosts: Arc::new(hosts), origins: Arc::new(origins), resume, retry };
+    let state = AppState { gw, sessions, browser, resume, retry };
     let mut r = Router::new().route("/mcp", post(post_mcp).get(get_mcp).delete(delete_mcp));
     if metrics_on {
         r = r.route("/metrics", get(|| async { crate::metrics::render() }));
@@ -130,46 +121,15 @@ pub fn router_with_auth(gw: Arc<Gateway>, listen: &str, auth: Option<Arc<Authent
 
 /// Host/Origin allow-list (DNS-rebinding protection).
 async fn guard_origin(State(st): State<AppState>, req: Request, next: Next) -> Response {
-    let headers = req.headers();
-    // HTTP/2 carries the host in the `:authority` pseudo-header, which lands in the URI, not
-    // in a Host header.
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .map(str::to_owned)
-        .or_else(|| req.uri().authority().map(|a| a.as_str().to_owned()))
-        .unwrap_or_default()
-        .to_ascii_lowercase();
-    if !host_allowed(&host, &st.hosts) {
-        return forbidden(&format!("host {host:?} is not allowed (set gateway.allowed_hosts)"));
+    match st.browser.refuse(&req) {
+        Some(why) => forbidden(&why),
+        None => next.run(req).await,
     }
-    if let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) {
-        let o = origin.trim_end_matches('/').to_ascii_lowercase();
-        if !origin_is_loopback(&o) && !st.origins.contains(&o) {
-            return forbidden(&format!("origin {origin:?} is not allowed (set gateway.allowed_origins)"));
-        }
-    }
-    next.run(req).await
 }
 
 fn forbidden(message: &str) -> Response {
     let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": code::INVALID_REQUEST, "message": message}});
     (StatusCode::FORBIDDEN, axum::Json(body)).into_response()
-}
-
-/// `host` is `name` or `name:port`; an allow-list entry without a port matches any port.
-fn host_allowed(host: &str, allowed: &[String]) -> bool {
-    let name = match host.rsplit_once(':') {
-        Some((n, port)) if port.chars().all(|c| c.is_ascii_digit()) && !n.is_empty() => n,
-        _ => host,
-    };
-    allowed.iter().any(|a| a == host || a == name)
-}
-
-fn origin_is_loopback(origin: &str) -> bool {
-    let rest = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://")).unwrap_or("");
-    let name = rest.rsplit_once(':').map_or(rest, |(n, _)| n);
-    matches!(name, "localhost" | "127.0.0.1" | "[::1]")
 }
 
 fn accepts_sse(headers: &HeaderMap) -> bool {
@@ -482,20 +442,5 @@ mod tests {
         let retry = Duration::from_millis(1500);
         assert_eq!(&sse_frame(Some("3-0"), b"", retry)[..], b"id: 3-0\nretry: 1500\ndata: \n\n");
         assert_eq!(&sse_frame(None, b"{\"a\":\r\n1}", retry)[..], b"event: message\ndata: {\"a\":\ndata: 1}\n\n");
-    }
-
-    #[test]
-    fn host_and_origin_allow_lists() {
-        let allowed = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "gw.internal:9000".to_owned()];
-        assert!(host_allowed("127.0.0.1:8787", &allowed));
-        assert!(host_allowed("localhost", &allowed));
-        assert!(host_allowed("gw.internal:9000", &allowed));
-        assert!(!host_allowed("gw.internal:9001", &allowed));
-        assert!(!host_allowed("evil.example:8787", &allowed));
-        assert!(!host_allowed("", &allowed));
-        assert!(origin_is_loopback("http://localhost:6274"));
-        assert!(origin_is_loopback("http://127.0.0.1"));
-        assert!(!origin_is_loopback("http://localhost.evil.example"));
-        assert!(!origin_is_loopback("null"));
     }
 }
