@@ -29,6 +29,9 @@ pub struct CallOptions {
     /// gateway-chosen one).
     pub progress: Option<Outbox>,
     pub progress_token: Option<Value>,
+    /// Keep the upstream's own result text in [`CallReport::original`] (the playground shows
+    /// it beside the rewrite). Off by default: it costs a copy of the whole result.
+    pub keep_original: bool,
 }
 
 /// What one tool call came to, beside the result.
@@ -46,6 +49,9 @@ pub struct CallReport {
     /// The transform's own report (artifacts with their pointers, layers, warnings, clamp);
     /// `None` for the gateway's own tools and for a failed offload.
     pub transform: Option<TransformReport>,
+    /// The upstream's result as it came, when [`CallOptions::keep_original`] asked for it and
+    /// the call reached an upstream.
+    pub original: Option<String>,
 }
 
 /// The result of an in-process tool call, as an MCP client would have received it.
@@ -89,6 +95,7 @@ impl FinishGuard<'_> {
             tokens_in: 0,
             tokens_out: 0,
             transform: None,
+            original: None,
         };
         CallReply::Rewritten(e.into_result(), report)
     }
@@ -143,7 +150,7 @@ impl Gateway {
             // Nobody listens: notifications are dropped at once.
             None => Outbox::with_capacity(1).0,
         };
-        match self.run_tool_call(session, params, &outbox, opts.trace_id).await? {
+        match self.run_tool_call(session, params, &outbox, opts.trace_id, opts.keep_original).await? {
             CallReply::Rewritten(result, report) => Ok(ToolOutcome { result, report }),
             CallReply::Relayed(m) => {
                 let e: Value = m.error.as_ref().and_then(|e| serde_json::from_str(e.get()).ok()).unwrap_or(Value::Null);
@@ -161,7 +168,7 @@ impl Gateway {
         params: Value,
         outbox: &Outbox,
     ) -> Result<Message, GatewayError> {
-        Ok(match self.run_tool_call(session, params, outbox, None).await? {
+        Ok(match self.run_tool_call(session, params, outbox, None, false).await? {
             CallReply::Rewritten(result, _) => Message::response(Value::Null, &result),
             CallReply::Relayed(m) => m,
         })
@@ -173,6 +180,7 @@ impl Gateway {
         mut params: Value,
         outbox: &Outbox,
         trace: Option<String>,
+        keep_original: bool,
     ) -> Result<CallReply, GatewayError> {
         let name = params.get("name").and_then(Value::as_str).unwrap_or("").to_owned();
         let mut scope = session.scope.clone();
@@ -251,7 +259,9 @@ impl Gateway {
             return Ok(CallReply::Relayed(reply));
         }
         let ctx = CallContext { tool: tool.original.clone(), upstream: upstream.clone(), scope, output_schema: tool.output_schema.clone() };
-        let (mut result, report) = self.rewrite_result(call, &owner, &name, &ctx, raw, &mut guard).await;
+        let original = keep_original.then(|| raw.get().to_owned());
+        let (mut result, mut report) = self.rewrite_result(call, &owner, &name, &ctx, raw, &mut guard).await;
+        report.original = original;
         // After the rewrite, so the pipeline never sees (or offloads) what is injected.
         crate::chaining::inject(self.links.get(), &chain.slots, &mut result);
         self.auto_read_links(session, &mut result, outbox).await;
@@ -311,6 +321,7 @@ impl Gateway {
                 tokens_in: 0,
                 tokens_out: 0,
                 transform: None,
+                original: None,
             };
             return (result, report);
         }
@@ -368,6 +379,7 @@ impl Gateway {
             tokens_in: out.tokens_in,
             tokens_out: out.tokens_out,
             transform: out.report,
+            original: None,
         };
         (out.value, report)
     }
@@ -516,6 +528,7 @@ fn answered_here(call: u64, tool: String, upstream: String, started: Instant, re
         tokens_in: 0,
         tokens_out: 0,
         transform: None,
+        original: None,
     };
     CallReply::Rewritten(result, report)
 }

@@ -316,6 +316,25 @@ impl Gateway {
         *self.fault.lock() = tool.map(str::to_owned);
     }
 
+    /// Sends one request (`method` with `params`) as `session`'s, in process, exactly as a
+    /// client's would be handled: its result, or the JSON-RPC error's code and message. For
+    /// in-process users that list and read (the playground); tool calls have
+    /// [`Gateway::call_tool`], with its report.
+    pub async fn send_request(self: &Arc<Self>, session: &Arc<Session>, method: &str, params: Value) -> Result<Value, (i64, String)> {
+        // Nobody listens for the request's own notifications.
+        let outbox = Outbox::with_capacity(1).0;
+        let msg = Message::request(Value::from(1), method, Some(&params));
+        let Some(reply) = self.handle(session, msg, &outbox).await else {
+            return Err((code::INTERNAL_ERROR, format!("{method} was cancelled")));
+        };
+        if let Some(e) = &reply.error {
+            let e: Value = serde_json::from_str(e.get()).unwrap_or(Value::Null);
+            let c = e.get("code").and_then(Value::as_i64).unwrap_or(code::INTERNAL_ERROR);
+            return Err((c, e.get("message").and_then(Value::as_str).unwrap_or("no message").to_owned()));
+        }
+        Ok(reply.result.as_ref().and_then(|r| serde_json::from_str(r.get()).ok()).unwrap_or(Value::Null))
+    }
+
     /// Handles one message from a client. Returns the response to send, if any.
     pub async fn handle(self: &Arc<Self>, session: &Arc<Session>, msg: Message, outbox: &Outbox) -> Option<Message> {
         match msg.kind() {
