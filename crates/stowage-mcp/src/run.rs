@@ -58,6 +58,8 @@ pub struct RunOptions {
     /// Called once with the started gateway, before anything is served: how in-process users
     /// built before it (the agent planner behind `/agent/runs`) get hold of it.
     pub on_gateway: Option<OnGateway>,
+    /// The web playground is served at `/` (HTTP): the banner says where.
+    pub playground: bool,
 }
 
 /// Why the gateway could not run.
@@ -143,7 +145,7 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
             }
             // Served at once (health, readiness and clients that retry need not wait for a slow
             // or dead upstream).
-            spawn_banner(gw.clone(), opts.mode.clone(), Some(addr), opts.store_label.clone(), opts.skipped.clone());
+            spawn_banner(gw.clone(), opts.mode.clone(), Some(addr), opts.store_label.clone(), opts.skipped.clone(), opts.playground);
             crate::downstream::listener::serve(listener, app, gw.config.http_timeouts(), shutdown_signal()).await.map_err(RunError::Serve)
         }
     };
@@ -156,11 +158,15 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
 /// Prints the banner in the background once every upstream is listed or down (or the start-up
 /// grace is over), unless the gateway is stopping by then: a banner printed at shutdown would
 /// list every upstream as not connected.
-fn spawn_banner(gw: Arc<Gateway>, mode: Mode, addr: Option<SocketAddr>, store: String, skipped: Vec<String>) {
+fn spawn_banner(gw: Arc<Gateway>, mode: Mode, addr: Option<SocketAddr>, store: String, skipped: Vec<String>, playground: bool) {
     tokio::spawn(async move {
         gw.wait_startup().await;
         if !gw.is_shutting_down() {
-            eprint!("{}", banner(&gw, &mode, addr, &store, &skipped));
+            let mut text = banner(&gw, &mode, addr, &store, &skipped);
+            if let (true, Some(addr)) = (playground, addr) {
+                text.push_str(&format!("  playground: http://{addr}/  (in a browser; --no-playground turns it off)\n"));
+            }
+            eprint!("{text}");
         }
     });
 }

@@ -31,6 +31,8 @@ pub struct Plan {
     pub unauthenticated_exposure: bool,
     /// The variable holding the JWT secret, kept from upstream children with the others.
     pub jwt_secret_env: Option<String>,
+    /// Serve the web playground at `/` (HTTP only; `--no-playground` turns it off).
+    pub playground: bool,
 }
 
 /// Where download links point.
@@ -105,6 +107,7 @@ pub fn plan(config: &Config, store: &StoreLocation, args: &ServeArgs) -> anyhow:
         links,
         unauthenticated_exposure,
         jwt_secret_env: config.auth.jwt.as_ref().and_then(|j| j.hs256_secret_env.clone()),
+        playground: !args.no_playground && !args.stdio,
     })
 }
 

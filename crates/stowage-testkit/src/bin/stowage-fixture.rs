@@ -511,6 +511,8 @@ impl Handler for Fixture {
                 json!({"tasks": tasks})
             }
             "logging/setLevel" => json!({}),
+            // It declares `resources.subscribe`; updates are sent by edit_note either way.
+            "resources/subscribe" | "resources/unsubscribe" => json!({}),
             "resources/list" => {
                 let docs = DOCS.iter().map(|(uri, mime)| json!({"uri": uri, "name": uri.rsplit('/').next(), "mimeType": mime}));
                 let many =

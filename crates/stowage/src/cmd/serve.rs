@@ -50,6 +50,10 @@ pub struct ServeArgs {
     /// artifact:// URIs only.
     #[arg(long)]
     pub no_links: bool,
+    /// Do not serve the web playground at / (HTTP only; it is on by default, behind the same
+    /// authentication as /mcp).
+    #[arg(long)]
+    pub no_playground: bool,
     /// One stdio server to wrap, after `--`: `stowage serve -- npx -y some-mcp-server`.
     #[arg(last = true, value_name = "CMD ARGS")]
     pub command: Vec<String>,
@@ -125,19 +129,38 @@ pub async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()> {
     // POST /agent/runs beside /mcp, behind the same authentication; the planner is set once
     // the gateway exists.
     let mut on_gateway: Option<stowage_mcp::run::OnGateway> = None;
-    if matches!(plan.mode, stowage_mcp::run::Mode::Http { .. }) {
+    let mut playground = false;
+    if let stowage_mcp::run::Mode::Http { listen } = &plan.mode {
+        let gc = &plan.gateway;
+        let guard = Arc::new(stowage_http::BrowserGuard::new(listen, &gc.allowed_hosts, &gc.allowed_origins));
         let slot = stowage_agent::http::PlannerSlot::default();
-        let agent_routes = stowage_agent::http::router(slot.clone(), plan.auth.clone(), &plan.gateway.allowed_origins);
-        extra_routes = Some(match extra_routes {
-            Some(r) => r.merge(agent_routes),
-            None => agent_routes,
-        });
-        if let Some(model) = agent_model {
-            let (config, store) = (ctx.agent.clone(), ctx.store.clone());
-            on_gateway = Some(Box::new(move |gw: &Arc<stowage_mcp::Gateway>| {
-                let _ = slot.set(Arc::new(stowage_agent::Planner::new(gw.clone(), model, config, Some(store))));
+        let mut routes = stowage_agent::http::router(slot.clone(), plan.auth.clone(), guard.clone());
+        let agent_name = agent_model.as_ref().map(|_| ctx.agent.model.clone());
+        let gateway_slot = stowage_playground::GatewaySlot::default();
+        if plan.playground {
+            playground = true;
+            routes = routes.merge(stowage_playground::router(stowage_playground::PlaygroundOptions {
+                gateway: gateway_slot.clone(),
+                store: (ctx.store_backend != crate::config::Backend::Noop).then(|| ctx.store.clone()),
+                links: link_service.clone(),
+                agent_model: agent_name,
+                store_label: ctx.store_location.describe(ctx.store_backend),
+                auth: plan.auth.clone(),
+                guard,
+                links_origin: (plan.links != LinksPlan::Off).then(|| origin_of(&links.public_url)).flatten(),
             }));
         }
+        extra_routes = Some(match extra_routes {
+            Some(r) => r.merge(routes),
+            None => routes,
+        });
+        let (config, store) = (ctx.agent.clone(), ctx.store.clone());
+        on_gateway = Some(Box::new(move |gw: &Arc<stowage_mcp::Gateway>| {
+            let _ = gateway_slot.set(gw.clone());
+            if let Some(model) = agent_model {
+                let _ = slot.set(Arc::new(stowage_agent::Planner::new(gw.clone(), model, config, Some(store))));
+            }
+        }));
     }
     let demo: stowage_mcp::InProcessFactory = Arc::new(|| {
         let (from_server, to_server) = stowage_demo::spawn_in_process();
@@ -159,9 +182,17 @@ pub async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()> {
         artifacts: Some(ctx.store.clone()),
         skipped: plan.skipped.iter().map(|s| s.to_string()).collect(),
         on_gateway,
+        playground,
     };
     stowage_mcp::run::run(opts).await?;
     Ok(())
+}
+
+/// `scheme://host[:port]` of a URL, as a Content-Security-Policy source.
+fn origin_of(url: &str) -> Option<String> {
+    let u = url::Url::parse(url).ok()?;
+    let origin = u.origin();
+    origin.is_tuple().then(|| origin.ascii_serialization())
 }
 
 /// Signed, expiring download links for rewritten results, capped at the artifact's expiry.

@@ -1,0 +1,199 @@
+//! `/api/artifacts`: the caller's artifacts, a page at a time, each described with a fresh
+//! signed link the page previews and downloads through (never the bytes themselves).
+//!
+//! Listing asks the store for exactly the caller's artifacts ([`ListQuery::owner`]), so the
+//! owner rule is the store's, not the page's. Another owner's id answers like one that never
+//! existed.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Extension, Path, Query, State};
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use stowage_core::ArtifactRef;
+use stowage_http::{ApiError, Identity};
+use stowage_links::SignedLink;
+use stowage_mcp::Session;
+use stowage_store::ListQuery;
+
+use crate::api::{Api, caller};
+
+/// The most items one page may ask for.
+pub const MAX_PAGE: usize = 500;
+const DEFAULT_PAGE: usize = 50;
+/// A kind filter scans at most this many records per request (its page may then come back
+/// short, with a cursor to go on from).
+const MAX_SCAN: usize = 5000;
+
+/// What a preview shows an artifact as, decided by its media type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Image,
+    /// Shown as an image only (an `<img>` runs no script), never inline.
+    Svg,
+    Pdf,
+    Audio,
+    Video,
+    Json,
+    Csv,
+    Text,
+    /// Shown as text: HTML is never rendered.
+    Html,
+    Other,
+}
+
+/// The kind of an artifact of media type `mime` (parameters and case ignored).
+pub fn kind_of(mime: Option<&str>) -> Kind {
+    let essence = mime.unwrap_or("").split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let (top, sub) = essence.split_once('/').unwrap_or((essence.as_str(), ""));
+    match (top, sub) {
+        ("image", "svg+xml") => Kind::Svg,
+        ("image", _) => Kind::Image,
+        ("application", "pdf") => Kind::Pdf,
+        ("audio", _) => Kind::Audio,
+        ("video", _) => Kind::Video,
+        ("text", "csv") => Kind::Csv,
+        ("text", "html") | ("application", "xhtml+xml") => Kind::Html,
+        ("application", "json") | ("application", "x-ndjson") => Kind::Json,
+        (_, s) if s.ends_with("+json") => Kind::Json,
+        ("text", _) | ("application", "xml") | ("application", "yaml") | ("application", "x-yaml") => Kind::Text,
+        _ => Kind::Other,
+    }
+}
+
+/// An artifact as the page shows it. Every string in it is the artifact's own, untrusted.
+pub fn describe(meta: &ArtifactRef, link: Option<&SignedLink>) -> Value {
+    let ts = |t: &time::OffsetDateTime| t.format(&time::format_description::well_known::Rfc3339).ok();
+    json!({
+        "id": meta.id.to_string(),
+        "uri": meta.uri,
+        "name": meta.filename,
+        "mime_type": meta.mime_type,
+        "kind": kind_of(meta.mime_type.as_deref()),
+        "size_bytes": meta.size_bytes,
+        "sha256": meta.sha256,
+        "created_at": ts(&meta.created_at),
+        "expires_at": meta.expires_at.as_ref().and_then(ts),
+        "session": meta.scope.session_id,
+        "width": meta.source.get("width"),
+        "height": meta.source.get("height"),
+        "url": link.map(|l| l.url.clone()),
+        "url_expires_at": link.map(SignedLink::expires_rfc3339).filter(|e| !e.is_empty()),
+    })
+}
+
+impl Api {
+    /// `id` described for `session`'s owner with a fresh link; `None` when it is not theirs
+    /// (or there is no store).
+    pub(crate) async fn artifact_json(&self, session: &Session, id: &str) -> Option<Value> {
+        let store = self.store.as_ref()?;
+        let parsed = stowage_core::ArtifactId::parse_loose(id.trim()).ok()?;
+        let meta = store.meta(&stowage_store::Access::owner_of(&session.scope), &parsed).await.ok()?;
+        let link = self.links.as_ref().map(|l| l.link_for(&meta));
+        Some(describe(&meta, link.as_ref()))
+    }
+
+    fn store(&self) -> Result<&Arc<dyn stowage_store::ArtifactStore>, ApiError> {
+        self.store.as_ref().ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", "no artifact store is configured"))
+    }
+}
+
+#[derive(Deserialize)]
+pub(crate) struct ListParams {
+    #[serde(default)]
+    limit: Option<usize>,
+    #[serde(default)]
+    cursor: Option<String>,
+    /// Only artifacts stored in this session.
+    #[serde(default)]
+    session: Option<String>,
+    #[serde(default)]
+    kind: Option<String>,
+    /// The page's own session (its owner is the caller's; needed only under session isolation).
+    #[serde(default)]
+    page: Option<String>,
+}
+
+pub(crate) async fn list(
+    State(api): State<Api>,
+    identity: Option<Extension<Identity>>,
+    Query(q): Query<ListParams>,
+) -> Result<Json<Value>, ApiError> {
+    let store = api.store()?.clone();
+    let session = api.session(&caller(identity), q.page.as_deref())?;
+    let limit = q.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE);
+    let kind = match q.kind.as_deref().filter(|k| !k.is_empty() && *k != "all") {
+        Some(k) => Some(serde_json::from_value::<Kind>(Value::String(k.to_owned())).map_err(|_| {
+            ApiError::bad_request(format!("unknown kind {k:?}: use image, svg, pdf, audio, video, json, csv, text, html or other"))
+        })?),
+        None => None,
+    };
+    let mut query = ListQuery {
+        owner: Some(session.scope.owner()),
+        session_id: q.session.filter(|s| !s.is_empty()),
+        trace_id: None,
+        cursor: q.cursor.filter(|c| !c.is_empty()),
+        limit,
+    };
+    let mut items = Vec::new();
+    let mut scanned = 0;
+    let next = loop {
+        // With a kind filter, ask only for as many as are still missing: the page never
+        // overshoots, so nothing between two pages is skipped.
+        query.limit = limit - items.len();
+        let page = store.list(query.clone()).await.map_err(ApiError::from)?;
+        scanned += page.items.len();
+        for meta in page.items.iter().filter(|m| kind.is_none_or(|k| kind_of(m.mime_type.as_deref()) == k)) {
+            let link = api.links.as_ref().map(|l| l.link_for(meta));
+            items.push(describe(meta, link.as_ref()));
+        }
+        match page.next {
+            Some(next) if items.len() < limit && scanned < MAX_SCAN => query.cursor = Some(next),
+            next => break next,
+        }
+    };
+    Ok(Json(json!({"items": items, "next": next})))
+}
+
+#[derive(Deserialize)]
+pub(crate) struct OneParams {
+    #[serde(default)]
+    page: Option<String>,
+}
+
+pub(crate) async fn one(
+    State(api): State<Api>,
+    identity: Option<Extension<Identity>>,
+    Path(id): Path<String>,
+    Query(q): Query<OneParams>,
+) -> Result<Json<Value>, ApiError> {
+    api.store()?;
+    let session = api.session(&caller(identity), q.page.as_deref())?;
+    api.artifact_json(&session, &id)
+        .await
+        .map(Json)
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no artifact {id:?}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_from_media_types() {
+        assert_eq!(kind_of(Some("image/PNG")), Kind::Image);
+        assert_eq!(kind_of(Some("image/svg+xml")), Kind::Svg);
+        assert_eq!(kind_of(Some("application/pdf")), Kind::Pdf);
+        assert_eq!(kind_of(Some("audio/wav")), Kind::Audio);
+        assert_eq!(kind_of(Some("application/json; charset=utf-8")), Kind::Json);
+        assert_eq!(kind_of(Some("application/vnd.api+json")), Kind::Json);
+        assert_eq!(kind_of(Some("text/csv")), Kind::Csv);
+        assert_eq!(kind_of(Some("text/html")), Kind::Html);
+        assert_eq!(kind_of(Some("text/plain")), Kind::Text);
+        assert_eq!(kind_of(Some("application/octet-stream")), Kind::Other);
+        assert_eq!(kind_of(None), Kind::Other);
+    }
+}
