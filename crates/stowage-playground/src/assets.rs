@@ -135,7 +135,16 @@ mod tests {
                 .lines()
                 .filter(|l| !l.trim_start().starts_with("//") && !l.trim_start().starts_with('*') && !l.trim_start().starts_with("/*"))
                 .collect();
-            for bad in ["eval(", "new Function(", "innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "setAttribute(\"style\"", "setAttribute('style'"] {
+            for bad in [
+                "eval(",
+                "new Function(",
+                "innerHTML",
+                "outerHTML",
+                "insertAdjacentHTML",
+                "document.write",
+                "setAttribute(\"style\"",
+                "setAttribute('style'",
+            ] {
                 assert!(!code.contains(bad), "{} contains {bad:?}", a.path);
             }
         }
