@@ -29,6 +29,7 @@
 mod auth;
 mod browser;
 mod conditional;
+mod describe;
 mod download;
 mod error;
 mod links;
@@ -47,6 +48,7 @@ pub use auth::{
     require_auth,
 };
 pub use browser::{BrowserGuard, guard_json_api, origin_is_loopback};
+pub use describe::{Kind, describe, kind_of};
 pub use error::ApiError;
 pub use links::{LinkService, SlotRequest, UploadSlot};
 pub use range::{ByteRange, RangeRequest, parse_range};
@@ -86,9 +88,24 @@ pub fn routes(state: HttpState) -> Router {
         .route("/artifacts/{id}", get(download::artifact).head(download::artifact))
         .route("/artifacts/{id}/meta", get(download::meta))
         .route("/uploads/{slot}", put(upload::upload))
+        .layer(link_cors())
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
         .with_state(state)
+}
+
+/// CORS for the signed-link routes: any page may use a link it holds (an MCP Apps view in a
+/// sandboxed frame has an opaque origin), because the link's token is its whole authority.
+/// No credentials are allowed, so a browser never attaches cookies or HTTP auth to such a
+/// request, and a page without a token can do nothing with them.
+fn link_cors() -> tower_http::cors::CorsLayer {
+    use axum::http::{Method, header};
+    tower_http::cors::CorsLayer::new()
+        .allow_origin(tower_http::cors::Any)
+        .allow_methods([Method::GET, Method::HEAD, Method::PUT])
+        .allow_headers([header::CONTENT_TYPE, header::RANGE, header::IF_NONE_MATCH, header::IF_RANGE])
+        .expose_headers([header::CONTENT_LENGTH, header::CONTENT_RANGE, header::CONTENT_TYPE, header::ETAG, header::CONTENT_DISPOSITION])
+        .max_age(std::time::Duration::from_secs(600))
 }
 
 /// Ready when the store answers (its index and its blob storage: for the s3 backend, the

@@ -21,6 +21,7 @@
 //! a 256 MB result must pass without a line-length cap.
 #![forbid(unsafe_code)]
 
+pub mod apps;
 pub mod chaining;
 pub mod config;
 mod cpu_pool;

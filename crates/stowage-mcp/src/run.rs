@@ -60,6 +60,9 @@ pub struct RunOptions {
     pub on_gateway: Option<OnGateway>,
     /// The web playground is served at `/` (HTTP): the banner says where.
     pub playground: bool,
+    /// MCP Apps: the viewer and its tools ([`crate::apps`]), for clients that declare the
+    /// extension.
+    pub apps: Option<Arc<crate::apps::Apps>>,
 }
 
 /// Why the gateway could not run.
@@ -98,6 +101,9 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
     }
     if let Some(store) = opts.artifacts {
         gw.set_artifact_store(store);
+    }
+    if let Some(apps) = opts.apps {
+        gw.set_apps(apps);
     }
     if let Some(f) = opts.on_gateway {
         f(&gw);

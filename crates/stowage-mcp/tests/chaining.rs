@@ -14,7 +14,6 @@ use base64::Engine;
 use serde_json::{Value, json};
 use sha2::Digest;
 use stowage_core::{ArtifactRef, ArtifactScope, PutOptions};
-use stowage_links::{KeyRing, LinkSigner, LinksConfig};
 use stowage_mcp::chaining::InputMode;
 use stowage_mcp::{CallOptions, Caller, Gateway, SessionKind, SessionMode};
 use stowage_store::{ArtifactStore, ListQuery, MemoryStore, RetentionConfig};
@@ -41,14 +40,8 @@ struct World {
 /// Upstreams `u` (url), `b` (base64), `t` (text), `p` (path) and `n` (no rule), each a chain-fixture
 /// child; tools are exposed as `{upstream}_{tool}`.
 async fn world(tune: impl FnOnce(&mut stowage_mcp::chaining::ChainingConfig)) -> World {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
     let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new(RetentionConfig::default()));
-    let links = LinksConfig { public_url: base.clone(), ..LinksConfig::default() };
-    let signer = Arc::new(LinkSigner::new(KeyRing::new([("k1", vec![7u8; 32])]).unwrap(), &links));
-    let state = stowage_http::HttpState::new(store.clone(), signer);
-    let service = state.link_service();
-    tokio::spawn(async move { axum::serve(listener, stowage_http::routes(state)).await });
+    let (base, service) = common::serve_links(store.clone()).await;
 
     let mut config = fast_config();
     let rules = &mut config.chaining.inputs;

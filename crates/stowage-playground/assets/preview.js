@@ -1,9 +1,11 @@
-// preview.js: artifact metadata and preview components (playground, and later the MCP Apps viewer).
+// preview.js: artifact metadata and preview components, shared by the playground page and the
+// MCP Apps viewer (ui://stowage/viewer, which inlines this file ahead of viewer.js).
 //
 // Everything here treats artifact metadata and content as hostile: strings reach the DOM through
-// textContent / element properties only, never innerHTML. Previews load from the artifact's signed
-// download URL (`meta.url`), never from base64 inlined into the page. SVG is shown only as <img>,
-// where it cannot run script; HTML is shown as text.
+// textContent / element properties only, never innerHTML. The playground's previews load from the
+// artifact's signed download URL (`meta.url`), never from base64 inlined into the page; the viewer
+// may hand in its own byte source instead (`opts.source`, see renderPreview). SVG is shown only as
+// <img>, where it cannot run script; HTML is shown as text.
 
 const JSON_CAP = 2 * 1024 * 1024;
 const CSV_CAP = 256 * 1024;
@@ -131,11 +133,11 @@ export function safeUrl(u) {
 }
 
 /** Loads up to `cap` bytes of an artifact as text: {text, shown, total, truncated}. */
-async function loadText(meta, cap, loader) {
+async function loadText(meta, cap, loader, url = safeUrl(meta.url)) {
   const size = typeof meta.size_bytes === 'number' ? meta.size_bytes : null;
   if (size === 0) return { text: '', shown: 0, total: 0, truncated: false };
   const end = (size === null ? cap : Math.min(cap, size)) - 1;
-  const { bytes, total } = await loader(safeUrl(meta.url), 0, end);
+  const { bytes, total } = await loader(url, 0, end);
   const all = total ?? size ?? bytes.length;
   const truncated = bytes.length < all;
   // stream:true holds back a multi-byte character cut at the end instead of printing U+FFFD.
@@ -160,16 +162,25 @@ function textBlock(text, info, extraNote) {
  * A preview for one artifact, loaded from `meta.url`. Returns the container at once and fills it
  * when the content arrives; `container.ready` is a promise that settles then.
  * `opts.fetchRange(url, start, endInclusive)` replaces the default loader (same result shape).
+ * `opts.source` (the MCP Apps viewer) replaces `meta.url` altogether:
+ *   {url: () => Promise<string>   a URL an <img>, <audio> or <video> may load (a blob: URL, or the signed link),
+ *    fetchRange: (start, endInclusive) => Promise<{bytes, total}>   bytes for the text-like previews}
+ * and may carry more for `opts.renderPdf(meta, source)`, which then draws a PDF instead of the
+ * frame: it returns an element whose `ready` promise settles when the first page is drawn.
  */
 export function renderPreview(meta, opts = {}) {
-  const loader = opts.fetchRange ?? fetchRange;
+  const source = opts.source ?? null;
+  const loader = source ? (_url, start, end) => source.fetchRange(start, end) : (opts.fetchRange ?? fetchRange);
   const kind = kindOf(meta);
   const box = h('div', { className: `preview preview-${kind}`, dataset: { kind, testid: 'artifact-preview' } });
   const label = meta.name || meta.id || 'artifact';
   const url = safeUrl(meta.url);
+  // Runs `use` with the URL media elements load: at once with the signed link, or when the source has one.
+  const withUrl = (use) => (source ? source.url().then(use) : use(url));
 
-  if (!url) {
+  if (!url && !source) {
     box.append(note('No preview: download links are off on this gateway, so the artifact has no URL.', 'note muted'));
+    box.dataset.state = 'none';
     box.ready = Promise.resolve();
     return box;
   }
@@ -184,11 +195,11 @@ export function renderPreview(meta, opts = {}) {
       // SVG as <img> only: an image document runs no script and loads nothing else.
       const img = h('img', { className: 'preview-img', alt: label, referrerPolicy: 'no-referrer', decoding: 'async' });
       img.addEventListener('click', () => img.classList.toggle('zoomed'));
-      done(new Promise((resolve, reject) => {
+      done(withUrl((src) => new Promise((resolve, reject) => {
         img.addEventListener('load', resolve, { once: true });
         img.addEventListener('error', () => reject(new Error('the image did not load')), { once: true });
-      }));
-      img.src = url;
+        img.src = src;
+      })));
       box.append(img);
       if (kind === 'svg') box.append(note('SVG shown as an image: its scripts and links do nothing.', 'note muted'));
       return box;
@@ -197,6 +208,12 @@ export function renderPreview(meta, opts = {}) {
       // Only a real application/pdf goes into a frame. No sandbox attribute: Chromium will not show a PDF in a
       // sandboxed frame; the download route sends its own restrictive headers instead.
       if (baseMime(meta.mime_type) !== 'application/pdf') break;
+      if (opts.renderPdf) {
+        const view = opts.renderPdf(meta, source);
+        done(view.ready);
+        box.append(view);
+        return box;
+      }
       const frame = h('iframe', { className: 'pdf-frame', title: label, referrerPolicy: 'no-referrer' });
       done(new Promise((resolve) => frame.addEventListener('load', resolve, { once: true })));
       frame.src = url;
@@ -206,16 +223,16 @@ export function renderPreview(meta, opts = {}) {
     case 'audio':
     case 'video': {
       const media = h(kind, { controls: true, preload: 'metadata', className: `preview-${kind}` });
-      done(new Promise((resolve, reject) => {
+      done(withUrl((src) => new Promise((resolve, reject) => {
         media.addEventListener('loadedmetadata', resolve, { once: true });
         media.addEventListener('error', () => reject(new Error(`the ${kind} did not load`)), { once: true });
-      }));
-      media.src = url;
+        media.src = src;
+      })));
       box.append(media);
       return box;
     }
     case 'json': {
-      done(loadText(meta, JSON_CAP, loader).then((info) => {
+      done(loadText(meta, JSON_CAP, loader, url).then((info) => {
         if (info.truncated) {
           box.append(textBlock(info.text, info, 'Too big to show as a tree; shown as text.'));
           return;
@@ -232,7 +249,7 @@ export function renderPreview(meta, opts = {}) {
       return box;
     }
     case 'csv': {
-      done(loadText(meta, CSV_CAP, loader).then((info) => {
+      done(loadText(meta, CSV_CAP, loader, url).then((info) => {
         const table = renderCsvTable(info.text, CSV_ROWS, { dropLastLine: info.truncated });
         if (info.truncated) box.append(note(`Read the first ${info.shown.toLocaleString()} of ${info.total.toLocaleString()} bytes.`));
         box.append(table);
@@ -241,17 +258,18 @@ export function renderPreview(meta, opts = {}) {
     }
     case 'html':
     case 'text':
-      done(loadText(meta, TEXT_CAP, loader).then((info) => {
+      done(loadText(meta, TEXT_CAP, loader, url).then((info) => {
         box.append(textBlock(info.text, info, kind === 'html' ? 'HTML is never rendered here: shown as text.' : null));
       }));
       return box;
     default:
       if (TEXTISH.test(baseMime(meta.mime_type))) {
-        done(loadText(meta, TEXT_CAP, loader).then((info) => box.append(textBlock(info.text, info))));
+        done(loadText(meta, TEXT_CAP, loader, url).then((info) => box.append(textBlock(info.text, info))));
         return box;
       }
   }
-  box.append(note('No preview for this type; use the download link.', 'note muted'));
+  box.append(note(opts.noPreviewNote ?? 'No preview for this type; use the download link.', 'note muted'));
+  box.dataset.state = 'none';
   box.ready = Promise.resolve();
   return box;
 }
@@ -259,6 +277,8 @@ export function renderPreview(meta, opts = {}) {
 /**
  * The metadata of an artifact as a definition list with a Download link and, when `opts.fresh`
  * is given (`async (id) => meta`), a "Fresh link" button that fetches a new signed URL and copies it.
+ * `opts.downloadLink: false` leaves the link out (the viewer saves through its host instead and
+ * adds its own buttons to `box.actions`).
  */
 export function renderMetadata(meta, opts = {}) {
   const box = h('div', { className: 'meta', dataset: { testid: 'artifact-meta', id: meta.id ?? '' } });
@@ -280,7 +300,9 @@ export function renderMetadata(meta, opts = {}) {
   const actions = h('div', { className: 'meta-actions' });
   const linkOut = h('div', { className: 'fresh-link', hidden: true });
   const url = safeUrl(meta.url);
-  if (url) {
+  if (opts.downloadLink === false) {
+    // The caller puts its own actions here.
+  } else if (url) {
     // The `download` attribute keeps the page where it is. Browsers ignore it for another origin
     // (links.public_url), so such a link opens in a new tab rather than replacing the page.
     const a = h('a', { className: 'button', href: url, download: meta.name || meta.id || 'artifact', rel: 'noopener noreferrer', dataset: { testid: 'artifact-download' } }, 'Download');
@@ -325,6 +347,7 @@ export function renderMetadata(meta, opts = {}) {
     actions.append(btn);
   }
   box.append(actions, linkOut);
+  box.actions = actions;
   return box;
 }
 
@@ -332,8 +355,10 @@ export function renderMetadata(meta, opts = {}) {
 export function renderArtifact(meta, opts = {}) {
   const card = h('article', { className: 'artifact-card', dataset: { id: meta.id ?? '', kind: kindOf(meta) } });
   const preview = renderPreview(meta, opts);
-  card.append(renderMetadata(meta, opts), preview);
+  const metadata = renderMetadata(meta, opts);
+  card.append(metadata, preview);
   card.ready = preview.ready;
+  card.actions = metadata.actions;
   return card;
 }
 
@@ -349,7 +374,7 @@ const TREE_STRING = 20000;  // characters shown per string before it is cut
  */
 export function renderJsonTree(value, opts = {}) {
   const openDepth = opts.openDepth ?? 1;
-  const root = h('div', { className: 'json-tree mono' });
+  const root = h('div', { className: 'json-tree mono', dataset: { testid: 'json-tree' } });
   root.append(jsonNode(value, 0, openDepth));
   return root;
 }
@@ -457,7 +482,7 @@ export function renderCsvTable(text, maxRows = CSV_ROWS, opts = {}) {
   const shown = data.slice(0, maxRows);
   const cut = more || data.length > maxRows || opts.dropLastLine;
   box.append(note(cut ? `Showing the first ${shown.length.toLocaleString()} rows.` : `${shown.length.toLocaleString()} rows.`, 'note muted'));
-  const table = h('table', { className: 'grid-table csv-table' });
+  const table = h('table', { className: 'grid-table csv-table', dataset: { testid: 'csv-table' } });
   table.append(h('thead', {}, h('tr', {}, head.map((c) => h('th', {}, c)))));
   const tbody = h('tbody');
   for (const r of shown) tbody.append(h('tr', {}, r.map((c) => h('td', {}, c))));

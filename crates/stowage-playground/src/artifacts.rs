@@ -10,11 +10,9 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::StatusCode;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{Value, json};
-use stowage_core::ArtifactRef;
-use stowage_http::{ApiError, Identity};
-use stowage_links::SignedLink;
+use stowage_http::{ApiError, Identity, Kind, describe, kind_of};
 use stowage_mcp::Session;
 use stowage_store::ListQuery;
 
@@ -26,64 +24,6 @@ const DEFAULT_PAGE: usize = 50;
 /// A kind filter scans at most this many records per request (its page may then come back
 /// short, with a cursor to go on from).
 const MAX_SCAN: usize = 5000;
-
-/// What a preview shows an artifact as, decided by its media type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Kind {
-    Image,
-    /// Shown as an image only (an `<img>` runs no script), never inline.
-    Svg,
-    Pdf,
-    Audio,
-    Video,
-    Json,
-    Csv,
-    Text,
-    /// Shown as text: HTML is never rendered.
-    Html,
-    Other,
-}
-
-/// The kind of an artifact of media type `mime` (parameters and case ignored).
-pub fn kind_of(mime: Option<&str>) -> Kind {
-    let essence = mime.unwrap_or("").split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-    let (top, sub) = essence.split_once('/').unwrap_or((essence.as_str(), ""));
-    match (top, sub) {
-        ("image", "svg+xml") => Kind::Svg,
-        ("image", _) => Kind::Image,
-        ("application", "pdf") => Kind::Pdf,
-        ("audio", _) => Kind::Audio,
-        ("video", _) => Kind::Video,
-        ("text", "csv") => Kind::Csv,
-        ("text", "html") | ("application", "xhtml+xml") => Kind::Html,
-        ("application", "json") | ("application", "x-ndjson") => Kind::Json,
-        (_, s) if s.ends_with("+json") => Kind::Json,
-        ("text", _) | ("application", "xml") | ("application", "yaml") | ("application", "x-yaml") => Kind::Text,
-        _ => Kind::Other,
-    }
-}
-
-/// An artifact as the page shows it. Every string in it is the artifact's own, untrusted.
-pub fn describe(meta: &ArtifactRef, link: Option<&SignedLink>) -> Value {
-    let ts = |t: &time::OffsetDateTime| t.format(&time::format_description::well_known::Rfc3339).ok();
-    json!({
-        "id": meta.id.to_string(),
-        "uri": meta.uri,
-        "name": meta.filename,
-        "mime_type": meta.mime_type,
-        "kind": kind_of(meta.mime_type.as_deref()),
-        "size_bytes": meta.size_bytes,
-        "sha256": meta.sha256,
-        "created_at": ts(&meta.created_at),
-        "expires_at": meta.expires_at.as_ref().and_then(ts),
-        "session": meta.scope.session_id,
-        "width": meta.source.get("width"),
-        "height": meta.source.get("height"),
-        "url": link.map(|l| l.url.clone()),
-        "url_expires_at": link.map(SignedLink::expires_rfc3339).filter(|e| !e.is_empty()),
-    })
-}
 
 impl Api {
     /// `id` described for `session`'s owner with a fresh link; `None` when it is not theirs
@@ -176,24 +116,4 @@ pub(crate) async fn one(
         .await
         .map(Json)
         .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no artifact {id:?}")))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kinds_from_media_types() {
-        assert_eq!(kind_of(Some("image/PNG")), Kind::Image);
-        assert_eq!(kind_of(Some("image/svg+xml")), Kind::Svg);
-        assert_eq!(kind_of(Some("application/pdf")), Kind::Pdf);
-        assert_eq!(kind_of(Some("audio/wav")), Kind::Audio);
-        assert_eq!(kind_of(Some("application/json; charset=utf-8")), Kind::Json);
-        assert_eq!(kind_of(Some("application/vnd.api+json")), Kind::Json);
-        assert_eq!(kind_of(Some("text/csv")), Kind::Csv);
-        assert_eq!(kind_of(Some("text/html")), Kind::Html);
-        assert_eq!(kind_of(Some("text/plain")), Kind::Text);
-        assert_eq!(kind_of(Some("application/octet-stream")), Kind::Other);
-        assert_eq!(kind_of(None), Kind::Other);
-    }
 }

@@ -20,6 +20,7 @@ mod artifacts;
 mod assets;
 mod events;
 mod resources;
+mod viewer;
 
 use std::sync::{Arc, OnceLock};
 
@@ -30,8 +31,8 @@ use stowage_http::{Authenticator, BrowserGuard, LinkService, guard_json_api, req
 use stowage_mcp::Gateway;
 use stowage_store::ArtifactStore;
 
-pub use artifacts::{Kind, describe, kind_of};
 pub use assets::{ASSETS, page_csp};
+pub use viewer::{viewer, viewer_document};
 
 /// The gateway the API runs on, set once it has started.
 pub type GatewaySlot = Arc<OnceLock<Arc<Gateway>>>;

@@ -39,6 +39,8 @@ pub struct Config {
     #[serde(default)]
     pub agent: stowage_agent::AgentConfig,
     #[serde(default)]
+    pub apps: stowage_mcp::apps::AppsConfig,
+    #[serde(default)]
     pub index: IndexConfig,
 }
 

@@ -99,6 +99,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 store_backend: config.store.backend,
                 gc_interval: config.retention.gc_interval,
                 agent: &config.agent,
+                apps: &config.apps,
             };
             cmd::serve::run(ctx, plan).await
         }

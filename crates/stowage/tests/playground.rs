@@ -431,11 +431,16 @@ fn browser_peers() -> Option<(PathBuf, PathBuf)> {
 /// Stores `bytes` as the local user's artifact through `stowage artifacts put`, before the
 /// server opens the store; returns its id.
 fn put(dir: &std::path::Path, name: &str, mime: &str, bytes: &[u8]) -> String {
+    put_in(dir, name, mime, bytes, "hostile")
+}
+
+/// [`put`] into session `session`.
+fn put_in(dir: &std::path::Path, name: &str, mime: &str, bytes: &[u8], session: &str) -> String {
     let file = dir.join("upload.bin");
     std::fs::write(&file, bytes).unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_stowage"))
         .args(["--store", dir.join("store").to_str().unwrap(), "artifacts", "put", file.to_str().unwrap()])
-        .args(["--mime", mime, "--filename", name, "--user", stowage_mcp::LOCAL_USER, "--session", "hostile"])
+        .args(["--mime", mime, "--filename", name, "--user", stowage_mcp::LOCAL_USER, "--session", session])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -504,5 +509,86 @@ async fn the_playground_works_in_a_browser() {
     assert!(run.status.success() && report["ok"] == true, "browser test failed:\n{stdout}\n{stderr}");
     let first_load = report["first_load_bytes"].as_u64().unwrap();
     assert!(first_load > 0 && first_load <= 300 * 1024, "first load is {first_load} bytes: {report}");
+    eprintln!("{report}");
+}
+
+// --- MCP Apps: the viewer and its tools (issue 20) --------------------------------------------
+
+/// Artifacts for the apps tests, stored as the local user before the server starts: a chart,
+/// a PDF, a CSV, a 10 MB image and the hostile ones. Returns (ids by kind, the chart's sha256).
+fn apps_artifacts(dir: &std::path::Path) -> (Value, Value, String) {
+    let png = stowage_demo::samples::png(300, 200);
+    let csv = "region,quarter,revenue\nEMEA,Q4,1230000\n\"North America, East\",Q4,980000\nAPAC,Q4,455000\n";
+    // The demo's PNGs are stored uncompressed: 1,900 × 1,800 pixels make about 10 MB.
+    let big = stowage_demo::samples::png(1900, 1800);
+    assert!(big.len() > 10_000_000, "{}", big.len());
+    let ids = json!({
+        "image": put(dir, "chart.png", "image/png", &png),
+        "pdf": put(dir, "q3-report.pdf", "application/pdf", &stowage_demo::samples::pdf(120_000, "Q3 report")),
+        "csv": put(dir, "sales.csv", "text/csv", csv.as_bytes()),
+        "big_image": put(dir, "big.png", "image/png", &big),
+    });
+    let xss = "alert('xss');parent.postMessage('xss','*')";
+    let svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" onload=\"{xss}\"><script>{xss}</script><rect width=\"10\" height=\"10\"/></svg>"
+    );
+    let html = format!("<!doctype html><html><body><img src=x onerror=\"{xss}\"><script>{xss}</script>hostile</body></html>");
+    let hostile_name = format!("<img src=x onerror=\"{xss}\">.png");
+    let hostile = json!([
+        {"id": put(dir, "hostile.svg", "image/svg+xml", svg.as_bytes()), "kind": "svg"},
+        {"id": put(dir, "hostile.html", "text/html", html.as_bytes()), "kind": "html"},
+        {"id": put(dir, &hostile_name, "image/png", &stowage_demo::samples::png(20, 20)), "kind": "image", "name": hostile_name},
+    ]);
+    (ids, hostile, sha256_hex(&png))
+}
+
+/// Runs one of the peers' Python scripts with `cfg`, expecting its last JSON line to say ok.
+async fn run_peer_script(python: &std::path::Path, script: &str, cfg: &Value, dir: &std::path::Path) -> Value {
+    let cfg_path = dir.join(format!("{script}.json"));
+    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+    let script_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers").join(script);
+    let run = tokio::process::Command::new(python).arg(&script_path).arg(&cfg_path).kill_on_drop(true).output();
+    let run = tokio::time::timeout(Duration::from_secs(300), run).await.expect("the script finishes in 5 minutes").unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    let report: Value = stdout.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap_or(Value::Null);
+    assert!(run.status.success() && report["ok"] == true, "{script} failed:\n{stdout}\n{stderr}");
+    report
+}
+
+#[tokio::test]
+async fn mcp_apps_negotiation_fetch_and_uploads_through_the_python_client() {
+    let Some((python, _)) = browser_peers() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (ids, _, image_sha256) = apps_artifacts(dir.path());
+    let s = Serve::start_in(dir, "", &[]).await;
+    let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/apps-screenshots");
+    std::fs::create_dir_all(&out).unwrap();
+    let cfg = json!({"mcp": format!("{}/mcp", s.base), "out": out, "artifact_ids": ids, "image_sha256": image_sha256});
+    let report = run_peer_script(&python, "apps_protocol.py", &cfg, s.dir.path()).await;
+    eprintln!("{report}");
+}
+
+#[tokio::test]
+async fn mcp_apps_view_in_a_browser_host() {
+    let Some((python, chromium)) = browser_peers() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (ids, hostile, _) = apps_artifacts(dir.path());
+    let s = Serve::start_in(dir, "", &[]).await;
+    let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/apps-screenshots");
+    std::fs::create_dir_all(&out).unwrap();
+    let peers = std::env::var_os("STOWAGE_PEERS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/peers"));
+    let cfg = json!({
+        "mcp": format!("{}/mcp", s.base),
+        "out": out,
+        "chromium": chromium,
+        "node_modules": peers.canonicalize().unwrap_or(peers).join("node_modules"),
+        "ids": ids,
+        "hostile": hostile,
+        "links_origin": s.base,
+    });
+    let report = run_peer_script(&python, "apps_browser.py", &cfg, s.dir.path()).await;
     eprintln!("{report}");
 }

@@ -192,6 +192,14 @@ impl Gateway {
         }
         let call = self.next_call.fetch_add(1, Ordering::Relaxed);
         let owner = EventOwner::from(&scope);
+        if let Some(apps) = self.apps_for(session).filter(|_| crate::apps::APP_TOOLS.contains(&name.as_str()))
+            && let Some(store) = self.local_tools().readers()
+        {
+            let started = Instant::now();
+            let args = params.get("arguments").cloned().unwrap_or(json!({}));
+            let result = apps.call(&name, &scope, &args, store, self.links.get()).await;
+            return Ok(answered_here(call, name, "stowage".into(), started, result));
+        }
         let local = self.local_tools();
         if local.handles(&name) {
             let started = Instant::now();

@@ -22,10 +22,27 @@ const DEBOUNCE: Duration = Duration::from_millis(50);
 
 impl Gateway {
     /// The tools `session` may call: every upstream's, named as exposed, plus the gateway's own.
-    pub fn list_tools(&self, _session: &Session) -> Vec<Value> {
-        let mut tools: Vec<Value> = self.catalog().tools.iter().map(|t| t.def.clone()).collect();
+    /// For an MCP Apps client, also the viewer's tools, and the upstream tools
+    /// `[apps] attach_viewer` names marked as shown in the viewer.
+    pub fn list_tools(&self, session: &Session) -> Vec<Value> {
+        let apps = self.apps_for(session);
+        let mut tools: Vec<Value> = self
+            .catalog()
+            .tools
+            .iter()
+            .map(|t| {
+                let mut def = t.def.clone();
+                if apps.is_some_and(|a| a.attaches(&t.name)) {
+                    crate::apps::attach_viewer(&mut def);
+                }
+                def
+            })
+            .collect();
         tools.extend(self.local_tools().defs());
         tools.extend(self.resource_tool_defs());
+        if apps.is_some() {
+            tools.extend(crate::apps::tool_defs());
+        }
         tools
     }
 
@@ -81,6 +98,9 @@ impl Gateway {
         let mut next = None;
         if let Some(store) = &artifacts {
             if key == "resources" {
+                if let Some(apps) = self.apps_for(session) {
+                    items.push(apps.resource_entry());
+                }
                 let (mine, more) = local_resources::list(store, &session.scope, None, local_resources::PAGE)
                     .await
                     .map_err(|e| GatewayError::NotRelayed(format!("{method}: listing your artifacts failed: {e}")))?;

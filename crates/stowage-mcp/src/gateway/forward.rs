@@ -214,6 +214,15 @@ impl Gateway {
         outbox: &Outbox,
     ) -> Result<Message, GatewayError> {
         let uri = params.get("uri").and_then(Value::as_str).unwrap_or("").to_owned();
+        // The MCP Apps view, for the clients it is offered to (others: not found, as before).
+        if uri == crate::apps::VIEWER_URI
+            && let Some(apps) = self.apps_for(session)
+        {
+            return match method {
+                "resources/read" => Ok(Message::response(Value::Null, &apps.read_result())),
+                _ => Ok(Message::response(Value::Null, &json!({}))),
+            };
+        }
         if uri.starts_with("artifact://")
             && let Some(store) = self.local_tools().readers().cloned()
         {

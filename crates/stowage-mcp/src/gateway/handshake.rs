@@ -89,6 +89,13 @@ impl Gateway {
         if !tasks.is_empty() {
             caps["tasks"] = Value::Object(tasks);
         }
+        // MCP Apps: declared to every client; only those that declare it back see the view.
+        if self.apps().is_some() {
+            caps["extensions"] = json!({crate::apps::EXTENSION_ID: {}});
+            if caps.get("resources").is_none() {
+                caps["resources"] = json!({"listChanged": true, "subscribe": false});
+            }
+        }
         caps
     }
 

@@ -103,6 +103,8 @@ pub struct Gateway {
     links: std::sync::OnceLock<stowage_http::LinkService>,
     /// The store the reader tools (`artifact_read`, `artifact_query`) read, as the caller.
     artifacts: std::sync::OnceLock<Arc<dyn stowage_store::ArtifactStore>>,
+    /// MCP Apps: the viewer and its tools, for clients that declare the extension.
+    apps: std::sync::OnceLock<Arc<crate::apps::Apps>>,
     /// Open `subscriptions/listen` streams (2026-07-28 clients).
     listeners: Mutex<Vec<Arc<subscriptions::Listener>>>,
     /// Interactive requests of 2026-07-28 clients waiting for their retry with input.
@@ -172,6 +174,7 @@ impl Gateway {
             ready: watch::channel(0).0,
             links: std::sync::OnceLock::new(),
             artifacts: std::sync::OnceLock::new(),
+            apps: std::sync::OnceLock::new(),
             listeners: Mutex::new(Vec::new()),
             exchanges: Arc::default(),
             read_cache: Default::default(),
@@ -229,6 +232,22 @@ impl Gateway {
     /// (the one results are offloaded to; a store that keeps nothing enables nothing).
     pub fn set_artifact_store(&self, store: Arc<dyn stowage_store::ArtifactStore>) {
         let _ = self.artifacts.set(store);
+    }
+
+    /// Enables MCP Apps (the viewer and its tools) for clients that declare the extension; it
+    /// needs a store that keeps bytes ([`Gateway::set_artifact_store`]).
+    pub fn set_apps(&self, apps: Arc<crate::apps::Apps>) {
+        let _ = self.apps.set(apps);
+    }
+
+    /// The apps feature when it is on at all (the extension is then declared to every client).
+    pub(crate) fn apps(&self) -> Option<&Arc<crate::apps::Apps>> {
+        self.apps.get().filter(|_| self.local_tools().readers().is_some())
+    }
+
+    /// The apps feature for `session`: on, and its client declared the extension.
+    pub(crate) fn apps_for(&self, session: &Session) -> Option<&Arc<crate::apps::Apps>> {
+        self.apps().filter(|_| crate::apps::supports_apps(&session.client_capabilities.lock()))
     }
 
     /// The gateway's own tools, as far as they are enabled.

@@ -192,3 +192,16 @@ pub fn assert_matches_output_schema(schema: &serde_json::Value, result: &serde_j
     let errors: Vec<String> = validator.iter_errors(sc).map(|e| format!("{}: {e}", e.instance_path().as_str())).collect();
     assert!(errors.is_empty(), "structuredContent does not validate against the tool's outputSchema: {errors:?}\n{sc}");
 }
+
+/// The signed-link routes over `store` on a loopback port: their base URL, and the link
+/// service (sharing the routes' upload slots) to hand the gateway.
+pub async fn serve_links(store: Arc<dyn stowage_store::ArtifactStore>) -> (String, stowage_http::LinkService) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let links = stowage_links::LinksConfig { public_url: base.clone(), ..Default::default() };
+    let ring = stowage_links::KeyRing::new([("k1", vec![7u8; 32])]).unwrap();
+    let state = stowage_http::HttpState::new(store, Arc::new(stowage_links::LinkSigner::new(ring, &links)));
+    let service = state.link_service();
+    tokio::spawn(async move { axum::serve(listener, stowage_http::routes(state)).await });
+    (base, service)
+}

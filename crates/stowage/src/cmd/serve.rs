@@ -70,6 +70,8 @@ pub struct ServeContext<'a> {
     pub gc_interval: std::time::Duration,
     /// `[agent]`: with a model configured, `POST /agent/runs` runs the planner.
     pub agent: &'a stowage_agent::AgentConfig,
+    /// `[apps]`: the MCP Apps viewer and uploader.
+    pub apps: &'a stowage_mcp::apps::AppsConfig,
 }
 
 pub async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()> {
@@ -162,6 +164,13 @@ pub async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()> {
             }
         }));
     }
+    // MCP Apps: the viewer (built by the playground crate, which owns the page components it
+    // shares) for hosts that render it; it reads and writes the store, so not with noop.
+    let apps = (ctx.store_backend != crate::config::Backend::Noop).then(|| {
+        let https_origin =
+            (plan.links != LinksPlan::Off).then(|| origin_of(&links.public_url)).flatten().filter(|o| o.starts_with("https://"));
+        stowage_mcp::apps::Apps::new(ctx.apps.clone(), stowage_playground::viewer(https_origin.as_deref()))
+    });
     let demo: stowage_mcp::InProcessFactory = Arc::new(|| {
         let (from_server, to_server) = stowage_demo::spawn_in_process();
         (Box::new(from_server), Box::new(to_server))
@@ -183,6 +192,7 @@ pub async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()> {
         skipped: plan.skipped.iter().map(|s| s.to_string()).collect(),
         on_gateway,
         playground,
+        apps,
     };
     stowage_mcp::run::run(opts).await?;
     Ok(())

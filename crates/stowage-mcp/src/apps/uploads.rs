@@ -1,0 +1,379 @@
+//! Uploads from the view: a file handed to the gateway in chunks through the host's
+//! `tools/call` proxy, or (when the host's CSP lets the view reach the links origin) in one
+//! `PUT` to a single-use upload slot.
+//!
+//! Nothing becomes an artifact until the commit has checked that exactly the declared size
+//! arrived and that its sha256 is the declared one. Chunks must come in order: each one's
+//! offset is the number of bytes received so far, so a gap or an overlap is refused, naming
+//! the offset expected. The bytes wait in an anonymous temporary file (gone with the upload,
+//! whatever happens), hashed as they arrive. An upload that is not committed within the TTL
+//! is dropped; so is one whose commit fails.
+
+use std::collections::HashMap;
+use std::io::SeekFrom;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use parking_lot::Mutex;
+use sha2::{Digest, Sha256};
+use stowage_core::{ArtifactRef, ArtifactScope, Isolation, PutOptions};
+use stowage_http::{LinkService, SlotRequest, SlotState};
+use stowage_store::{Access, ArtifactStore};
+use tokio::io::{AsyncSeekExt, AsyncWriteExt};
+
+use crate::local_tools::ToolError;
+
+/// The most bytes one chunk carries (decoded).
+pub const CHUNK_BYTES: usize = 1024 * 1024;
+/// Uploads one owner may have open at once.
+const OPEN_PER_OWNER: usize = 8;
+/// How often abandoned uploads are looked for.
+const SWEEP_EVERY: Duration = Duration::from_secs(30);
+
+/// What `artifact_upload_begin` declared.
+#[derive(Debug, Clone)]
+pub(crate) struct Declared {
+    pub name: String,
+    pub mime: String,
+    pub size: u64,
+    /// Lowercase hex.
+    pub sha256: String,
+}
+
+struct Upload {
+    /// Who may continue it: the owner's access key under the store's isolation, so a user's
+    /// stateless requests (a new session each) reach their own upload, and under session
+    /// isolation only the session that began it does.
+    owner: String,
+    scope: ArtifactScope,
+    declared: Declared,
+    received: u64,
+    hasher: Sha256,
+    file: Option<tokio::fs::File>,
+    /// The link path's upload slot, when links are on.
+    slot: Option<String>,
+    expires: Instant,
+}
+
+/// The uploads in flight.
+pub(crate) struct Uploads {
+    ttl: Duration,
+    open: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Upload>>>>,
+}
+
+/// What `begin` hands the view.
+#[derive(Debug)]
+pub(crate) struct Begun {
+    pub handle: String,
+    pub expires_in: Duration,
+    pub url: Option<String>,
+}
+
+fn refused(message: impl Into<String>) -> ToolError {
+    ToolError::bad_request(message)
+}
+
+impl Uploads {
+    pub fn new(ttl: Duration) -> Uploads {
+        Uploads { ttl, open: Mutex::default() }
+    }
+
+    /// Drops uploads past their TTL (their temporary files go with them).
+    fn sweep(&self) {
+        let now = Instant::now();
+        self.open.lock().retain(|_, u| u.try_lock().map_or(true, |u| u.expires > now));
+    }
+
+    pub async fn begin(
+        &self,
+        scope: &ArtifactScope,
+        isolation: Isolation,
+        declared: Declared,
+        max_bytes: u64,
+        links: Option<&LinkService>,
+    ) -> Result<Begun, ToolError> {
+        self.sweep();
+        let d = &declared;
+        if d.size == 0 {
+            return Err(refused("artifact_upload_begin: \"size\" is 0; an empty file has nothing to keep"));
+        }
+        if d.size > max_bytes {
+            return Err(refused(format!(
+                "artifact_upload_begin: the file is {} bytes, over the {max_bytes}-byte limit ([apps] max_upload_bytes)",
+                d.size
+            )));
+        }
+        if d.sha256.len() != 64 || !d.sha256.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(refused("artifact_upload_begin: \"sha256\" must be the file's SHA-256 as 64 hex digits"));
+        }
+        let owner = scope.owner().access_key(isolation);
+        let open_now = {
+            let open = self.open.lock();
+            open.values().filter(|u| u.try_lock().map_or(true, |u| u.owner == owner)).count()
+        };
+        if open_now >= OPEN_PER_OWNER {
+            return Err(refused(format!(
+                "artifact_upload_begin: {OPEN_PER_OWNER} uploads are already open; commit them or wait for them to expire"
+            )));
+        }
+        let file = tokio::task::spawn_blocking(tempfile::tempfile)
+            .await
+            .map_err(|e| ToolError { code: "artifact_storage_failed", message: format!("cannot stage the upload: {e}") })?
+            .map_err(|e| {
+                tracing::warn!(target: "stowage::apps", "cannot create an upload's temporary file: {e}");
+                ToolError { code: "artifact_storage_failed", message: "cannot stage the upload; try again later".into() }
+            })?;
+        let slot = links.and_then(|l| {
+            let request = SlotRequest {
+                max_bytes: d.size,
+                accept: Vec::new(),
+                ttl: Some(self.ttl.clamp(Duration::from_secs(60), Duration::from_secs(3600))),
+                filename: Some(d.name.clone()),
+                namespace: Some("upload".into()),
+            };
+            l.open_upload_slot(scope, request).ok()
+        });
+        let handle = format!("up_{}", uuid::Uuid::new_v4().simple());
+        let upload = Upload {
+            owner,
+            scope: scope.clone(),
+            declared,
+            received: 0,
+            hasher: Sha256::new(),
+            file: Some(tokio::fs::File::from_std(file)),
+            slot: slot.as_ref().map(|s| s.slot.clone()),
+            expires: Instant::now() + self.ttl,
+        };
+        self.open.lock().insert(handle.clone(), Arc::new(tokio::sync::Mutex::new(upload)));
+        Ok(Begun { handle, expires_in: self.ttl, url: slot.map(|s| s.link.url) })
+    }
+
+    /// The caller's upload `handle`; another owner's answers like an unknown one.
+    fn get(&self, owner: &str, handle: &str) -> Result<Arc<tokio::sync::Mutex<Upload>>, ToolError> {
+        self.sweep();
+        let unknown = || refused(format!("no upload {handle:?}: it was never begun, has expired, or was already committed; begin again"));
+        let u = self.open.lock().get(handle).cloned().ok_or_else(unknown)?;
+        // Checked under the upload's own lock by the callers too; here only to answer early.
+        if u.try_lock().is_ok_and(|u| u.owner != owner) {
+            return Err(unknown());
+        }
+        Ok(u)
+    }
+
+    fn forget(&self, handle: &str) {
+        self.open.lock().remove(handle);
+    }
+
+    /// Appends `data` (base64) at `offset`; returns (received, total).
+    pub async fn chunk(&self, owner: &str, handle: &str, offset: u64, data: &str) -> Result<(u64, u64), ToolError> {
+        let upload = self.get(owner, handle)?;
+        let mut u = upload.lock().await;
+        if u.owner != owner {
+            return Err(refused(format!("no upload {handle:?}: it was never begun, has expired, or was already committed; begin again")));
+        }
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .map_err(|e| refused(format!("artifact_upload_chunk: \"data\" is not base64 ({e}); send the chunk's bytes base64-encoded")))?;
+        if bytes.len() > CHUNK_BYTES {
+            return Err(refused(format!("artifact_upload_chunk: a chunk carries at most {CHUNK_BYTES} bytes, this one {}", bytes.len())));
+        }
+        let received = u.received;
+        if offset > received {
+            return Err(refused(format!(
+                "artifact_upload_chunk: offset {offset} leaves a gap: {received} bytes have arrived; send offset {received} next"
+            )));
+        }
+        if offset < received {
+            return Err(refused(format!(
+                "artifact_upload_chunk: offset {offset} overlaps what has arrived ({received} bytes); send offset {received} next"
+            )));
+        }
+        let total = u.declared.size;
+        if received + bytes.len() as u64 > total {
+            return Err(refused(format!(
+                "artifact_upload_chunk: {} more bytes would pass the declared size of {total} ({received} have arrived)",
+                bytes.len()
+            )));
+        }
+        let file = u.file.as_mut().ok_or_else(|| refused("artifact_upload_chunk: the upload is being committed"))?;
+        if let Err(e) = file.write_all(&bytes).await {
+            drop(u);
+            self.forget(handle);
+            tracing::warn!(target: "stowage::apps", "cannot write an upload's chunk: {e}");
+            return Err(ToolError {
+                code: "artifact_storage_failed",
+                message: "cannot stage the chunk (the upload is dropped); try again later".into(),
+            });
+        }
+        u.hasher.update(&bytes);
+        u.received += bytes.len() as u64;
+        Ok((u.received, total))
+    }
+
+    /// Stores what arrived as the caller's artifact, if it is exactly what was declared.
+    /// The upload ends either way.
+    pub async fn commit(
+        &self,
+        owner: &str,
+        handle: &str,
+        store: &Arc<dyn ArtifactStore>,
+        links: Option<&LinkService>,
+    ) -> Result<ArtifactRef, ToolError> {
+        let upload = self.get(owner, handle)?;
+        let mut u = upload.lock().await;
+        if u.owner != owner {
+            return Err(refused(format!("no upload {handle:?}: it was never begun, has expired, or was already committed; begin again")));
+        }
+        self.forget(handle);
+        let declared = u.declared.clone();
+        // The link path: the bytes went to the slot, which stored them already.
+        if u.received == 0
+            && let (Some(slot), Some(links)) = (u.slot.clone(), links)
+            && let Some(SlotState::Done(stored)) = links.close_slot(&slot)
+        {
+            if stored.size_bytes == declared.size && stored.sha256.eq_ignore_ascii_case(&declared.sha256) {
+                return Ok(*stored);
+            }
+            // Not what was declared: it never becomes the caller's artifact.
+            let _ = store.delete(&Access::owner_of(&u.scope), &stored.id).await;
+            return Err(refused(format!(
+                "artifact_upload_commit: the uploaded file is {} bytes with sha256 {}, not the declared {} bytes with sha256 {}; nothing was kept",
+                stored.size_bytes, stored.sha256, declared.size, declared.sha256
+            )));
+        }
+        if let (Some(slot), Some(links)) = (&u.slot, links) {
+            links.close_slot(slot);
+        }
+        if u.received != declared.size {
+            return Err(refused(format!(
+                "artifact_upload_commit: {} of {} bytes arrived; nothing was kept (begin again and send every chunk)",
+                u.received, declared.size
+            )));
+        }
+        let digest = hex::encode(std::mem::take(&mut u.hasher).finalize());
+        if !digest.eq_ignore_ascii_case(&declared.sha256) {
+            return Err(refused(format!(
+                "artifact_upload_commit: the bytes' sha256 is {digest}, not the declared {}; nothing was kept",
+                declared.sha256
+            )));
+        }
+        let mut file = u.file.take().ok_or_else(|| refused("artifact_upload_commit: the upload is being committed"))?;
+        let staged = file.flush().await.and(file.seek(SeekFrom::Start(0)).await.map(drop));
+        if let Err(e) = staged {
+            tracing::warn!(target: "stowage::apps", "cannot read an upload back: {e}");
+            return Err(ToolError { code: "artifact_storage_failed", message: "cannot read the upload back; nothing was kept".into() });
+        }
+        let mut opts = PutOptions::scoped(u.scope.clone()).mime(declared.mime.clone());
+        opts.filename = Some(declared.name.clone());
+        opts.namespace = Some("upload".into());
+        opts.source.insert("uploaded".into(), serde_json::Value::Bool(true));
+        store.put_stream(Box::pin(file), opts).await.map_err(|e| ToolError::from(stowage_http::ApiError::from(e)))
+    }
+}
+
+/// Sweeps `apps`' uploads every [`SWEEP_EVERY`] while the gateway lives.
+pub(super) async fn sweep(apps: Weak<super::Apps>) {
+    let mut tick = tokio::time::interval(SWEEP_EVERY);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        match apps.upgrade() {
+            Some(a) => a.uploads.sweep(),
+            None => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stowage_store::MemoryStore;
+
+    fn scope(user: &str) -> ArtifactScope {
+        ArtifactScope { tenant_id: None, user_id: Some(user.into()), session_id: Some("s".into()), trace_id: None }
+    }
+
+    fn key(user: &str) -> String {
+        scope(user).owner().access_key(Isolation::User)
+    }
+
+    fn declared(bytes: &[u8]) -> Declared {
+        Declared {
+            name: "f.bin".into(),
+            mime: "application/octet-stream".into(),
+            size: bytes.len() as u64,
+            sha256: hex::encode(Sha256::digest(bytes)),
+        }
+    }
+
+    fn b64(b: &[u8]) -> String {
+        base64::engine::general_purpose::STANDARD.encode(b)
+    }
+
+    #[tokio::test]
+    async fn chunks_in_order_become_the_owners_artifact() {
+        let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::builder().build());
+        let up = Uploads::new(Duration::from_secs(60));
+        let data: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
+        let me = scope("me");
+        let h = up.begin(&me, Isolation::User, declared(&data), 1 << 20, None).await.unwrap().handle;
+        assert_eq!(up.chunk(&key("me"), &h, 0, &b64(&data[..1000])).await.unwrap(), (1000, 3000));
+        let gap = up.chunk(&key("me"), &h, 2000, &b64(&data[2000..])).await.unwrap_err().to_string();
+        assert!(gap.contains("leaves a gap") && gap.contains("send offset 1000 next"), "{gap}");
+        let overlap = up.chunk(&key("me"), &h, 500, &b64(&data[500..1500])).await.unwrap_err().to_string();
+        assert!(overlap.contains("overlaps"), "{overlap}");
+        // Another owner cannot touch it, and hears what an unknown handle hears.
+        let other = up.chunk(&key("other"), &h, 1000, &b64(&data[1000..])).await.unwrap_err().to_string();
+        assert!(other.starts_with("bad_request: no upload"), "{other}");
+        assert!(up.chunk(&key("me"), &h, 1000, "not base64!").await.unwrap_err().to_string().contains("not base64"));
+        up.chunk(&key("me"), &h, 1000, &b64(&data[1000..])).await.unwrap();
+        let r = up.commit(&key("me"), &h, &store, None).await.unwrap();
+        assert_eq!(r.sha256, hex::encode(Sha256::digest(&data)));
+        assert_eq!(store.get(&Access::owner_of(&me), &r.id).await.unwrap(), data);
+        assert!(up.commit(&key("me"), &h, &store, None).await.is_err(), "a handle commits once");
+    }
+
+    #[tokio::test]
+    async fn a_wrong_digest_or_a_short_upload_keeps_nothing() {
+        let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::builder().build());
+        let up = Uploads::new(Duration::from_secs(60));
+        let me = scope("me");
+        let mut d = declared(b"hello world");
+        d.sha256 = "0".repeat(64);
+        let h = up.begin(&me, Isolation::User, d, 100, None).await.unwrap().handle;
+        up.chunk(&key("me"), &h, 0, &b64(b"hello world")).await.unwrap();
+        assert!(up.commit(&key("me"), &h, &store, None).await.unwrap_err().to_string().contains("not the declared"));
+        let h = up.begin(&me, Isolation::User, declared(b"hello world"), 100, None).await.unwrap().handle;
+        up.chunk(&key("me"), &h, 0, &b64(b"hello")).await.unwrap();
+        assert!(up.chunk(&key("me"), &h, 5, &b64(b" world and more")).await.unwrap_err().to_string().contains("pass the declared size"));
+        assert!(up.commit(&key("me"), &h, &store, None).await.unwrap_err().to_string().contains("5 of 11 bytes arrived"));
+        let listed = store.list(stowage_store::ListQuery::default()).await.unwrap();
+        assert!(listed.items.is_empty(), "{listed:?}");
+        assert!(up.begin(&me, Isolation::User, declared(b"x"), 0, None).await.unwrap_err().to_string().contains("max_upload_bytes"));
+    }
+
+    #[tokio::test]
+    async fn who_may_continue_follows_the_stores_isolation() {
+        let up = Uploads::new(Duration::from_secs(60));
+        let me = scope("me");
+        let other_session = ArtifactScope { session_id: Some("s2".into()), ..scope("me") };
+        // A stateless client's next request is a new session of the same user.
+        let h = up.begin(&me, Isolation::User, declared(b"abc"), 100, None).await.unwrap().handle;
+        assert!(up.chunk(&other_session.owner().access_key(Isolation::User), &h, 0, &b64(b"a")).await.is_ok());
+        // Under session isolation, only the session that began it.
+        let h = up.begin(&me, Isolation::Session, declared(b"abc"), 100, None).await.unwrap().handle;
+        assert!(up.chunk(&other_session.owner().access_key(Isolation::Session), &h, 0, &b64(b"a")).await.is_err());
+        assert!(up.chunk(&me.owner().access_key(Isolation::Session), &h, 0, &b64(b"a")).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_upload_expires() {
+        let up = Uploads::new(Duration::from_millis(20));
+        let me = scope("me");
+        let h = up.begin(&me, Isolation::User, declared(b"abc"), 100, None).await.unwrap().handle;
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        assert!(up.chunk(&key("me"), &h, 0, &b64(b"abc")).await.unwrap_err().to_string().contains("has expired"));
+        assert!(up.open.lock().is_empty());
+    }
+}
