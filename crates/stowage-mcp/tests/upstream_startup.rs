@@ -107,3 +107,31 @@ async fn a_dead_upstream_does_not_hold_initialize_or_tools_list() {
     assert!(unready.iter().any(|(n, why)| n == "refused" && !why.is_empty()), "{unready:?}");
     assert!(unready.iter().any(|(n, why)| n == "missing" && why.contains("/nonexistent/mcp-server")), "{unready:?}");
 }
+
+#[tokio::test]
+async fn a_tools_list_that_times_out_is_asked_again_and_clients_hear_of_it() {
+    // The fixture leaves its first tools/list unanswered; the request times out after 1 s.
+    let mut spec = fixture_spec("fx", None, Duration::from_secs(1));
+    if let TransportSpec::Stdio { env, .. } = &mut spec.transport {
+        env.insert("STOWAGE_FIXTURE_IGNORE_FIRST_TOOLS_LIST".into(), "1".into());
+    }
+    let gw = start_without_waiting(vec![spec]);
+    let client = connect(&gw);
+    client.initialize("2025-06-18", json!({})).await;
+    let started = Instant::now();
+    let mut names = Vec::new();
+    while started.elapsed() < Duration::from_secs(15) {
+        names = tool_names(&client.request("tools/list", json!({})).await);
+        if names.iter().any(|n| n == "echo") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(names.iter().any(|n| n == "echo"), "the failed tools/list was never asked again: {names:?}");
+    // Clients already connected are told, as for an upstream that came up late.
+    let heard =
+        common::eventually(5, || client.notifications.lock().unwrap().iter().any(|n| n["method"] == "notifications/tools/list_changed"))
+            .await;
+    assert!(heard, "no list_changed after the retry: {:?}", client.notifications.lock().unwrap());
+    gw.shutdown();
+}

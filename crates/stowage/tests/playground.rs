@@ -63,7 +63,7 @@ impl Serve {
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(d.join("serve.log")).unwrap())
             .kill_on_drop(true)
             .spawn()
             .unwrap();
@@ -74,6 +74,20 @@ impl Serve {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         Serve { _child: child, base, dir, http: reqwest::Client::new() }
+    }
+
+    /// What the server said on stderr once it printed its banner.
+    async fn banner(&self) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let log = std::fs::read_to_string(self.dir.path().join("serve.log")).unwrap_or_default();
+            // The HTTP banner's last line before the playground's is the "try it" command.
+            if log.contains("--tool-name") || Instant::now() > deadline {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                return std::fs::read_to_string(self.dir.path().join("serve.log")).unwrap_or_default();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     fn get(&self, path: &str, token: Option<&str>) -> reqwest::RequestBuilder {
@@ -215,7 +229,12 @@ async fn the_page_goes_out_under_a_strict_csp_to_loopback_hosts_only() {
     assert_eq!(upstreams, ["demo", "fx"]);
     assert_eq!(s.get_json("/api/agent", None).await.1, json!({"configured": false}));
 
+    // The banner says where the page is.
+    let banner = s.banner().await;
+    assert!(banner.contains(&format!("playground: {}/", s.base)), "{banner}");
+
     let off = Serve::start("", &["--no-playground"]).await;
+    assert!(!off.banner().await.contains("playground:"));
     assert_eq!(off.get("/", None).send().await.unwrap().status(), 404);
     assert_eq!(off.get("/api/info", None).send().await.unwrap().status(), 404);
 }

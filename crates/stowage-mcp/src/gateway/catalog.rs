@@ -19,6 +19,10 @@ use crate::upstream::result_value;
 
 /// Signals within this window after the first are folded into one refresh.
 const DEBOUNCE: Duration = Duration::from_millis(50);
+/// After a failed list request, the refresh is tried again after this, doubling up to
+/// [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_secs(30);
 
 impl Gateway {
     /// The tools `session` may call: every upstream's, named as exposed, plus the gateway's own.
@@ -114,7 +118,10 @@ impl Gateway {
     }
 
     /// Fetches every list of upstream `index` (following pagination) and rebuilds the catalog.
-    async fn refresh(self: &Arc<Self>, index: usize) {
+    /// Returns false when a list could not be fetched (the request failed or timed out): the
+    /// refresher tries again later, so a slow start does not leave the upstream without tools.
+    async fn refresh(self: &Arc<Self>, index: usize) -> bool {
+        let mut complete = true;
         let u = &self.upstreams[index];
         let timeout = u.spec.request_timeout.min(Duration::from_secs(30));
         let mut fresh = UpstreamLists { name: u.name().to_owned(), ..Default::default() };
@@ -134,9 +141,10 @@ impl Gateway {
                 let reply = match u.request(method, params.as_ref(), timeout).await {
                     Ok(r) => r,
                     // Stopping cuts short a refresh in flight: not a failure to report.
-                    Err(_) if self.shutdown.is_cancelled() => return,
+                    Err(_) if self.shutdown.is_cancelled() => return true,
                     Err(e) => {
-                        tracing::warn!(target: "stowage::upstream", upstream = %u.name(), "{method} failed: {e}");
+                        tracing::warn!(target: "stowage::upstream", upstream = %u.name(), "{method} failed (will retry): {e}");
+                        complete = false;
                         break;
                     }
                 };
@@ -166,6 +174,7 @@ impl Gateway {
             tracing::info!(target: "stowage::router", "{r}");
         }
         *self.catalog.write() = Arc::new(catalog);
+        complete
     }
 }
 
@@ -258,6 +267,7 @@ fn compile_output_schemas(upstream: &str, tools: &[Value]) -> std::collections::
 /// client connected while an upstream was still starting learns of its tools.
 pub(super) async fn refresh_loop(gw: Weak<Gateway>, index: usize) {
     let mut first = true;
+    let mut retry = RETRY_FIRST;
     loop {
         let Some(stale) = gw.upgrade().map(|g| g.upstreams[index].clone()) else { return };
         let shutdown = gw.upgrade().map(|g| g.shutdown.clone());
@@ -270,7 +280,21 @@ pub(super) async fn refresh_loop(gw: Weak<Gateway>, index: usize) {
         let Some(gw) = gw.upgrade() else { return };
         // It (re)connected or its lists changed: what it served before may have too.
         gw.read_cache.forget_upstream(index);
-        gw.refresh(index).await;
+        if gw.refresh(index).await {
+            retry = RETRY_FIRST;
+        } else if gw.upstreams[index].current().is_some() {
+            // A list request failed while the upstream is up (a slow start, a timeout): ask
+            // again later, backing off, rather than serve it without those lists until it
+            // happens to say a list changed.
+            let (weak, delay) = (Arc::downgrade(&gw), retry);
+            retry = (retry * 2).min(RETRY_MAX);
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                if let Some(g) = weak.upgrade() {
+                    g.upstreams[index].stale.mark_changed();
+                }
+            });
+        }
         if std::mem::take(&mut first) {
             // Read before the upstream counts as listed: a client answered after that point
             // waited for its lists (or saw them), so only earlier ones need telling.

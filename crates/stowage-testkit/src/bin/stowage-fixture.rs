@@ -36,6 +36,9 @@
 //! `STOWAGE_FIXTURE_RESOURCES=N` lists N more, `fx://many/{i}`. Prompt `chart_prompt`: a user
 //! message holding a 600×600 PNG image block.
 //!
+//! `STOWAGE_FIXTURE_IGNORE_FIRST_TOOLS_LIST=1` leaves its first `tools/list` unanswered (a
+//! server slow to start).
+//!
 //! `STOWAGE_FIXTURE_STATELESS=1` makes it a 2026-07-28-only server: it refuses `initialize`,
 //! answers `server/discover`, `sample` asks for input by returning `input_required`, and
 //! change notifications go only to `subscriptions/listen` streams: `touch` announces a tool
@@ -73,6 +76,9 @@ struct Fixture {
     blobs: std::sync::Mutex<std::collections::HashMap<usize, Arc<String>>>,
     /// `STOWAGE_FIXTURE_RESOURCES=N`: N more listed resources, `fx://many/{i}`.
     many: usize,
+    /// `STOWAGE_FIXTURE_IGNORE_FIRST_TOOLS_LIST=1`: the first `tools/list` is never answered (a
+    /// server slow to start: the gateway's list request times out and must be tried again).
+    ignore_first_tools_list: std::sync::atomic::AtomicBool,
 }
 
 /// The blank the id of a prepared response line is written into.
@@ -226,6 +232,7 @@ impl Handler for Fixture {
         self.log(&format!("{method} {name}"));
         let args = params.get("arguments").cloned().unwrap_or(json!({}));
         let r = match method {
+            "tools/list" if self.ignore_first_tools_list.swap(false, std::sync::atomic::Ordering::SeqCst) => return Ok(None),
             "tools/list" if self.stateless => json!({"tools": [
                 tool("sample", json!({})),
                 tool("touch", json!({})),
@@ -605,6 +612,7 @@ async fn main() {
         note: Default::default(),
         blobs: Default::default(),
         many: std::env::var("STOWAGE_FIXTURE_RESOURCES").ok().and_then(|v| v.parse().ok()).unwrap_or(0),
+        ignore_first_tools_list: std::env::var_os("STOWAGE_FIXTURE_IGNORE_FIRST_TOOLS_LIST").is_some().into(),
     });
     fixture.log(&format!("started pid {}", std::process::id()));
     eprintln!("stowage-fixture: serving on stdio");
