@@ -116,6 +116,30 @@ fn configured_rules() {
 }
 
 #[test]
+fn a_rule_also_matches_under_fastmcps_result_wrapper() {
+    let png = corpus("sample.png");
+    let mut config = TransformConfig::default();
+    config.tool_fields.rules = vec![FieldRule {
+        tool: "snap".into(),
+        path: "resource.blob".into(),
+        content_type: Some("image".into()),
+        mime_type: None,
+        filename: None,
+        summary: None,
+    }];
+    // FastMCP returns a non-object as {"result": …}: the rule written for the tool's own shape
+    // still finds the blob.
+    let r = run_with(config.clone(), "snap", json!({"result": {"resource": {"blob": b64(&png)}}}));
+    assert_eq!(r.pointers(), ["/result/resource/blob"]);
+    assert_eq!(r.mimes(), ["image/png"]);
+    assert_eq!(r.out.report.artifacts[0].layer, Layer::FieldRule);
+    // Where the path matches at the top, that is where it applies.
+    let r = run_with(config, "snap", json!({"resource": {"blob": b64(&png)}, "result": {"resource": {"blob": "kept"}}}));
+    assert_eq!(r.pointers(), ["/resource/blob"]);
+    assert_eq!(r.value()["result"]["resource"]["blob"], "kept");
+}
+
+#[test]
 fn rule_on_non_base64_warns_and_l0_still_applies() {
     let mut config = TransformConfig::default();
     config.tool_fields.rules =

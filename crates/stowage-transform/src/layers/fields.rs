@@ -112,7 +112,7 @@ pub(crate) fn collect(docs: &mut Docs, config: &TransformConfig, tool: &str, rep
         };
         for (doc, root_ptr) in &roots {
             let Some(root) = docs.docs[*doc].value.pointer(root_ptr) else { continue };
-            for rel in path.resolve(root) {
+            for rel in resolve_with_result_fallback(&path, root) {
                 let ptr = format!("{root_ptr}{rel}");
                 if let Some(off) = offload(docs, *doc, &ptr, rule, report, hash) {
                     out.push(off);
@@ -121,6 +121,20 @@ pub(crate) fn collect(docs: &mut Docs, config: &TransformConfig, tool: &str, rep
         }
     }
     out
+}
+
+/// Where `path` points in `root`; when it matches nothing there, where it points under
+/// `root.result`. FastMCP wraps a tool's non-object return as `{"result": …}`, so a rule
+/// written for the tool's own shape (`resource.blob`) still finds `result.resource.blob`.
+fn resolve_with_result_fallback(path: &FieldPath, root: &Value) -> Vec<String> {
+    let direct = path.resolve(root);
+    if !direct.is_empty() {
+        return direct;
+    }
+    match root.get("result") {
+        Some(inner) => path.resolve(inner).into_iter().map(|rel| format!("/result{rel}")).collect(),
+        None => direct,
+    }
 }
 
 fn offload(docs: &mut Docs, doc: usize, ptr: &str, rule: &FieldRule, report: &mut TransformReport, hash: bool) -> Option<Offload> {
