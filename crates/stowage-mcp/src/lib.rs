@@ -28,6 +28,7 @@ mod cpu_pool;
 mod downstream;
 pub mod error;
 pub mod events;
+mod fit;
 mod framing;
 mod gateway;
 mod inputs;

@@ -58,6 +58,11 @@ impl PipelineOffloader {
 
 #[async_trait]
 impl Offloader for PipelineOffloader {
+    fn observation_limit(&self) -> Option<usize> {
+        let clamp = &self.pipeline.config().clamp;
+        clamp.enabled.then_some(clamp.max_observation_chars)
+    }
+
     async fn offload(&self, ctx: &CallContext, raw: String) -> Result<Offloaded, OffloadError> {
         let out = self.transform(ctx, raw).await?;
         let items = out

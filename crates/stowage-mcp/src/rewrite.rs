@@ -90,6 +90,12 @@ pub struct OffloadError {
 pub trait Offloader: Send + Sync {
     /// `raw` is the result's JSON text, handed over so a large one is parsed once and freed.
     async fn offload(&self, ctx: &CallContext, raw: String) -> Result<Offloaded, OffloadError>;
+
+    /// The most characters a final result may have (the clamp's limit), which the contract's
+    /// additions must respect too (see [`crate::fit`]); `None`: no limit.
+    fn observation_limit(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// Turns stored artifacts into signed download links (issue 5). Without one, `resource_link`
@@ -153,6 +159,18 @@ impl Rewriter {
                     tracing::warn!(target: "stowage::call", upstream = %ctx.upstream, tool = %ctx.tool, check = check.as_str(),
                         "the rewritten structuredContent did not match the tool's outputSchema");
                 }
+                // The clamp ran before the contract added its lines, links and assets: the
+                // limit is held for what is finally sent.
+                let fitted = match self.offloader_for(&ctx.upstream).observation_limit() {
+                    Some(limit) if artifacts > 0 => {
+                        // Room for the summary `_meta` added below: a draft of it, measured,
+                        // and a little for its keys that depend on what happens next.
+                        let draft = summary(&report, report.bytes_out, report.tokens_out, artifacts, 0.0);
+                        let room = serde_json::to_string(&draft).map_or(400, |d| d.len()) + TRANSFORM_META_KEY.len() + 80;
+                        crate::fit::fit_to_limit(&mut value, limit.saturating_sub(room))
+                    }
+                    _ => false,
+                };
                 let out = serde_json::to_string(&value).unwrap_or_default();
                 let bytes_out = out.len() as u64;
                 // What the contract added (a line and a link per artifact) is counted exactly
@@ -173,6 +191,9 @@ impl Rewriter {
                 let mut stats = summary(&report, bytes_out, tokens_out, artifacts, ms);
                 if let Some(c) = check.meta() {
                     stats["outputSchema"] = json!(c);
+                }
+                if fitted {
+                    stats["fitted"] = json!(true);
                 }
                 set_meta(&mut value, TRANSFORM_META_KEY, stats);
                 let tokens_in = report.tokens_in;
