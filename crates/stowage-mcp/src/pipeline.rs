@@ -32,11 +32,12 @@ impl PipelineOffloader {
         PipelineOffloader { pipeline }
     }
 
-    async fn transform(&self, ctx: &CallContext, raw: String) -> Result<TransformOutput, OffloadError> {
+    async fn transform(&self, ctx: &CallContext, raw: String, withhold: bool) -> Result<TransformOutput, OffloadError> {
         let failed = |e: TransformError| OffloadError { code: e.code(), message: e.to_string() };
         if raw.len() < OFF_RUNTIME_BYTES {
             let mut input = TransformInput::new(&ctx.tool, &ctx.scope);
             input.output_schema = ctx.output_schema.as_deref().map(OutputSchema::schema);
+            input.withhold_on_store_failure = withhold;
             return self.pipeline.transform_json_text(&input, raw).await.map_err(failed);
         }
         // The pool thread drives the pipeline's own awaits (store writes) with the runtime's
@@ -49,6 +50,7 @@ impl PipelineOffloader {
         crate::cpu_pool::run(move || {
             let mut input = TransformInput::new(&tool, &scope);
             input.output_schema = schema.as_deref().map(OutputSchema::schema);
+            input.withhold_on_store_failure = withhold;
             handle.block_on(pipeline.transform_json_text(&input, raw))
         })
         .await
@@ -64,7 +66,17 @@ impl Offloader for PipelineOffloader {
     }
 
     async fn offload(&self, ctx: &CallContext, raw: String) -> Result<Offloaded, OffloadError> {
-        let out = self.transform(ctx, raw).await?;
+        self.offload_with(ctx, raw, false).await
+    }
+
+    async fn offload_tool_result(&self, ctx: &CallContext, raw: String) -> Result<Offloaded, OffloadError> {
+        self.offload_with(ctx, raw, true).await
+    }
+}
+
+impl PipelineOffloader {
+    async fn offload_with(&self, ctx: &CallContext, raw: String, withhold: bool) -> Result<Offloaded, OffloadError> {
+        let out = self.transform(ctx, raw, withhold).await?;
         let items = out
             .report
             .artifacts

@@ -91,6 +91,13 @@ pub trait Offloader: Send + Sync {
     /// `raw` is the result's JSON text, handed over so a large one is parsed once and freed.
     async fn offload(&self, ctx: &CallContext, raw: String) -> Result<Offloaded, OffloadError>;
 
+    /// A tool result: like [`Offloader::offload`], except that a value the store cannot take
+    /// is withheld with a note rather than failing the call (the store-full mode: the model
+    /// still gets the rest of the result). Offloaders without that mode offload as usual.
+    async fn offload_tool_result(&self, ctx: &CallContext, raw: String) -> Result<Offloaded, OffloadError> {
+        self.offload(ctx, raw).await
+    }
+
     /// The most characters a final result may have (the clamp's limit), which the contract's
     /// additions must respect too (see [`crate::fit`]); `None`: no limit.
     fn observation_limit(&self) -> Option<usize> {
@@ -142,7 +149,7 @@ impl Rewriter {
     pub async fn rewrite(&self, ctx: &CallContext, raw: String) -> Rewritten {
         let started = std::time::Instant::now();
         let raw_len = raw.len() as u64;
-        match self.offloader_for(&ctx.upstream).offload(ctx, raw).await {
+        match self.offloader_for(&ctx.upstream).offload_tool_result(ctx, raw).await {
             Ok(off) => {
                 let report = off.report.clone();
                 let artifacts = unique_assets(&off.items);
@@ -500,7 +507,10 @@ fn note_partial_fallbacks(value: &mut Value, report: &TransformReport) {
         if !w.message.starts_with("cannot store") {
             continue;
         }
-        let line = json!({"type": "text", "text": format!("Only part of {p} is shown: {}", w.message)});
+        // What happened, without the store's own error, which may name server paths (the log
+        // and the event bus have it whole).
+        let what = w.message.split_once(": ").map_or(w.message.as_str(), |(head, _)| head);
+        let line = json!({"type": "text", "text": format!("Only part of {p} is shown: {what}")});
         if let Some(content) = value.get_mut("content").and_then(Value::as_array_mut) {
             content.push(line);
         }

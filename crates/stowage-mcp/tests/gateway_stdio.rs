@@ -132,15 +132,26 @@ async fn a_big_list_stays_a_list_that_validates_with_one_line_and_one_artifact()
 }
 
 #[tokio::test]
-async fn store_failure_is_an_error_result_never_base64() {
-    let sink = Arc::new(MemSink { fail: true, ..Default::default() });
-    let c = one_fixture(sink).await;
+async fn a_full_store_withholds_what_it_cannot_take_and_the_rest_reaches_the_client() {
+    let sink = Arc::new(MemSink { fail: true.into(), ..Default::default() });
+    let c = one_fixture(sink.clone()).await;
     let r = c.call("get_view_pdf", json!({})).await;
     let result = &r["result"];
-    assert_eq!(result["isError"], true);
-    assert_eq!(result["structuredContent"]["error"]["code"], "artifact_storage_failed");
-    assert!(texts(result)[0].starts_with("artifact_storage_failed: "));
-    assert!(r.to_string().len() < 1024, "no inline base64 fallback");
+    assert_ne!(result["isError"], true, "{r}");
+    let text = texts(result).join("\n");
+    assert!(
+        text.contains("[withheld: application/pdf binary") && text.contains("not stored: the artifact store cannot take it now"),
+        "{text}"
+    );
+    // No server path, no base64, no link to bytes that were never kept.
+    assert!(!r.to_string().contains("/nonexistent"), "the store's own message names a server path: {r}");
+    assert!(!r.to_string().contains("JVBERi0"), "no inline base64 fallback");
+    assert!(r.to_string().len() < 2048, "{}", r.to_string().len());
+    assert!(!r.to_string().contains("artifact://"), "nothing was stored, so nothing is referenced: {r}");
+    // As soon as the store takes bytes again, calls store them.
+    sink.fail.store(false, std::sync::atomic::Ordering::SeqCst);
+    let r = c.call("get_view_pdf", json!({})).await;
+    assert!(r.to_string().contains("artifact://"), "{r}");
 }
 
 #[tokio::test]

@@ -106,7 +106,7 @@ async fn a_blob_that_is_not_base64_a_full_store_and_a_missing_resource_are_clear
     let r = c.request("resources/read", json!({"uri": "fx://docs/nothing"})).await;
     assert_eq!(r["error"]["code"], -32002, "{r}");
 
-    let full = Arc::new(MemSink { fail: true, ..Default::default() });
+    let full = Arc::new(MemSink { fail: true.into(), ..Default::default() });
     let c = client(full).await;
     let r = c.request("resources/read", json!({"uri": "fx://docs/report.pdf"})).await;
     let msg = r["error"]["message"].as_str().unwrap_or_else(|| panic!("an error: {r}"));

@@ -78,12 +78,13 @@ async fn an_upstreams_own_mismatch_is_relayed_as_it_came() {
 async fn a_store_that_refuses_leaves_a_valid_prefix_and_says_so() {
     let schema = json!({"type": "object", "properties": {"result": {"type": "array"}}, "required": ["result"]});
     let rows: Vec<Value> = (0..2000).map(|i| json!({"id": i, "name": format!("row {i}")})).collect();
-    let sink = Arc::new(MemSink { fail: true, ..Default::default() });
+    let sink = Arc::new(MemSink { fail: true.into(), ..Default::default() });
     let v = rewrite_into(sink, &schema, with_twin(json!({"result": rows}))).await;
     assert_matches_output_schema(&schema, &v);
     assert!(v["structuredContent"]["result"].as_array().is_some_and(|r| !r.is_empty() && r.len() < 2000));
     let lines: Vec<&str> = v["content"].as_array().unwrap().iter().filter_map(|b| b["text"].as_str()).collect();
     assert!(lines.iter().any(|l| l.starts_with("Only part of /structuredContent/result is shown: cannot store")), "{lines:?}");
+    assert!(!v.to_string().contains("/nonexistent"), "the store's message names a server path: {v}");
 }
 
 /// Links as `stowage serve` mints them: about 250 characters each.

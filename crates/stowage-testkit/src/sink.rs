@@ -13,14 +13,14 @@ use stowage_core::{ArtifactId, ArtifactRef, ArtifactSink, PutOptions, StoreError
 #[derive(Default)]
 pub struct MemSink {
     pub items: Mutex<HashMap<String, (Bytes, PutOptions)>>,
-    /// Every put fails like a full disk.
-    pub fail: bool,
+    /// Every put fails like a full disk (until it is set back: the disk got room again).
+    pub fail: std::sync::atomic::AtomicBool,
 }
 
 #[async_trait]
 impl ArtifactSink for MemSink {
     async fn put_bytes(&self, data: Bytes, opts: PutOptions) -> Result<ArtifactRef, StoreError> {
-        if self.fail {
+        if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(StoreError::backend("write blob", "/nonexistent", std::io::Error::other("disk full")));
         }
         let sha = hex::encode(Sha256::digest(&data));

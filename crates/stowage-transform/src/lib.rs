@@ -46,4 +46,4 @@ pub use error::TransformError;
 pub use layers::custom::{BoxError, CustomContext, CustomOutcome, CustomTransformer};
 pub use layers::hook::CommandHook;
 pub use pipeline::{Pipeline, TransformInput, TransformOutput};
-pub use report::{ArtifactRecord, Layer, LinkRecord, Partial, TransformReport, Warning};
+pub use report::{ArtifactRecord, Layer, LinkRecord, Partial, TransformReport, Warning, Withheld};

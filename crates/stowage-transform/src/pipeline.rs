@@ -39,11 +39,16 @@ pub struct TransformInput<'a> {
     pub output_schema: Option<&'a Value>,
     /// Artifact id namespace; default: the tool name.
     pub namespace: Option<&'a str>,
+    /// When the store cannot take a value that must not stay inline (a binary, a marked
+    /// field), replace it with a line naming what it was and why, and go on, instead of
+    /// failing the whole run. Off by default (`stowage transform` fails); the gateway turns it
+    /// on for tool results, so a full store never costs the model the rest of the result.
+    pub withhold_on_store_failure: bool,
 }
 
 impl<'a> TransformInput<'a> {
     pub fn new(tool_name: &'a str, scope: &'a ArtifactScope) -> Self {
-        TransformInput { tool_name, scope, output_schema: None, namespace: None }
+        TransformInput { tool_name, scope, output_schema: None, namespace: None, withhold_on_store_failure: false }
     }
 
     pub fn with_output_schema(mut self, schema: &'a Value) -> Self {
@@ -174,7 +179,7 @@ impl Pipeline {
         if !ns.is_empty() {
             opts.namespace = Some(ns.to_owned());
         }
-        let store = StoreCtx { sink: self.sink.as_ref(), opts: &opts, tool: input.tool_name };
+        let store = StoreCtx { sink: self.sink.as_ref(), opts: &opts, tool: input.tool_name, withhold: input.withhold_on_store_failure };
         // Binaries decoded by L4 and L3 are hashed on a second core while they are decoded
         // when the sink would otherwise hash them itself, on this one, afterwards.
         let hash = self.sink.prefers_sha256();

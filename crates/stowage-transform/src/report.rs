@@ -100,6 +100,23 @@ pub struct TransformReport {
     pub warnings: Vec<Warning>,
     /// Whether the final observation clamp changed the result.
     pub clamped: bool,
+    /// Values the store could not take, withheld from the result (only with
+    /// [`crate::TransformInput::withhold_on_store_failure`]; otherwise such a failure fails
+    /// the run).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub withheld: Vec<Withheld>,
+}
+
+/// One value withheld because the store could not take it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Withheld {
+    /// RFC 6901 pointer into the original result.
+    pub pointer: String,
+    /// What it was (`image/png binary`, `text`, …).
+    pub what: String,
+    pub size_bytes: u64,
+    /// The line the result carries in its place.
+    pub reason: String,
 }
 
 impl TransformReport {

@@ -261,6 +261,9 @@ pub(crate) struct StoreCtx<'a> {
     pub sink: &'a dyn ArtifactSink,
     pub opts: &'a PutOptions,
     pub tool: &'a str,
+    /// A value the store refuses is withheld (replaced by a note) instead of failing the run
+    /// ([`crate::TransformInput::withhold_on_store_failure`]).
+    pub withhold: bool,
 }
 
 impl StoreCtx<'_> {
@@ -291,6 +294,18 @@ impl StoreCtx<'_> {
     }
 }
 
+/// The line a withheld value becomes: what it was, how big, and why, in words that name no
+/// server path (a backend's own message may: it goes to the log and the event bus only).
+fn withheld_note(what: &str, size: usize, e: &stowage_core::StoreError) -> String {
+    use stowage_core::StoreError;
+    let why = match e {
+        // These name a limit and how to change it, nothing of the server.
+        StoreError::TooLarge { .. } | StoreError::QuotaExceeded { .. } => e.to_string(),
+        _ => "the artifact store cannot take it now (full or unavailable); call the tool again later".to_owned(),
+    };
+    format!("[withheld: {what}, {} — not stored: {why}]", stowage_core::human_size(size as u64))
+}
+
 /// Stores every offload and writes its stub; returns how many were stored.
 pub(crate) async fn commit(
     docs: &mut Docs,
@@ -302,11 +317,44 @@ pub(crate) async fn commit(
     let mut stored = 0;
     for (seq, off) in offloads.into_iter().enumerate() {
         let pointer = docs.report_pointer(off.doc, &off.ptr);
+        let payload_len = off.payload.len();
         let result = store.put(off.payload, off.mime.clone(), off.filename.clone(), off.layer, &pointer, off.source).await;
         let r = match result {
             Ok(r) => r,
-            Err(source) if off.fatal => {
+            Err(source) if off.fatal && !store.withhold => {
                 return Err(TransformError::ArtifactStorageFailed { what: off.what, pointer, source });
+            }
+            Err(e) if off.fatal => {
+                // The store cannot take it (full, over quota, down): the rest of the result
+                // still reaches the model, and this value is named, never kept inline.
+                let note = withheld_note(&off.what, payload_len, &e);
+                report.warn(off.layer, Some(pointer.clone()), format!("cannot store {} ({}), withheld: {e}", off.what, e.code()));
+                report.withheld.push(crate::report::Withheld {
+                    pointer,
+                    what: off.what.clone(),
+                    size_bytes: payload_len as u64,
+                    reason: note.clone(),
+                });
+                let replacement = match off.render {
+                    Render::Link | Render::Blocks => stub::text_block(note),
+                    Render::BlobToText => {
+                        let mut entry = docs.docs[off.doc].value.pointer(&off.ptr).cloned().unwrap_or_else(|| Value::Object(Map::new()));
+                        if let Value::Object(m) = &mut entry {
+                            m.remove("blob");
+                            m.insert("text".into(), Value::String(note));
+                        }
+                        entry
+                    }
+                    // A typed prefix is already in place of the value: it stays, as a preview.
+                    Render::Typed { value, .. } => value,
+                    Render::TextPreview { preview } => Value::String(format!("{preview}… [{note}]")),
+                    _ => Value::String(note),
+                };
+                if let Some(slot) = docs.docs[off.doc].value.pointer_mut(&off.ptr) {
+                    *slot = replacement;
+                }
+                docs.docs[off.doc].changed = true;
+                continue;
             }
             Err(e) => {
                 report.warn(off.layer, Some(pointer), format!("cannot store {} ({}), kept a truncated copy: {e}", off.what, e.code()));

@@ -960,3 +960,37 @@ fn escaped_placeholder_beside_a_long_string_passes() {
         assert!(serde_json::to_string(&want.value).unwrap().contains("stowage-lifted:0"));
     }
 }
+
+#[test]
+fn a_full_store_withholds_values_and_keeps_the_rest_when_asked() {
+    let pdf = fake_pdf(50_000);
+    let png = corpus("sample.png");
+    let result = json!({"content": [
+        {"type": "text", "text": "Here is the quarter's report and its chart."},
+        {"type": "image", "data": b64(&png), "mimeType": "image/png"},
+        {"type": "resource", "resource": {"uri": "file:///report.pdf", "mimeType": "application/pdf", "blob": b64(&pdf)}},
+    ]});
+    let scope = stowage_core::ArtifactScope::session("s1");
+    let mut input = TransformInput::new("t", &scope);
+    input.withhold_on_store_failure = true;
+    let pipeline = Pipeline::new(TransformConfig::default(), Arc::new(FailingSink));
+    let out = block_on(pipeline.transform(&input, result)).expect("withheld, not failed");
+    let text = out.value.to_string();
+    // The tool's own text reaches the model; each withheld value is named with its size and
+    // why, and none of its bytes stay.
+    assert_eq!(out.value["content"][0]["text"], "Here is the quarter's report and its chart.");
+    assert_eq!(out.report.withheld.len(), 2, "{:?}", out.report.withheld);
+    assert!(text.contains("[withheld: image/png content block, 2.3 KB — not stored: the artifact store cannot take it now"), "{text}");
+    assert!(text.contains("[withheld: application/pdf"), "{text}");
+    assert!(!text.contains(&b64(&png)[..100]) && !text.contains(&b64(&pdf)[..100]), "no base64 stays");
+    assert!(out.report.warnings.iter().all(|w| w.message.starts_with("cannot store")));
+    assert!(out.report.artifacts.is_empty());
+    // A quota that refuses names its limit, which the user can change.
+    let mut input = TransformInput::new("t", &scope);
+    input.withhold_on_store_failure = true;
+    let pipeline = Pipeline::new(TransformConfig::default(), MemorySink::with_limit(1));
+    let two = json!({"a": b64(&pdf), "b": b64(&png)});
+    let out = block_on(pipeline.transform(&input, two)).unwrap();
+    assert_eq!((out.report.artifacts.len(), out.report.withheld.len()), (1, 1), "{:?}", out.report);
+    assert!(out.report.withheld[0].reason.contains("[withheld: "), "{:?}", out.report.withheld);
+}
