@@ -294,6 +294,16 @@ impl StoreCtx<'_> {
     }
 }
 
+/// A resource entry whose `blob` gives way to a `text` line about it.
+fn blob_as_text(entry: Option<&Value>, line: String) -> Value {
+    let mut entry = entry.cloned().unwrap_or_else(|| Value::Object(Map::new()));
+    if let Value::Object(m) = &mut entry {
+        m.remove("blob");
+        m.insert("text".into(), Value::String(line));
+    }
+    entry
+}
+
 /// The line a withheld value becomes: what it was, how big, and why, in words that name no
 /// server path (a backend's own message may: it goes to the log and the event bus only).
 fn withheld_note(what: &str, size: usize, e: &stowage_core::StoreError) -> String {
@@ -337,14 +347,7 @@ pub(crate) async fn commit(
                 });
                 let replacement = match off.render {
                     Render::Link | Render::Blocks => stub::text_block(note),
-                    Render::BlobToText => {
-                        let mut entry = docs.docs[off.doc].value.pointer(&off.ptr).cloned().unwrap_or_else(|| Value::Object(Map::new()));
-                        if let Value::Object(m) = &mut entry {
-                            m.remove("blob");
-                            m.insert("text".into(), Value::String(note));
-                        }
-                        entry
-                    }
+                    Render::BlobToText => blob_as_text(docs.docs[off.doc].value.pointer(&off.ptr), note),
                     // A typed prefix is already in place of the value: it stays, as a preview.
                     Render::Typed { value, .. } => value,
                     Render::TextPreview { preview } => Value::String(format!("{preview}… [{note}]")),
@@ -397,14 +400,7 @@ pub(crate) async fn commit(
                 block["description"] = Value::String(summary.clone());
                 block
             }
-            Render::BlobToText => {
-                let mut entry = docs.docs[off.doc].value.pointer(&off.ptr).cloned().unwrap_or_else(|| Value::Object(Map::new()));
-                if let Value::Object(m) = &mut entry {
-                    m.remove("blob");
-                    m.insert("text".into(), Value::String(line));
-                }
-                entry
-            }
+            Render::BlobToText => blob_as_text(docs.docs[off.doc].value.pointer(&off.ptr), line),
             Render::Blocks => {
                 if let Some((array_ptr, index)) = split_last(&off.ptr).and_then(|(a, i)| Some((a.to_owned(), i.parse::<usize>().ok()?)))
                     && !r.is_truncated()
