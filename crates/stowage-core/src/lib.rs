@@ -44,9 +44,30 @@ pub fn human_size(bytes: u64) -> String {
     format!("{value:.1} {}", UNITS[unit])
 }
 
+/// The longest prefix of `s` of at most `max` bytes that ends on a character boundary: how
+/// text is cut to a byte budget without splitting a character.
+pub fn cut_at_char(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 #[cfg(test)]
 mod tests {
-    use super::human_size;
+    use super::{cut_at_char, human_size};
+
+    #[test]
+    fn cuts_on_char_boundaries() {
+        assert_eq!(cut_at_char("héllo", 2), "h");
+        assert_eq!(cut_at_char("héllo", 3), "hé");
+        assert_eq!(cut_at_char("abc", 10), "abc");
+        assert_eq!(cut_at_char("日本", 4), "日");
+    }
 
     #[test]
     fn human_sizes() {

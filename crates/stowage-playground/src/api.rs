@@ -245,7 +245,7 @@ pub(crate) async fn call(State(api): State<Api>, identity: Option<Extension<Iden
     let result_text = serde_json::to_string(&outcome.result).unwrap_or_default();
     let original = report.original.map(|text| {
         let text: Arc<str> = text.into();
-        let shown = cut(&text, ORIGINAL_SHOWN_BYTES);
+        let shown = stowage_core::cut_at_char(&text, ORIGINAL_SHOWN_BYTES);
         let truncated = shown.len() < text.len();
         let value = json!({
             "text": shown,
@@ -304,18 +304,6 @@ fn layer_name(layer: &impl serde::Serialize) -> String {
     serde_json::to_value(layer).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_else(|| "transform".into())
 }
 
-/// The longest prefix of `text` within `max` bytes that ends on a character boundary.
-fn cut(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
-
 pub(crate) async fn original(State(api): State<Api>, identity: Option<Extension<Identity>>, Path(call): Path<u64>) -> Response {
     let Some(text) = api.originals.lock().get(call, &caller(identity)) else {
         return ApiError::new(
@@ -338,13 +326,6 @@ pub(crate) async fn original(State(api): State<Api>, identity: Option<Extension<
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cuts_on_character_boundaries() {
-        assert_eq!(cut("héllo", 2), "h");
-        assert_eq!(cut("héllo", 3), "hé");
-        assert_eq!(cut("abc", 10), "abc");
-    }
 
     #[test]
     fn originals_are_bounded_and_kept_per_caller() {

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::{Value, json};
-use stowage_core::{ArtifactId, ArtifactRef, ArtifactScope, human_size};
+use stowage_core::{ArtifactId, ArtifactRef, ArtifactScope, cut_at_char, human_size};
 use stowage_http::{ApiError, LinkService};
 use stowage_store::{Access, ArtifactStore};
 
@@ -202,18 +202,6 @@ fn as_str(bytes: &Bytes) -> &str {
     std::str::from_utf8(bytes).unwrap_or_default()
 }
 
-/// The longest prefix of `s` of at most `max` bytes that ends on a character boundary.
-fn cut_at_char(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,14 +220,6 @@ mod tests {
         for m in ["text/plain; charset=utf-8", "application/json", "image/svg+xml", "application/octet-stream", "text/csv"] {
             assert!(!is_binary_type(m), "{m}");
         }
-    }
-
-    #[test]
-    fn cuts_on_char_boundaries() {
-        assert_eq!(cut_at_char("héllo", 2), "h");
-        assert_eq!(cut_at_char("héllo", 3), "hé");
-        assert_eq!(cut_at_char("abc", 10), "abc");
-        assert_eq!(cut_at_char("日本", 4), "日");
     }
 
     #[test]
