@@ -51,6 +51,30 @@ pub struct TransformConfig {
     pub hook: HookConfig,
     /// Token counting for the report.
     pub tokens: TokensConfig,
+    /// The downscaled preview an offloaded image keeps in the result, for hosts whose
+    /// profile shows images (the gateway makes it; see `stowage_mcp::hosts`).
+    pub image_preview: ImagePreviewConfig,
+}
+
+/// `[transform.image_preview]`: an offloaded image keeps a small copy beside its reference,
+/// so a vision model is not left blind. Made only for hosts whose profile asks for it
+/// (`[[hosts]] image_preview`), within that profile's image budget.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ImagePreviewConfig {
+    /// `false`: no previews for any host. Default `true`.
+    pub enabled: bool,
+    /// The preview's longest edge in pixels (a profile's smaller `max_image_edge` wins).
+    /// Default 768.
+    pub max_edge: u32,
+    /// The most bytes of one preview (encoded, before base64). Default 98304 (96 KiB).
+    pub max_bytes: usize,
+}
+
+impl Default for ImagePreviewConfig {
+    fn default() -> Self {
+        ImagePreviewConfig { enabled: true, max_edge: 768, max_bytes: 96 * 1024 }
+    }
 }
 
 impl Default for TransformConfig {
@@ -68,6 +92,7 @@ impl Default for TransformConfig {
             clamp: ClampConfig::default(),
             hook: HookConfig::default(),
             tokens: TokensConfig::default(),
+            image_preview: ImagePreviewConfig::default(),
         }
     }
 }

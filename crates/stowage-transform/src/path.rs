@@ -76,6 +76,18 @@ impl FieldPath {
         Ok(FieldPath { segments })
     }
 
+    /// Whether the path reaches into a tool result's content blocks: `content`, then a block
+    /// (an index or `*`), then at least one key inside it (`content[*].resource.blob`).
+    pub fn reaches_into_content_blocks(&self) -> bool {
+        matches!(self.segments.first(), Some(Segment::Key(k)) if k == "content")
+            && self.segments.len() >= 3
+            && matches!(&self.segments[1], Segment::Any | Segment::Key(_))
+            && match &self.segments[1] {
+                Segment::Key(k) => k.parse::<usize>().is_ok(),
+                Segment::Any => true,
+            }
+    }
+
     /// Pointers of every existing value the path matches in `root`, in document order.
     pub fn resolve(&self, root: &Value) -> Vec<String> {
         let mut out = Vec::new();

@@ -102,6 +102,12 @@ impl Pipeline {
         self
     }
 
+    /// Where this pipeline stores artifacts (the gateway stores parts it moves out to fit a
+    /// host through it, under the same owner and quotas).
+    pub fn sink(&self) -> &Arc<dyn ArtifactSink> {
+        &self.sink
+    }
+
     pub fn config(&self) -> &TransformConfig {
         &self.config
     }

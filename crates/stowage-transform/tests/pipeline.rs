@@ -140,6 +140,37 @@ fn a_rule_also_matches_under_fastmcps_result_wrapper() {
 }
 
 #[test]
+fn a_rule_reaches_a_payload_inside_a_content_block() {
+    let pdf = corpus("sample.pdf");
+    let mut config = TransformConfig::default();
+    config.tool_fields.rules = vec![FieldRule {
+        tool: "export".into(),
+        path: "content[*].resource.blob".into(),
+        content_type: Some("pdf".into()),
+        mime_type: None,
+        filename: Some("report.pdf".into()),
+        summary: Some("The exported report ({size_human}), stored as {uri}".into()),
+    }];
+    // An embedded resource's blob: the rule names it, the declared mimeType beside it types
+    // it, and the whole block gives way to the line and link (no base64 left, no half-emptied
+    // block).
+    let result = json!({"content": [
+        {"type": "text", "text": "Exported."},
+        {"type": "resource", "resource": {"uri": "file:///tmp/report.pdf", "mimeType": "application/pdf", "blob": b64(&pdf)}},
+    ]});
+    let r = run_with(config, "export", result);
+    assert_eq!(r.pointers(), ["/content/1"]);
+    assert_eq!(r.mimes(), ["application/pdf"]);
+    assert_eq!(r.out.report.artifacts[0].layer, Layer::FieldRule);
+    assert_eq!(r.out.report.artifacts[0].filename.as_deref(), Some("report.pdf"));
+    let text = r.value().to_string();
+    assert!(text.contains("The exported report ("), "{text}");
+    assert!(!text.contains(&b64(&pdf)[..64]), "no base64 left");
+    assert!(r.value()["content"].as_array().unwrap().iter().all(|b| b["type"] != "resource"), "{text}");
+    r.check_hashes();
+}
+
+#[test]
 fn rule_on_non_base64_warns_and_l0_still_applies() {
     let mut config = TransformConfig::default();
     config.tool_fields.rules =

@@ -110,17 +110,39 @@ pub(crate) fn collect(docs: &mut Docs, config: &TransformConfig, tool: &str, rep
                 continue;
             }
         };
+        let mut matched = false;
         for (doc, root_ptr) in &roots {
             let Some(root) = docs.docs[*doc].value.pointer(root_ptr) else { continue };
             for rel in resolve_with_result_fallback(&path, root) {
+                matched = true;
                 let ptr = format!("{root_ptr}{rel}");
                 if let Some(off) = offload(docs, *doc, &ptr, rule, report, hash) {
                     out.push(off);
                 }
             }
         }
+        // `content[*].resource.blob`: a payload inside a content block of the result itself
+        // (an embedded resource's blob). The whole block gives way to the artifact's line and
+        // link, as a typed block's would, so no half-emptied block is left behind.
+        if !matched && path.reaches_into_content_blocks() && crate::layers::is_call_tool_result(&docs.docs[0].value) {
+            for ptr in path.resolve(&docs.docs[0].value) {
+                let Some(block) = content_block_pointer(&ptr) else { continue };
+                if let Some(mut off) = offload(docs, 0, &ptr, rule, report, hash) {
+                    off.ptr = block;
+                    off.render = Render::Blocks;
+                    out.push(off);
+                }
+            }
+        }
     }
     out
+}
+
+/// `/content/3` for a pointer inside block 3 of a result's content.
+fn content_block_pointer(ptr: &str) -> Option<String> {
+    let rest = ptr.strip_prefix("/content/")?;
+    let (index, inside) = rest.split_once('/')?;
+    (index.parse::<usize>().is_ok() && !inside.is_empty()).then(|| format!("/content/{index}"))
 }
 
 /// Where `path` points in `root`; when it matches nothing there, where it points under
@@ -145,6 +167,8 @@ fn offload(docs: &mut Docs, doc: usize, ptr: &str, rule: &FieldRule, report: &mu
     }
     let (parent_ptr, key) = split_last(ptr)?;
     let parent = docs.docs[doc].value.pointer(parent_ptr).and_then(Value::as_object);
+    // An embedded resource (or any holder) that declares its type beside the value.
+    let sibling_mime = parent.and_then(|p| p.get("mimeType")).and_then(Value::as_str).filter(|m| !m.is_empty()).map(str::to_owned);
     let mut vars = TemplateVars::from_siblings(parent, Some(&key));
     let textual = matches!(rule.content_type.as_deref(), Some("text" | "json" | "csv" | "markdown" | "html"));
     let probed = match value {
@@ -166,6 +190,7 @@ fn offload(docs: &mut Docs, doc: usize, ptr: &str, rule: &FieldRule, report: &mu
                         .mime_type
                         .clone()
                         .or(p.declared_mime.clone())
+                        .or(sibling_mime)
                         .or(sniffed.map(str::to_owned))
                         .unwrap_or_else(|| "application/octet-stream".to_owned());
                     let ext = if ext.is_empty() { rule.content_type.clone().unwrap_or_default() } else { ext.to_owned() };
