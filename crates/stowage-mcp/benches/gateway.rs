@@ -32,12 +32,17 @@ struct Peer {
 
 impl Peer {
     fn spawn(cmd: &mut Command) -> Peer {
+        Peer::spawn_as(cmd, "bench")
+    }
+
+    /// A peer that introduces itself as `client` (its `clientInfo.name`: the host profile).
+    fn spawn_as(cmd: &mut Command, client: &str) -> Peer {
         let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("spawn");
         let stdin = child.stdin.take().unwrap();
         let stdout = BufReader::with_capacity(1 << 20, child.stdout.take().unwrap());
         let mut p = Peer { child, stdin: Some(stdin), stdout, next: 1 };
-        let init = r#"{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}"#;
-        p.call("initialize", init);
+        let init = format!(r#"{{"protocolVersion":"2025-06-18","capabilities":{{}},"clientInfo":{{"name":"{client}","version":"0"}}}}"#);
+        p.call("initialize", &init);
         writeln!(p.stdin.as_mut().unwrap(), r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#).unwrap();
         p
     }
@@ -162,6 +167,10 @@ fn main() {
         contention(&stowage, fixture, no_links);
         return;
     }
+    if std::env::var_os("BENCH_HOSTS").is_some() {
+        hosts(&stowage, fixture, no_links);
+        return;
+    }
     let only_big = std::env::var_os("BENCH_ONLY_BIG").is_some();
     let n: usize = std::env::var("BENCH_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
     let store = tempfile::tempdir().unwrap();
@@ -245,6 +254,36 @@ fn main() {
 }
 
 /// `_meta["io.stowage/transform"].ms` of a gateway answer.
+/// `BENCH_HOSTS=1`: what fitting a result to its host adds to a small pass-through call. Two
+/// gateways of the same build, one whose client is unknown (the default profile: nothing
+/// fitted, today's path) and one whose client is `claude-code` (measured against a 10k-token
+/// budget on every call); rounds alternate between them so load drifts hit both alike.
+fn hosts(stowage: &std::path::Path, fixture: &std::path::Path, no_links: &[&str]) {
+    let n: usize = std::env::var("BENCH_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
+    let store = tempfile::tempdir().unwrap();
+    let gateway = || {
+        let mut c = Command::new(stowage);
+        c.arg("serve").arg("--stdio").args(no_links).arg("--store").arg(store.path()).arg("--").arg(fixture);
+        c.env("STOWAGE_LOG", "error");
+        c
+    };
+    let mut default = Peer::spawn_as(&mut gateway(), "bench");
+    let mut fitted = Peer::spawn_as(&mut gateway(), "claude-code");
+    let (mut d, mut f) = (Vec::new(), Vec::new());
+    let rounds = 10;
+    for _ in 0..rounds {
+        d.extend(latency(&mut default, n / rounds));
+        f.extend(latency(&mut fitted, n / rounds));
+    }
+    d.sort();
+    f.sort();
+    let (d50, d99, f50, f99) = (percentile(&d, 0.5), percentile(&d, 0.99), percentile(&f, 0.5), percentile(&f, 0.99));
+    println!("host fitting benchmark: {n} small calls per profile, {rounds} alternating rounds");
+    println!("default profile (unknown client): p50 {:8.1} us  p99 {:8.1} us", us(d50), us(d99));
+    println!("claude-code profile (fitted):     p50 {:8.1} us  p99 {:8.1} us", us(f50), us(f99));
+    println!("added by host fitting:            p50 {:8.1} us  p99 {:8.1} us", us(f50) - us(d50), us(f99) - us(d99));
+}
+
 fn transform_ms(line: &str) -> f64 {
     let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
     v.pointer("/result/_meta/io.stowage~1transform/ms").and_then(serde_json::Value::as_f64).unwrap_or(f64::NAN)

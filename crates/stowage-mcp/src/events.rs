@@ -81,6 +81,8 @@ pub enum GatewayEvent {
         owner: EventOwner,
         tool: String,
         upstream: String,
+        /// The host profile the result was shaped for (`default` for unknown clients).
+        host: String,
         #[serde(serialize_with = "millis")]
         latency: Duration,
         outcome: CallOutcome,

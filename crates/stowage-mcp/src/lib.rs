@@ -31,6 +31,7 @@ pub mod events;
 mod fit;
 mod framing;
 mod gateway;
+pub mod hosts;
 mod inputs;
 mod jsonrpc;
 mod local_tools;

@@ -2,7 +2,7 @@
 //! the gateway's numbers come from its event bus (every published event is [`record`]ed), so
 //! what is counted is exactly what is published.
 //!
-//! From events: `stowage_tool_calls_total{upstream,outcome}`,
+//! From events: `stowage_tool_calls_total{upstream,outcome,host}` (`host`: the host profile),
 //! `stowage_tool_call_seconds{upstream}`, `stowage_tool_bytes_in_total`,
 //! `stowage_tool_bytes_out_total`, `stowage_tokens_saved_total{upstream,tool}` (per call, o200k
 //! tokens of the upstream's result minus those of the result the client got, without the
@@ -39,10 +39,21 @@ pub fn render() -> String {
 pub(crate) fn record(e: &GatewayEvent) {
     match e {
         GatewayEvent::ToolCallFinished {
-            upstream, tool, latency, outcome, bytes_in, bytes_out, tokens_in, tokens_out, artifacts, ..
+            upstream,
+            host,
+            tool,
+            latency,
+            outcome,
+            bytes_in,
+            bytes_out,
+            tokens_in,
+            tokens_out,
+            artifacts,
+            ..
         } => {
             let up = upstream.clone();
-            metrics::counter!("stowage_tool_calls_total", "upstream" => up.clone(), "outcome" => outcome.as_str()).increment(1);
+            metrics::counter!("stowage_tool_calls_total", "upstream" => up.clone(), "outcome" => outcome.as_str(), "host" => host.clone())
+                .increment(1);
             metrics::histogram!("stowage_tool_call_seconds", "upstream" => up.clone()).record(latency.as_secs_f64());
             metrics::counter!("stowage_tool_bytes_in_total", "upstream" => up.clone()).increment(*bytes_in);
             metrics::counter!("stowage_tool_bytes_out_total", "upstream" => up.clone()).increment(*bytes_out);

@@ -72,6 +72,21 @@ impl Offloader for PipelineOffloader {
     async fn offload_tool_result(&self, ctx: &CallContext, raw: String) -> Result<Offloaded, OffloadError> {
         self.offload_with(ctx, raw, true).await
     }
+
+    async fn store(&self, ctx: &CallContext, data: Bytes, mime: &str) -> Result<ArtifactRef, OffloadError> {
+        let opts = PutOptions::scoped(ctx.scope.clone()).mime(mime).namespace(ctx.tool.clone());
+        let r = self
+            .pipeline
+            .sink()
+            .put_bytes(data, opts)
+            .await
+            .map_err(|e| OffloadError { code: "artifact_storage_failed", message: e.to_string() })?;
+        if r.is_truncated() {
+            // The noop store keeps nothing: a reference to it would point at nothing.
+            return Err(OffloadError { code: "artifact_not_kept", message: "the store keeps nothing (store.backend = \"noop\")".into() });
+        }
+        Ok(r)
+    }
 }
 
 impl PipelineOffloader {

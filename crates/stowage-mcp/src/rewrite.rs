@@ -98,6 +98,13 @@ pub trait Offloader: Send + Sync {
         self.offload(ctx, raw).await
     }
 
+    /// Stores `data` as an artifact of the call's owner (a part of a result moved out to fit
+    /// the host, see [`crate::hosts::fit`]). Offloaders without a store refuse.
+    async fn store(&self, ctx: &CallContext, data: bytes::Bytes, mime: &str) -> Result<ArtifactRef, OffloadError> {
+        let _ = (ctx, data, mime);
+        Err(OffloadError { code: "artifact_storage_failed", message: "this gateway has no store to move parts of a result to".into() })
+    }
+
     /// The most characters a final result may have (the clamp's limit), which the contract's
     /// additions must respect too (see [`crate::fit`]); `None`: no limit.
     fn observation_limit(&self) -> Option<usize> {
@@ -710,7 +717,13 @@ fn content_position(pointer: &str) -> Option<(usize, bool)> {
 
 /// Whether adding an `assets` property keeps structuredContent valid against `schema`.
 fn schema_accepts_assets(schema: &Value) -> bool {
-    if schema.pointer("/properties/assets").is_some() {
+    schema_accepts_key(schema, "assets")
+}
+
+/// Whether an object `schema` lets `key` be added: it declares it, or does not close the
+/// object.
+pub(crate) fn schema_accepts_key(schema: &Value, key: &str) -> bool {
+    if schema.get("properties").and_then(|p| p.get(key)).is_some() {
         return true;
     }
     !matches!(schema.get("additionalProperties"), Some(Value::Bool(false)))

@@ -63,6 +63,8 @@ pub struct RunOptions {
     /// MCP Apps: the viewer and its tools ([`crate::apps`]), for clients that declare the
     /// extension.
     pub apps: Option<Arc<crate::apps::Apps>>,
+    /// Host profiles ([`crate::hosts`]); `None`: the built-in ones.
+    pub hosts: Option<Arc<crate::hosts::Hosts>>,
 }
 
 /// Why the gateway could not run.
@@ -104,6 +106,9 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
     }
     if let Some(apps) = opts.apps {
         gw.set_apps(apps);
+    }
+    if let Some(hosts) = opts.hosts {
+        gw.set_hosts(hosts);
     }
     if let Some(f) = opts.on_gateway {
         f(&gw);

@@ -68,6 +68,9 @@ pub struct Session {
     next_id: AtomicU64,
     inflight: Mutex<HashMap<String, CancellationToken>>,
     pub subscriptions: Mutex<HashSet<String>>,
+    /// The client's `clientInfo.name` and the host profile it picked (see [`crate::hosts`]);
+    /// `None` until the client says who it is (in-process callers never do).
+    pub host: Mutex<Option<(String, Arc<crate::hosts::HostProfile>)>>,
     /// Resources this client's own upstream sessions listed, by URI: where to read them.
     pub resource_routes: Mutex<HashMap<String, usize>>,
     closed: CancellationToken,
@@ -101,6 +104,7 @@ impl Session {
             next_id: AtomicU64::new(1),
             inflight: Mutex::new(HashMap::new()),
             subscriptions: Mutex::new(HashSet::new()),
+            host: Mutex::new(None),
             resource_routes: Mutex::new(HashMap::new()),
             closed: CancellationToken::new(),
         }

@@ -40,6 +40,9 @@ pub struct Config {
     pub agent: stowage_agent::AgentConfig,
     #[serde(default)]
     pub apps: stowage_mcp::apps::AppsConfig,
+    /// `[[hosts]]` (or `[hosts] adapt`): host profiles, see `stowage_mcp::hosts`.
+    #[serde(default)]
+    pub hosts: stowage_mcp::hosts::HostsConfig,
     #[serde(default)]
     pub index: IndexConfig,
 }

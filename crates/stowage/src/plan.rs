@@ -17,6 +17,8 @@ use crate::wiring::StoreLocation;
 /// Everything `serve` decided before starting anything.
 pub struct Plan {
     pub mode: Mode,
+    /// `[[hosts]]` over the built-in host profiles, with `[transform.image_preview]`.
+    pub hosts: Arc<stowage_mcp::hosts::Hosts>,
     /// `[gateway]` with `--listen` applied.
     pub gateway: GatewayConfig,
     pub upstreams: Vec<UpstreamSpec>,
@@ -60,6 +62,7 @@ pub fn plan(config: &Config, store: &StoreLocation, args: &ServeArgs) -> anyhow:
     let env = |var: &str| std::env::var(var).ok();
     let found = stowage_mcp::config::collect_upstreams_reporting(&config.gateway, args.mcp_config.as_deref(), &args.command, &env)?;
     let auth = stowage_http::Authenticator::new(&config.auth)?;
+    let hosts = Arc::new(stowage_mcp::hosts::Hosts::new(&config.hosts, &config.transform.image_preview)?);
     // Links are checked whatever the mode: a bad [links] is a bad config, even on a run that
     // mints none.
     config.links.validate().map_err(anyhow::Error::msg)?;
@@ -99,6 +102,7 @@ pub fn plan(config: &Config, store: &StoreLocation, args: &ServeArgs) -> anyhow:
     };
     Ok(Plan {
         mode,
+        hosts,
         gateway,
         upstreams: found.specs,
         skipped: found.skipped,

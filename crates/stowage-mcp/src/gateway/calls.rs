@@ -76,6 +76,8 @@ struct FinishGuard<'a> {
     owner: EventOwner,
     tool: String,
     upstream: String,
+    /// The host profile the call was made under (a label on the call metrics).
+    host: String,
     started: Instant,
     armed: bool,
 }
@@ -108,6 +110,7 @@ impl FinishGuard<'_> {
             owner: self.owner.clone(),
             tool: self.tool.clone(),
             upstream: self.upstream.clone(),
+            host: self.host.clone(),
             latency: self.started.elapsed(),
             outcome,
             error,
@@ -204,7 +207,14 @@ impl Gateway {
         if local.handles(&name) {
             let started = Instant::now();
             let args = params.get("arguments").cloned().unwrap_or(json!({}));
-            let result = local.call(&name, &scope, &args).await.expect("handles() said it is a local tool");
+            let host = self.host_profile(session);
+            let hints = crate::local_tools::ReadHints {
+                max_image_edge: host.max_image_edge.unwrap_or(crate::local_tools::ReadHints::default().max_image_edge),
+                text_budget: host.max_text_bytes.map_or(crate::local_tools::READ_BUDGET_BYTES, |b| {
+                    b.saturating_sub(1_000).clamp(2_000, crate::local_tools::READ_BUDGET_BYTES)
+                }),
+            };
+            let result = local.call(&name, &scope, &args, hints).await.expect("handles() said it is a local tool");
             return Ok(answered_here(call, name, "stowage".into(), started, result));
         }
         // An upstream's own tool first; a generated resource tool only by a name none has.
@@ -217,12 +227,14 @@ impl Gateway {
         };
         let upstream = self.upstreams[tool.upstream].name().to_owned();
         self.events.publish(GatewayEvent::ToolCallStarted { call, owner: owner.clone(), tool: name.clone(), upstream: upstream.clone() });
+        let host = self.host_profile(session);
         let mut guard = FinishGuard {
             gw: self,
             call,
             owner: owner.clone(),
             tool: name.clone(),
             upstream: upstream.clone(),
+            host: host.name.clone(),
             started: Instant::now(),
             armed: true,
         };
@@ -268,7 +280,7 @@ impl Gateway {
         }
         let ctx = CallContext { tool: tool.original.clone(), upstream: upstream.clone(), scope, output_schema: tool.output_schema.clone() };
         let original = keep_original.then(|| raw.get().to_owned());
-        let (mut result, mut report) = self.rewrite_result(call, &owner, &name, &ctx, raw, &mut guard).await;
+        let (mut result, mut report) = self.rewrite_result(call, &owner, &name, &ctx, raw, &host, &mut guard).await;
         report.original = original;
         // After the rewrite, so the pipeline never sees (or offloads) what is injected.
         crate::chaining::inject(self.links.get(), &chain.slots, &mut result);
@@ -288,18 +300,21 @@ impl Gateway {
             tool: name.clone(),
             upstream: ctx.upstream.clone(),
         });
+        let host = self.host_profile(session);
         let mut guard = FinishGuard {
             gw: self,
             call,
             owner: owner.clone(),
             tool: name.clone(),
             upstream: ctx.upstream.clone(),
+            host: host.name.clone(),
             started: Instant::now(),
             armed: true,
         };
-        self.rewrite_result(call, &owner, &name, &ctx, raw, &mut guard).await.0
+        self.rewrite_result(call, &owner, &name, &ctx, raw, &host, &mut guard).await.0
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn rewrite_result(
         &self,
         call: u64,
@@ -307,6 +322,7 @@ impl Gateway {
         name: &str,
         ctx: &CallContext,
         raw: Raw,
+        host: &crate::hosts::HostProfile,
         guard: &mut FinishGuard<'_>,
     ) -> (Value, CallReport) {
         let upstream = &ctx.upstream;
@@ -333,7 +349,10 @@ impl Gateway {
             };
             return (result, report);
         }
-        let out = self.rewriter.rewrite(ctx, raw.into_string()).await;
+        let mut out = self.rewriter.rewrite(ctx, raw.into_string()).await;
+        if host.adapts() {
+            self.fit_for_host(host, ctx, &mut out).await;
+        }
         if let Some(report) = &out.report {
             for a in &report.artifacts {
                 self.events.publish(GatewayEvent::offloaded(call, owner.clone(), name, a));
@@ -394,6 +413,38 @@ impl Gateway {
 }
 
 impl Gateway {
+    /// Shapes a rewritten result for the caller's host (see [`crate::hosts`]): previews of
+    /// offloaded images within its image budget, then the result fitted to its limits. The
+    /// sizes the call reports are the fitted result's.
+    async fn fit_for_host(&self, host: &crate::hosts::HostProfile, ctx: &CallContext, out: &mut crate::rewrite::Rewritten) {
+        let mut previews = 0;
+        if let (Some(report), Some(store)) = (&out.report, self.artifacts.get().filter(|s| !s.is_noop())) {
+            let config = &self.hosts().preview;
+            previews = crate::hosts::preview::add_previews(&mut out.value, report, host, config, store, &ctx.scope).await;
+        }
+        let offloader = self.rewriter.offloader_for(&ctx.upstream).clone();
+        let fit = crate::hosts::fit::fit(&mut out.value, host, offloader.as_ref(), ctx).await;
+        if previews > 0 || fit.changed {
+            let bytes_out = serde_json::to_vec(&out.value).map_or(0, |v| v.len() as u64);
+            out.tokens_out = out.tokens_out.saturating_sub(out.bytes_out.saturating_sub(bytes_out).div_ceil(4));
+            out.bytes_out = bytes_out;
+            out.artifacts += fit.stored.len();
+        }
+        let mut stats =
+            json!({"profile": host.name, "fitted": fit.changed, "tokens": fit.after.tokens(), "textBytes": fit.after.text_bytes});
+        if previews > 0 {
+            stats["previews"] = json!(previews);
+        }
+        if fit.over {
+            stats["over"] = json!(true);
+        }
+        if let Some(m) = out.value.get_mut("_meta").and_then(|m| m.get_mut(crate::rewrite::TRANSFORM_META_KEY)) {
+            m["host"] = stats;
+        }
+        tracing::debug!(target: "stowage::hosts", host = %host.name, tool = %ctx.tool, previews, stored = fit.stored.len(),
+            before_bytes = fit.before.text_bytes, after_bytes = fit.after.text_bytes, after_tokens = fit.after.tokens(), "result fitted to the host");
+    }
+
     /// Applies tool `name`'s input rule (`[gateway.chaining.inputs]`) to the call's arguments;
     /// a tool without one keeps its arguments as written.
     async fn translate_chain_inputs(

@@ -24,6 +24,7 @@ impl Gateway {
         let version = if HANDSHAKE_VERSIONS.contains(&asked) { asked } else { LATEST_HANDSHAKE };
         *session.protocol.lock() = Some(version.to_owned());
         *session.client_capabilities.lock() = params.get("capabilities").cloned().unwrap_or(json!({}));
+        self.note_client(session, params.get("clientInfo"));
         let mut result = json!({"protocolVersion": version, "capabilities": self.capabilities(), "serverInfo": server_info()});
         if let Some(i) = self.instructions() {
             result["instructions"] = json!(i);
@@ -45,6 +46,7 @@ impl Gateway {
         if let Some(c) = params.pointer("/_meta/io.modelcontextprotocol~1clientCapabilities") {
             *session.client_capabilities.lock() = c.clone();
         }
+        self.note_client(session, params.pointer("/_meta/io.modelcontextprotocol~1clientInfo"));
         let mut result = json!({
             "supportedVersions": MODERN_VERSIONS,
             "capabilities": self.capabilities(),

@@ -105,6 +105,9 @@ pub struct Gateway {
     artifacts: std::sync::OnceLock<Arc<dyn stowage_store::ArtifactStore>>,
     /// MCP Apps: the viewer and its tools, for clients that declare the extension.
     apps: std::sync::OnceLock<Arc<crate::apps::Apps>>,
+    /// Host profiles (`[[hosts]]`) and image preview settings; the built-in ones unless
+    /// [`Gateway::set_hosts`] gave others.
+    hosts: std::sync::OnceLock<Arc<crate::hosts::Hosts>>,
     /// Open `subscriptions/listen` streams (2026-07-28 clients).
     listeners: Mutex<Vec<Arc<subscriptions::Listener>>>,
     /// Interactive requests of 2026-07-28 clients waiting for their retry with input.
@@ -175,6 +178,7 @@ impl Gateway {
             links: std::sync::OnceLock::new(),
             artifacts: std::sync::OnceLock::new(),
             apps: std::sync::OnceLock::new(),
+            hosts: std::sync::OnceLock::new(),
             listeners: Mutex::new(Vec::new()),
             exchanges: Arc::default(),
             read_cache: Default::default(),
@@ -241,6 +245,32 @@ impl Gateway {
     }
 
     /// The apps feature when it is on at all (the extension is then declared to every client).
+    /// The host profiles in force (set once, before clients connect).
+    pub fn set_hosts(&self, hosts: Arc<crate::hosts::Hosts>) {
+        let _ = self.hosts.set(hosts);
+    }
+
+    pub fn hosts(&self) -> &Arc<crate::hosts::Hosts> {
+        self.hosts.get_or_init(Arc::default)
+    }
+
+    /// Records who the client says it is (`clientInfo.name`) and the profile that picks.
+    pub(crate) fn note_client(&self, session: &Session, client_info: Option<&Value>) {
+        let Some(name) = client_info.and_then(|c| c.get("name")).and_then(Value::as_str) else { return };
+        let mut host = session.host.lock();
+        if host.as_ref().is_some_and(|(n, _)| n == name) {
+            return;
+        }
+        let profile = self.hosts().profile_for(Some(name));
+        tracing::debug!(target: "stowage::hosts", session = %session.id, client = %name, profile = %profile.name, "host profile");
+        *host = Some((name.to_owned(), profile));
+    }
+
+    /// The host profile for `session`'s calls.
+    pub(crate) fn host_profile(&self, session: &Session) -> Arc<crate::hosts::HostProfile> {
+        session.host.lock().as_ref().map_or_else(|| self.hosts().default_profile(), |(_, p)| p.clone())
+    }
+
     pub(crate) fn apps(&self) -> Option<&Arc<crate::apps::Apps>> {
         self.apps.get().filter(|_| self.local_tools().readers().is_some())
     }
@@ -415,6 +445,9 @@ impl Gateway {
         let modern = handshake::is_modern(session, &msg);
         if modern && session.is_stateless() {
             handshake::adopt_envelope(session, &msg);
+        }
+        if modern && msg.params.as_ref().is_some_and(|p| p.get().contains("clientInfo")) {
+            self.note_client(session, msg.params_value().pointer("/_meta/io.modelcontextprotocol~1clientInfo"));
         }
         let interactive = modern && matches!(method.as_str(), "tools/call" | "prompts/get" | "resources/read");
         let mut reply =

@@ -14,6 +14,7 @@
 //! a cut answer says so and how to get the next part. Their results are not sent through the
 //! transform pipeline again: they are already small, and a window must reach the model as it is.
 
+mod media;
 mod query;
 mod read;
 pub(crate) mod resources;
@@ -27,6 +28,7 @@ use stowage_core::{ArtifactId, ArtifactRef, ArtifactScope, cut_at_char, human_si
 use stowage_http::{ApiError, LinkService};
 use stowage_store::{Access, ArtifactStore};
 
+pub(crate) use media::ReadHints;
 pub use query::ARTIFACT_QUERY_TOOL;
 pub use read::ARTIFACT_READ_TOOL;
 pub use resources::ARTIFACT_LIST_TOOL;
@@ -78,10 +80,11 @@ impl LocalTools<'_> {
 
     /// Answers a call to one of them for the session owning `scope`; always a
     /// CallToolResult. `None` when `name` is not one of them (see [`Self::handles`]).
-    pub async fn call(&self, name: &str, scope: &ArtifactScope, arguments: &Value) -> Option<Value> {
+    /// `hints`: what the caller's host takes in one answer (the image edge, the text budget).
+    pub async fn call(&self, name: &str, scope: &ArtifactScope, arguments: &Value, hints: ReadHints) -> Option<Value> {
         let result = match name {
             ARTIFACT_URL_TOOL => url::call(self.links?, scope, arguments).await,
-            ARTIFACT_READ_TOOL => read::call(self.readers()?, scope, arguments).await,
+            ARTIFACT_READ_TOOL => read::call(self.readers()?, scope, arguments, hints).await,
             ARTIFACT_QUERY_TOOL => query::call(self.readers()?, scope, arguments).await,
             ARTIFACT_LIST_TOOL => resources::call(self.readers()?, scope, arguments).await,
             _ => return None,

@@ -31,8 +31,8 @@ const REGEX_SIZE_LIMIT: usize = 1 << 20;
 pub(super) fn def() -> Value {
     json!({
         "name": ARTIFACT_READ_TOOL,
-        "title": "Read a text artifact",
-        "description": format!("Reads a text artifact (an id or artifact:// URI from an earlier tool result) past its preview: a window of characters from `offset`, or with `grep` the lines matching a regex, with line numbers. At most {READ_BUDGET_BYTES} bytes per call; when cut, call again with offset = nextOffset."),
+        "title": "Read an artifact: text, an image, or PDF pages",
+        "description": format!("Reads an artifact (an id or artifact:// URI from an earlier tool result) past its preview. Text: a window of characters from `offset`, or with `grep` the lines matching a regex, with line numbers; at most {READ_BUDGET_BYTES} bytes per call, and when cut, call again with offset = nextOffset. Image: the image itself, fitted to `max_edge`, or a `region` of the original at native resolution (to zoom into part of a large screenshot). PDF: the text of `pages` (\"2\", \"1-3\"), with the page count."),
         "inputSchema": {
             "type": "object",
             "properties": {
@@ -40,6 +40,14 @@ pub(super) fn def() -> Value {
                 "offset": {"type": "integer", "minimum": 0, "description": "character offset to start at (default 0)"},
                 "length": {"type": "integer", "minimum": 1, "description": format!("characters to read (default and most: what fits {READ_BUDGET_BYTES} bytes); with grep, how far to search")},
                 "grep": {"type": "string", "description": "a regular expression (Rust regex syntax; (?i) for case-insensitive): return the matching lines instead of a window"},
+                "max_edge": {"type": "integer", "minimum": 16, "maximum": 8192, "description": "images: the longest edge of the image returned, in pixels (default: what the host takes)"},
+                "region": {
+                    "type": "object",
+                    "description": "images: the part of the original to return at native resolution, in pixels from the top left",
+                    "properties": {"x": {"type": "integer", "minimum": 0}, "y": {"type": "integer", "minimum": 0}, "width": {"type": "integer", "minimum": 1}, "height": {"type": "integer", "minimum": 1}},
+                    "required": ["x", "y", "width", "height"],
+                },
+                "pages": {"type": "string", "description": "PDFs: the pages to read, from 1: \"2\", \"1-3\", \"1,4-5\" (default: from page 1, as much as fits)"},
             },
             "required": ["id"],
         },
@@ -64,8 +72,18 @@ pub(super) fn def() -> Value {
                 },
                 "truncated": {"type": "boolean", "description": "the answer was cut at the budget"},
                 "nextOffset": {"type": "integer", "description": "where the next call starts, when there is more"},
+                "width": {"type": "integer", "description": "images: the original's width in pixels"},
+                "height": {"type": "integer", "description": "images: the original's height in pixels"},
+                "region": {"type": "object", "description": "images: the region returned"},
+                "returned": {"type": "object", "description": "images: the size and type of the image returned"},
+                "pageCount": {"type": "integer", "description": "PDFs: pages in the whole document"},
+                "pages": {
+                    "type": "array",
+                    "items": {"type": "object", "properties": {"page": {"type": "integer"}, "text": {"type": "string"}}, "required": ["page", "text"]},
+                },
+                "hasTextLayer": {"type": "boolean", "description": "PDFs: false when the pages have no text (a scan)"},
             },
-            "required": ["id", "totalChars", "offset", "truncated"],
+            "required": ["id"],
         },
         "annotations": {"readOnlyHint": true, "idempotentHint": true, "openWorldHint": false},
     })
@@ -98,10 +116,19 @@ fn parse(arguments: &Value) -> Result<Request, ToolError> {
     Ok(Request { offset, length, grep })
 }
 
-pub(super) async fn call(store: &Arc<dyn ArtifactStore>, scope: &ArtifactScope, arguments: &Value) -> Result<Value, ToolError> {
+pub(super) async fn call(
+    store: &Arc<dyn ArtifactStore>,
+    scope: &ArtifactScope,
+    arguments: &Value,
+    hints: super::media::ReadHints,
+) -> Result<Value, ToolError> {
     let id = id_argument(ARTIFACT_READ_TOOL, arguments)?;
+    if let Some(media) = super::media::media_of(store, scope, &id).await? {
+        return super::media::read(store, scope, media, arguments, hints).await;
+    }
     // Arguments first: a bad regex is an error whatever the id.
     let request = parse(arguments)?;
+    super::media::refuse_media_arguments(arguments, "text")?;
     let (meta, bytes) = read_text(store, scope, ARTIFACT_READ_TOOL, &id).await?;
     let mut head = Map::new();
     head.insert("id".into(), meta.id.as_str().into());

@@ -9,6 +9,7 @@ import json
 import sys
 
 from mcp import Client, StdioServerParameters
+from mcp.types import Implementation
 
 
 def dump(result):
@@ -24,6 +25,9 @@ async def main():
     else:
         target, mode = args[0], args[1]
     kwargs = {} if mode == "auto" else {"mode": mode}
+    # A name no host profile matches: these tests check the gateway's default shape (the SDK's
+    # own default name, "mcp", picks the `sdk` profile, which turns links into lines).
+    kwargs["client_info"] = Implementation(name="stowage-tests", version="1")
     out = {}
     async with Client(target, **kwargs) as c:
         out["protocol_version"] = c.protocol_version

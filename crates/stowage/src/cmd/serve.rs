@@ -193,6 +193,7 @@ pub async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()> {
         on_gateway,
         playground,
         apps,
+        hosts: Some(plan.hosts.clone()),
     };
     stowage_mcp::run::run(opts).await?;
     Ok(())

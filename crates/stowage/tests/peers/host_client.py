@@ -11,6 +11,7 @@ import json
 import sys
 
 from mcp import Client, StdioServerParameters
+from mcp.types import Implementation
 
 
 def dump(result):
@@ -21,7 +22,9 @@ async def main():
     spec = json.loads(sys.argv[1])
     target = StdioServerParameters(command=spec["command"], args=spec["args"], env=spec["env"], cwd=spec["cwd"])
     out = {}
-    async with Client(target) as c:
+    # A name no host profile matches: these tests check the gateway's default shape (the SDK's
+    # own default name, "mcp", picks the `sdk` profile, which turns links into lines).
+    async with Client(target, client_info=Implementation(name="stowage-tests", version="1")) as c:
         out["protocol_version"] = c.protocol_version
         tools = await c.list_tools()
         out["tools"] = sorted(t.name for t in tools.tools)
