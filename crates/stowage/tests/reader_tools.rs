@@ -229,8 +229,12 @@ fn reader_tools_over_http_for_two_users() {
 
     // Unhappy paths: each a one-line error naming its code and saying what to do.
     let pdf_id = artifact_id(&alice.call("get_report", json!({})));
+    // A PDF reads as the text of its pages.
+    let r = alice.call("artifact_read", json!({"id": pdf_id}));
+    assert_eq!(r["structuredContent"]["pageCount"], 1, "{r}");
+    assert!(r["structuredContent"]["pages"][0]["text"].as_str().unwrap().contains("Q3 report"), "{r}");
     for (tool, args, code, says) in [
-        ("artifact_read", json!({"id": pdf_id}), "bad_request", "not text"),
+        ("artifact_read", json!({"id": pdf_id, "grep": "Q3"}), "bad_request", "does not apply to a PDF"),
         ("artifact_query", json!({"id": pdf_id, "pointer": ""}), "bad_request", "not text"),
         ("artifact_query", json!({"id": id, "pointer": ""}), "bad_request", "not JSON"),
         ("artifact_read", json!({"id": id, "grep": "(unclosed"}), "bad_request", "not a valid regex"),

@@ -9,6 +9,7 @@ import json
 import sys
 
 from mcp import Client
+from mcp.types import Implementation
 
 
 async def main():
@@ -22,7 +23,10 @@ async def main():
         progress.append([value, total, message])
 
     out = {}
-    async with Client(url, logging_callback=on_log) as c:
+    # A name no host profile matches: the gateway's default shape (the SDK's own default
+    # name, "mcp", picks the `sdk` profile, which turns links into lines).
+    client_info = Implementation(name="stowage-tests", version="1")
+    async with Client(url, logging_callback=on_log, client_info=client_info) as c:
         out["tools"] = sorted(t.name for t in (await c.list_tools()).tools)
         echo = await c.call_tool("echo", {"message": "python over sse"})
         out["echo"] = echo.content[0].text
