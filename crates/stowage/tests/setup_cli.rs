@@ -175,6 +175,28 @@ fn an_explicit_store_still_wins_and_an_old_default_store_gets_a_hint() {
     assert!(err_text(&out).contains("the ./.stowage here is an older default store: use it with --store .stowage"), "{}", err_text(&out));
 }
 
+/// A bad host profile stops `check-config` (and so `serve`) with one line that says what to
+/// fix; a good one passes.
+#[test]
+fn host_profiles_are_checked_before_serving() {
+    let env = Env::new();
+    for (toml, says) in [
+        ("[[hosts]]\nname = \"my-agent\"\nmax_tokens = 4000\n", "needs `match`"),
+        ("[[hosts]]\nname = \"codex\"\nmax_tokenz = 4000\n", "max_tokenz"),
+        ("[hosts]\nadapt = \"no\"\n", "adapt"),
+    ] {
+        let config = env.file("stowage.toml", toml);
+        let out = env.run(&["--config", config.to_str().unwrap(), "check-config"]);
+        assert!(!out.status.success(), "{toml}: {}", out_text(&out));
+        let err = err_text(&out);
+        assert!(err.contains(says), "{toml}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    }
+    let config = env.file("stowage.toml", "[[hosts]]\nname = \"my-agent\"\nmatch = \"my-agent*\"\nmax_tokens = 4000\n");
+    let out = env.run(&["--config", config.to_str().unwrap(), "check-config"]);
+    assert!(out.status.success(), "{}", err_text(&out));
+}
+
 // ---------------------------------------------------------------------------------------
 // Server lists: itself, variables, one bad entry
 

@@ -262,6 +262,9 @@ impl<'de> Deserialize<'de> for HostsConfig {
             let profiles: Vec<HostOverride> = serde_json::from_value(v).map_err(what)?;
             Ok(HostsConfig { adapt: true, profiles })
         } else {
+            if let Some(a) = v.get("adapt").filter(|a| !a.is_boolean()) {
+                return Err(serde::de::Error::custom(format!("hosts.adapt must be true or false, not {a}")));
+            }
             let t: Table = serde_json::from_value(v).map_err(what)?;
             Ok(HostsConfig { adapt: t.adapt, profiles: t.profiles })
         }
