@@ -43,6 +43,30 @@ pub(crate) fn spawn_line_writer<W: AsyncWrite + Unpin + Send + 'static>(
     (tx, task)
 }
 
+/// Where the third-party peers live (`scripts/gateway-peers.sh` installs them): under
+/// `STOWAGE_PEERS_DIR`, default `target/peers`. Canonicalised, as node resolves `..`
+/// lexically.
+pub fn peers_dir() -> PathBuf {
+    let dir = std::env::var_os("STOWAGE_PEERS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/peers"));
+    dir.canonicalize().unwrap_or(dir)
+}
+
+/// `Some(path)` of peer `rel` (e.g. `venv/bin/python`) under [`peers_dir`]; otherwise the
+/// test skips loudly, or fails under `CI`, where the test command installs every peer. The
+/// file itself is not canonicalised: a venv's python is a symlink that must keep its venv path.
+pub fn require_peer(rel: &str) -> Option<PathBuf> {
+    let p = peers_dir().join(rel);
+    if p.exists() {
+        return Some(p);
+    }
+    let msg = format!("peer {} is not installed; run scripts/gateway-peers.sh", p.display());
+    assert!(std::env::var_os("CI").is_none(), "{msg}");
+    eprintln!("\n!!!!!!!! SKIPPED: {msg} !!!!!!!!\n");
+    None
+}
+
 /// The path of the `stowage-fixture` binary, built first if it is missing or older than this
 /// crate's sources (`cargo test -p stowage-mcp` alone does not build another package's bins).
 pub fn fixture_bin() -> PathBuf {

@@ -8,20 +8,9 @@ use std::process::Command;
 
 use serde_json::Value;
 
-/// The Python SDK from the peers directory (../shared/PEERS.md): a missing peer skips loudly on
-/// a developer machine and fails under CI.
+/// The Python SDK from the peers directory (../shared/PEERS.md).
 fn python() -> Option<PathBuf> {
-    let dir = std::env::var_os("STOWAGE_PEERS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/peers"));
-    let p = dir.canonicalize().unwrap_or(dir).join("venv/bin/python");
-    if p.exists() {
-        return Some(p);
-    }
-    let msg = format!("peer {} is not installed; run scripts/gateway-peers.sh", p.display());
-    assert!(std::env::var_os("CI").is_none(), "{msg}");
-    eprintln!("\n!!!!!!!! SKIPPED: {msg} !!!!!!!!\n");
-    None
+    stowage_testkit::require_peer("venv/bin/python")
 }
 
 /// Runs the chain with the Python client in `mode`; `None` when the peer is not installed.

@@ -24,20 +24,6 @@ const PYTHON: &str = "venv/bin/python";
 const PLACEHOLDER: &str = "/ABSOLUTE/PATH/TO/servers.json";
 const VSCODE_PLACEHOLDER: &str = "${workspaceFolder}/servers.json";
 
-fn require_peer(rel: &str) -> Option<PathBuf> {
-    let dir = std::env::var_os("STOWAGE_PEERS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/peers"));
-    let p = dir.canonicalize().unwrap_or(dir).join(rel);
-    if p.exists() {
-        return Some(p);
-    }
-    let msg = format!("peer {} is not installed; run scripts/gateway-peers.sh", p.display());
-    assert!(std::env::var_os("CI").is_none(), "{msg}");
-    eprintln!("\n!!!!!!!! SKIPPED: {msg} !!!!!!!!\n");
-    None
-}
-
 /// The fenced block after `<!-- snippet: NAME -->` in README.md.
 fn snippet(name: &str) -> String {
     let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md")).unwrap();
@@ -92,7 +78,9 @@ fn unwritable_dir(tmp: &Path) -> PathBuf {
 }
 
 async fn run_host(host: &str, with_xdg: bool) {
-    let (Some(everything), Some(python)) = (require_peer(EVERYTHING), require_peer(PYTHON)) else { return };
+    let (Some(everything), Some(python)) = (stowage_testkit::require_peer(EVERYTHING), stowage_testkit::require_peer(PYTHON)) else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
     let workspace = tmp.path().join("workspace");
     let home = tmp.path().join("home");

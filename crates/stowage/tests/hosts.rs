@@ -18,18 +18,9 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+/// The Python SDK from the peers directory (../shared/PEERS.md).
 fn python() -> Option<PathBuf> {
-    let dir = std::env::var_os("STOWAGE_PEERS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/peers"));
-    let p = dir.canonicalize().unwrap_or(dir).join("venv/bin/python");
-    if p.exists() {
-        return Some(p);
-    }
-    let msg = format!("peer {} is not installed; run scripts/gateway-peers.sh", p.display());
-    assert!(std::env::var_os("CI").is_none(), "{msg}");
-    eprintln!("\n!!!!!!!! SKIPPED: {msg} !!!!!!!!\n");
-    None
+    stowage_testkit::require_peer("venv/bin/python")
 }
 
 fn sha256_hex(b: &[u8]) -> String {

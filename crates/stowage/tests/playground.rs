@@ -431,10 +431,7 @@ async fn one_user_sees_nothing_of_anothers() {
 /// The peers' Python (with Playwright) and Debian's Chromium: a missing one skips loudly on a
 /// developer machine and fails under CI, where the test command installs both.
 fn browser_peers() -> Option<(PathBuf, PathBuf)> {
-    let dir = std::env::var_os("STOWAGE_PEERS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/peers"));
-    let python = dir.canonicalize().unwrap_or(dir).join("venv/bin/python");
+    let python = stowage_testkit::peers_dir().join("venv/bin/python");
     let chromium = PathBuf::from(std::env::var("STOWAGE_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into()));
     let has_playwright =
         python.exists() && std::process::Command::new(&python).args(["-c", "import playwright"]).status().is_ok_and(|s| s.success());
@@ -596,14 +593,12 @@ async fn mcp_apps_view_in_a_browser_host() {
     let s = Serve::start_in(dir, "", &[]).await;
     let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/apps-screenshots");
     std::fs::create_dir_all(&out).unwrap();
-    let peers = std::env::var_os("STOWAGE_PEERS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/peers"));
+    let peers = stowage_testkit::peers_dir();
     let cfg = json!({
         "mcp": format!("{}/mcp", s.base),
         "out": out,
         "chromium": chromium,
-        "node_modules": peers.canonicalize().unwrap_or(peers).join("node_modules"),
+        "node_modules": peers.join("node_modules"),
         "ids": ids,
         "hostile": hostile,
         "links_origin": s.base,

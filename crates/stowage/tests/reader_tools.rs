@@ -277,20 +277,9 @@ fn reader_tools_over_http_for_two_users() {
     assert_eq!(alice2.call("artifact_read", json!({"id": id, "length": 3}))["structuredContent"]["text"], text[..3]);
 }
 
-/// The Python SDK's peers directory (../shared/PEERS.md): a missing peer skips loudly on a
-/// developer machine and fails under CI.
+/// The Python SDK from the peers directory (../shared/PEERS.md).
 fn python() -> Option<PathBuf> {
-    let dir = std::env::var_os("STOWAGE_PEERS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/peers"));
-    let p = dir.canonicalize().unwrap_or(dir).join("venv/bin/python");
-    if p.exists() {
-        return Some(p);
-    }
-    let msg = format!("peer {} is not installed; run scripts/gateway-peers.sh", p.display());
-    assert!(std::env::var_os("CI").is_none(), "{msg}");
-    eprintln!("\n!!!!!!!! SKIPPED: {msg} !!!!!!!!\n");
-    None
+    stowage_testkit::require_peer("venv/bin/python")
 }
 
 /// Over stdio, as a host runs it, with the official Python client: it validates each

@@ -159,24 +159,10 @@ pub async fn eventually(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 
-/// `Some(path)` of a peer installed by `scripts/gateway-peers.sh` (under `STOWAGE_PEERS_DIR`,
-/// default `target/peers`); otherwise skips loudly, or panics under `CI`.
+/// `Some(path)` of a peer installed by `scripts/gateway-peers.sh`; otherwise skips loudly,
+/// or panics under `CI` (see [`stowage_testkit::require_peer`]).
 pub fn require_peer(rel: &str) -> Option<std::path::PathBuf> {
-    let dir = std::env::var_os("STOWAGE_PEERS_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/peers"));
-    // The directory is canonicalised (node resolves `..` lexically), the file is not (a
-    // venv's python is a symlink that must keep its venv path).
-    let p = dir.canonicalize().unwrap_or(dir).join(rel);
-    if p.exists() {
-        return Some(p);
-    }
-    let msg = format!("peer {} is not installed; run scripts/gateway-peers.sh", p.display());
-    if std::env::var_os("CI").is_some() {
-        panic!("{msg}");
-    }
-    eprintln!("\n!!!!!!!! SKIPPED: {msg} !!!!!!!!\n");
-    None
+    stowage_testkit::require_peer(rel)
 }
 
 /// What the Python SDK and the Inspector check of a `tools/call` result whose tool declares
