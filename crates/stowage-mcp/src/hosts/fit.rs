@@ -114,7 +114,8 @@ pub async fn fit(result: &mut Value, profile: &HostProfile, offloader: &dyn Offl
     }
     report.changed |= fit_images(result, profile, offloader, ctx, &mut report.stored).await;
 
-    let mut m = measure(result, profile, budget.token_budget());
+    // Measured again only if the steps above changed something.
+    let mut m = if report.changed { measure(result, profile, budget.token_budget()) } else { report.before.clone() };
     let mut offloaded: Vec<Moved> = Vec::new();
     let mut steps = 0;
     while !budget.fits(&m) && steps < MAX_STEPS {
