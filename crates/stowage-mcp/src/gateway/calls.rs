@@ -207,13 +207,7 @@ impl Gateway {
         if local.handles(&name) {
             let started = Instant::now();
             let args = params.get("arguments").cloned().unwrap_or(json!({}));
-            let host = self.host_profile(session);
-            let hints = crate::local_tools::ReadHints {
-                max_image_edge: host.max_image_edge.unwrap_or(crate::local_tools::ReadHints::default().max_image_edge),
-                text_budget: host.max_text_bytes.map_or(crate::local_tools::READ_BUDGET_BYTES, |b| {
-                    b.saturating_sub(1_000).clamp(2_000, crate::local_tools::READ_BUDGET_BYTES)
-                }),
-            };
+            let hints = crate::local_tools::ReadHints::for_host(&self.host_profile(session));
             let result = local.call(&name, &scope, &args, hints).await.expect("handles() said it is a local tool");
             return Ok(answered_here(call, name, "stowage".into(), started, result));
         }

@@ -26,6 +26,19 @@ pub(crate) struct ReadHints {
     pub text_budget: usize,
 }
 
+impl ReadHints {
+    /// What `host` takes: its image edge, and its text budget less room for the answer's own
+    /// lines (never under 2,000 bytes, never over the readers' usual budget).
+    pub(crate) fn for_host(host: &crate::hosts::HostProfile) -> ReadHints {
+        ReadHints {
+            max_image_edge: host.max_image_edge.unwrap_or(DEFAULT_MAX_EDGE),
+            text_budget: host
+                .max_text_bytes
+                .map_or(super::READ_BUDGET_BYTES, |b| b.saturating_sub(1_000).clamp(2_000, super::READ_BUDGET_BYTES)),
+        }
+    }
+}
+
 impl Default for ReadHints {
     fn default() -> Self {
         ReadHints { max_image_edge: DEFAULT_MAX_EDGE, text_budget: super::READ_BUDGET_BYTES }
