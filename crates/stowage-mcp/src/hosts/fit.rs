@@ -471,9 +471,7 @@ async fn fit_images(
         }
         let Some(blocks) = result.get_mut("content").and_then(Value::as_array_mut) else { break };
         let is_image = |b: &Value| b.get("type").and_then(Value::as_str) == Some("image");
-        if let Some(k) =
-            blocks.iter().rposition(|b| is_image(b) && b.pointer(&format!("/_meta/{}", PREVIEW_META_KEY.replace('/', "~1"))).is_some())
-        {
+        if let Some(k) = blocks.iter().rposition(|b| is_image(b) && preview_of(b).is_some()) {
             blocks.remove(k);
             changed = true;
             continue;
@@ -497,10 +495,15 @@ async fn fit_images(
     changed
 }
 
+/// The artifact an image block previews, when it is one of the gateway's previews.
+fn preview_of(block: &Value) -> Option<&str> {
+    block.get("_meta")?.get(PREVIEW_META_KEY)?.as_str()
+}
+
 /// Stores an inline image block's bytes; the line that stands for it.
 async fn offload_image(block: &Value, offloader: &dyn Offloader, ctx: &CallContext, stored: &mut Vec<ArtifactRef>) -> String {
     let mime = block.get("mimeType").and_then(Value::as_str).unwrap_or("image/png").to_owned();
-    if let Some(uri) = block.pointer(&format!("/_meta/{}", PREVIEW_META_KEY.replace('/', "~1"))).and_then(Value::as_str) {
+    if let Some(uri) = preview_of(block) {
         return format!("(a preview of {uri} was left out to fit this host's image budget; artifact_read on it returns the image)");
     }
     let data = block.get("data").and_then(Value::as_str).unwrap_or("");

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
-use stowage_core::{ArtifactId, ArtifactRef, ArtifactScope, human_size};
+use stowage_core::{ArtifactRef, ArtifactScope, human_size};
 use stowage_http::ApiError;
 use stowage_store::{Access, ArtifactStore};
 
@@ -55,50 +55,40 @@ const PDF_MAX_BYTES: usize = 64 * 1024 * 1024;
 /// The longest a PDF parse may take.
 const PDF_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// What an artifact is, for `artifact_read`.
+/// The kinds of artifact `artifact_read` answers itself, besides text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Media {
-    Image(ArtifactRef),
-    Pdf(ArtifactRef),
+    Image,
+    Pdf,
 }
 
-/// Whether the artifact is an image or a PDF `artifact_read` answers itself (else: text).
-pub(crate) async fn media_of(store: &Arc<dyn ArtifactStore>, scope: &ArtifactScope, id: &str) -> Result<Option<Media>, ToolError> {
-    let id = ArtifactId::parse_loose(id).map_err(|_| ToolError::from(ApiError::not_found()))?;
-    let meta = store.meta(&Access::owner_of(scope), &id).await.map_err(|e| ToolError::from(ApiError::from(e)))?;
+/// Whether `meta` is an image or a PDF, which `artifact_read` answers itself (else: text).
+pub(crate) fn media_of(meta: &ArtifactRef) -> Option<Media> {
     let essence = meta.mime_type.as_deref().unwrap_or("").split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-    Ok(match essence.as_str() {
-        "image/png" | "image/jpeg" | "image/gif" | "image/webp" | "image/bmp" => Some(Media::Image(meta)),
-        "application/pdf" => Some(Media::Pdf(meta)),
+    match essence.as_str() {
+        "image/png" | "image/jpeg" | "image/gif" | "image/webp" | "image/bmp" => Some(Media::Image),
+        "application/pdf" => Some(Media::Pdf),
         _ => None,
-    })
-}
-
-/// The arguments only images or PDFs take, refused for other artifacts.
-pub(crate) fn refuse_media_arguments(arguments: &Value, what: &str) -> Result<(), ToolError> {
-    for (key, for_what) in [("max_edge", "images"), ("region", "images"), ("pages", "PDFs")] {
-        if arguments.get(key).is_some_and(|v| !v.is_null()) {
-            return Err(ToolError::bad_request(format!(
-                "artifact_read: \"{key}\" is for {for_what}, and this artifact is {what}; leave it out"
-            )));
-        }
     }
-    Ok(())
 }
 
 pub(crate) async fn read(
     store: &Arc<dyn ArtifactStore>,
     scope: &ArtifactScope,
     media: Media,
+    meta: ArtifactRef,
     arguments: &Value,
     hints: ReadHints,
 ) -> Result<Value, ToolError> {
     match media {
-        Media::Image(meta) => read_image(store, scope, meta, arguments, hints).await,
-        Media::Pdf(meta) => read_pdf(store, scope, meta, arguments, hints).await,
+        Media::Image => read_image(store, scope, meta, arguments, hints).await,
+        Media::Pdf => read_pdf(store, scope, meta, arguments, hints).await,
     }
 }
 
-fn refuse_other(arguments: &Value, allowed: &[&str], what: &str) -> Result<(), ToolError> {
+/// Refuses an argument of `artifact_read` that does not apply to this kind of artifact, naming
+/// the ones that do.
+pub(crate) fn refuse_other(arguments: &Value, allowed: &[&str], what: &str) -> Result<(), ToolError> {
     for key in ["offset", "length", "grep", "max_edge", "region", "pages"] {
         if !allowed.contains(&key) && arguments.get(key).is_some_and(|v| !v.is_null()) {
             return Err(ToolError::bad_request(format!(

@@ -167,9 +167,25 @@ fn is_binary_type(mime: &str) -> bool {
 /// The artifact as text, looked up as `scope`'s owner; a binary artifact is refused with what
 /// it is and what to use instead.
 async fn read_text(store: &Arc<dyn ArtifactStore>, scope: &ArtifactScope, tool: &str, id: &str) -> Result<(ArtifactRef, Bytes), ToolError> {
+    let meta = meta_of(store, scope, id).await?;
+    text_of(store, scope, tool, meta).await
+}
+
+/// The record of artifact `id` (a bare id or an `artifact://` URI), looked up as `scope`'s
+/// owner: another owner's id answers like one that never existed.
+async fn meta_of(store: &Arc<dyn ArtifactStore>, scope: &ArtifactScope, id: &str) -> Result<ArtifactRef, ToolError> {
     let id = ArtifactId::parse_loose(id).map_err(|_| ToolError::from(ApiError::not_found()))?;
+    store.meta(&Access::owner_of(scope), &id).await.map_err(|e| ToolError::from(ApiError::from(e)))
+}
+
+/// [`read_text`] for a record already looked up.
+async fn text_of(
+    store: &Arc<dyn ArtifactStore>,
+    scope: &ArtifactScope,
+    tool: &str,
+    meta: ArtifactRef,
+) -> Result<(ArtifactRef, Bytes), ToolError> {
     let access = Access::owner_of(scope);
-    let meta = store.meta(&access, &id).await.map_err(|e| ToolError::from(ApiError::from(e)))?;
     let not_text = |meta: &ArtifactRef| {
         ToolError::bad_request(format!(
             "artifact {} is {} ({}), not text: {tool} reads text and JSON artifacts; call artifact_url for a download link",
@@ -181,7 +197,7 @@ async fn read_text(store: &Arc<dyn ArtifactStore>, scope: &ArtifactScope, tool: 
     if meta.mime_type.as_deref().is_some_and(is_binary_type) {
         return Err(not_text(&meta));
     }
-    let bytes = store.get(&access, &id).await.map_err(|e| ToolError::from(ApiError::from(e)))?;
+    let bytes = store.get(&access, &meta.id).await.map_err(|e| ToolError::from(ApiError::from(e)))?;
     // Text is valid UTF-8 without NUL bytes; the check runs on the CPU pool for big artifacts.
     let is_text = if bytes.len() >= CPU_POOL_BYTES {
         let b = bytes.clone();

@@ -17,7 +17,7 @@ use serde_json::{Map, Value, json};
 use stowage_core::ArtifactScope;
 use stowage_store::ArtifactStore;
 
-use super::{CPU_POOL_BYTES, READ_BUDGET_BYTES, ToolError, as_str, cut_at_char, id_argument, read_text, usize_argument};
+use super::{CPU_POOL_BYTES, READ_BUDGET_BYTES, ToolError, as_str, cut_at_char, id_argument, meta_of, text_of, usize_argument};
 
 /// The tool's name in `tools/list`. It is not namespaced: it belongs to the gateway.
 pub const ARTIFACT_READ_TOOL: &str = "artifact_read";
@@ -123,13 +123,15 @@ pub(super) async fn call(
     hints: super::media::ReadHints,
 ) -> Result<Value, ToolError> {
     let id = id_argument(ARTIFACT_READ_TOOL, arguments)?;
-    if let Some(media) = super::media::media_of(store, scope, &id).await? {
-        return super::media::read(store, scope, media, arguments, hints).await;
+    // One lookup decides what the artifact is, and the text path reads with it.
+    let meta = meta_of(store, scope, &id).await?;
+    if let Some(media) = super::media::media_of(&meta) {
+        return super::media::read(store, scope, media, meta, arguments, hints).await;
     }
     // Arguments first: a bad regex is an error whatever the id.
     let request = parse(arguments)?;
-    super::media::refuse_media_arguments(arguments, "text")?;
-    let (meta, bytes) = read_text(store, scope, ARTIFACT_READ_TOOL, &id).await?;
+    super::media::refuse_other(arguments, &["offset", "length", "grep"], "text")?;
+    let (meta, bytes) = text_of(store, scope, ARTIFACT_READ_TOOL, meta).await?;
     let mut head = Map::new();
     head.insert("id".into(), meta.id.as_str().into());
     if let Some(m) = &meta.mime_type {
