@@ -57,9 +57,47 @@ pub fn cut_at_char(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
+/// The head and tail of `text` that fit `head_bytes` and `tail_bytes`, cut on character
+/// boundaries and, when a line break is near the cut (within a quarter of the budget), on it:
+/// what a preview of a long text shows around the part it leaves out. The exception at the end
+/// of a stack trace and the first lines of a log both survive. When the two budgets cover the
+/// whole text, the head is the whole text and the tail is empty.
+pub fn head_and_tail(text: &str, head_bytes: usize, tail_bytes: usize) -> (&str, &str) {
+    if head_bytes.saturating_add(tail_bytes) >= text.len() {
+        return (text, "");
+    }
+    let mut head = cut_at_char(text, head_bytes);
+    if let Some(nl) = head.rfind('\n').filter(|&nl| nl + 1 >= head.len() - head.len() / 4 && nl > 0) {
+        head = &head[..nl];
+    }
+    let rest = &text[head.len()..];
+    let mut start = rest.len().saturating_sub(tail_bytes);
+    while !rest.is_char_boundary(start) {
+        start += 1;
+    }
+    let mut tail = &rest[start..];
+    if let Some(nl) = tail.find('\n').filter(|&nl| nl <= tail.len() / 4 && nl + 1 < tail.len()) {
+        tail = &tail[nl + 1..];
+    }
+    (head, tail)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{cut_at_char, human_size};
+    use super::{cut_at_char, head_and_tail, human_size};
+
+    #[test]
+    fn head_and_tail_cut_on_lines_and_characters() {
+        let text: String = (0..100).map(|i| format!("line {i:03} é\n")).collect();
+        let (h, t) = head_and_tail(&text, 100, 50);
+        assert!(h.len() <= 100 && h.ends_with('é') && h.starts_with("line 000"), "{h:?}");
+        assert!(t.len() <= 50 && t.starts_with("line ") && t.ends_with("line 099 é\n"), "{t:?}");
+        assert_eq!(head_and_tail("short", 3, 3), ("short", ""));
+        // No line breaks: character boundaries only.
+        let s = "é".repeat(100);
+        let (h, t) = head_and_tail(&s, 11, 11);
+        assert_eq!((h.len(), t.len()), (10, 10));
+    }
 
     #[test]
     fn cuts_on_char_boundaries() {

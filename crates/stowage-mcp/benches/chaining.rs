@@ -21,8 +21,7 @@ use stowage_core::{ArtifactScope, PutOptions};
 use stowage_links::{KeyRing, LinkSigner, LinksConfig};
 use stowage_mcp::chaining::InputMode;
 use stowage_mcp::config::{GatewayConfig, TransportSpec, UpstreamSpec};
-use stowage_mcp::pipeline::PipelineOffloader;
-use stowage_mcp::rewrite::Rewriter;
+use stowage_mcp::shape::{Pipelines, Shaper};
 use stowage_mcp::{CallOptions, Caller, Gateway, GatewayOptions, SessionKind};
 use stowage_store::{ArtifactStore, MemoryStore, RetentionConfig};
 
@@ -60,9 +59,9 @@ async fn main() {
     config.chaining.max_materialize_bytes = 32 << 20;
     let sink = Arc::new(stowage_testkit::MemSink::default());
     let pipeline =
-        stowage_transform::Pipeline::new(stowage_transform::TransformConfig::default(), stowage_mcp::pipeline::with_dimensions(sink));
-    let rewriter = Rewriter::new(Arc::new(PipelineOffloader::new(Arc::new(pipeline))));
-    let gw = Gateway::start(GatewayOptions::new(config, vec![spec("u"), spec("b"), spec("n")], rewriter));
+        stowage_transform::Pipeline::new(stowage_transform::TransformConfig::default(), stowage_mcp::shape::with_dimensions(sink));
+    let shaper = Shaper::new(Pipelines::new(Arc::new(pipeline)));
+    let gw = Gateway::start(GatewayOptions::new(config, vec![spec("u"), spec("b"), spec("n")], shaper));
     assert_eq!(gw.wait_ready(Duration::from_secs(30)).await, 3);
     gw.set_link_service(service);
     gw.set_artifact_store(store.clone());

@@ -9,7 +9,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
 use std::hint::black_box;
 use stowage_mcp::output_schema::OutputSchema;
-use stowage_mcp::rewrite::enforce_output_schema;
+use stowage_mcp::shape::enforce_output_schema;
 
 fn bench(c: &mut Criterion) {
     // FastMCP's schema for a tool returning `list[dict]`, and a rewritten result: a prefix of
@@ -27,11 +27,7 @@ fn bench(c: &mut Criterion) {
     c.bench_function("is_valid small structuredContent", |b| b.iter(|| compiled.is_valid(black_box(&sc))));
     let touched = vec!["/result".to_owned()];
     c.bench_function("enforce_output_schema, valid", |b| {
-        b.iter_batched(
-            || result.clone(),
-            |mut r| enforce_output_schema(&mut r, &compiled, &touched, true),
-            criterion::BatchSize::SmallInput,
-        )
+        b.iter_batched(|| result.clone(), |mut r| enforce_output_schema(&mut r, &compiled, &touched), criterion::BatchSize::SmallInput)
     });
 }
 

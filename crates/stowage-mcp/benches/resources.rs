@@ -16,8 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use stowage_mcp::config::{GatewayConfig, TransportSpec, UpstreamSpec};
-use stowage_mcp::pipeline::PipelineOffloader;
-use stowage_mcp::rewrite::Rewriter;
+use stowage_mcp::shape::{Pipelines, Shaper};
 use stowage_mcp::{Gateway, GatewayOptions};
 use stowage_store::{ArtifactStore, FsStore, RetentionConfig};
 use stowage_testkit::RpcClient;
@@ -45,10 +44,10 @@ fn peak_rss_mb() -> f64 {
 async fn gateway(config: GatewayConfig, specs: Vec<UpstreamSpec>, store: Arc<dyn ArtifactStore>) -> (Arc<Gateway>, RpcClient) {
     let sink = stowage_store::into_sink(store.clone());
     let pipeline =
-        stowage_transform::Pipeline::new(stowage_transform::TransformConfig::default(), stowage_mcp::pipeline::with_dimensions(sink));
-    let rewriter = Rewriter::new(Arc::new(PipelineOffloader::new(Arc::new(pipeline))));
+        stowage_transform::Pipeline::new(stowage_transform::TransformConfig::default(), stowage_mcp::shape::with_dimensions(sink));
+    let shaper = Shaper::new(Pipelines::new(Arc::new(pipeline)));
     let n = specs.len();
-    let gw = Gateway::start(GatewayOptions::new(config, specs, rewriter));
+    let gw = Gateway::start(GatewayOptions::new(config, specs, shaper));
     assert_eq!(gw.wait_ready(Duration::from_secs(60)).await, n);
     gw.set_artifact_store(store);
     let (client_end, gw_end) = tokio::io::duplex(1 << 20);

@@ -1,8 +1,8 @@
 //! Stowage's MCP gateway: it sits between MCP clients and the user's MCP servers and keeps
 //! heavy tool output (base64 files, images, audio, huge text) out of the model's context.
 //!
-//! How the parts fit (client → downstream → [`Gateway`] → upstream → server, and the result
-//! back through [`rewrite`]):
+//! How the parts fit (client → downstream → [`Gateway`] → upstream → server, and every answer
+//! back through the [`shape`]r):
 //! - downstream: stdio ([`serve_stdio`]) and Streamable HTTP ([`http_router`]) transports
 //!   towards clients; each connection is a [`Session`] of a [`Caller`];
 //! - [`Gateway`]: answers initialize/discover and the aggregated lists itself, routes
@@ -13,9 +13,10 @@
 //! - upstream: supervised connections to servers (stdio children, HTTP URLs, in-process
 //!   servers), restarted with backoff, shared by all clients or one per client
 //!   ([`SessionMode`]);
-//! - [`rewrite`] + [`pipeline`]: tools/call results go through the transform pipeline and
-//!   become the output contract (text line, `resource_link`, `structuredContent.assets[]`)
-//!   with the bytes in the artifact store.
+//! - [`shape`]: the one owner of every answer's shape (tool results, reads, prompts, the
+//!   gateway's own tools): the transform pipeline, the output contract (a text line and a
+//!   `resource_link` per artifact, the records in `_meta`), the host's profile, the final limit,
+//!   and one measurement of what is sent.
 //!
 //! Messages are relayed as raw JSON: typed MCP models would drop fields they do not know, and
 //! a 256 MB result must pass without a line-length cap.
@@ -28,7 +29,6 @@ mod cpu_pool;
 mod downstream;
 pub mod error;
 pub mod events;
-mod fit;
 mod framing;
 mod gateway;
 pub mod hosts;
@@ -41,12 +41,11 @@ pub use local_tools::resources::PAGE as ARTIFACTS_PER_PAGE;
 pub mod metrics;
 pub mod outbox;
 pub mod output_schema;
-pub mod pipeline;
-pub mod rewrite;
 mod router;
 mod routes;
 pub mod run;
 mod session;
+pub mod shape;
 mod upstream;
 
 pub use config::{GatewayConfig, ServerConfig, SessionMode, TransportSpec, UpstreamSpec};

@@ -62,7 +62,7 @@ pub(crate) fn record(e: &GatewayEvent) {
                 .increment(tokens_in.saturating_sub(*tokens_out));
         }
         GatewayEvent::Offloaded { layer, .. } => {
-            metrics::counter!("stowage_offloads_total", "layer" => crate::rewrite::layer_name(*layer)).increment(1);
+            metrics::counter!("stowage_offloads_total", "layer" => crate::shape::layer_name(*layer)).increment(1);
         }
         GatewayEvent::Clamped { .. } => metrics::counter!("stowage_observations_clamped_total").increment(1),
         GatewayEvent::StoreFailed { fatal, .. } => {

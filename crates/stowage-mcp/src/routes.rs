@@ -59,7 +59,7 @@ pub enum Attribution {
 
 /// Takes the heavy parts out of a payload an upstream sends outside a result (log data,
 /// progress messages, error data) before it reaches a client: the same pipeline as results,
-/// under the receiving client's scope. Set by the gateway once it has its rewriter.
+/// under the receiving client's scope. Set by the gateway once it has its shaper.
 pub trait Scrubber: Send + Sync {
     fn scrub<'a>(&'a self, session: &'a Session, upstream: &'a str, payload: Value) -> Pin<Box<dyn Future<Output = Value> + Send + 'a>>;
 }
@@ -69,7 +69,7 @@ pub trait Scrubber: Send + Sync {
 pub const SCRUB_FROM: usize = 1024;
 
 pub struct CallRoutes {
-    /// Set once at start (the gateway builds its rewriter before its upstreams connect).
+    /// Set once at start (the gateway builds its shaper before its upstreams connect).
     pub scrubber: OnceLock<Arc<dyn Scrubber>>,
     sessions: Arc<Sessions>,
     calls: Mutex<HashMap<(u64, u64), ActiveCall>>,

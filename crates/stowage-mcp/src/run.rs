@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use crate::config::{GatewayConfig, SessionMode, UpstreamSpec};
 use crate::gateway::{Gateway, GatewayOptions};
-use crate::rewrite::Rewriter;
+use crate::shape::Shaper;
 use crate::upstream::InProcessFactory;
 
 /// How clients reach the gateway.
@@ -31,7 +31,7 @@ pub type OnGateway = Box<dyn FnOnce(&Arc<Gateway>) + Send>;
 pub struct RunOptions {
     pub gateway: GatewayConfig,
     pub upstreams: Vec<UpstreamSpec>,
-    pub rewriter: Rewriter,
+    pub shaper: Shaper,
     pub mode: Mode,
     /// How in-process servers (the bundled demo) are started.
     pub in_process: Option<InProcessFactory>,
@@ -93,7 +93,7 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
     let gw = Gateway::start(GatewayOptions {
         config: opts.gateway.clone(),
         upstreams: opts.upstreams,
-        rewriter: opts.rewriter,
+        shaper: opts.shaper,
         in_process: opts.in_process,
         default_session_mode,
         secret_env: opts.secret_env,

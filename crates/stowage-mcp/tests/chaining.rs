@@ -18,7 +18,7 @@ use stowage_mcp::chaining::InputMode;
 use stowage_mcp::{CallOptions, Caller, Gateway, SessionKind, SessionMode};
 use stowage_store::{ArtifactStore, ListQuery, MemoryStore, RetentionConfig};
 
-use common::{MemSink, fast_config, rewriter, start_gateway};
+use common::{MemSink, fast_config, shaper, start_gateway};
 use stowage_mcp::config::{TransportSpec, UpstreamSpec};
 
 /// A `stowage-chain-fixture` child named `name`.
@@ -53,7 +53,7 @@ async fn world(tune: impl FnOnce(&mut stowage_mcp::chaining::ChainingConfig)) ->
     rules.insert("b_upload_file".into(), InputMode::Base64);
     tune(&mut config.chaining);
     let specs = ["u", "b", "t", "p", "n"].iter().map(|n| chain_spec(n)).collect();
-    let gw = start_gateway(specs, rewriter(Arc::new(MemSink::default())), config, SessionMode::Shared).await;
+    let gw = start_gateway(specs, shaper(Arc::new(MemSink::default())), config, SessionMode::Shared).await;
     gw.set_link_service(service);
     gw.set_artifact_store(store.clone());
     // Every upstream is up; wait until the catalog lists every one's tools too (each upstream
@@ -380,7 +380,7 @@ async fn another_session_of_the_same_user_is_forbidden_only_where_sessions_are_i
     let gw = {
         let mut config = fast_config();
         config.chaining.inputs.insert("echo".into(), InputMode::Text);
-        let gw = start_gateway(vec![chain_spec("solo")], rewriter(Arc::new(MemSink::default())), config, SessionMode::Shared).await;
+        let gw = start_gateway(vec![chain_spec("solo")], shaper(Arc::new(MemSink::default())), config, SessionMode::Shared).await;
         gw.set_artifact_store(isolated.clone());
         gw
     };

@@ -66,7 +66,7 @@ fn tableau_pdf_under_1kb_and_artifacts_get_is_byte_identical() {
     let line = ask(2, "tools/call", json!({"name": "get_view_pdf", "arguments": {}}));
     assert!(line.trim_end().len() <= 1024, "client received {} bytes: {line}", line.len());
     let v: Value = serde_json::from_str(&line).unwrap();
-    let asset = &v["result"]["structuredContent"]["assets"][0];
+    let asset = &v["result"]["_meta"]["io.stowage/assets"][0];
     let id = asset["id"].as_str().expect("an asset id").to_owned();
     assert_eq!(asset["uri"], asset["artifactUri"], "with --no-links the link is the artifact:// URI");
     drop(stdin);

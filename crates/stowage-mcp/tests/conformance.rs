@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{MemSink, fast_config, rewriter};
+use common::{MemSink, fast_config, shaper};
 use stowage_mcp::config::{TransportSpec, UpstreamSpec};
 
 use common::require_peer as peer;
@@ -23,8 +23,7 @@ async fn conformance_suite_passes_through_the_gateway() {
     };
     let fixture = stowage_testkit::conformance_fixture_bin().display().to_string();
     let spec = UpstreamSpec::new("conformance", TransportSpec::stdio(fixture, vec![]), Duration::from_secs(30));
-    let gw =
-        common::start_gateway(vec![spec], rewriter(Arc::new(MemSink::default())), fast_config(), stowage_mcp::SessionMode::Shared).await;
+    let gw = common::start_gateway(vec![spec], shaper(Arc::new(MemSink::default())), fast_config(), stowage_mcp::SessionMode::Shared).await;
     let addr = stowage_mcp::run::spawn_http(gw.clone(), "127.0.0.1:0").await.unwrap();
     let expected = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/conformance-expected-failures.yml");
     let url = format!("http://{addr}/mcp");

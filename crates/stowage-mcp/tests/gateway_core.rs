@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Client, MemSink, fast_config, fixture_spec, rewriter, start_gateway};
+use common::{Client, MemSink, fast_config, fixture_spec, shaper, start_gateway};
 use serde_json::{Value, json};
 use stowage_mcp::config::{TransportSpec, UpstreamSpec};
 use stowage_mcp::events::{CallOutcome, GatewayEvent};
@@ -42,7 +42,7 @@ async fn a_panic_answers_its_request_and_everything_else_carries_on() {
 async fn a_call_to_a_dead_upstream_answers_at_once_with_its_last_failure() {
     let dead = UpstreamSpec::new("ghost", TransportSpec::stdio("/nonexistent/ghost-server", vec![]), Duration::from_secs(300));
     let specs = vec![fixture_spec("fx", None, T), dead];
-    let gw = stowage_mcp::Gateway::start(stowage_mcp::GatewayOptions::new(fast_config(), specs, rewriter(Arc::new(MemSink::default()))));
+    let gw = stowage_mcp::Gateway::start(stowage_mcp::GatewayOptions::new(fast_config(), specs, shaper(Arc::new(MemSink::default()))));
     assert_eq!(gw.wait_ready(Duration::from_secs(2)).await, 1);
     let session = gw.open_session(SessionKind::InProcess, Caller::default(), None);
     // The dead upstream lists no tools; its prompts/resources route fails fast too.
@@ -66,11 +66,8 @@ async fn a_call_to_a_dead_upstream_answers_at_once_with_its_last_failure() {
     );
     let ghost = UpstreamSpec::new("ghost", TransportSpec::stdio("/nonexistent/ghost-server", vec![]), Duration::from_secs(300));
     for (spec, name, why) in [(ghost, "ghost", "cannot run /nonexistent/ghost-server"), (nobody, "gone", "unreachable")] {
-        let gw = stowage_mcp::Gateway::start(stowage_mcp::GatewayOptions::new(
-            fast_config(),
-            vec![spec],
-            rewriter(Arc::new(MemSink::default())),
-        ));
+        let gw =
+            stowage_mcp::Gateway::start(stowage_mcp::GatewayOptions::new(fast_config(), vec![spec], shaper(Arc::new(MemSink::default()))));
         assert!(common::eventually(5, || gw.unready_upstreams().first().is_some_and(|u| u.1 != "still starting")).await);
         let c = Client::connect(gw.clone(), None, json!({})).await;
         let started = Instant::now();
@@ -86,8 +83,7 @@ async fn a_call_to_a_dead_upstream_answers_at_once_with_its_last_failure() {
 #[tokio::test]
 async fn an_upstream_that_dies_during_start_up_says_so() {
     let spec = UpstreamSpec::new("quits", TransportSpec::stdio("sh", vec!["-c".into(), "exit 7".into()]), Duration::from_secs(300));
-    let gw =
-        stowage_mcp::Gateway::start(stowage_mcp::GatewayOptions::new(fast_config(), vec![spec], rewriter(Arc::new(MemSink::default()))));
+    let gw = stowage_mcp::Gateway::start(stowage_mcp::GatewayOptions::new(fast_config(), vec![spec], shaper(Arc::new(MemSink::default()))));
     assert!(common::eventually(5, || gw.unready_upstreams().first().is_some_and(|u| u.1 != "still starting")).await);
     let reason = gw.unready_upstreams()[0].1.clone();
     assert!(reason.contains("during start-up") && reason.contains("exited with status 7"), "{reason}");
@@ -100,8 +96,7 @@ async fn an_upstream_that_dies_during_start_up_says_so() {
 #[tokio::test]
 async fn per_client_mode_gives_each_client_its_own_upstream_session() {
     let gw =
-        start_gateway(vec![fixture_spec("fx", None, T)], rewriter(Arc::new(MemSink::default())), fast_config(), SessionMode::PerClient)
-            .await;
+        start_gateway(vec![fixture_spec("fx", None, T)], shaper(Arc::new(MemSink::default())), fast_config(), SessionMode::PerClient).await;
     let a = gw.open_session(SessionKind::InProcess, Caller::default(), None);
     let b = gw.open_session(SessionKind::InProcess, Caller::default(), None);
     let pid = |r: stowage_mcp::ToolOutcome| r.result["content"][0]["text"].as_str().unwrap().parse::<i32>().unwrap();
@@ -118,7 +113,7 @@ async fn per_client_mode_gives_each_client_its_own_upstream_session() {
     gw.shutdown();
 
     let shared =
-        start_gateway(vec![fixture_spec("fx", None, T)], rewriter(Arc::new(MemSink::default())), fast_config(), SessionMode::Shared).await;
+        start_gateway(vec![fixture_spec("fx", None, T)], shaper(Arc::new(MemSink::default())), fast_config(), SessionMode::Shared).await;
     let a = shared.open_session(SessionKind::InProcess, Caller::default(), None);
     let b = shared.open_session(SessionKind::InProcess, Caller::default(), None);
     let pa = pid(shared.call_tool(&a, "pid", json!({}), CallOptions::default()).await.unwrap());
@@ -135,7 +130,7 @@ fn zombie(pid: i32) -> bool {
 #[tokio::test]
 async fn the_client_session_cap_evicts_an_idle_one_or_refuses_clearly() {
     let config = stowage_mcp::GatewayConfig { max_upstream_sessions: 1, ..fast_config() };
-    let gw = start_gateway(vec![fixture_spec("fx", None, T)], rewriter(Arc::new(MemSink::default())), config, SessionMode::PerClient).await;
+    let gw = start_gateway(vec![fixture_spec("fx", None, T)], shaper(Arc::new(MemSink::default())), config, SessionMode::PerClient).await;
     let a = gw.open_session(SessionKind::InProcess, Caller::default(), None);
     let b = gw.open_session(SessionKind::InProcess, Caller::default(), None);
     gw.call_tool(&a, "pid", json!({}), CallOptions::default()).await.unwrap();
@@ -158,7 +153,7 @@ async fn the_client_session_cap_evicts_an_idle_one_or_refuses_clearly() {
 #[tokio::test]
 async fn in_process_calls_return_the_report_and_publish_events() {
     let sink = Arc::new(MemSink::default());
-    let gw = start_gateway(vec![fixture_spec("fx", None, T)], rewriter(sink.clone()), fast_config(), SessionMode::Shared).await;
+    let gw = start_gateway(vec![fixture_spec("fx", None, T)], shaper(sink.clone()), fast_config(), SessionMode::Shared).await;
     let mut events = gw.events().subscribe();
     let session = gw.open_session(SessionKind::InProcess, Caller { tenant: Some("acme".into()), user: Some("ana".into()) }, None);
     let names: Vec<String> = gw.list_tools(&session).iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect();
@@ -224,7 +219,7 @@ async fn in_process_calls_return_the_report_and_publish_events() {
 async fn a_store_failure_is_published() {
     let gw = start_gateway(
         vec![fixture_spec("fx", None, T)],
-        rewriter(Arc::new(MemSink { fail: true.into(), ..Default::default() })),
+        shaper(Arc::new(MemSink { fail: true.into(), ..Default::default() })),
         fast_config(),
         SessionMode::Shared,
     )
@@ -320,8 +315,7 @@ async fn an_upstream_never_asks_a_client_for_what_it_did_not_declare() {
 
     // Per-client sessions: each client's own upstream asks that client, and only it.
     let gw =
-        start_gateway(vec![fixture_spec("fx", None, T)], rewriter(Arc::new(MemSink::default())), fast_config(), SessionMode::PerClient)
-            .await;
+        start_gateway(vec![fixture_spec("fx", None, T)], shaper(Arc::new(MemSink::default())), fast_config(), SessionMode::PerClient).await;
     let with_roots = Client::connect(gw.clone(), Some(handler.clone()), json!({"roots": {}})).await;
     let without = Client::connect(gw.clone(), Some(handler), json!({})).await;
     let r = text(&with_roots.call("roots", json!({})).await);
@@ -338,7 +332,7 @@ async fn an_upstream_never_asks_a_client_for_what_it_did_not_declare() {
 async fn closing_stdin_ends_the_session_promptly_even_with_a_question_pending() {
     let gw = start_gateway(
         vec![fixture_spec("fx", None, Duration::from_secs(300))],
-        rewriter(Arc::new(MemSink::default())),
+        shaper(Arc::new(MemSink::default())),
         fast_config(),
         SessionMode::Shared,
     )
@@ -372,8 +366,7 @@ async fn url_elicitation_reaches_the_client_that_can_take_it_and_its_completion_
     let accept: stowage_testkit::ServerRequestHandler =
         Arc::new(|method, params| (method == "elicitation/create" && params["mode"] == "url").then(|| json!({"action": "accept"})));
     let gw =
-        start_gateway(vec![fixture_spec("fx", None, T)], rewriter(Arc::new(MemSink::default())), fast_config(), SessionMode::PerClient)
-            .await;
+        start_gateway(vec![fixture_spec("fx", None, T)], shaper(Arc::new(MemSink::default())), fast_config(), SessionMode::PerClient).await;
     let url_client = Client::connect(gw.clone(), Some(accept.clone()), json!({"elicitation": {"form": {}, "url": {}}})).await;
     let r = url_client.call("elicit_url", json!({})).await;
     assert_eq!(text(&r), "elicitation: \"accept\"", "{r}");
@@ -399,8 +392,7 @@ async fn url_elicitation_reaches_the_client_that_can_take_it_and_its_completion_
 async fn a_piped_batch_gets_its_answers_after_input_ends() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let gw =
-        start_gateway(vec![fixture_spec("fx", None, T)], rewriter(Arc::new(MemSink::default())), fast_config(), SessionMode::PerClient)
-            .await;
+        start_gateway(vec![fixture_spec("fx", None, T)], shaper(Arc::new(MemSink::default())), fast_config(), SessionMode::PerClient).await;
     let (client_end, gw_end) = tokio::io::duplex(1 << 16);
     let (gr, gwr) = tokio::io::split(gw_end);
     let served = tokio::spawn(stowage_mcp::serve_stdio(gw.clone(), gr, gwr));

@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{MemSink, eventually, fast_config, fixture_spec, read_log, rewriter};
+use common::{MemSink, eventually, fast_config, fixture_spec, read_log, shaper};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use stowage_mcp::Gateway;
@@ -21,7 +21,7 @@ async fn start_with(log: Option<&std::path::Path>, config: stowage_mcp::config::
 
 /// A gateway over HTTP in front of one upstream, ready; returns it and its `/mcp` URL.
 async fn start_in_front_of(spec: stowage_mcp::config::UpstreamSpec, config: stowage_mcp::config::GatewayConfig) -> (Arc<Gateway>, String) {
-    let gw = common::start_gateway(vec![spec], rewriter(Arc::new(MemSink::default())), config, stowage_mcp::SessionMode::Shared).await;
+    let gw = common::start_gateway(vec![spec], shaper(Arc::new(MemSink::default())), config, stowage_mcp::SessionMode::Shared).await;
     let addr = stowage_mcp::run::spawn_http(gw.clone(), "127.0.0.1:0").await.unwrap();
     (gw, format!("http://{addr}/mcp"))
 }
@@ -567,7 +567,7 @@ async fn four_parallel_100_mb_requests_do_not_reach_a_gigabyte() {
 /// the contract can be seen with links on.
 struct TestLinks(String);
 
-impl stowage_mcp::rewrite::LinkMinter for TestLinks {
+impl stowage_mcp::shape::LinkMinter for TestLinks {
     fn link(&self, a: &stowage_core::ArtifactRef) -> Option<(String, String)> {
         Some((format!("{}/artifacts/{}?token=t", self.0, a.id), "2026-11-23T15:00:00Z".into()))
     }
@@ -578,9 +578,9 @@ impl stowage_mcp::rewrite::LinkMinter for TestLinks {
 /// (the transform writes its own stub line), a JSON list in structuredContent and its text
 /// twin, and base64 inside JSON text.
 #[tokio::test]
-async fn over_http_one_offloaded_item_is_one_line_carrying_its_link() {
-    let mut rw = rewriter(Arc::new(MemSink::default()));
-    rw.links = Some(Arc::new(TestLinks("http://gw.test".into())));
+async fn over_http_one_offloaded_item_is_one_line_and_one_link() {
+    let mut rw = shaper(Arc::new(MemSink::default()));
+    rw = rw.with_links(Arc::new(TestLinks("http://gw.test".into())));
     let gw =
         common::start_gateway(vec![fixture_spec("fx", None, Duration::from_secs(20))], rw, fast_config(), stowage_mcp::SessionMode::Shared)
             .await;
@@ -592,17 +592,20 @@ async fn over_http_one_offloaded_item_is_one_line_carrying_its_link() {
     {
         let (_, _, msgs) = post(&url, Some(&sid), BOTH, rpc(10 + i as u64, "tools/call", json!({"name": tool, "arguments": args}))).await;
         let result = &msgs.last().unwrap()["result"];
-        let assets = result["structuredContent"]["assets"].as_array().unwrap_or_else(|| panic!("{tool}: {result}"));
+        let assets = result["_meta"]["io.stowage/assets"].as_array().unwrap_or_else(|| panic!("{tool}: {result}"));
         assert_eq!(assets.len(), 1, "{tool}");
         let id = assets[0]["id"].as_str().unwrap();
         let link = format!("http://gw.test/artifacts/{id}?token=t");
         let blocks = result["content"].as_array().unwrap();
         let lines: Vec<&str> = blocks.iter().filter_map(|b| b["text"].as_str()).filter(|t| t.contains(id) && !t.starts_with('{')).collect();
         assert_eq!(lines.len(), 1, "{tool}: {lines:#?}");
-        assert!(lines[0].contains(&format!("Download: {link} (expires 2026-11-23T15:00:00Z)")), "{tool}: {}", lines[0]);
+        assert!(lines[0].ends_with("(link expires 15:00 UTC)"), "{tool}: {}", lines[0]);
         let links: Vec<_> = blocks.iter().filter(|b| b["type"] == "resource_link").collect();
         assert_eq!(links.len(), 1, "{tool}");
         assert_eq!(links[0]["uri"], link.as_str());
+        // The signed URL once in what a model reads: in the link, not in the line too.
+        let visible = format!("{}{}", result["content"], result.get("structuredContent").map(Value::to_string).unwrap_or_default());
+        assert_eq!(visible.matches(&link).count(), 1, "{tool}: {visible}");
         assert_eq!(result["_meta"]["io.stowage/transform"]["artifacts"], 1, "{tool}");
     }
 }

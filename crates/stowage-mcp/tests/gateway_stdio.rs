@@ -50,7 +50,7 @@ async fn tableau_pdf_becomes_a_link_under_1kb_and_the_bytes_are_identical() {
     assert_eq!(link["mimeType"], "application/pdf");
     let uri = link["uri"].as_str().unwrap();
     assert!(uri.starts_with("artifact://get_view_pdf_"), "{uri}");
-    let asset = &result["structuredContent"]["assets"][0];
+    let asset = &result["_meta"]["io.stowage/assets"][0];
     assert_eq!(asset["artifactUri"], uri);
     assert_eq!(asset["kind"], "file");
     let id = asset["id"].as_str().unwrap();
@@ -76,7 +76,7 @@ async fn native_image_gets_dimensions_and_no_base64_remains() {
     assert!(!s.contains("\"data\""), "no image.data in default output: {s}");
     let types: Vec<_> = result["content"].as_array().unwrap().iter().map(|b| b["type"].as_str().unwrap()).collect();
     assert_eq!(types, ["text", "resource_link"]);
-    let a = &result["structuredContent"]["assets"][0];
+    let a = &result["_meta"]["io.stowage/assets"][0];
     assert_eq!((a["kind"].as_str(), a["width"].as_u64(), a["height"].as_u64()), (Some("image"), Some(64), Some(48)));
     assert_eq!(a["mimeType"], "image/png");
     assert_eq!(a["sha256"].as_str().unwrap().len(), 64);
@@ -115,15 +115,16 @@ async fn a_big_list_stays_a_list_that_validates_with_one_line_and_one_artifact()
     assert_eq!(meta["partial"][0]["kept"], rows.len());
     assert_eq!(meta["partial"][0]["total"], 2000);
     assert_eq!(meta["partial"][0]["pointer"], "/structuredContent/result");
+    assert_eq!(meta["partial"][0]["artifact"], result["_meta"]["io.stowage/assets"][0]["id"]);
     assert!(meta.get("outputSchema").is_none(), "valid as rewritten, nothing to repair: {meta}");
-    let assets = result["structuredContent"]["assets"].as_array().unwrap();
+    let assets = result["_meta"]["io.stowage/assets"].as_array().unwrap();
     assert_eq!(assets.len(), 1);
     let id = assets[0]["id"].as_str().unwrap();
     let lines: Vec<String> = texts(result).into_iter().filter(|t| t.contains(id)).collect();
     assert_eq!(lines.len(), 1, "{lines:?}");
-    assert!(lines[0].contains(&format!("{} of 2000 items are kept in place", rows.len())), "{}", lines[0]);
+    assert!(lines[0].contains(&format!("result keeps {} of 2000 items in place", rows.len())), "{}", lines[0]);
     let stored: Value = serde_json::from_slice(&sink.items.lock().unwrap()[id].0).unwrap();
-    assert_eq!(stored.as_array().unwrap().len(), 2000, "the artifact holds every row");
+    assert_eq!(stored["result"].as_array().unwrap().len(), 2000, "the artifact is the whole object, every row in it");
     assert!(r.to_string().len() < 8_000, "{}", r.to_string().len());
     // A small list passes untouched, and is not checked (nothing was rewritten).
     let r = c.call("get_rows_structured", json!({"n": 3})).await;
@@ -309,7 +310,7 @@ async fn several_upstreams_are_namespaced_and_routed() {
     for tool in ["demo_get_report", "demo_get_chart", "demo_get_audio", "demo_get_attachment"] {
         let r = c.call(tool, json!({})).await;
         assert!(r.to_string().len() < 2048, "{tool}: {} bytes", r.to_string().len());
-        assert_eq!(r["result"]["structuredContent"]["assets"].as_array().map(Vec::len), Some(1), "{tool}: {r}");
+        assert_eq!(r["result"]["_meta"]["io.stowage/assets"].as_array().map(Vec::len), Some(1), "{tool}: {r}");
     }
     let r = c.call("demo_get_report_link", json!({})).await;
     assert_eq!(r["result"]["content"][0]["type"], "resource_link", "resource links pass through: {r}");
@@ -320,12 +321,12 @@ async fn several_upstreams_are_namespaced_and_routed() {
 async fn a_server_with_its_own_transform_config_keeps_its_images_inline() {
     let sink = Arc::new(MemSink::default());
     let config = fast_config();
-    let mut rw = common::rewriter(sink.clone());
+    let mut rw = common::shaper(sink.clone());
     let raw = stowage_transform::TransformConfig { inline_binary_max_bytes: 1 << 20, ..Default::default() };
     let p = stowage_transform::Pipeline::new(raw, sink.clone());
-    rw.per_upstream.insert("raw".into(), Arc::new(stowage_mcp::pipeline::PipelineOffloader::new(Arc::new(p))));
+    rw = rw.with_pipeline("raw", Arc::new(p));
     let specs = vec![fixture_spec("fx", None, T), fixture_spec("raw", None, T)];
-    let c = Client::start_with_rewriter(specs, rw, config).await;
+    let c = Client::start_with_shaper(specs, rw, config).await;
     let inline = c.call("raw_get_image", json!({})).await;
     assert_eq!(inline["result"]["content"][0]["type"], "image", "{inline}");
     let linked = c.call("fx_get_image", json!({})).await;
@@ -343,7 +344,7 @@ async fn a_300_mb_result_passes_through() {
     let r = c.call("get_view_pdf", json!({"bytes": 225_000_000})).await;
     let text = r.to_string();
     assert!(text.len() < 4_000, "the client got {} bytes: {}", text.len(), &text[..text.len().min(600)]);
-    let id = r["result"]["structuredContent"]["assets"][0]["id"].as_str().unwrap_or_else(|| panic!("{text}")).to_owned();
+    let id = r["result"]["_meta"]["io.stowage/assets"][0]["id"].as_str().unwrap_or_else(|| panic!("{text}")).to_owned();
     let stored = sink.items.lock().unwrap()[&id].0.clone();
     let want = stowage_testkit::samples::pdf(225_000_000, "Sales Dashboard");
     assert!(stored == want, "the stored artifact differs from the PDF ({} vs {} bytes)", stored.len(), want.len());

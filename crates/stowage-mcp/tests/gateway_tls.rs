@@ -81,7 +81,7 @@ async fn an_https_upstream_with_its_ca_works_and_without_it_fails_clearly() {
     // gives (in its log, and to any call) names the certificate and the setting that fixes it.
     let untrusted = ServerConfig { url: Some(url), ..Default::default() };
     let spec = untrusted.resolve("tls", Duration::from_secs(10)).unwrap();
-    let opts = stowage_mcp::GatewayOptions::new(fast_config(), vec![spec], common::rewriter(Arc::new(MemSink::default())));
+    let opts = stowage_mcp::GatewayOptions::new(fast_config(), vec![spec], common::shaper(Arc::new(MemSink::default())));
     let gw = stowage_mcp::Gateway::start(opts);
     assert_eq!(gw.wait_ready(Duration::from_secs(2)).await, 0, "an untrusted server must not become ready");
     let e = gw.upstreams[0].connection(Duration::from_millis(100)).await.unwrap_err().to_string();
@@ -98,7 +98,7 @@ async fn an_https_upstream_with_its_ca_works_and_without_it_fails_clearly() {
     let gw = stowage_mcp::Gateway::start(stowage_mcp::GatewayOptions::new(
         fast_config(),
         vec![spec],
-        common::rewriter(Arc::new(MemSink::default())),
+        common::shaper(Arc::new(MemSink::default())),
     ));
     assert!(common::eventually(5, || !gw.unready_upstreams().is_empty() && gw.unready_upstreams()[0].1 != "still starting").await);
     let e = gw.unready_upstreams()[0].1.clone();

@@ -13,7 +13,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{MemSink, fast_config, rewriter};
+use common::{MemSink, fast_config, shaper};
 use serde_json::{Value, json};
 use stowage_mcp::Gateway;
 use stowage_mcp::config::{TransportSpec, UpstreamSpec};
@@ -30,8 +30,7 @@ fn free_port() -> u16 {
 
 async fn gateway(upstream: TransportSpec) -> (Arc<Gateway>, String) {
     let spec = UpstreamSpec::new("everything", upstream, Duration::from_secs(30));
-    let gw =
-        common::start_gateway(vec![spec], rewriter(Arc::new(MemSink::default())), fast_config(), stowage_mcp::SessionMode::Shared).await;
+    let gw = common::start_gateway(vec![spec], shaper(Arc::new(MemSink::default())), fast_config(), stowage_mcp::SessionMode::Shared).await;
     let addr = stowage_mcp::run::spawn_http(gw.clone(), "127.0.0.1:0").await.unwrap();
     (gw, format!("http://{addr}/mcp"))
 }
@@ -257,7 +256,7 @@ async fn two_clients_are_kept_apart_as_if_they_had_connected_directly() {
     for upstream in upstreams {
         let spec = UpstreamSpec::new("everything", upstream.clone(), Duration::from_secs(30));
         let gw =
-            common::start_gateway(vec![spec], rewriter(Arc::new(MemSink::default())), fast_config(), stowage_mcp::SessionMode::PerClient)
+            common::start_gateway(vec![spec], shaper(Arc::new(MemSink::default())), fast_config(), stowage_mcp::SessionMode::PerClient)
                 .await;
         let addr = stowage_mcp::run::spawn_http_with(gw.clone(), "127.0.0.1:0", authenticator.clone(), None).await.unwrap();
         let url = format!("http://{addr}/mcp");

@@ -17,16 +17,16 @@ const T: Duration = Duration::from_secs(20);
 
 /// Links as `stowage serve` mints them, minus the signature.
 struct TestLinks;
-impl stowage_mcp::rewrite::LinkMinter for TestLinks {
+impl stowage_mcp::shape::LinkMinter for TestLinks {
     fn link(&self, r: &ArtifactRef) -> Option<(String, String)> {
         Some((format!("https://stowage.test/artifacts/{}?token=t", r.id), "2026-11-23T18:00:00Z".into()))
     }
 }
 
 async fn client(sink: Arc<MemSink>) -> Client {
-    let mut rw = common::rewriter(sink);
-    rw.links = Some(Arc::new(TestLinks));
-    Client::start_with_rewriter(vec![fixture_spec("fx", None, T)], rw, fast_config()).await
+    let mut rw = common::shaper(sink);
+    rw = rw.with_links(Arc::new(TestLinks));
+    Client::start_with_shaper(vec![fixture_spec("fx", None, T)], rw, fast_config()).await
 }
 
 fn read_result(r: &Value) -> &Value {
@@ -136,7 +136,7 @@ async fn a_prompt_with_an_image_reaches_the_client_as_a_reference() {
 /// `stowage serve` runs.
 async fn with_store() -> (Client, Arc<dyn stowage_store::ArtifactStore>) {
     let store: Arc<dyn stowage_store::ArtifactStore> = Arc::new(stowage_store::MemoryStore::new(stowage_store::RetentionConfig::default()));
-    let rw = common::rewriter(stowage_store::into_sink(store.clone()));
+    let rw = common::shaper(stowage_store::into_sink(store.clone()));
     let gateway = common::start_gateway(vec![fixture_spec("fx", None, T)], rw, fast_config(), stowage_mcp::SessionMode::Shared).await;
     let links = stowage_links::LinksConfig { public_url: "http://127.0.0.1:9".into(), ..Default::default() };
     let signer = Arc::new(stowage_links::LinkSigner::new(stowage_links::KeyRing::new([("k1", vec![7u8; 32])]).unwrap(), &links));
@@ -285,9 +285,9 @@ async fn reads_are_cached_with_fresh_links_and_an_update_invalidates_them_before
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("fx.log");
     let sink = Arc::new(MemSink::default());
-    let mut rw = common::rewriter(sink.clone());
-    rw.links = Some(Arc::new(TestLinks));
-    let c = Client::start_with_rewriter(vec![fixture_spec("fx", Some(&log), T)], rw, fast_config()).await;
+    let mut rw = common::shaper(sink.clone());
+    rw = rw.with_links(Arc::new(TestLinks));
+    let c = Client::start_with_shaper(vec![fixture_spec("fx", Some(&log), T)], rw, fast_config()).await;
     let reads = || common::read_log(&log).lines().filter(|l| l.contains("resources/read")).count();
 
     let first = c.request("resources/read", json!({"uri": "fx://docs/report.pdf"})).await;
@@ -449,9 +449,9 @@ async fn a_subscriber_to_an_artifact_hears_when_it_expires() {
 #[tokio::test]
 async fn with_the_noop_store_nothing_names_or_links_an_artifact() {
     let sink = stowage_store::into_sink(Arc::new(stowage_store::NoOpStore::new()));
-    let mut rw = common::rewriter(sink);
-    rw.links = Some(Arc::new(TestLinks));
-    let c = Client::start_with_rewriter(vec![fixture_spec("fx", None, T)], rw, fast_config()).await;
+    let mut rw = common::shaper(sink);
+    rw = rw.with_links(Arc::new(TestLinks));
+    let c = Client::start_with_shaper(vec![fixture_spec("fx", None, T)], rw, fast_config()).await;
     for r in [c.call("get_image", json!({})).await, c.call("get_view_pdf", json!({})).await] {
         let text = r.to_string();
         assert!(text.contains("was not kept: no artifact store is configured"), "{text}");

@@ -6,11 +6,11 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{MemSink, assert_matches_output_schema, rewriter};
+use common::{MemSink, assert_matches_output_schema, shaper};
 use serde_json::{Value, json};
 use stowage_core::ArtifactScope;
 use stowage_mcp::output_schema::OutputSchema;
-use stowage_mcp::rewrite::CallContext;
+use stowage_mcp::shape::CallContext;
 
 async fn rewrite(schema: &Value, result: Value) -> Value {
     rewrite_into(Arc::new(MemSink::default()), schema, result).await
@@ -23,7 +23,7 @@ async fn rewrite_into(sink: Arc<MemSink>, schema: &Value, result: Value) -> Valu
         scope: ArtifactScope::session("s"),
         output_schema: Some(Arc::new(OutputSchema::compile(schema.clone()))),
     };
-    rewriter(sink).rewrite(&ctx, result.to_string()).await.value
+    common::shape(&shaper(sink), &ctx, &result).await
 }
 
 /// Text far over any inline budget (numbers tokenize densely).
@@ -89,7 +89,7 @@ async fn a_store_that_refuses_leaves_a_valid_prefix_and_says_so() {
 
 /// Links as `stowage serve` mints them: about 250 characters each.
 struct LongLinks;
-impl stowage_mcp::rewrite::LinkMinter for LongLinks {
+impl stowage_mcp::shape::LinkMinter for LongLinks {
     fn link(&self, r: &stowage_core::ArtifactRef) -> Option<(String, String)> {
         Some((format!("http://127.0.0.1:8787/artifacts/{}?token=v1.k6edea574.{}", r.id, "t".repeat(190)), "2026-11-23T21:00:00Z".into()))
     }
@@ -100,23 +100,29 @@ async fn rewrite_clamped(max_observation_chars: usize, auto_artifact_threshold: 
     let mut config = stowage_transform::TransformConfig::default();
     config.clamp.max_observation_chars = max_observation_chars;
     config.clamp.auto_artifact_threshold = auto_artifact_threshold;
-    let sink = stowage_mcp::pipeline::with_dimensions(Arc::new(MemSink::default()));
+    let sink = stowage_mcp::shape::with_dimensions(Arc::new(MemSink::default()));
     let pipeline = Arc::new(stowage_transform::Pipeline::new(config, sink));
-    let mut rw = stowage_mcp::rewrite::Rewriter::new(Arc::new(stowage_mcp::pipeline::PipelineOffloader::new(pipeline)));
-    rw.links = Some(Arc::new(LongLinks));
+    let rw = stowage_mcp::shape::Shaper::new(stowage_mcp::shape::Pipelines::new(pipeline)).with_links(Arc::new(LongLinks));
     let ctx = CallContext { tool: "t".into(), upstream: "up".into(), scope: ArtifactScope::session("s"), output_schema: None };
-    rw.rewrite(&ctx, result.to_string()).await.value
+    common::shape(&rw, &ctx, &result).await
 }
 
 #[tokio::test]
 async fn the_clamps_limit_holds_for_the_result_finally_sent() {
     // The case penguiflow's own tests found: 1,601 characters against a limit of 1,000.
     let r = rewrite_clamped(1000, 100, json!({"content": [{"type": "text", "text": json!({"data": "x".repeat(2000)}).to_string()}]})).await;
-    let sent = r.to_string();
+    // What a model observes is all but `_meta` (the records there are for hosts and apps).
+    let observed = |r: &Value| {
+        let mut o = r.clone();
+        o.as_object_mut().unwrap().remove("_meta");
+        o.to_string()
+    };
+    let sent = observed(&r);
     assert!(sent.chars().count() <= 1000, "{} characters: {sent}", sent.chars().count());
-    let asset = r["structuredContent"]["assets"][0]["artifactUri"].as_str().unwrap();
+    let asset = r["_meta"]["io.stowage/assets"][0]["artifactUri"].as_str().unwrap();
     assert!(r["content"].to_string().contains(asset), "the reference survives in the content: {sent}");
-    assert!(sent.contains("artifact_url"), "the model is told how to get a link: {sent}");
+    assert!(sent.contains("artifact://"), "the model still reads the reference: {sent}");
+    assert_eq!(r["_meta"]["io.stowage/transform"]["fitted"], true, "{}", r["_meta"]);
 
     // 60 different images at the default limit: every one stays named.
     use base64::Engine;
@@ -124,9 +130,10 @@ async fn the_clamps_limit_holds_for_the_result_finally_sent() {
         .map(|i| json!({"type": "image", "data": base64::engine::general_purpose::STANDARD.encode(stowage_demo::samples::png(30 + i, 30)), "mimeType": "image/png"}))
         .collect();
     let r = rewrite_clamped(50_000, 20_000, json!({"content": blocks})).await;
-    let sent = r.to_string();
+    let sent = observed(&r);
     assert!(sent.chars().count() <= 50_000, "{} characters", sent.chars().count());
-    assert_eq!(r["_meta"]["io.stowage/transform"]["fitted"], true, "{}", r["_meta"]);
     let named = sent.matches("artifact://").count();
     assert!(named >= 60, "{named} references for 60 images");
+    // References are cheap now: sixty fit without folding, each signed URL written once.
+    assert_eq!(sent.matches("?token=").count(), 60, "one link each");
 }

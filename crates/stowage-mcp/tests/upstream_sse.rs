@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{MemSink, RpcClient, fast_config, rewriter};
+use common::{MemSink, RpcClient, fast_config, shaper};
 use serde_json::{Value, json};
 use stowage_mcp::config::{GatewayConfig, TransportSpec, UpstreamSpec};
 use stowage_mcp::{Gateway, GatewayOptions, SessionMode};
@@ -59,7 +59,7 @@ fn sse_spec(name: &str, url: String, timeout: Duration) -> UpstreamSpec {
 
 async fn gateway(port: u16, mode: SessionMode, config: GatewayConfig) -> Arc<Gateway> {
     let spec = sse_spec("sse", format!("http://127.0.0.1:{port}/sse"), Duration::from_secs(30));
-    common::start_gateway(vec![spec], rewriter(Arc::new(MemSink::default())), config, mode).await
+    common::start_gateway(vec![spec], shaper(Arc::new(MemSink::default())), config, mode).await
 }
 
 /// A stdio client of `gw`, initialized.
@@ -257,7 +257,7 @@ async fn misbehaving_sse_server(first: impl Fn(u16) -> String + Send + Sync + 's
 use futures::StreamExt;
 
 async fn start_reason(spec: UpstreamSpec) -> String {
-    let gw = Gateway::start(GatewayOptions::new(fast_config(), vec![spec], rewriter(Arc::new(MemSink::default()))));
+    let gw = Gateway::start(GatewayOptions::new(fast_config(), vec![spec], shaper(Arc::new(MemSink::default()))));
     let failed = common::eventually(15, || gw.unready_upstreams().first().is_some_and(|(_, why)| why != "still starting")).await;
     assert!(failed, "the upstream neither started nor failed");
     let reason = gw.unready_upstreams()[0].1.clone();
@@ -288,7 +288,7 @@ async fn an_endpoint_on_another_origin_is_refused_and_nothing_is_posted_there() 
 async fn a_streamable_http_url_configured_as_sse_says_how_to_fix_it() {
     let inner = common::start_gateway(
         vec![common::fixture_spec("fx", None, Duration::from_secs(30))],
-        rewriter(Arc::new(MemSink::default())),
+        shaper(Arc::new(MemSink::default())),
         fast_config(),
         SessionMode::Shared,
     )

@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{MemSink, RpcClient, fast_config, fixture_spec, rewriter};
+use common::{MemSink, RpcClient, fast_config, fixture_spec, shaper};
 use serde_json::{Value, json};
 use stowage_mcp::config::{TransportSpec, UpstreamSpec};
 use stowage_mcp::{Gateway, GatewayOptions, SessionMode};
@@ -22,7 +22,7 @@ fn start_without_waiting(specs: Vec<UpstreamSpec>) -> Arc<Gateway> {
     Gateway::start(GatewayOptions {
         config: fast_config(),
         upstreams: specs,
-        rewriter: rewriter(Arc::new(MemSink::default())),
+        shaper: shaper(Arc::new(MemSink::default())),
         in_process: None,
         default_session_mode: SessionMode::Shared,
         secret_env: Vec::new(),
@@ -65,7 +65,7 @@ async fn an_upstream_that_starts_listening_later_is_announced_with_list_changed(
     // of the fixture) on it.
     let server = common::start_gateway(
         vec![fixture_spec("inner", None, Duration::from_secs(30))],
-        rewriter(Arc::new(MemSink::default())),
+        shaper(Arc::new(MemSink::default())),
         fast_config(),
         SessionMode::Shared,
     )

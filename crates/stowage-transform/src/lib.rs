@@ -38,6 +38,7 @@ mod report;
 pub mod stub;
 pub mod testing;
 pub mod tokens;
+pub mod twins;
 mod work;
 
 pub use clamp::{ClampEvent, ClampListener, observations_clamped};
@@ -46,4 +47,4 @@ pub use error::TransformError;
 pub use layers::custom::{BoxError, CustomContext, CustomOutcome, CustomTransformer};
 pub use layers::hook::CommandHook;
 pub use pipeline::{Pipeline, TransformInput, TransformOutput};
-pub use report::{ArtifactRecord, Layer, LinkRecord, Partial, TransformReport, Warning, Withheld};
+pub use report::{ArtifactRecord, Cut, Layer, LinkRecord, Partial, TransformReport, Warning, WarningKind, Withheld};

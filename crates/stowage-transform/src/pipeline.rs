@@ -44,11 +44,31 @@ pub struct TransformInput<'a> {
     /// failing the whole run. Off by default (`stowage transform` fails); the gateway turns it
     /// on for tool results, so a full store never costs the model the rest of the result.
     pub withhold_on_store_failure: bool,
+    /// Run the observation clamp at the end. On by default; the gateway's shaper turns it off
+    /// and holds the limit itself, on the result as finally sent (its references, links and
+    /// host adaptations included), which only it sees.
+    pub clamp: bool,
+    /// Count o200k tokens for the report. On by default (when `[transform.tokens]` is); the
+    /// gateway's shaper counts what the host's model sees instead, once.
+    pub count_tokens: bool,
+    /// Characters of head and tail an offloaded text keeps (default
+    /// `size_net.preview_chars`): the shaper gives an error result the host's error budget, so
+    /// the exception at the end of a long trace reaches the model.
+    pub preview_chars: Option<usize>,
 }
 
 impl<'a> TransformInput<'a> {
     pub fn new(tool_name: &'a str, scope: &'a ArtifactScope) -> Self {
-        TransformInput { tool_name, scope, output_schema: None, namespace: None, withhold_on_store_failure: false }
+        TransformInput {
+            tool_name,
+            scope,
+            output_schema: None,
+            namespace: None,
+            withhold_on_store_failure: false,
+            clamp: true,
+            count_tokens: true,
+            preview_chars: None,
+        }
     }
 
     pub fn with_output_schema(mut self, schema: &'a Value) -> Self {
@@ -117,7 +137,7 @@ impl Pipeline {
     /// is what would set the peak memory.
     pub async fn transform_json(&self, input: &TransformInput<'_>, json: Vec<u8>) -> Result<TransformOutput, TransformError> {
         let bytes_in = json.len() as u64;
-        let tokens_in = if self.config.tokens.enabled && json.len() <= self.config.tokens.exact_max_bytes {
+        let tokens_in = if self.counts(input) && json.len() <= self.config.tokens.exact_max_bytes {
             std::str::from_utf8(&json).ok().map(|s| tokens::count(s, &self.config.tokens))
         } else {
             None
@@ -126,17 +146,26 @@ impl Pipeline {
         let started = std::time::Instant::now();
         let (value, index) = crate::fastjson::parse_owned_indexed(json).map_err(TransformError::InvalidJson)?;
         tracing::debug!(step = "parse", ms = started.elapsed().as_secs_f64() * 1e3, "transform step");
-        let tokens_in = tokens_in.unwrap_or_else(|| {
-            if self.config.tokens.enabled { (bytes_in.div_ceil(tokens::ESTIMATE_BYTES_PER_TOKEN), true) } else { (0, false) }
-        });
+        let tokens_in = tokens_in.unwrap_or_else(|| self.estimate(input, bytes_in));
         self.run(input, value, index, bytes_in, tokens_in).await
+    }
+
+    /// Whether this run counts tokens for its report.
+    fn counts(&self, input: &TransformInput<'_>) -> bool {
+        self.config.tokens.enabled && input.count_tokens
+    }
+
+    /// The token estimate of a side too large to count, or nothing when this run does not
+    /// count.
+    fn estimate(&self, input: &TransformInput<'_>, bytes: u64) -> (u64, bool) {
+        if self.counts(input) { (bytes.div_ceil(tokens::ESTIMATE_BYTES_PER_TOKEN), true) } else { (0, false) }
     }
 
     /// [`Self::transform_json`] for text already known to be UTF-8 (the gateway's results):
     /// the longest string keeps the text's memory and is not checked for UTF-8 again.
     pub async fn transform_json_text(&self, input: &TransformInput<'_>, json: String) -> Result<TransformOutput, TransformError> {
         let bytes_in = json.len() as u64;
-        let tokens_in = if self.config.tokens.enabled && json.len() <= self.config.tokens.exact_max_bytes {
+        let tokens_in = if self.counts(input) && json.len() <= self.config.tokens.exact_max_bytes {
             Some(tokens::count(&json, &self.config.tokens))
         } else {
             None
@@ -149,21 +178,19 @@ impl Pipeline {
             Err(json) => (serde_json::from_str(&json).map_err(TransformError::InvalidJson)?, None),
         };
         tracing::debug!(step = "parse", ms = started.elapsed().as_secs_f64() * 1e3, "transform step");
-        let tokens_in = tokens_in.unwrap_or_else(|| {
-            if self.config.tokens.enabled { (bytes_in.div_ceil(tokens::ESTIMATE_BYTES_PER_TOKEN), true) } else { (0, false) }
-        });
+        let tokens_in = tokens_in.unwrap_or_else(|| self.estimate(input, bytes_in));
         self.run(input, value, index, bytes_in, tokens_in).await
     }
 
     /// Transforms a result given as a JSON value.
     pub async fn transform(&self, input: &TransformInput<'_>, value: Value) -> Result<TransformOutput, TransformError> {
         let bytes_in = json_len(&value);
-        let tokens_in = if !self.config.tokens.enabled {
+        let tokens_in = if !self.counts(input) {
             (0, false)
         } else if bytes_in as usize <= self.config.tokens.exact_max_bytes {
             tokens::count(&serde_json::to_string(&value).expect("serialises"), &self.config.tokens)
         } else {
-            (bytes_in.div_ceil(tokens::ESTIMATE_BYTES_PER_TOKEN), true)
+            self.estimate(input, bytes_in)
         };
         self.run(input, value, None, bytes_in, tokens_in).await
     }
@@ -219,7 +246,8 @@ impl Pipeline {
             lap("base64");
             commit(&mut docs, offs, &store, &mut report).await?;
             lap("base64 store");
-            let offs = layers::size::collect_strings(&mut docs, cfg);
+            let preview_chars = input.preview_chars.unwrap_or(cfg.size_net.preview_chars);
+            let offs = layers::size::collect_strings(&mut docs, cfg, preview_chars);
             commit(&mut docs, offs, &store, &mut report).await?;
             // Under an output schema, structuredContent keeps its types (a prefix of a large
             // array, not a `$artifact` object): that pass goes before the size net's own.
@@ -234,6 +262,10 @@ impl Pipeline {
         // Images kept inline are for the client, not text for the model: the clamp does not
         // measure them and the token count leaves them out (a vision model's image tokens are
         // not o200k's); the byte count has them.
+        if !input.clamp {
+            report.bytes_out = json_len(&value);
+            return Ok(TransformOutput { value, report });
+        }
         let mut kept = layers::typed::KeptImages::lift(&mut value, cfg);
         let text = self.clamp(input, &mut value, &store, &mut report, &mut kept).await;
         lap("clamp");
@@ -242,9 +274,11 @@ impl Pipeline {
             kept.restore(&mut value, false);
             report.bytes_out = json_len(&value);
         }
-        let (tokens_out, est) = tokens::count(&text, &cfg.tokens);
-        report.tokens_out = tokens_out;
-        report.tokens_estimated |= est;
+        if self.counts(input) {
+            let (tokens_out, est) = tokens::count(&text, &cfg.tokens);
+            report.tokens_out = tokens_out;
+            report.tokens_estimated |= est;
+        }
         Ok(TransformOutput { value, report })
     }
 
@@ -280,7 +314,9 @@ impl Pipeline {
         if !c.enabled || text.len() <= c.max_observation_chars {
             return text;
         }
-        let original_chars = text.chars().count();
+        // A value carried twice (a text block repeating structuredContent) counts once.
+        let twice = crate::twins::duplicate_chars(value, &crate::twins::find(value));
+        let original_chars = text.chars().count() - twice;
         if original_chars <= c.max_observation_chars {
             return text;
         }
@@ -326,14 +362,17 @@ impl Pipeline {
                         filename: r.filename.clone(),
                         summary,
                         partial: None,
+                        cuts: Vec::new(),
                         artifact: r,
                     });
                     *value = replacement;
                     stored = true;
                 }
-                Err(e) => {
-                    report.warn(Layer::Clamp, None, format!("cannot store the over-limit observation ({}), truncating it: {e}", e.code()))
-                }
+                Err(e) => report.warn_store(
+                    Layer::Clamp,
+                    None,
+                    format!("cannot store the over-limit observation ({}), truncating it: {e}", e.code()),
+                ),
             }
         }
         if !stored {

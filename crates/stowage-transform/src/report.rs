@@ -50,6 +50,11 @@ pub struct ArtifactRecord {
     /// [`crate::layers::schema`]): how much of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partial: Option<Partial>,
+    /// Every part of the value that stayed in place as a prefix, when there are any: the
+    /// artifact is the whole value (the object a tool's output schema describes), and these
+    /// are where its arrays and objects were cut.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cuts: Vec<Cut>,
     /// The store's full reference (scope, timestamps, source), for `resource_link` and
     /// `structuredContent.assets[]`.
     #[serde(rename = "ref")]
@@ -63,6 +68,15 @@ pub struct Partial {
     pub total: usize,
 }
 
+/// One array or object cut to a prefix inside a stored value ([`ArtifactRecord::cuts`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cut {
+    /// Where the prefix is, as a report pointer into the original result.
+    pub pointer: String,
+    pub kept: usize,
+    pub total: usize,
+}
+
 /// A `resource_link` kept as a lazy reference (L1).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LinkRecord {
@@ -72,10 +86,24 @@ pub struct LinkRecord {
     pub size_bytes: Option<u64>,
 }
 
+/// What kind of thing went wrong, for callers that act on it (the gateway counts store
+/// failures and tells the model a value was cut) without matching message text.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WarningKind {
+    /// The store refused a value: it was withheld, or a truncated copy stayed in its place.
+    StoreFailed,
+    /// Anything else (a custom transformer that failed, a hook's bad output).
+    #[default]
+    Other,
+}
+
 /// Something a layer could not do; the result still came back.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Warning {
     pub layer: Layer,
+    #[serde(default)]
+    pub kind: WarningKind,
     /// Where, when it is about one value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pointer: Option<String>,
@@ -121,8 +149,21 @@ pub struct Withheld {
 
 impl TransformReport {
     pub(crate) fn warn(&mut self, layer: Layer, pointer: Option<String>, message: impl Into<String>) {
-        let message = message.into();
+        self.push_warning(layer, WarningKind::Other, pointer, message.into());
+    }
+
+    /// A value the store refused (see [`WarningKind::StoreFailed`]).
+    pub(crate) fn warn_store(&mut self, layer: Layer, pointer: Option<String>, message: impl Into<String>) {
+        self.push_warning(layer, WarningKind::StoreFailed, pointer, message.into());
+    }
+
+    fn push_warning(&mut self, layer: Layer, kind: WarningKind, pointer: Option<String>, message: String) {
         tracing::warn!(?layer, pointer = pointer.as_deref().unwrap_or(""), "{message}");
-        self.warnings.push(Warning { layer, pointer, message });
+        self.warnings.push(Warning { layer, kind, pointer, message });
+    }
+
+    /// The warnings about values the store refused.
+    pub fn store_failures(&self) -> impl Iterator<Item = &Warning> {
+        self.warnings.iter().filter(|w| w.kind == WarningKind::StoreFailed)
     }
 }

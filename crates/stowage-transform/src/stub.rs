@@ -183,7 +183,9 @@ pub fn default_summary(r: &ArtifactRef, vars: &TemplateVars) -> String {
     }
 }
 
-/// The one-line string stub that replaces a heavy string inside JSON.
+/// The one-line string stub that replaces a heavy string inside JSON: the summary, then the
+/// media type and the filename in brackets. Kept short: the model reads it on every call,
+/// and the digest and links are for programs (the gateway puts them in `_meta`).
 pub fn string_stub(r: &ArtifactRef, summary: &str) -> String {
     let mut s = one_line(summary, 240);
     s.push_str(" [");
@@ -192,8 +194,6 @@ pub fn string_stub(r: &ArtifactRef, summary: &str) -> String {
         s.push_str(", ");
     }
     s.push_str(r.mime_type.as_deref().unwrap_or("application/octet-stream"));
-    s.push_str(", sha256:");
-    s.push_str(&r.sha256[..SHORT_SHA_LEN.min(r.sha256.len())]);
     if let Some(f) = &r.filename {
         s.push_str(", file: ");
         s.push_str(&one_line(f, 80));
@@ -202,12 +202,29 @@ pub fn string_stub(r: &ArtifactRef, summary: &str) -> String {
     s
 }
 
+/// A short name for an artifact with no filename: its namespace (the tool's name) and an
+/// extension for its type (`download_workbook.pdf`), cheaper for a model to read than the id.
+pub fn default_name(r: &ArtifactRef) -> String {
+    let id = r.id.as_str();
+    let stem = id.rsplit_once('_').filter(|(_, hash)| hash.len() == stowage_core::ID_HASH_HEX_LEN).map_or(id, |(ns, _)| ns);
+    let ext = r.mime_type.as_deref().and_then(content_type_of).map(|t| match t.as_str() {
+        "text" => "txt".to_owned(),
+        "jpeg" => "jpg".to_owned(),
+        "octet-stream" => "bin".to_owned(),
+        other => other.to_owned(),
+    });
+    match ext {
+        Some(ext) if ext.len() <= 8 => format!("{stem}.{ext}"),
+        _ => stem.to_owned(),
+    }
+}
+
 /// The `resource_link` content block for an artifact (MCP 2025-06-18 shape).
 pub fn resource_link_block(r: &ArtifactRef) -> Value {
     let mut block = Map::new();
     block.insert("type".into(), "resource_link".into());
     block.insert("uri".into(), r.uri.clone().into());
-    block.insert("name".into(), r.filename.clone().unwrap_or_else(|| r.id.to_string()).into());
+    block.insert("name".into(), r.filename.clone().unwrap_or_else(|| default_name(r)).into());
     if let Some(m) = &r.mime_type {
         block.insert("mimeType".into(), m.clone().into());
     }
@@ -334,10 +351,14 @@ mod tests {
         assert_eq!(
             string_stub(&r, &summary),
             "PDF document 'Sales Dashboard' (499.6 KB) stored as artifact://tableau_3f2a9c0d1e4b5a69 \
-             [application/pdf, sha256:3f2a9c0d1e4b, file: Sales Dashboard.pdf]"
+             [application/pdf, file: Sales Dashboard.pdf]"
         );
         assert!(string_stub(&r, "custom\nline").starts_with("custom line [artifact://"));
         assert_eq!(resource_link_block(&r)["uri"], "artifact://tableau_3f2a9c0d1e4b5a69");
+        assert_eq!(resource_link_block(&r)["name"], "Sales Dashboard.pdf");
+        assert_eq!(default_name(&sample_ref(Some("application/pdf"), None)), "tableau.pdf");
+        assert_eq!(default_name(&sample_ref(Some("text/plain; charset=utf-8"), None)), "tableau.txt");
+        assert_eq!(default_name(&sample_ref(None, None)), "tableau");
         assert_eq!(placeholder(&json!({"a": 1}), 43_008), "<artifact:dict size=42.0KB>");
         assert_eq!(placeholder(&json!([1, 2, 3]), 7), "<artifact:list size=3 items>");
     }

@@ -70,9 +70,38 @@ pub fn count_exact(text: &str) -> u64 {
     bpe().count_ordinary(text) as u64
 }
 
+/// The length in bytes of the longest prefix of `text` that is at most `max_tokens` o200k
+/// tokens and ends on a character boundary: how a reader cuts a page to a host's token budget
+/// with one encode, not a search of repeated counts.
+pub fn prefix_within(text: &str, max_tokens: u64) -> usize {
+    // A token is at least one byte.
+    if text.len() as u64 <= max_tokens {
+        return text.len();
+    }
+    let ranks = bpe().encode_ordinary(text);
+    let Ok(n) = usize::try_from(max_tokens) else { return text.len() };
+    if ranks.len() <= n {
+        return text.len();
+    }
+    // Tokens can end inside a character (byte-level BPE): back off to its start.
+    let bytes = bpe().decode_bytes(&ranks[..n]).map_or(0, |b| b.len());
+    stowage_core::cut_at_char(text, bytes).len()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prefixes_within_a_token_budget() {
+        let text = "The quick brown fox jumps over the lazy dog. ".repeat(50);
+        let n = prefix_within(&text, 100);
+        assert!(count_exact(&text[..n]) <= 100 && count_exact(&text[..n]) >= 95, "{n}");
+        assert_eq!(prefix_within("short", 100), 5);
+        let wide = "日本語のテキスト".repeat(200);
+        let n = prefix_within(&wide, 50);
+        assert!(wide.is_char_boundary(n) && count_exact(&wide[..n]) <= 50);
+    }
 
     #[test]
     fn exact_below_and_estimated_above() {

@@ -25,6 +25,7 @@ use crate::fastjson::StringIndex;
 use crate::path::{push_index, push_key, split_last};
 use crate::report::{ArtifactRecord, Layer, TransformReport};
 use crate::stub::{self, TemplateVars};
+use crate::twins::looks_like_json_container;
 
 /// Embedded JSON up to this size keeps its original text, so an unchanged document is restored
 /// byte for byte; larger ones are re-serialised (equal in meaning) to keep peak memory low.
@@ -52,6 +53,21 @@ pub(crate) struct Doc {
 #[derive(Debug)]
 pub(crate) struct Docs {
     pub docs: Vec<Doc>,
+    /// Text blocks of the root that repeat a value of its `structuredContent` as JSON
+    /// (see [`crate::twins`]): folded away while the layers run, written back by
+    /// [`Docs::collapse`] from what the layers left of the value.
+    twins: Vec<FoldedTwin>,
+}
+
+/// A JSON twin taken out of its text block.
+#[derive(Debug)]
+struct FoldedTwin {
+    /// The text's pointer in the root.
+    ptr: String,
+    source: &'static str,
+    /// The original text and its parse, kept when small: an unchanged value gets its text
+    /// back byte for byte.
+    original: Option<(String, Value)>,
 }
 
 impl Docs {
@@ -59,6 +75,7 @@ impl Docs {
     /// `index`, if any, came from the parse of `root`, which must be unchanged since.
     pub fn expand(root: Value, min_len: usize, index: Option<StringIndex>) -> Docs {
         let mut docs = vec![Doc { value: root, parent: None, prefix: String::new(), original: None, changed: false, depth: 0, index }];
+        let mut twins = Vec::new();
         let mut i = 0;
         while i < docs.len() {
             let index = docs[i].index.take();
@@ -67,6 +84,13 @@ impl Docs {
                 let mut ptr = String::new();
                 find_embedded(&mut docs[i].value, &mut ptr, min_len, index.as_ref(), &mut found);
                 for Embedded { ptr, value, original, index } in found {
+                    if i == 0
+                        && let Some(source) = twin_source(&docs[0].value, &ptr, &value)
+                    {
+                        // The layers see this value once, in structuredContent.
+                        twins.push(FoldedTwin { ptr, source, original: original.map(|o| (o, value)) });
+                        continue;
+                    }
                     let prefix = format!("{}{}#", docs[i].prefix, ptr);
                     let depth = docs[i].depth + 1;
                     docs.push(Doc { value, parent: Some((i, ptr)), prefix, original, changed: false, depth, index });
@@ -74,7 +98,7 @@ impl Docs {
             }
             i += 1;
         }
-        Docs { docs }
+        Docs { docs, twins }
     }
 
     /// Puts every embedded document back into its parent string, innermost first.
@@ -93,7 +117,20 @@ impl Docs {
                 *slot = Value::String(text);
             }
         }
-        self.docs.pop().expect("the root doc").value
+        let mut root = self.docs.pop().expect("the root doc").value;
+        for twin in self.twins {
+            let text = match (root.pointer(twin.source), twin.original) {
+                (Some(now), Some((text, was))) if *now == was => text,
+                (Some(now), _) => serde_json::to_string(now).expect("a Value always serialises"),
+                // A custom layer took structuredContent away: the text stays as it was.
+                (None, Some((text, _))) => text,
+                (None, None) => continue,
+            };
+            if let Some(slot) = root.pointer_mut(&twin.ptr) {
+                *slot = Value::String(text);
+            }
+        }
+        root
     }
 
     /// The report pointer of `ptr` in document `doc`.
@@ -177,9 +214,14 @@ fn find_embedded(value: &mut Value, ptr: &mut String, min_len: usize, index: Opt
     }
 }
 
-fn looks_like_json_container(s: &str) -> bool {
-    let t = s.trim_ascii();
-    (t.starts_with('{') && t.ends_with('}')) || (t.starts_with('[') && t.ends_with(']'))
+/// Whether the JSON text at `ptr` of the root, parsed as `parsed`, repeats a value of the
+/// root's `structuredContent` (only a text block's text can: see [`crate::twins`]).
+fn twin_source(root: &Value, ptr: &str, parsed: &Value) -> Option<&'static str> {
+    let block = ptr.strip_prefix("/content/")?.strip_suffix("/text")?;
+    if block.contains('/') || root.pointer(&format!("/content/{block}/type")).and_then(Value::as_str) != Some("text") {
+        return None;
+    }
+    crate::twins::source_of(parsed, root.get("structuredContent").filter(|s| !s.is_null())?)
 }
 
 /// The bytes of an offload.
@@ -223,13 +265,13 @@ pub(crate) enum Render {
     BlobToText,
     /// The seed's `<artifact:dict size=…>` placeholder, then the summary (schema-marked fields).
     Placeholder { placeholder: String },
-    /// A text preview, then the stub (L0 strings).
-    TextPreview { preview: String },
+    /// The text's head and tail around the stub, which says how much is left out (L0 strings).
+    TextPreview { head: String, tail: String, omitted: usize },
     /// `{"$artifact": …, "preview": …, "schema": …}` (L0 containers, the clamp).
     JsonPreview { preview: Value, schema: Value },
     /// A value of the same JSON type (a prefix of an array, a subset of an object's keys), for
     /// slots an output schema types (see [`crate::layers::schema`]); the summary says how much.
-    Typed { value: Value, partial: crate::report::Partial },
+    Typed { value: Value, partial: crate::report::Partial, cuts: Vec<crate::report::Cut> },
 }
 
 /// One value a layer decided to store.
@@ -338,7 +380,7 @@ pub(crate) async fn commit(
                 // The store cannot take it (full, over quota, down): the rest of the result
                 // still reaches the model, and this value is named, never kept inline.
                 let note = withheld_note(&off.what, payload_len, &e);
-                report.warn(off.layer, Some(pointer.clone()), format!("cannot store {} ({}), withheld: {e}", off.what, e.code()));
+                report.warn_store(off.layer, Some(pointer.clone()), format!("cannot store {} ({}), withheld: {e}", off.what, e.code()));
                 report.withheld.push(crate::report::Withheld {
                     pointer,
                     what: off.what.clone(),
@@ -350,7 +392,7 @@ pub(crate) async fn commit(
                     Render::BlobToText => blob_as_text(docs.docs[off.doc].value.pointer(&off.ptr), note),
                     // A typed prefix is already in place of the value: it stays, as a preview.
                     Render::Typed { value, .. } => value,
-                    Render::TextPreview { preview } => Value::String(format!("{preview}… [{note}]")),
+                    Render::TextPreview { head, tail, omitted } => Value::String(text_preview(&head, &tail, omitted, &note)),
                     _ => Value::String(note),
                 };
                 if let Some(slot) = docs.docs[off.doc].value.pointer_mut(&off.ptr) {
@@ -360,7 +402,18 @@ pub(crate) async fn commit(
                 continue;
             }
             Err(e) => {
-                report.warn(off.layer, Some(pointer), format!("cannot store {} ({}), kept a truncated copy: {e}", off.what, e.code()));
+                // A value kept in place in part says where it was cut: that is what is missing.
+                let pointer = match &off.render {
+                    Render::Typed { cuts, .. } if !cuts.is_empty() => {
+                        cuts.iter().map(|c| c.pointer.as_str()).collect::<Vec<_>>().join(", ")
+                    }
+                    _ => pointer,
+                };
+                report.warn_store(
+                    off.layer,
+                    Some(pointer),
+                    format!("cannot store {} ({}), kept a truncated copy: {e}", off.what, e.code()),
+                );
                 if let (Some(slot), Some(fallback)) = (docs.docs[off.doc].value.pointer_mut(&off.ptr), off.fallback) {
                     *slot = fallback;
                     docs.docs[off.doc].changed = true;
@@ -378,14 +431,16 @@ pub(crate) async fn commit(
         };
         let line = stub::string_stub(&r, &summary);
         let mut partial = None;
+        let mut cuts = Vec::new();
         let replacement = match off.render {
-            Render::Typed { value, partial: p } => {
+            Render::Typed { value, partial: p, cuts: c } => {
                 partial = Some(p);
+                cuts = c;
                 value
             }
             Render::StringStub => Value::String(line),
             Render::Placeholder { placeholder } => Value::String(format!("{placeholder} {line}")),
-            Render::TextPreview { preview } => Value::String(format!("{preview}… [{line}]")),
+            Render::TextPreview { head, tail, omitted } => Value::String(text_preview(&head, &tail, omitted, &line)),
             Render::JsonPreview { preview, schema } => {
                 let mut m = Map::new();
                 m.insert("$artifact".into(), artifact_object(&r, &summary));
@@ -430,6 +485,7 @@ pub(crate) async fn commit(
             filename: r.filename.clone(),
             summary,
             partial,
+            cuts,
             artifact: r,
         });
     }
@@ -447,6 +503,22 @@ pub(crate) async fn commit(
         }
     }
     Ok(stored)
+}
+
+/// An offloaded text as the model reads it: its head, one bracketed line saying how much was
+/// left out and where the whole is, and its tail.
+pub(crate) fn text_preview(head: &str, tail: &str, omitted: usize, line: &str) -> String {
+    let mut out = String::with_capacity(head.len() + tail.len() + line.len() + 48);
+    out.push_str(head);
+    if !head.is_empty() {
+        out.push_str(if head.ends_with('\n') { "" } else { "\n" });
+    }
+    out.push_str(&format!("[… {omitted} characters left out here. {line}]"));
+    if !tail.is_empty() {
+        out.push('\n');
+        out.push_str(tail);
+    }
+    out
 }
 
 /// The compact artifact description used inside JSON previews.
@@ -478,6 +550,20 @@ mod tests {
         assert_eq!(docs.content_block_of(2), Some(("/content".to_owned(), 0)));
         // Unchanged documents get their original text back, formatting included.
         assert_eq!(docs.collapse(), root);
+    }
+
+    #[test]
+    fn json_twins_are_folded_and_written_back_from_structured_content() {
+        let sc = json!({"rows": [1, 2, 3], "n": 3});
+        let root = json!({"content": [{"type": "text", "text": "{\n  \"rows\": [1, 2, 3],\n  \"n\": 3\n}"}], "structuredContent": sc});
+        let docs = Docs::expand(root.clone(), 2, None);
+        assert_eq!(docs.docs.len(), 1, "the text is not a document of its own");
+        assert_eq!(docs.docs[0].value["content"][0]["text"], "", "folded away while the layers run");
+        assert_eq!(docs.collapse(), root, "unchanged: the original text, formatting included");
+        let mut docs = Docs::expand(root, 2, None);
+        docs.docs[0].value["structuredContent"]["rows"] = json!([1]);
+        let v = docs.collapse();
+        assert_eq!(v["content"][0]["text"], "{\"rows\":[1],\"n\":3}", "written from what the layers left");
     }
 
     #[test]

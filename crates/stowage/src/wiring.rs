@@ -190,6 +190,28 @@ pub fn sink(store: Arc<dyn ArtifactStore>) -> Arc<dyn stowage_core::ArtifactSink
     stowage_store::into_sink(store)
 }
 
+/// The shaper every command that answers shapes with (`serve`, `agent`): `[transform]` for
+/// every upstream and `[gateway.servers.NAME.transform]` for those with their own, storing in
+/// `store`. Links are added by the caller that serves them.
+pub fn shaper(
+    transform: &stowage_transform::TransformConfig,
+    gateway: &stowage_mcp::GatewayConfig,
+    store: Arc<dyn ArtifactStore>,
+) -> stowage_mcp::shape::Shaper {
+    stowage_mcp::shape::Shaper::from_config(transform, gateway, sink(store))
+}
+
+/// Signed, expiring download links for shaped answers, capped at the artifact's expiry.
+pub struct SignedLinks(pub Arc<stowage_links::LinkSigner>);
+
+impl stowage_mcp::shape::LinkMinter for SignedLinks {
+    fn link(&self, artifact: &stowage_core::ArtifactRef) -> Option<(String, String)> {
+        let link = self.0.link_for(artifact, stowage_links::unix_now(), None);
+        let expires = link.expires_rfc3339();
+        (!expires.is_empty()).then_some((link.url, expires))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

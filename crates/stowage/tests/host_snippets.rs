@@ -120,7 +120,7 @@ async fn run_host(host: &str, with_xdg: bool) {
     let result = &seen["result"];
     let text = result.to_string();
     assert!(!text.contains("iVBORw0KGgo"), "{host}: the PNG's base64 reached the client: {text}");
-    let asset = &result["structuredContent"]["assets"][0];
+    let asset = &result["_meta"]["io.stowage/assets"][0];
     assert_eq!(asset["mimeType"], "image/png", "{host}: {text}");
     let id = asset["id"].as_str().unwrap().to_owned();
     assert!(result["content"].as_array().unwrap().iter().any(|c| c["type"] == "resource_link"), "{host}: {text}");

@@ -149,7 +149,7 @@ fn message(result: &Value) -> String {
 
 /// The id of the first artifact a rewritten result names.
 fn artifact_id(result: &Value) -> String {
-    if let Some(id) = result["structuredContent"]["assets"][0]["id"].as_str() {
+    if let Some(id) = result["_meta"]["io.stowage/assets"][0]["id"].as_str() {
         return id.to_owned();
     }
     let text = result.to_string();

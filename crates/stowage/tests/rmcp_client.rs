@@ -23,7 +23,7 @@ async fn an_rmcp_client_gets_links_not_bytes() {
     assert!(!text.contains("iVBORw0KGgo"), "PNG base64 reached the client: {text}");
     let blocks = chart["content"].as_array().unwrap();
     assert!(blocks.iter().any(|b| b["type"] == "resource_link" && b["mimeType"] == "image/png"), "{chart}");
-    let asset = &chart["structuredContent"]["assets"][0];
+    let asset = &chart["_meta"]["io.stowage/assets"][0];
     assert_eq!((asset["width"].as_u64(), asset["height"].as_u64()), (Some(200), Some(120)), "{chart}");
 
     let report = serde_json::to_value(client.call_tool(CallToolRequestParams::new("get_report")).await.unwrap()).unwrap();

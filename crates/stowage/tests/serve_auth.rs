@@ -194,7 +194,7 @@ fn authenticated_gateway_isolates_users() {
     let result = alice.call("get_report", json!({}));
     let text = result.to_string();
     assert!(text.len() < 4000 && !text.contains("JVBERi"), "{text}");
-    let asset = &result["structuredContent"]["assets"][0];
+    let asset = &result["_meta"]["io.stowage/assets"][0];
     let id = asset["id"].as_str().unwrap().to_owned();
     let url = asset["uri"].as_str().unwrap();
     assert!(url.starts_with(&format!("http://127.0.0.1:{port}/artifacts/{id}?token=")), "{url}");
@@ -243,7 +243,7 @@ fn isolate_sessions_walls_sessions_off() {
     let server = start(&format!("[store]\nisolate_sessions = true\n\n{}", auth_config()));
     let mut alice = Client::new(server.port, "alice-secret-key-0123456789");
     alice.init();
-    let id = alice.call("get_report", json!({}))["structuredContent"]["assets"][0]["id"].as_str().unwrap().to_owned();
+    let id = alice.call("get_report", json!({}))["_meta"]["io.stowage/assets"][0]["id"].as_str().unwrap().to_owned();
     assert_ne!(alice.call("artifact_url", json!({"id": id}))["isError"], true);
     let mut alice2 = Client::new(server.port, "alice-secret-key-0123456789");
     alice2.init();
@@ -321,7 +321,7 @@ fn resource_link_uri_switch() {
     let result = c.call("get_report", json!({}));
     let link = result["content"].as_array().unwrap().iter().find(|b| b["type"] == "resource_link").unwrap();
     assert!(link["uri"].as_str().unwrap().starts_with("artifact://"), "{link}");
-    assert!(result["structuredContent"]["assets"][0]["artifactUri"].as_str().unwrap().starts_with("artifact://"));
+    assert!(result["_meta"]["io.stowage/assets"][0]["artifactUri"].as_str().unwrap().starts_with("artifact://"));
 }
 
 /// `serve` collects garbage on a timer (`retention.gc_interval`): an expired artifact's blob
@@ -331,7 +331,7 @@ fn serve_collects_expired_artifacts_on_a_timer() {
     let server = start(&format!("[retention]\nttl = \"3s\"\ngc_interval = \"1s\"\n\n{}", auth_config()));
     let mut alice = Client::new(server.port, "alice-secret-key-0123456789");
     alice.init();
-    assert!(alice.call("get_report", json!({}))["structuredContent"]["assets"][0]["id"].is_string());
+    assert!(alice.call("get_report", json!({}))["_meta"]["io.stowage/assets"][0]["id"].is_string());
     let blobs = |dir: &std::path::Path| -> usize {
         std::fs::read_dir(dir.join("store/blobs"))
             .map_or(0, |d| d.flatten().map(|sub| std::fs::read_dir(sub.path()).map_or(0, |f| f.count())).sum())
@@ -352,7 +352,7 @@ fn without_auth_every_client_is_the_local_user() {
     let mut first = Client::new(server.port, "ignored");
     first.init();
     let result = first.call("get_report", json!({}));
-    let id = result["structuredContent"]["assets"][0]["id"].as_str().unwrap().to_owned();
+    let id = result["_meta"]["io.stowage/assets"][0]["id"].as_str().unwrap().to_owned();
     let mut second = Client::new(server.port, "ignored");
     second.init();
     let fresh = second.call("artifact_url", json!({"id": id}));
@@ -415,7 +415,7 @@ fn a_jwt_named_like_an_api_key_user_gets_none_of_its_artifacts() {
 
     let mut alice_key = Client::new(server.port, "alice-secret-key-0123456789");
     alice_key.init();
-    let id = alice_key.call("get_report", json!({}))["structuredContent"]["assets"][0]["id"].as_str().unwrap().to_owned();
+    let id = alice_key.call("get_report", json!({}))["_meta"]["io.stowage/assets"][0]["id"].as_str().unwrap().to_owned();
 
     // A token from the identity provider for a user who happens to be called "alice".
     let mut alice_jwt = Client::new(server.port, &jwt(json!({"sub": "alice", "iss": "https://idp.example", "aud": "stowage", "exp": exp})));
@@ -425,7 +425,7 @@ fn a_jwt_named_like_an_api_key_user_gets_none_of_its_artifacts() {
     assert_eq!(error_code(&theirs), "artifact_not_found", "{theirs}");
     assert_eq!(theirs, ghost, "the key user's artifact must look like a missing one");
     // The JWT user is a user in its own right: its own artifacts work.
-    let own = alice_jwt.call("get_report", json!({}))["structuredContent"]["assets"][0]["id"].as_str().unwrap().to_owned();
+    let own = alice_jwt.call("get_report", json!({}))["_meta"]["io.stowage/assets"][0]["id"].as_str().unwrap().to_owned();
     assert_ne!(alice_jwt.call("artifact_url", json!({"id": own}))["isError"], true);
     // And the API key user cannot reach the JWT user's copy by id either: same bytes, same
     // id, separate records.
@@ -452,7 +452,7 @@ fn the_store_serve_creates_is_private() {
     let mut c = Client::new(server.port, "ignored");
     c.init();
     let r = c.call("get_report", json!({}));
-    let sha = r["structuredContent"]["assets"][0]["sha256"].as_str().unwrap().to_owned();
+    let sha = r["_meta"]["io.stowage/assets"][0]["sha256"].as_str().unwrap().to_owned();
     let store = server.dir.path().join("store");
     let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     for dir in [store.clone(), store.join("blobs"), store.join("tmp"), store.join("blobs").join(&sha[..2])] {
@@ -509,7 +509,7 @@ fn resource_paths_keep_users_apart() {
     let server = start(&auth_config());
     let mut alice = Client::new(server.port, "alice-secret-key-0123456789");
     alice.init();
-    let id = alice.call("get_report", json!({}))["structuredContent"]["assets"][0]["id"].as_str().unwrap().to_owned();
+    let id = alice.call("get_report", json!({}))["_meta"]["io.stowage/assets"][0]["id"].as_str().unwrap().to_owned();
     let uri = format!("artifact://{id}");
     let (_, list) = alice.rpc("resources/list", json!({}));
     assert!(list.to_string().contains(&uri), "{list}");

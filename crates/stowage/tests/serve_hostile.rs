@@ -267,7 +267,7 @@ async fn hostile_upstream_cases(http: bool) {
     // Odd media types: the image claimed as `image/png,text/html` is stored and served as the
     // PNG it is; the HTML page claimed with an overlong type is only ever a download.
     let r = gw.call("odd_media", json!({})).await;
-    let assets = r.response["result"]["structuredContent"]["assets"].as_array().cloned().unwrap_or_default();
+    let assets = r.response["result"]["_meta"]["io.stowage/assets"].as_array().cloned().unwrap_or_default();
     assert_eq!(assets.len(), 2, "{}", r.response);
     assert_eq!(assets[0]["mimeType"], "image/png", "{}", assets[0]);
     let client = reqwest::Client::new();

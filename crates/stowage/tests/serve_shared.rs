@@ -170,7 +170,7 @@ fn two_instances_share_artifacts_links_and_nothing_half_written() {
 
     // Offloaded through A; the link A minted downloads through B.
     let result = Client::connect(a.port).call("get_report", json!({}));
-    let asset = &result["structuredContent"]["assets"][0];
+    let asset = &result["_meta"]["io.stowage/assets"][0];
     let (id, link) = (asset["id"].as_str().unwrap().to_owned(), asset["uri"].as_str().unwrap().to_owned());
     assert!(link.contains(&format!("/artifacts/{id}?token=")), "{result}");
     let (status, _, pdf) = http(b.port, "GET", &path_of(&link), &[], None);
@@ -246,7 +246,7 @@ fn the_azure_backend_offloads_and_serves_links() {
     let (status, _, body) = http(a.port, "GET", "/readyz", &[], None);
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
     let result = Client::connect(a.port).call("get_report", json!({}));
-    let asset = &result["structuredContent"]["assets"][0];
+    let asset = &result["_meta"]["io.stowage/assets"][0];
     let link = asset["uri"].as_str().unwrap().to_owned();
     let (status, _, pdf) = http(a.port, "GET", &path_of(&link), &[], None);
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&pdf));

@@ -140,7 +140,7 @@ async fn with_no_store_configured_stdio_stores_in_the_platform_data_directory() 
     let init = rpc.initialize("2025-06-18", json!({})).await;
     assert!(init["result"]["serverInfo"].is_object(), "{init}");
     let r = rpc.call("get_chart", json!({})).await;
-    let id = r["result"]["structuredContent"]["assets"][0]["id"].as_str().unwrap_or_else(|| panic!("offloaded: {r}")).to_owned();
+    let id = r["result"]["_meta"]["io.stowage/assets"][0]["id"].as_str().unwrap_or_else(|| panic!("offloaded: {r}")).to_owned();
     let stderr = finish(rpc, child, banner).await;
     let store = env.data_store();
     assert!(store.join("index.sqlite").is_file(), "no store in {}: {stderr}", store.display());

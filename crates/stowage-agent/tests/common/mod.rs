@@ -11,8 +11,7 @@ use serde_json::Value;
 use stowage_agent::{AgentConfig, AgentEvent, Backend, Planner, RunOutcome, RunRequest};
 use stowage_links::{KeyRing, LinkSigner, LinksConfig};
 use stowage_mcp::config::{GatewayConfig, TransportSpec, UpstreamSpec};
-use stowage_mcp::pipeline::PipelineOffloader;
-use stowage_mcp::rewrite::Rewriter;
+use stowage_mcp::shape::{Pipelines, Shaper};
 use stowage_mcp::{Caller, Gateway, GatewayOptions, SessionMode};
 use stowage_store::{ArtifactStore, MemoryStore};
 pub use stowage_testkit::model_stub::{ModelStub, Turn};
@@ -77,13 +76,13 @@ pub async fn harness_with(script: Vec<Turn>, backend: Backend, config: impl FnOn
         Duration::from_secs(20),
     );
     let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new(Default::default()));
-    let sink = stowage_mcp::pipeline::with_dimensions(stowage_store::into_sink(store.clone()));
+    let sink = stowage_mcp::shape::with_dimensions(stowage_store::into_sink(store.clone()));
     let pipeline = stowage_transform::Pipeline::new(stowage_transform::TransformConfig::default(), sink);
-    let rewriter = Rewriter::new(Arc::new(PipelineOffloader::new(Arc::new(pipeline))));
+    let shaper = Shaper::new(Pipelines::new(Arc::new(pipeline)));
     let gateway = Gateway::start(GatewayOptions {
         config: GatewayConfig::default(),
         upstreams: vec![spec],
-        rewriter,
+        shaper,
         in_process: None,
         default_session_mode: SessionMode::Shared,
         secret_env: Vec::new(),

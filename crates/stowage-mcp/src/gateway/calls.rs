@@ -1,5 +1,6 @@
-//! Tool calls: the MCP `tools/call`, the in-process API on the same path, the rewrite into
-//! the output contract, and the events every call publishes.
+//! Tool calls: the MCP `tools/call`, the in-process API on the same path, the answer shaped
+//! by the [`crate::shape`]r, and the events every call publishes with the shaped answer's
+//! figures.
 //!
 //! One path for every caller: a client's `tools/call` and an in-process
 //! [`Gateway::call_tool`] both go through [`Gateway::run_tool_call`], so the agent planner and
@@ -17,8 +18,8 @@ use crate::error::GatewayError;
 use crate::events::{CallOutcome, EventOwner, GatewayEvent};
 use crate::jsonrpc::{Message, Raw};
 use crate::outbox::Outbox;
-use crate::rewrite::CallContext;
 use crate::session::Session;
+use crate::shape::{CallContext, FailureKind, Job, Shaped};
 
 /// How an in-process caller wants a call made.
 #[derive(Debug, Clone, Default)]
@@ -201,7 +202,12 @@ impl Gateway {
             let started = Instant::now();
             let args = params.get("arguments").cloned().unwrap_or(json!({}));
             let result = apps.call(&name, &scope, &args, store, self.links.get()).await;
-            return Ok(answered_here(call, name, "stowage".into(), started, result));
+            if name != crate::apps::ARTIFACT_VIEW_TOOL {
+                // An app-only tool: its answer goes to the view, never to a model.
+                let shaped = self.shaper.shape_app(result);
+                return Ok(CallReply::Rewritten(shaped.value, local_report(call, name, "stowage".into(), started, &shaped.figures)));
+            }
+            return Ok(self.answered_here(session, &scope, call, name, "stowage".into(), started, result).await);
         }
         let local = self.local_tools();
         if local.handles(&name) {
@@ -209,7 +215,7 @@ impl Gateway {
             let args = params.get("arguments").cloned().unwrap_or(json!({}));
             let hints = crate::local_tools::ReadHints::for_host(&self.host_profile(session));
             let result = local.call(&name, &scope, &args, hints).await.expect("handles() said it is a local tool");
-            return Ok(answered_here(call, name, "stowage".into(), started, result));
+            return Ok(self.answered_here(session, &scope, call, name, "stowage".into(), started, result).await);
         }
         // An upstream's own tool first; a generated resource tool only by a name none has.
         let Some(tool) = self.catalog().tool(&name).cloned() else {
@@ -217,7 +223,8 @@ impl Gateway {
             let started = Instant::now();
             let args = params.get("arguments").cloned().unwrap_or(json!({}));
             let result = self.call_resource_tool(session, u, op, &args, outbox).await;
-            return Ok(answered_here(call, name, self.upstreams[u].name().to_owned(), started, result));
+            let upstream = self.upstreams[u].name().to_owned();
+            return Ok(self.answered_here(session, &scope, call, name, upstream, started, result).await);
         };
         let upstream = self.upstreams[tool.upstream].name().to_owned();
         self.events.publish(GatewayEvent::ToolCallStarted { call, owner: owner.clone(), tool: name.clone(), upstream: upstream.clone() });
@@ -274,16 +281,21 @@ impl Gateway {
         }
         let ctx = CallContext { tool: tool.original.clone(), upstream: upstream.clone(), scope, output_schema: tool.output_schema.clone() };
         let original = keep_original.then(|| raw.get().to_owned());
-        let (mut result, mut report) = self.rewrite_result(call, &owner, &name, &ctx, raw, &host, &mut guard).await;
+        let job = self.job(&ctx, &host);
+        let mut draft = self.shaper.prepare(job, raw.into_string()).await;
+        // The gateway's additions go in after the offload (the pipeline never sees, or
+        // offloads, what is injected) and before the final limit (which holds for them too).
+        if !chain.slots.is_empty() {
+            crate::chaining::inject(self.links.get(), &chain.slots, draft.value_mut());
+        }
+        self.auto_read_links(session, &mut draft, outbox).await;
+        let shaped = self.shaper.finish(job, draft).await;
+        let (result, mut report) = self.publish_shaped(call, &owner, &name, &ctx, shaped, &mut guard);
         report.original = original;
-        // After the rewrite, so the pipeline never sees (or offloads) what is injected.
-        crate::chaining::inject(self.links.get(), &chain.slots, &mut result);
-        self.auto_read_links(session, &mut result, outbox).await;
         Ok(CallReply::Rewritten(result, report))
     }
 
-    /// Rewrites one tool result (of `tools/call` or `tasks/result`) into the output contract,
-    /// publishing what happened.
+    /// Shapes one tool result (of `tasks/result`) for `session`, publishing what happened.
     pub(super) async fn rewrite_tool_result(self: &Arc<Self>, session: &Session, ctx: CallContext, raw: Raw) -> Value {
         let call = self.next_call.fetch_add(1, Ordering::Relaxed);
         let owner = EventOwner::from(&session.scope);
@@ -305,63 +317,35 @@ impl Gateway {
             started: Instant::now(),
             armed: true,
         };
-        self.rewrite_result(call, &owner, &name, &ctx, raw, &host, &mut guard).await.0
+        let shaped = self.shaper.shape(self.job(&ctx, &host), raw.into_string()).await;
+        self.publish_shaped(call, &owner, &name, &ctx, shaped, &mut guard).0
     }
 
-    #[allow(clippy::too_many_arguments)]
-    async fn rewrite_result(
+    /// What the shaper needs of the gateway for one answer: the call, the host, and where
+    /// previews read originals.
+    pub(super) fn job<'a>(&'a self, ctx: &'a CallContext, host: &'a crate::hosts::HostProfile) -> Job<'a> {
+        Job { ctx, host, store: self.artifacts.get(), preview: &self.hosts().preview }
+    }
+
+    /// Publishes what shaping a tool result came to (its artifacts, a final limit that acted,
+    /// store failures, the call's end with the shaped answer's figures) and returns the answer
+    /// with its report.
+    fn publish_shaped(
         &self,
         call: u64,
         owner: &EventOwner,
         name: &str,
         ctx: &CallContext,
-        raw: Raw,
-        host: &crate::hosts::HostProfile,
+        shaped: Shaped,
         guard: &mut FinishGuard<'_>,
     ) -> (Value, CallReport) {
-        let upstream = &ctx.upstream;
-        // A CallToolResult is an object; anything else (a bare string or array, however big)
-        // cannot be rewritten into the contract, and its bytes must not reach the model.
-        if !raw.get().trim_start().starts_with('{') {
-            let message = format!(
-                "upstream {upstream} returned a tools/call result that is not an object ({} bytes); nothing of it was kept",
-                raw.len()
-            );
-            let result = json!({"content": [{"type": "text", "text": message}], "isError": true});
-            guard.finish(CallOutcome::Error, Some(message), [raw.len() as u64, 0, 0, 0], 0);
-            let report = CallReport {
-                call,
-                tool: name.to_owned(),
-                upstream: upstream.clone(),
-                latency: guard.started.elapsed(),
-                bytes_in: raw.len() as u64,
-                bytes_out: 0,
-                tokens_in: 0,
-                tokens_out: 0,
-                transform: None,
-                original: None,
-            };
-            return (result, report);
-        }
-        let mut out = self.rewriter.rewrite(ctx, raw.into_string()).await;
-        if host.adapts() {
-            self.fit_for_host(host, ctx, &mut out).await;
-        }
-        if let Some(report) = &out.report {
+        let Shaped { value, report, error, figures } = shaped;
+        if let Some(report) = &report {
             for a in &report.artifacts {
                 self.events.publish(GatewayEvent::offloaded(call, owner.clone(), name, a));
             }
-            if report.clamped {
-                self.events.publish(GatewayEvent::Clamped {
-                    call,
-                    owner: owner.clone(),
-                    tool: name.to_owned(),
-                    bytes_before_clamp: report.bytes_in,
-                    bytes_out: out.bytes_out,
-                });
-            }
-            // Safety-net values the store refused were truncated instead: the call went on.
-            for w in report.warnings.iter().filter(|w| w.message.starts_with("cannot store")) {
+            // Safety-net values the store refused were cut or withheld instead: the call went on.
+            for w in report.store_failures() {
                 self.events.publish(GatewayEvent::StoreFailed {
                     call,
                     owner: owner.clone(),
@@ -371,7 +355,16 @@ impl Gateway {
                 });
             }
         }
-        if let Some(e) = &out.error {
+        if figures.fitted {
+            self.events.publish(GatewayEvent::Clamped {
+                call,
+                owner: owner.clone(),
+                tool: name.to_owned(),
+                bytes_before_clamp: figures.bytes_in,
+                bytes_out: figures.bytes_out,
+            });
+        }
+        if let Some(e) = error.as_ref().filter(|e| e.kind != FailureKind::Invalid) {
             self.events.publish(GatewayEvent::StoreFailed {
                 call,
                 owner: owner.clone(),
@@ -380,63 +373,56 @@ impl Gateway {
                 message: e.to_string(),
             });
         }
-        let outcome =
-            if out.value.get("isError").and_then(Value::as_bool) == Some(true) { CallOutcome::ToolError } else { CallOutcome::Ok };
-        let error = out.error.as_ref().map(ToString::to_string);
-        guard.finish(outcome, error, [out.bytes_in, out.bytes_out, out.tokens_in, out.tokens_out], out.artifacts);
+        let outcome = match &error {
+            Some(e) if e.kind == FailureKind::Invalid => CallOutcome::Error,
+            _ if value.get("isError").and_then(Value::as_bool) == Some(true) => CallOutcome::ToolError,
+            _ => CallOutcome::Ok,
+        };
+        let sizes = [figures.bytes_in, figures.bytes_out, figures.tokens_in, figures.tokens_out];
+        guard.finish(outcome, error.as_ref().map(ToString::to_string), sizes, figures.artifacts);
         tracing::info!(
             target: "stowage::call",
-            upstream = %upstream, tool = %name, duration_ms = ms(guard.started),
-            bytes_in = out.bytes_in, bytes_out = out.bytes_out, artifacts = out.artifacts, outcome = outcome.as_str(),
-            "tool call"
+            upstream = %ctx.upstream, tool = %name, duration_ms = ms(guard.started),
+            bytes_in = figures.bytes_in, bytes_out = figures.bytes_out, tokens_out = figures.tokens_out, artifacts = figures.artifacts,
+            outcome = outcome.as_str(), "tool call"
         );
+        if let Some(h) = value.pointer("/_meta/io.stowage~1transform/host") {
+            tracing::debug!(target: "stowage::hosts", host = %guard.host, tool = %ctx.tool, previews = figures.previews,
+                fitted = figures.fitted, tokens = figures.tokens_out, text_bytes = figures.measure.text_bytes, stats = %h, "answer shaped for the host");
+        }
         let report = CallReport {
             call,
             tool: name.to_owned(),
-            upstream: upstream.clone(),
+            upstream: ctx.upstream.clone(),
             latency: guard.started.elapsed(),
-            bytes_in: out.bytes_in,
-            bytes_out: out.bytes_out,
-            tokens_in: out.tokens_in,
-            tokens_out: out.tokens_out,
-            transform: out.report,
+            bytes_in: figures.bytes_in,
+            bytes_out: figures.bytes_out,
+            tokens_in: figures.tokens_in,
+            tokens_out: figures.tokens_out,
+            transform: report,
             original: None,
         };
-        (out.value, report)
+        (value, report)
     }
-}
 
-impl Gateway {
-    /// Shapes a rewritten result for the caller's host (see [`crate::hosts`]): previews of
-    /// offloaded images within its image budget, then the result fitted to its limits. The
-    /// sizes the call reports are the fitted result's.
-    async fn fit_for_host(&self, host: &crate::hosts::HostProfile, ctx: &CallContext, out: &mut crate::rewrite::Rewritten) {
-        let mut previews = 0;
-        if let (Some(report), Some(store)) = (&out.report, self.artifacts.get().filter(|s| !s.is_noop())) {
-            let config = &self.hosts().preview;
-            previews = crate::hosts::preview::add_previews(&mut out.value, report, host, config, store, &ctx.scope).await;
-        }
-        let offloader = self.rewriter.offloader_for(&ctx.upstream).clone();
-        let fit = crate::hosts::fit::fit(&mut out.value, host, offloader.as_ref(), ctx).await;
-        if previews > 0 || fit.changed {
-            let bytes_out = serde_json::to_vec(&out.value).map_or(0, |v| v.len() as u64);
-            out.tokens_out = out.tokens_out.saturating_sub(out.bytes_out.saturating_sub(bytes_out).div_ceil(4));
-            out.bytes_out = bytes_out;
-            out.artifacts += fit.stored.len();
-        }
-        let mut stats =
-            json!({"profile": host.name, "fitted": fit.changed, "tokens": fit.after.tokens(), "textBytes": fit.after.text_bytes});
-        if previews > 0 {
-            stats["previews"] = json!(previews);
-        }
-        if fit.over {
-            stats["over"] = json!(true);
-        }
-        if let Some(m) = out.value.get_mut("_meta").and_then(|m| m.get_mut(crate::rewrite::TRANSFORM_META_KEY)) {
-            m["host"] = stats;
-        }
-        tracing::debug!(target: "stowage::hosts", host = %host.name, tool = %ctx.tool, previews, stored = fit.stored.len(),
-            before_bytes = fit.before.text_bytes, after_bytes = fit.after.text_bytes, after_tokens = fit.after.tokens(), "result fitted to the host");
+    /// The reply of a call the gateway answered itself (its own tools, the generated resource
+    /// tools, the apps' tools): through the shaper for the caller's host, which measures it.
+    #[allow(clippy::too_many_arguments)]
+    async fn answered_here(
+        &self,
+        session: &Session,
+        scope: &stowage_core::ArtifactScope,
+        call: u64,
+        tool: String,
+        upstream: String,
+        started: Instant,
+        result: Value,
+    ) -> CallReply {
+        let host = self.host_profile(session);
+        let ctx = CallContext { tool: tool.clone(), upstream: upstream.clone(), scope: scope.clone(), output_schema: None };
+        let shaped = self.shaper.shape_local(self.job(&ctx, &host), result).await;
+        let report = local_report(call, tool, upstream, started, &shaped.figures);
+        CallReply::Rewritten(shaped.value, report)
     }
 
     /// Applies tool `name`'s input rule (`[gateway.chaining.inputs]`) to the call's arguments;
@@ -477,7 +463,7 @@ impl Gateway {
     /// through: never a fallback to inline base64.
     pub(super) async fn scrub(&self, session: &Session, upstream: &str, what: &str, payload: Value) -> Value {
         let ctx = CallContext { tool: what.to_owned(), upstream: upstream.to_owned(), scope: session.scope.clone(), output_schema: None };
-        match self.rewriter.offloader_for(upstream).offload(&ctx, payload.to_string()).await {
+        match self.shaper.offload_payload(&ctx, payload.to_string()).await {
             Ok(off) => {
                 for a in &off.report.artifacts {
                     self.events.publish(GatewayEvent::offloaded(0, EventOwner::from(&session.scope), what, a));
@@ -492,7 +478,9 @@ impl Gateway {
                     fatal: true,
                     message: e.to_string(),
                 });
-                json!({"stowage": format!("{}: the {what} from upstream {upstream} was too heavy to relay and could not be stored: {}", e.code, e.message)})
+                // The store's own message may name server paths: the log and the event bus
+                // have it, the client gets the code.
+                json!({"stowage": format!("{}: the {what} from upstream {upstream} was too heavy to relay and could not be stored (the gateway's log says why)", e.code)})
             }
         }
     }
@@ -567,21 +555,18 @@ fn task_id_of(raw: &Raw) -> Option<String> {
     v.pointer("/task/taskId").and_then(Value::as_str).map(str::to_owned)
 }
 
-/// The reply of a call the gateway answered itself (its own tools, the generated resource
-/// tools): the result as it is, nothing transformed.
-fn answered_here(call: u64, tool: String, upstream: String, started: Instant, result: Value) -> CallReply {
-    let bytes_out = serde_json::to_vec(&result).map_or(0, |v| v.len() as u64);
-    let report = CallReport {
+/// The report of a call the gateway answered itself.
+fn local_report(call: u64, tool: String, upstream: String, started: Instant, f: &crate::shape::Figures) -> CallReport {
+    CallReport {
         call,
         tool,
         upstream,
         latency: started.elapsed(),
-        bytes_in: bytes_out,
-        bytes_out,
-        tokens_in: 0,
-        tokens_out: 0,
+        bytes_in: f.bytes_in,
+        bytes_out: f.bytes_out,
+        tokens_in: f.tokens_in,
+        tokens_out: f.tokens_out,
         transform: None,
         original: None,
-    };
-    CallReply::Rewritten(result, report)
+    }
 }

@@ -50,10 +50,10 @@ use crate::events::EventBus;
 use crate::inputs::Exchanges;
 use crate::jsonrpc::{Kind, Message, code};
 use crate::outbox::Outbox;
-use crate::rewrite::Rewriter;
 use crate::router::{Catalog, UpstreamLists};
 use crate::routes::CallRoutes;
 use crate::session::{Caller, Session, SessionKind, Sessions};
+use crate::shape::Shaper;
 use crate::upstream::{InProcessFactory, Upstream, UpstreamEnv};
 
 /// How long after start requests that need the catalog wait for upstreams still on their
@@ -68,7 +68,8 @@ const STARTUP_GRACE: Duration = Duration::from_secs(3);
 pub struct GatewayOptions {
     pub config: GatewayConfig,
     pub upstreams: Vec<UpstreamSpec>,
-    pub rewriter: Rewriter,
+    /// Shapes every answer (see [`crate::shape`]).
+    pub shaper: Shaper,
     /// How to start in-process servers (the bundled demo), when one is configured.
     pub in_process: Option<InProcessFactory>,
     /// The session mode of upstreams that do not set one: `per_client` when clients
@@ -80,8 +81,8 @@ pub struct GatewayOptions {
 }
 
 impl GatewayOptions {
-    pub fn new(config: GatewayConfig, upstreams: Vec<UpstreamSpec>, rewriter: Rewriter) -> Self {
-        GatewayOptions { config, upstreams, rewriter, in_process: None, default_session_mode: SessionMode::Shared, secret_env: Vec::new() }
+    pub fn new(config: GatewayConfig, upstreams: Vec<UpstreamSpec>, shaper: Shaper) -> Self {
+        GatewayOptions { config, upstreams, shaper, in_process: None, default_session_mode: SessionMode::Shared, secret_env: Vec::new() }
     }
 }
 
@@ -95,7 +96,7 @@ pub struct Gateway {
     routes: Arc<CallRoutes>,
     next_token: AtomicU64,
     next_call: AtomicU64,
-    rewriter: Rewriter,
+    shaper: Shaper,
     prefix: bool,
     shutdown: CancellationToken,
     ready: watch::Sender<usize>,
@@ -126,7 +127,7 @@ pub struct Gateway {
 impl Gateway {
     /// Starts every upstream's supervisor and the gateway's own tasks.
     pub fn start(opts: GatewayOptions) -> Arc<Gateway> {
-        let GatewayOptions { config, upstreams: specs, rewriter, in_process, default_session_mode, secret_env } = opts;
+        let GatewayOptions { config, upstreams: specs, shaper, in_process, default_session_mode, secret_env } = opts;
         let shutdown = CancellationToken::new();
         let (initiated_tx, initiated_rx) = mpsc::channel(inbound::QUEUE);
         let backoff = (
@@ -171,7 +172,7 @@ impl Gateway {
             routes,
             next_token: AtomicU64::new(1),
             next_call: AtomicU64::new(1),
-            rewriter,
+            shaper,
             prefix,
             shutdown,
             ready: watch::channel(0).0,
@@ -484,7 +485,7 @@ impl Gateway {
                 let mut params = params;
                 params["name"] = Value::String(p.original);
                 let mut reply = self.forward(session, p.upstream, &method, params, outbox).await?;
-                self.rewrite_read(session, self.upstreams[p.upstream].name(), reads::ReadKind::Prompt, &mut reply).await?;
+                self.rewrite_read(session, self.upstreams[p.upstream].name(), crate::shape::read::ReadKind::Prompt, &mut reply).await?;
                 Ok(reply)
             }
             "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {

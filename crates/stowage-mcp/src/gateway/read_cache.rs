@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use stowage_core::Owner;
 
-use super::reads::OffloadedRead;
+use crate::shape::read::OffloadedRead;
 
 /// Entries kept at most; past it, expired ones go first, then the oldest.
 const MAX_ENTRIES: usize = 4096;

@@ -14,8 +14,8 @@ use crate::error::GatewayError;
 use crate::jsonrpc::Message;
 use crate::outbox::Outbox;
 use crate::output_schema::OutputSchema;
-use crate::rewrite::CallContext;
 use crate::session::Session;
+use crate::shape::CallContext;
 
 /// Tasks remembered at once; the oldest are forgotten first.
 const MAX_TASKS: usize = 10_000;

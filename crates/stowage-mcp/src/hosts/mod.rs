@@ -6,17 +6,13 @@
 //! 10 KiB or 256 lines and shows the model only `structuredContent` when there is one, and
 //! LangChain, agno and Kiro choke on `resource_link` blocks. A reference the host cuts off or
 //! hides is lost to the model. So the client's `clientInfo.name` (from `initialize`, or on
-//! 2026-07-28 from each request's `_meta`) picks a [`HostProfile`], and [`fit`] shapes each
-//! result within it.
+//! 2026-07-28 from each request's `_meta`) picks a [`HostProfile`], and the shaper
+//! ([`crate::shape`]) shapes each answer within it.
 //!
 //! The spec says servers SHOULD NOT change behaviour on `clientInfo`; these are the named
 //! clients' own hard limits, and shaping within them keeps the reference alive where the host
 //! would cut or reject it (ARCHITECTURE.md). `[hosts] adapt = false` gives every client the
 //! `default` profile, which keeps the gateway's usual shape.
-
-pub mod fit;
-pub mod measure;
-pub mod preview;
 
 use std::sync::Arc;
 

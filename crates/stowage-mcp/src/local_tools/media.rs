@@ -15,39 +15,8 @@ use stowage_core::{ArtifactRef, ArtifactScope, human_size};
 use stowage_http::ApiError;
 use stowage_store::{Access, ArtifactStore};
 
-use super::{ToolError, cut_at_char};
+use super::{ReadHints, ToolError};
 
-/// What the caller's host can take in one answer (from its profile).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct ReadHints {
-    /// The longest edge of an image answer unless `max_edge` says otherwise.
-    pub max_image_edge: u32,
-    /// The most bytes of text in one answer.
-    pub text_budget: usize,
-}
-
-impl ReadHints {
-    /// What `host` takes: its image edge, and its text budget less room for the answer's own
-    /// lines (never under 2,000 bytes, never over the readers' usual budget).
-    pub(crate) fn for_host(host: &crate::hosts::HostProfile) -> ReadHints {
-        ReadHints {
-            max_image_edge: host.max_image_edge.unwrap_or(DEFAULT_MAX_EDGE),
-            text_budget: host
-                .max_text_bytes
-                .map_or(super::READ_BUDGET_BYTES, |b| b.saturating_sub(1_000).clamp(2_000, super::READ_BUDGET_BYTES)),
-        }
-    }
-}
-
-impl Default for ReadHints {
-    fn default() -> Self {
-        ReadHints { max_image_edge: DEFAULT_MAX_EDGE, text_budget: super::READ_BUDGET_BYTES }
-    }
-}
-
-/// The longest edge of an image answer for a host with no published limit: the most a Claude
-/// model takes without resizing.
-pub(crate) const DEFAULT_MAX_EDGE: u32 = 1568;
 /// The most bytes of one image answer (encoded).
 const IMAGE_MAX_BYTES: usize = 768 * 1024;
 /// PDFs larger than this are not parsed.
@@ -184,15 +153,19 @@ async fn read_pdf(
     arguments: &Value,
     hints: ReadHints,
 ) -> Result<Value, ToolError> {
-    refuse_other(arguments, &["pages"], "a PDF")?;
+    refuse_other(arguments, &["pages", "offset", "grep"], "a PDF")?;
     let pages = match arguments.get("pages") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s.clone()),
         Some(Value::Number(n)) => Some(n.to_string()),
-        Some(v) => return Err(ToolError::bad_request(format!("artifact_read: \"pages\" must be like \"2\" or \"1-3\", not {v}"))),
+        Some(v) => return Err(ToolError::bad_request(format!("artifact_read: \"pages\" must be like \"2\", \"1-3\" or \"4-\", not {v}"))),
     };
+    let offset = super::usize_argument(super::ARTIFACT_READ_TOOL, arguments, "offset")?.unwrap_or(0);
+    let grep = super::read::grep_argument(arguments)?;
     let bytes = bytes_of(store, scope, &meta).await?;
-    let limits = stowage_media::PdfLimits { max_input_bytes: PDF_MAX_BYTES, timeout: PDF_TIMEOUT, max_chars: hints.text_budget };
+    // A window needs the text up to its end; grep searches further (bounded all the same).
+    let max_chars = if grep.is_some() { PDF_GREP_CHARS } else { offset.saturating_add(hints.text_budget * 2).min(PDF_GREP_CHARS) };
+    let limits = stowage_media::PdfLimits { max_input_bytes: PDF_MAX_BYTES, timeout: PDF_TIMEOUT, max_chars };
     // The parse has its own time cap (its thread is given up on after it); it blocks while
     // waiting, so it waits on tokio's blocking pool, not on the CPU pool or a runtime worker.
     let asked = pages.clone();
@@ -200,36 +173,158 @@ async fn read_pdf(
         .await
         .map_err(|_| ToolError::bad_request("artifact_read: the PDF could not be read (its parser failed)"))?
         .map_err(|e| ToolError::bad_request(format!("artifact_read: {e}")))?;
-    let numbers: Vec<u32> = text.pages.iter().map(|p| p.number).collect();
-    let span = match (numbers.first(), numbers.last()) {
-        (Some(a), Some(b)) if a == b => format!("page {a}"),
-        (Some(a), Some(b)) => format!("pages {a}-{b}"),
-        _ => "no pages".to_owned(),
-    };
-    let mut head = format!("[{}: PDF, {} pages, {}; {span}", meta.id, text.page_count, human_size(meta.size_bytes));
+    let last_asked = asked_last(pages.as_deref(), text.page_count);
+    let mut head = format!("[{}: PDF, {} pages, {}", meta.id, text.page_count, human_size(meta.size_bytes));
     if !text.has_text_layer {
         head.push_str("; these pages have no text layer (a scanned PDF?): there is no text to read; artifact_url gives a link to the file");
     }
-    if text.truncated {
-        head.push_str(&format!("; cut at {} characters: ask for fewer pages", hints.text_budget));
+    let mut structured = Map::new();
+    structured.insert("id".into(), json!(meta.id));
+    structured.insert("mimeType".into(), json!("application/pdf"));
+    structured.insert("pageCount".into(), json!(text.page_count));
+    structured.insert("hasTextLayer".into(), json!(text.has_text_layer));
+    if let Some(re) = grep {
+        return Ok(pdf_grep(&text, &re, head, structured, &hints, last_asked));
     }
-    if let Some(last) = numbers.last().filter(|&&l| l < text.page_count) {
-        head.push_str(&format!("; more: pages=\"{}\"", last + 1));
+    // The window: from `offset` characters into the first page asked for.
+    let Some(first) = text.pages.first() else {
+        head.push_str("; no pages]");
+        structured.insert("pages".into(), json!([]));
+        return Ok(hints.answer(head, String::new(), structured, "pages", json!([])));
+    };
+    let first_chars = first.text.chars().count();
+    if offset > first_chars {
+        return Err(ToolError::bad_request(format!(
+            "artifact_read: offset {offset} is past the end of page {}, which has {first_chars} characters",
+            first.number
+        )));
+    }
+    // The body as the model reads it, and where each page's text is in it.
+    struct Span {
+        page: u32,
+        start: usize,
+        end: usize,
+        /// Characters of the page before `start` (the offset, on the first page).
+        skip: usize,
+        chars: usize,
+    }
+    let mut body = String::new();
+    let mut spans: Vec<Span> = Vec::new();
+    for (i, p) in text.pages.iter().enumerate() {
+        let skip = if i == 0 { offset } else { 0 };
+        body.push_str(&if skip > 0 {
+            format!("--- page {} from character {skip} ---\n", p.number)
+        } else {
+            format!("--- page {} ---\n", p.number)
+        });
+        let start = body.len();
+        body.push_str(&p.text[byte_of_char(&p.text, skip)..]);
+        spans.push(Span { page: p.number, start, end: body.len(), skip, chars: p.text.chars().count() });
+        body.push('\n');
+    }
+    let n = hints.page_len(&body);
+    // Where the next call starts: the page the cut fell in, and how far into it.
+    let next = if n < body.len() || text.truncated {
+        let s = spans.iter().rev().find(|s| s.start <= n).unwrap_or(&spans[0]);
+        let into = s.skip + body[s.start..n.clamp(s.start, s.end)].chars().count();
+        if into >= s.chars { (s.page < last_asked).then_some((s.page + 1, 0)) } else { Some((s.page, into)) }
+    } else {
+        None
+    };
+    let shown = &body[..n];
+    let given: Vec<Value> = spans
+        .iter()
+        .filter(|s| s.start <= n)
+        .map(|s| json!({"page": s.page, "from": s.skip, "text": &body[s.start..s.end.min(n)]}))
+        .collect();
+    let numbers: Vec<u32> = given.iter().filter_map(|p| p["page"].as_u64()).map(|p| p as u32).collect();
+    match (numbers.first(), numbers.last()) {
+        (Some(a), Some(b)) if a == b => head.push_str(&format!("; page {a}")),
+        (Some(a), Some(b)) => head.push_str(&format!("; pages {a}-{b}")),
+        _ => {}
+    }
+    if let Some((page, into)) = next {
+        let range = if page == last_asked { page.to_string() } else { format!("{page}-{last_asked}") };
+        if into > 0 {
+            head.push_str(&format!("; a page of what fits this host; more: pages=\"{range}\" offset={into}"));
+        } else {
+            head.push_str(&format!("; more: pages=\"{range}\""));
+        }
+        structured.insert("next".into(), json!({"pages": range, "offset": into}));
     }
     head.push(']');
-    let mut body = head;
-    for p in &text.pages {
-        body.push_str(&format!("\n--- page {} ---\n", p.number));
-        body.push_str(&p.text);
+    structured.insert("truncated".into(), json!(next.is_some()));
+    Ok(hints.answer(head, shown.to_owned(), structured, "pages", Value::Array(given)))
+}
+
+/// The characters of PDF text one grep searches at most.
+const PDF_GREP_CHARS: usize = 4_000_000;
+
+/// The last page a `pages` selection asks for (the document's last for an open range or none).
+fn asked_last(pages: Option<&str>, page_count: u32) -> u32 {
+    let Some(spec) = pages else { return page_count };
+    let last = spec.split(',').next_back().unwrap_or("").trim();
+    match last.split_once('-') {
+        Some((_, "")) => page_count,
+        Some((_, b)) => b.trim().parse().unwrap_or(page_count),
+        None => last.parse().unwrap_or(page_count),
     }
-    let body = cut_at_char(&body, hints.text_budget + 400).to_owned();
-    let structured = json!({
-        "id": meta.id,
-        "mimeType": "application/pdf",
-        "pageCount": text.page_count,
-        "pages": text.pages.iter().map(|p| json!({"page": p.number, "text": p.text})).collect::<Vec<_>>(),
-        "hasTextLayer": text.has_text_layer,
-        "truncated": text.truncated,
-    });
-    Ok(json!({"content": [{"type": "text", "text": body}], "structuredContent": structured}))
+    .min(page_count)
+}
+
+/// The byte index of character `chars` of `text` (its end when shorter).
+fn byte_of_char(text: &str, chars: usize) -> usize {
+    text.char_indices().nth(chars).map_or(text.len(), |(i, _)| i)
+}
+
+/// The lines of the PDF's pages that match `re`, each with its page and line number, as many
+/// as fit the host's page.
+fn pdf_grep(
+    text: &stowage_media::PdfText,
+    re: &regex::Regex,
+    mut head: String,
+    mut structured: Map<String, Value>,
+    hints: &ReadHints,
+    last_asked: u32,
+) -> Value {
+    let mut listing = String::new();
+    let mut matches = Vec::new();
+    let mut ends: Vec<(usize, u32, usize)> = Vec::new(); // (end in listing, page, offset of the line after)
+    'pages: for p in &text.pages {
+        let mut pos = 0;
+        for (i, raw) in p.text.split_inclusive('\n').enumerate() {
+            let line = raw.trim_end_matches(['\n', '\r']);
+            let after = pos + raw.chars().count();
+            if re.is_match(line) {
+                let shown = super::cut_at_char(line, 400);
+                let shown = if shown.len() < line.len() { format!("{shown}…") } else { shown.to_owned() };
+                listing.push_str(&format!("p{} l{}: {shown}\n", p.number, i + 1));
+                ends.push((listing.len(), p.number, after));
+                matches.push(json!({"page": p.number, "line": i + 1, "offset": pos, "text": shown}));
+                if listing.len() > hints.text_budget.saturating_mul(2) {
+                    break 'pages;
+                }
+            }
+            pos = after;
+        }
+    }
+    let fit = hints.page_len(&listing);
+    let kept = ends.iter().take_while(|(end, _, _)| *end <= fit).count().max(ends.len().min(1));
+    let next = (kept < ends.len()).then(|| (ends[kept - 1].1, ends[kept - 1].2));
+    listing.truncate(if kept == 0 { 0 } else { ends[kept - 1].0 });
+    matches.truncate(kept);
+    head.push_str(&format!("; {} matching lines for /{}/", matches.len(), re.as_str()));
+    if text.truncated {
+        head.push_str(&format!("; searched the first {PDF_GREP_CHARS} characters"));
+    }
+    if let Some((page, into)) = next {
+        let range = if page == last_asked { page.to_string() } else { format!("{page}-{last_asked}") };
+        head.push_str(&format!("; a page of what fits this host; more: grep with pages=\"{range}\" offset={into}"));
+        structured.insert("next".into(), json!({"pages": range, "offset": into}));
+    }
+    head.push(']');
+    structured.insert("grep".into(), json!(re.as_str()));
+    structured.insert("count".into(), json!(matches.len()));
+    structured.insert("truncated".into(), json!(next.is_some()));
+    hints.answer(head, listing, structured, "matches", Value::Array(matches))
 }

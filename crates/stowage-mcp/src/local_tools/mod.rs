@@ -9,11 +9,15 @@
 //! one text block naming the code (`artifact_not_found: …`) and no `structuredContent`, so an
 //! error never fails a client's validation against the tool's `outputSchema`.
 //!
-//! What the reader tools return is capped at [`READ_BUDGET_BYTES`] bytes of UTF-8 (about
-//! 6,000–8,000 o200k tokens of code or prose, under the pipeline's default inline budget), and
-//! a cut answer says so and how to get the next part. Their results are not sent through the
-//! transform pipeline again: they are already small, and a window must reach the model as it is.
+//! What the reader tools return is sized to the caller's host ([`ReadHints`]): at most
+//! [`READ_BUDGET_BYTES`] bytes of UTF-8 for a host with no budget (about 6,000–8,000 o200k
+//! tokens of code or prose, under the pipeline's default inline budget), less for one whose
+//! bytes, lines or tokens are fewer; a cut answer says so and where the next part starts, the
+//! first character it did not give. The payload is written once, where the host's model reads.
+//! Their answers go through the shaper's host step and final limit, not through the transform
+//! pipeline again: they are already small, and a window must reach the model as it is.
 
+mod hints;
 mod media;
 mod query;
 mod read;
@@ -28,7 +32,7 @@ use stowage_core::{ArtifactId, ArtifactRef, ArtifactScope, cut_at_char, human_si
 use stowage_http::{ApiError, LinkService};
 use stowage_store::{Access, ArtifactStore};
 
-pub(crate) use media::ReadHints;
+pub(crate) use hints::ReadHints;
 pub use query::ARTIFACT_QUERY_TOOL;
 pub use read::ARTIFACT_READ_TOOL;
 pub use resources::ARTIFACT_LIST_TOOL;
@@ -85,7 +89,7 @@ impl LocalTools<'_> {
         let result = match name {
             ARTIFACT_URL_TOOL => url::call(self.links?, scope, arguments).await,
             ARTIFACT_READ_TOOL => read::call(self.readers()?, scope, arguments, hints).await,
-            ARTIFACT_QUERY_TOOL => query::call(self.readers()?, scope, arguments).await,
+            ARTIFACT_QUERY_TOOL => query::call(self.readers()?, scope, arguments, hints).await,
             ARTIFACT_LIST_TOOL => resources::call(self.readers()?, scope, arguments).await,
             _ => return None,
         };

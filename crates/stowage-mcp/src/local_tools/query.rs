@@ -2,7 +2,7 @@
 //! JMESPath expression (the `jmespath` crate), so a model can explore an offloaded array or
 //! object from its preview and schema without loading it whole.
 //!
-//! The answer is capped at [`READ_BUDGET_BYTES`] bytes of JSON. A larger selection keeps its
+//! The answer is a page sized to the caller's host (at most [`READ_BUDGET_BYTES`] bytes of JSON). A larger selection keeps its
 //! type: an array is cut to its first items, an object to its first keys, a string to its
 //! first characters, and the answer says how much there was and how to narrow the selection.
 
@@ -13,7 +13,7 @@ use serde_json::{Map, Value, json};
 use stowage_core::ArtifactScope;
 use stowage_store::ArtifactStore;
 
-use super::{CPU_POOL_BYTES, READ_BUDGET_BYTES, ToolError, as_str, cut_at_char, id_argument, read_text};
+use super::{CPU_POOL_BYTES, READ_BUDGET_BYTES, ReadHints, ToolError, as_str, cut_at_char, id_argument, read_text};
 
 /// The tool's name in `tools/list`. It is not namespaced: it belongs to the gateway.
 pub const ARTIFACT_QUERY_TOOL: &str = "artifact_query";
@@ -22,7 +22,7 @@ pub(super) fn def() -> Value {
     json!({
         "name": ARTIFACT_QUERY_TOOL,
         "title": "Query a JSON artifact",
-        "description": format!("Selects part of a JSON artifact (an id or artifact:// URI from an earlier tool result) with a JSON Pointer (\"/rows/3/name\") or a JMESPath expression (\"rows[?total > `100`].name\"). Give exactly one of pointer and jmespath. At most {READ_BUDGET_BYTES} bytes of JSON per call; a larger selection is cut and says how to narrow it."),
+        "description": format!("Selects part of a JSON artifact (an id or artifact:// URI from an earlier tool result) with a JSON Pointer (\"/rows/3/name\") or a JMESPath expression (\"rows[?total > `100`].name\"). Give exactly one of pointer and jmespath. At most {READ_BUDGET_BYTES} bytes of JSON per call (less when your host takes less); a larger selection is cut and says how to narrow it."),
         "inputSchema": {
             "type": "object",
             "properties": {
@@ -38,11 +38,12 @@ pub(super) fn def() -> Value {
                 "id": {"type": "string"},
                 "pointer": {"type": "string"},
                 "jmespath": {"type": "string"},
-                "result": {"description": "the selected JSON value (cut to the budget when truncated)"},
+                "result": {"description": "the selected JSON value (cut to the budget when truncated), for hosts that read only structuredContent; for others it is the JSON text in content, not repeated here"},
+                "in": {"type": "string", "description": "\"content\" when the selection is in content and not repeated here"},
                 "truncated": {"type": "boolean"},
                 "note": {"type": "string", "description": "what was cut and how to narrow the selection"},
             },
-            "required": ["id", "result", "truncated"],
+            "required": ["id", "truncated"],
         },
         "annotations": {"readOnlyHint": true, "idempotentHint": true, "openWorldHint": false},
     })
@@ -79,17 +80,43 @@ fn parse(arguments: &Value) -> Result<Selector, ToolError> {
     }
 }
 
-pub(super) async fn call(store: &Arc<dyn ArtifactStore>, scope: &ArtifactScope, arguments: &Value) -> Result<Value, ToolError> {
+pub(super) async fn call(
+    store: &Arc<dyn ArtifactStore>,
+    scope: &ArtifactScope,
+    arguments: &Value,
+    hints: ReadHints,
+) -> Result<Value, ToolError> {
     let id = id_argument(ARTIFACT_QUERY_TOOL, arguments)?;
     let selector = parse(arguments)?;
     let (meta, bytes) = read_text(store, scope, ARTIFACT_QUERY_TOOL, &id).await?;
     let id = meta.id.to_string();
     let big = bytes.len() >= CPU_POOL_BYTES;
-    let answer = move || answer(&bytes, &id, selector);
+    let answer = move || answer(&bytes, &id, selector, &hints);
     if big { crate::cpu_pool::run(answer).await } else { answer() }
 }
 
-fn answer(bytes: &Bytes, id: &str, selector: Selector) -> Result<Value, ToolError> {
+/// `selected` cut (keeping its type) to what fits one page for the host: its JSON text within
+/// the page's bytes (escaped, for a host that reads structuredContent), lines and tokens.
+fn fit_selection(selected: Value, hints: &ReadHints) -> (Value, Option<String>, String) {
+    let mut budget = if hints.structured { hints.text_budget * 2 / 3 } else { hints.text_budget };
+    let mut selected = Some(selected);
+    for _ in 0..4 {
+        let (result, note) = cap(selected.take().expect("put back below"), budget);
+        let json_text = serde_json::to_string(&result).expect("a Value serialises");
+        let fits = hints.page_len(&json_text);
+        if fits == json_text.len() || budget < 256 {
+            return (result, note, json_text);
+        }
+        // Over by lines or tokens: the same share smaller.
+        budget = budget * fits / json_text.len().max(1) * 9 / 10;
+        selected = Some(result);
+    }
+    let (result, note) = cap(selected.expect("set in the loop"), budget);
+    let json_text = serde_json::to_string(&result).expect("a Value serialises");
+    (result, note, json_text)
+}
+
+fn answer(bytes: &Bytes, id: &str, selector: Selector, hints: &ReadHints) -> Result<Value, ToolError> {
     let doc: Value = serde_json::from_str(as_str(bytes)).map_err(|e| {
         ToolError::bad_request(format!("artifact {id} is not JSON ({e}): artifact_query reads JSON artifacts; use artifact_read for text"))
     })?;
@@ -117,25 +144,22 @@ fn answer(bytes: &Bytes, id: &str, selector: Selector) -> Result<Value, ToolErro
         }
     };
     drop(doc);
-    let (result, note) = cap(selected, READ_BUDGET_BYTES);
+    let (result, note, json_text) = fit_selection(selected, hints);
     let where_ = match &selector {
         Selector::Pointer(p) => format!("pointer {p:?}"),
         Selector::JmesPath(e) => format!("jmespath {:?}", e.as_str()),
     };
-    let json_text = serde_json::to_string(&result).expect("a Value serialises");
-    let mut summary = format!("[{id} {where_}");
+    let mut header = format!("[{id} {where_}");
     if let Some(n) = &note {
-        summary.push_str("; ");
-        summary.push_str(n);
+        header.push_str("; ");
+        header.push_str(n);
     }
-    summary.push_str("]\n");
-    summary.push_str(&json_text);
-    out.insert("result".into(), result);
+    header.push(']');
     out.insert("truncated".into(), note.is_some().into());
     if let Some(n) = note {
         out.insert("note".into(), n.into());
     }
-    Ok(json!({"content": [{"type": "text", "text": summary}], "structuredContent": Value::Object(out)}))
+    Ok(hints.answer(header, json_text, out, "result", result))
 }
 
 /// Where a pointer stops matching, and what is there: the help a model needs to fix it.
@@ -264,7 +288,14 @@ mod tests {
     fn run(doc: &Value, args: Value) -> Result<Value, ToolError> {
         let selector = parse(&args)?;
         let bytes = Bytes::from(serde_json::to_vec(doc).unwrap());
-        answer(&bytes, "t_0123456789abcdef", selector).map(|v| v["structuredContent"].clone())
+        let hints = ReadHints {
+            structured: true,
+            text_budget: READ_BUDGET_BYTES,
+            line_budget: usize::MAX,
+            token_budget: None,
+            max_image_edge: 1568,
+        };
+        answer(&bytes, "t_0123456789abcdef", selector, &hints).map(|v| v["structuredContent"].clone())
     }
 
     #[test]

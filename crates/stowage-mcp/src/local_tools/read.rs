@@ -3,8 +3,8 @@
 //!
 //! Offsets and lengths count characters (Unicode scalar values), not bytes: a window never
 //! starts or ends inside a UTF-8 character, and the numbers are the ones the model sees in the
-//! text. Every answer is capped at [`READ_BUDGET_BYTES`] bytes of text; a cut answer says so
-//! and gives `nextOffset`, where the next call starts. With `grep`, the matching lines come
+//! text. Every answer is a page sized to the caller's host ([`ReadHints`]); a cut answer says
+//! so and gives `nextOffset`, the first character it did not give, where the next call starts. With `grep`, the matching lines come
 //! back with their line numbers and the character offset where each starts (to read around a
 //! match with a window); the regex is the `regex` crate's (linear time, so no pattern can hang
 //! the gateway).
@@ -17,7 +17,7 @@ use serde_json::{Map, Value, json};
 use stowage_core::ArtifactScope;
 use stowage_store::ArtifactStore;
 
-use super::{CPU_POOL_BYTES, READ_BUDGET_BYTES, ToolError, as_str, cut_at_char, id_argument, meta_of, text_of, usize_argument};
+use super::{CPU_POOL_BYTES, READ_BUDGET_BYTES, ReadHints, ToolError, as_str, cut_at_char, id_argument, meta_of, text_of, usize_argument};
 
 /// The tool's name in `tools/list`. It is not namespaced: it belongs to the gateway.
 pub const ARTIFACT_READ_TOOL: &str = "artifact_read";
@@ -32,14 +32,14 @@ pub(super) fn def() -> Value {
     json!({
         "name": ARTIFACT_READ_TOOL,
         "title": "Read an artifact: text, an image, or PDF pages",
-        "description": format!("Reads an artifact (an id or artifact:// URI from an earlier tool result) past its preview. Text: a window of characters from `offset`, or with `grep` the lines matching a regex, with line numbers; at most {READ_BUDGET_BYTES} bytes per call, and when cut, call again with offset = nextOffset. Image: the image itself, fitted to `max_edge`, or a `region` of the original at native resolution (to zoom into part of a large screenshot). PDF: the text of `pages` (\"2\", \"1-3\"), with the page count."),
+        "description": format!("Reads an artifact (an id or artifact:// URI from an earlier tool result) past its preview. Text: a window of characters from `offset`, or with `grep` the lines matching a regex, with line numbers; a page of at most {READ_BUDGET_BYTES} bytes per call (less when your host takes less), and when cut, call again with offset = nextOffset. Image: the image itself, fitted to `max_edge`, or a `region` of the original at native resolution (to zoom into part of a large screenshot). PDF: the text of `pages` (\"2\", \"1-3\", \"4-\") from `offset` characters into the first of them, or with `grep` the matching lines and their pages. Audio and other binaries: use artifact_url."),
         "inputSchema": {
             "type": "object",
             "properties": {
                 "id": {"type": "string", "description": "artifact id or artifact:// URI"},
-                "offset": {"type": "integer", "minimum": 0, "description": "character offset to start at (default 0)"},
+                "offset": {"type": "integer", "minimum": 0, "description": "character offset to start at (default 0); for a PDF, into the first page asked for"},
                 "length": {"type": "integer", "minimum": 1, "description": format!("characters to read (default and most: what fits {READ_BUDGET_BYTES} bytes); with grep, how far to search")},
-                "grep": {"type": "string", "description": "a regular expression (Rust regex syntax; (?i) for case-insensitive): return the matching lines instead of a window"},
+                "grep": {"type": "string", "description": "a regular expression (Rust regex syntax; (?i) for case-insensitive): return the matching lines instead of a window (text and PDFs)"},
                 "max_edge": {"type": "integer", "minimum": 16, "maximum": 8192, "description": "images: the longest edge of the image returned, in pixels (default: what the host takes)"},
                 "region": {
                     "type": "object",
@@ -60,13 +60,15 @@ pub(super) fn def() -> Value {
                 "offset": {"type": "integer"},
                 "length": {"type": "integer", "description": "characters in this window"},
                 "startLine": {"type": "integer", "description": "line number (from 1) where the window starts"},
-                "text": {"type": "string"},
+                "text": {"type": "string", "description": "the window, for hosts that read only structuredContent (else it is in content, not repeated here)"},
+                "in": {"type": "string", "description": "\"content\" when the text, matches or pages are in content and not repeated here"},
+                "count": {"type": "integer", "description": "grep: matching lines in this answer"},
                 "grep": {"type": "string"},
                 "matches": {
                     "type": "array",
                     "items": {
                         "type": "object",
-                        "properties": {"line": {"type": "integer"}, "offset": {"type": "integer"}, "text": {"type": "string"}},
+                        "properties": {"line": {"type": "integer"}, "offset": {"type": "integer"}, "text": {"type": "string"}, "page": {"type": "integer", "description": "PDFs: the page of the line (line and offset are then within it)"}},
                         "required": ["line", "offset", "text"],
                     },
                 },
@@ -102,7 +104,13 @@ fn parse(arguments: &Value) -> Result<Request, ToolError> {
     if length == Some(0) {
         return Err(ToolError::bad_request("artifact_read: \"length\" must be at least 1 (leave it out to read as much as fits)"));
     }
-    let grep = match arguments.get("grep") {
+    let grep = grep_argument(arguments)?;
+    Ok(Request { offset, length, grep })
+}
+
+/// The `grep` argument, compiled.
+pub(super) fn grep_argument(arguments: &Value) -> Result<Option<Regex>, ToolError> {
+    Ok(match arguments.get("grep") {
         None | Some(Value::Null) => None,
         Some(Value::String(p)) if !p.is_empty() => Some(RegexBuilder::new(p).size_limit(REGEX_SIZE_LIMIT).build().map_err(|e| {
             // The regex crate's message spans lines (the pattern, a caret, the reason).
@@ -112,15 +120,14 @@ fn parse(arguments: &Value) -> Result<Request, ToolError> {
             ))
         })?),
         Some(v) => return Err(ToolError::bad_request(format!("artifact_read: \"grep\" must be a non-empty regex string, not {v}"))),
-    };
-    Ok(Request { offset, length, grep })
+    })
 }
 
 pub(super) async fn call(
     store: &Arc<dyn ArtifactStore>,
     scope: &ArtifactScope,
     arguments: &Value,
-    hints: super::media::ReadHints,
+    hints: ReadHints,
 ) -> Result<Value, ToolError> {
     let id = id_argument(ARTIFACT_READ_TOOL, arguments)?;
     // One lookup decides what the artifact is, and the text path reads with it.
@@ -138,11 +145,11 @@ pub(super) async fn call(
         head.insert("mimeType".into(), m.clone().into());
     }
     let big = bytes.len() >= CPU_POOL_BYTES;
-    let answer = move || answer(&bytes, request, head);
+    let answer = move || answer(&bytes, request, head, &hints);
     if big { crate::cpu_pool::run(answer).await } else { answer() }
 }
 
-fn answer(bytes: &Bytes, request: Request, mut out: Map<String, Value>) -> Result<Value, ToolError> {
+fn answer(bytes: &Bytes, request: Request, mut out: Map<String, Value>, hints: &ReadHints) -> Result<Value, ToolError> {
     let text = as_str(bytes);
     let id = out["id"].as_str().unwrap_or_default().to_owned();
     let total = text.chars().count();
@@ -160,12 +167,10 @@ fn answer(bytes: &Bytes, request: Request, mut out: Map<String, Value>) -> Resul
     let start_line = memchr::memchr_iter(b'\n', &bytes[..start]).count() + 1;
     out.insert("totalChars".into(), total.into());
     out.insert("offset".into(), request.offset.into());
-    let summary = match &request.grep {
-        None => window(&text[start..end], request.offset, total, start_line, &mut out),
-        Some(re) => grep(&text[start..end], re, request.offset, start_line, &mut out),
-    };
-    let structured = Value::Object(out);
-    Ok(json!({"content": [{"type": "text", "text": summary}], "structuredContent": structured}))
+    Ok(match &request.grep {
+        None => window(&text[start..end], request.offset, total, start_line, out, hints),
+        Some(re) => grep(&text[start..end], re, request.offset, start_line, out, hints),
+    })
 }
 
 /// The byte index `chars` characters after byte `from` (or the end).
@@ -176,88 +181,99 @@ fn byte_of_char(text: &str, from: usize, chars: usize) -> usize {
     text[from..].char_indices().nth(chars).map_or(text.len(), |(i, _)| from + i)
 }
 
-/// A window of `wanted`, cut at the budget (at a line end when one is close); returns the text
-/// block for the model.
-fn window(wanted: &str, offset: usize, total: usize, start_line: usize, out: &mut Map<String, Value>) -> String {
-    let mut text = cut_at_char(wanted, READ_BUDGET_BYTES);
+/// A window of `wanted`: the page of it that fits the host (see [`ReadHints::page_len`]).
+fn window(wanted: &str, offset: usize, total: usize, start_line: usize, mut out: Map<String, Value>, hints: &ReadHints) -> Value {
+    let text = &wanted[..hints.page_len(wanted)];
     let truncated = text.len() < wanted.len();
-    if truncated && let Some(nl) = text.rfind('\n').filter(|&nl| nl >= text.len() * 3 / 4) {
-        text = &text[..=nl];
-    }
     let chars = text.chars().count();
     let next = offset + chars;
     let lines = text.matches('\n').count();
     out.insert("length".into(), chars.into());
     out.insert("startLine".into(), start_line.into());
     out.insert("truncated".into(), truncated.into());
-    let mut summary = format!(
+    let mut header = format!(
         "[{} characters {offset}-{next} of {total}, lines {start_line}-{}",
         out["id"].as_str().unwrap_or_default(),
         start_line + lines.saturating_sub(usize::from(text.ends_with('\n')))
     );
     if truncated {
-        summary.push_str(&format!("; cut at {READ_BUDGET_BYTES} bytes"));
+        header.push_str("; a page of what fits this host");
     }
     if next < total {
         out.insert("nextOffset".into(), next.into());
-        summary.push_str(&format!("; more: artifact_read offset={next}"));
+        header.push_str(&format!("; more: artifact_read offset={next}"));
     } else {
-        summary.push_str("; end of text");
+        header.push_str("; end of text");
     }
-    summary.push_str("]\n");
-    summary.push_str(text);
-    out.insert("text".into(), text.into());
-    summary
+    header.push(']');
+    hints.answer(header, text.to_owned(), out, "text", Value::String(text.to_owned()))
 }
 
-/// The lines of `region` that match `re`, within the budget; returns the text block.
-fn grep(region: &str, re: &Regex, offset: usize, start_line: usize, out: &mut Map<String, Value>) -> String {
+/// The lines of `region` that match `re`, as many as fit the host's page.
+fn grep(region: &str, re: &Regex, offset: usize, start_line: usize, mut out: Map<String, Value>, hints: &ReadHints) -> Value {
     let mut matches = Vec::new();
     let mut listing = String::new();
-    let mut used = 0;
-    let mut next = None;
+    // Where each listed line ends in `listing`, and where the line after it starts in the text.
+    let mut ends: Vec<(usize, usize)> = Vec::new();
     let mut pos = offset;
     for (i, raw) in region.split_inclusive('\n').enumerate() {
         let line = raw.strip_suffix('\n').unwrap_or(raw);
         let line = line.strip_suffix('\r').unwrap_or(line);
+        let after = pos + raw.chars().count();
         if re.is_match(line) {
             let shown = cut_at_char(line, MAX_MATCH_LINE_BYTES);
             let shown = if shown.len() < line.len() { format!("{shown}…") } else { shown.to_owned() };
             let number = start_line + i;
-            let entry = format!("{number}: {shown}\n");
-            if used + entry.len() > READ_BUDGET_BYTES {
-                next = Some(pos);
-                break;
-            }
-            used += entry.len();
-            listing.push_str(&entry);
+            listing.push_str(&format!("{number}: {shown}\n"));
+            ends.push((listing.len(), after));
             matches.push(json!({"line": number, "offset": pos, "text": shown}));
+            if listing.len() > hints.text_budget.saturating_mul(2) {
+                break; // already more than a page: the cut below decides
+            }
         }
-        pos += raw.chars().count();
+        pos = after;
     }
+    // As many whole lines as fit; the next call starts after the last one given. An entry is
+    // at most a few hundred bytes, under any page, so a page holds at least one.
+    let fit = hints.page_len(&listing);
+    let kept = ends.iter().take_while(|(end, _)| *end <= fit).count().max(ends.len().min(1));
+    let next = (kept < ends.len()).then(|| ends[kept - 1].1);
+    listing.truncate(if kept == 0 { 0 } else { ends[kept - 1].0 });
+    matches.truncate(kept);
     let id = out["id"].as_str().unwrap_or_default().to_owned();
-    let mut summary = format!("[{id}: {} matching lines for /{}/ from offset {offset}", matches.len(), re.as_str());
+    let mut header = format!("[{id}: {} matching lines for /{}/ from offset {offset}", matches.len(), re.as_str());
     out.insert("grep".into(), re.as_str().into());
     out.insert("truncated".into(), next.is_some().into());
     if let Some(n) = next {
         out.insert("nextOffset".into(), n.into());
-        summary.push_str(&format!("; cut at {READ_BUDGET_BYTES} bytes; more: artifact_read grep with offset={n}"));
+        header.push_str(&format!("; a page of what fits this host; more: artifact_read grep with offset={n}"));
     }
-    out.insert("matches".into(), Value::Array(matches));
-    summary.push_str("]\n");
-    summary.push_str(&listing);
-    summary
+    header.push(']');
+    out.insert("count".into(), matches.len().into());
+    hints.answer(header, listing, out, "matches", Value::Array(matches))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The answer for a host that reads structuredContent, where the payload goes there.
     fn run(text: &str, args: Value) -> Result<Value, ToolError> {
+        let hints = ReadHints {
+            structured: true,
+            text_budget: READ_BUDGET_BYTES,
+            line_budget: usize::MAX,
+            token_budget: None,
+            max_image_edge: 1568,
+        };
+        run_for(text, args, &hints).map(|v| v["structuredContent"].clone())
+    }
+
+    fn run_for(text: &str, args: Value, hints: &ReadHints) -> Result<Value, ToolError> {
         let request = parse(&args)?;
         let mut head = Map::new();
         head.insert("id".into(), "t_0123456789abcdef".into());
-        answer(&Bytes::copy_from_slice(text.as_bytes()), request, head).map(|v| v["structuredContent"].clone())
+        answer(&Bytes::copy_from_slice(text.as_bytes()), request, head, hints)
     }
 
     #[test]
@@ -280,7 +296,7 @@ mod tests {
         let text = "日本語のテキスト\n".repeat(5_000);
         let v = run(&text, json!({"length": 1_000_000_000u64})).unwrap();
         let got = v["text"].as_str().unwrap();
-        assert!(got.len() <= READ_BUDGET_BYTES && got.len() > READ_BUDGET_BYTES * 3 / 4);
+        assert!(serde_json::to_string(got).unwrap().len() <= READ_BUDGET_BYTES && got.len() > READ_BUDGET_BYTES / 2);
         assert!(got.ends_with('\n'), "cut at a line end when one is close");
         assert_eq!(v["truncated"], true);
         assert_eq!(v["nextOffset"].as_u64().unwrap() as usize, got.chars().count());
@@ -315,6 +331,15 @@ mod tests {
         assert_eq!(e.code, "bad_request");
         assert!(e.message.contains("not a valid regex") && !e.message.contains('\n'), "{e}");
         assert_eq!(run(text, json!({"grep": 3})).unwrap_err().code, "bad_request");
+    }
+
+    #[test]
+    fn hosts_that_read_content_get_the_text_once_there() {
+        let text = "line\n".repeat(10);
+        let v = run_for(&text, json!({}), &ReadHints::default()).unwrap();
+        assert_eq!(v["content"][1]["text"], text.as_str());
+        assert!(v["structuredContent"].get("text").is_none(), "not twice: {v}");
+        assert_eq!(v["structuredContent"]["in"], "content");
     }
 
     #[test]

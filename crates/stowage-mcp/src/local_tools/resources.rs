@@ -129,7 +129,7 @@ pub(crate) async fn read(
         line.push_str(&format!("; read it whole with _meta[\"{INLINE_META_KEY}\"] = true, or parts of it with artifact_read"));
     }
     Ok(Some(json!({
-        "contents": [{"uri": meta.uri, "mimeType": "text/plain", "text": line, "_meta": {crate::rewrite::ARTIFACT_META_KEY: artifact}}],
+        "contents": [{"uri": meta.uri, "mimeType": "text/plain", "text": line, "_meta": {crate::shape::ARTIFACT_META_KEY: artifact}}],
     })))
 }
 

@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use stowage_core::ArtifactSink;
 use stowage_mcp::config::{GatewayConfig, TransportSpec, UpstreamSpec};
-use stowage_mcp::pipeline::PipelineOffloader;
-use stowage_mcp::rewrite::Rewriter;
+use stowage_mcp::shape::{Pipelines, Shaper};
 use stowage_mcp::{Gateway, GatewayOptions, InProcessFactory, SessionMode};
 pub use stowage_testkit::{MemSink, RpcClient, ServerRequestHandler, fixture_bin};
 
@@ -22,11 +21,19 @@ pub fn fixture_spec(name: &str, log: Option<&std::path::Path>, timeout: Duration
     UpstreamSpec::new(name, TransportSpec::Stdio { command, args: vec![], env, cwd: None, inherit_env: false }, timeout)
 }
 
-/// The production rewrite step: the transform pipeline with default settings.
-pub fn rewriter(sink: Arc<dyn ArtifactSink>) -> Rewriter {
+/// The production shaper: the transform pipeline with default settings.
+pub fn shaper(sink: Arc<dyn ArtifactSink>) -> Shaper {
     let pipeline =
-        stowage_transform::Pipeline::new(stowage_transform::TransformConfig::default(), stowage_mcp::pipeline::with_dimensions(sink));
-    Rewriter::new(Arc::new(PipelineOffloader::new(Arc::new(pipeline))))
+        stowage_transform::Pipeline::new(stowage_transform::TransformConfig::default(), stowage_mcp::shape::with_dimensions(sink));
+    Shaper::new(Pipelines::new(Arc::new(pipeline)))
+}
+
+/// A tool result shaped as an unknown client (the default profile) gets it.
+pub async fn shape(shaper: &Shaper, ctx: &stowage_mcp::shape::CallContext, result: &serde_json::Value) -> serde_json::Value {
+    let host = stowage_mcp::hosts::HostProfile::default_profile();
+    let preview = stowage_transform::ImagePreviewConfig::default();
+    let job = stowage_mcp::shape::Job { ctx, host: &host, store: None, preview: &preview };
+    shaper.shape(job, result.to_string()).await.value
 }
 
 /// The bundled demo server, in-process.
@@ -50,14 +57,14 @@ pub fn fast_config() -> GatewayConfig {
     GatewayConfig { restart_backoff_initial_ms: 50, restart_backoff_max_ms: 200, resume_window_ms: 300, ..Default::default() }
 }
 
-/// Starts a gateway with `rewriter` in front of `specs` and waits until every upstream listed
+/// Starts a gateway with `shaper` in front of `specs` and waits until every upstream listed
 /// its tools.
-pub async fn start_gateway(specs: Vec<UpstreamSpec>, rewriter: Rewriter, config: GatewayConfig, mode: SessionMode) -> Arc<Gateway> {
+pub async fn start_gateway(specs: Vec<UpstreamSpec>, shaper: Shaper, config: GatewayConfig, mode: SessionMode) -> Arc<Gateway> {
     stowage_mcp::metrics::install();
     let gw = Gateway::start(GatewayOptions {
         config,
         upstreams: specs,
-        rewriter,
+        shaper,
         in_process: Some(demo()),
         default_session_mode: mode,
         secret_env: Vec::new(),
@@ -112,16 +119,16 @@ impl Client {
         config: GatewayConfig,
         on_request: Option<ServerRequestHandler>,
     ) -> Client {
-        Client::start_with_rewriter_and_handler(specs, rewriter(sink), config, on_request).await
+        Client::start_with_shaper_and_handler(specs, shaper(sink), config, on_request).await
     }
 
-    pub async fn start_with_rewriter(specs: Vec<UpstreamSpec>, rw: Rewriter, config: GatewayConfig) -> Client {
-        Client::start_with_rewriter_and_handler(specs, rw, config, None).await
+    pub async fn start_with_shaper(specs: Vec<UpstreamSpec>, rw: Shaper, config: GatewayConfig) -> Client {
+        Client::start_with_shaper_and_handler(specs, rw, config, None).await
     }
 
-    async fn start_with_rewriter_and_handler(
+    async fn start_with_shaper_and_handler(
         specs: Vec<UpstreamSpec>,
-        rw: Rewriter,
+        rw: Shaper,
         config: GatewayConfig,
         on_request: Option<ServerRequestHandler>,
     ) -> Client {

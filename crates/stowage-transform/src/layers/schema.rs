@@ -27,7 +27,7 @@ use crate::TransformConfig;
 use crate::layers::base64::detect;
 use crate::layers::payload_roots;
 use crate::path::{FieldPath, push_index, push_key, split_last};
-use crate::report::{Layer, Partial};
+use crate::report::{Cut, Layer, Partial};
 use crate::stub::{self, TemplateVars, placeholder};
 use crate::work::{Docs, Offload, Payload, Render};
 
@@ -172,7 +172,7 @@ fn offload(docs: &mut Docs, doc: usize, ptr: &str, typed: Option<&[&Value]>) -> 
             if let Some(slot) = docs.docs[doc].value.pointer_mut(ptr) {
                 *slot = kept.clone();
             }
-            Render::Typed { value: kept, partial }
+            Render::Typed { value: kept, partial, cuts: Vec::new() }
         }
         _ => Render::Placeholder { placeholder: placeholder(&value, size as u64) },
     };
@@ -205,31 +205,122 @@ pub(crate) fn collect_typed(docs: &mut Docs, config: &TransformConfig, output_sc
     }
     let view = SchemaView::new(schema);
     for (doc, root_ptr) in payload_roots(docs) {
-        // Only structuredContent is described by the schema. Its text twin (the same value as
-        // JSON text) gets the same form without the schema's constraints, so both usually
-        // store the same bytes: one artifact, not two, for one value.
+        // Only structuredContent is described by the schema. A text that is JSON of another
+        // value gets the same form without the schema's constraints.
         let schemas = if doc == 0 { view.root() } else { Vec::new() };
         let Some(root) = docs.docs[doc].value.pointer_mut(&root_ptr) else { continue };
         let mut ptr = root_ptr.clone();
-        let mut walk = TypedWalk { view: &view, doc, config, out: &mut out };
+        let mut walk = TypedWalk { view: &view, config, cuts: Vec::new() };
         walk.visit(root, &mut ptr, &schemas);
-        if !out.is_empty() {
-            docs.docs[doc].changed = true;
+        if walk.cuts.is_empty() {
+            continue;
         }
+        // The artifact is the whole value, as the tool sent it (the object its schema
+        // describes), not the arrays cut from it: `length(rows)` and `rows[?total > `100`]`
+        // then work on it as they would on the tool's own answer. The cuts are put back into a
+        // copy of what stays, outermost first (the walk recorded them innermost first).
+        let kept = root.clone();
+        let mut whole = kept.clone();
+        for cut in walk.cuts.iter().rev() {
+            let rel = &cut.ptr[root_ptr.len()..];
+            if let Some(slot) = if rel.is_empty() { Some(&mut whole) } else { whole.pointer_mut(rel) } {
+                *slot = cut.taken.clone();
+            }
+        }
+        let text = serde_json::to_string(&whole).expect("a Value always serialises");
+        drop(whole);
+        let main = walk.cuts.iter().max_by_key(|c| c.partial.total).expect("cuts is not empty");
+        let mut vars = TemplateVars::default();
+        let (what, template) = match &kept {
+            Value::Array(items) => {
+                vars.set("items", main.partial.total.max(items.len()));
+                ("JSON array", "JSON array ({size_human}) stored as {uri}")
+            }
+            Value::Object(m) => {
+                vars.set("items", m.len());
+                ("JSON object", "JSON object with {items} keys ({size_human}) stored as {uri}")
+            }
+            _ => ("JSON value", "JSON ({size_human}) stored as {uri}"),
+        };
+        let kept_notes: Vec<String> = walk
+            .cuts
+            .iter()
+            .map(|c| {
+                let unit = if c.taken.is_array() { "items" } else { "keys" };
+                format!("{} keeps {} of {} {unit} in place", jmespath_of(&c.ptr[root_ptr.len()..]), c.partial.kept, c.partial.total)
+            })
+            .collect();
+        let example = format!("length({})", jmespath_of(&main.ptr[root_ptr.len()..]));
+        let summary = format!(
+            "{template}; {}; the rest is only in the artifact: artifact_query selects parts of it (JMESPath, e.g. {example}), artifact_read reads it as text",
+            kept_notes.join(", ")
+        );
+        let cuts = walk
+            .cuts
+            .iter()
+            .map(|c| Cut { pointer: docs.report_pointer(doc, &c.ptr), kept: c.partial.kept, total: c.partial.total })
+            .collect();
+        out.push(Offload {
+            doc,
+            ptr: root_ptr.clone(),
+            payload: Payload::Text(text),
+            mime: Some("application/json".to_owned()),
+            filename: None,
+            layer: Layer::SizeNet,
+            render: Render::Typed { value: kept.clone(), partial: main.partial, cuts },
+            fatal: false,
+            // A store that refuses it leaves the typed prefixes, still valid (with a warning).
+            fallback: Some(kept),
+            what: what.to_owned(),
+            summary_template: Some(summary),
+            content_type: Some("json".to_owned()),
+            vars,
+            source: Map::new(),
+        });
+        docs.docs[doc].changed = true;
     }
     out
 }
 
+/// A JMESPath expression for a JSON Pointer relative to the stored value (`/rows` → `rows`,
+/// `/data/0/items` → `data[0].items`, `""` → `@`), quoting keys that are not identifiers.
+fn jmespath_of(pointer: &str) -> String {
+    if pointer.is_empty() {
+        return "@".to_owned();
+    }
+    let mut out = String::new();
+    for raw in pointer.split('/').skip(1) {
+        let key = raw.replace("~1", "/").replace("~0", "~");
+        if let Ok(i) = key.parse::<usize>() {
+            out.push_str(&format!("[{i}]"));
+            continue;
+        }
+        if !out.is_empty() {
+            out.push('.');
+        }
+        let ident = key.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if ident { out.push_str(&key) } else { out.push_str(&serde_json::to_string(&key).expect("a string serialises")) }
+    }
+    out
+}
+
+/// A part of a typed value cut to its prefix: where, what it was, and how much stayed.
+struct TypedCut {
+    ptr: String,
+    taken: Value,
+    partial: Partial,
+}
+
 struct TypedWalk<'a, 's> {
     view: &'a SchemaView<'s>,
-    doc: usize,
     config: &'a TransformConfig,
-    out: &'a mut Vec<Offload>,
+    cuts: Vec<TypedCut>,
 }
 
 impl<'s> TypedWalk<'_, 's> {
     /// Post-order, like the size net: returns the value's approximate JSON length after its
-    /// children were offloaded, so each node is measured once.
+    /// children were cut, so each node is measured once.
     fn visit(&mut self, value: &mut Value, ptr: &mut String, schemas: &[&'s Value]) -> usize {
         let len = ptr.len();
         let described = !schemas.is_empty();
@@ -267,32 +358,8 @@ impl<'s> TypedWalk<'_, 's> {
         let taken = std::mem::take(value);
         let (kept, partial) = typed_prefix(&taken, schemas, self.config.schema_fields.typed_preview_chars);
         let kept_size = json_len(&kept);
-        *value = kept.clone();
-        let mut vars = TemplateVars::default();
-        vars.set("items", partial.total);
-        vars.set("kept", partial.kept);
-        let (what, template) = match &taken {
-            Value::Array(_) => ("JSON array", "JSON array of {items} items ({size_human}) stored as {uri}"),
-            _ => ("JSON object", "JSON object with {items} keys ({size_human}) stored as {uri}"),
-        };
-        let text = serde_json::to_string(&taken).expect("a Value always serialises");
-        self.out.push(Offload {
-            doc: self.doc,
-            ptr: ptr.clone(),
-            payload: Payload::Text(text),
-            mime: Some("application/json".to_owned()),
-            filename: None,
-            layer: Layer::SizeNet,
-            render: Render::Typed { value: kept.clone(), partial },
-            fatal: false,
-            // A store that refuses it leaves the typed prefix, still valid (with a warning).
-            fallback: Some(kept),
-            what: what.to_owned(),
-            summary_template: Some(format!("{template}{}", partial_note(&taken))),
-            content_type: Some("json".to_owned()),
-            vars,
-            source: Map::new(),
-        });
+        *value = kept;
+        self.cuts.push(TypedCut { ptr: ptr.clone(), taken, partial });
         kept_size
     }
 }

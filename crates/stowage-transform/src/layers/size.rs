@@ -1,9 +1,10 @@
 //! L0: the size safety net. Whatever is still big after the layers above is offloaded here.
 //!
 //! - A string of more than `max_inline_tokens` o200k tokens (or, whatever its tokens, more than
-//!   `max_inline_chars` characters) becomes a text artifact; the model sees its first
-//!   `preview_chars` characters and a stub naming `artifact_read`, the gateway tool that reads
-//!   further. Below the budget text stays whole: a model usually needs the file it asked for,
+//!   `max_inline_chars` characters) becomes a text artifact; the model sees its head and its
+//!   tail (together about `preview_chars` characters, two thirds head: the first lines of a log
+//!   and the exception at the end of a trace) around a stub naming `artifact_read`, the gateway
+//!   tool that reads further. Below the budget text stays whole: a model usually needs the file it asked for,
 //!   and a preview it cannot read past is the wrong trade. The decision stays cheap: a string
 //!   of at most `max_inline_tokens` bytes is never counted (a token is at least one byte), one
 //!   over the character ceiling never either; only the band between them is tokenized.
@@ -34,7 +35,8 @@ use crate::work::{Docs, Offload, Payload, Render};
 pub struct SizeNetConfig {
     /// Offload oversized strings and JSON. Default true.
     pub enabled: bool,
-    /// Characters of an offloaded string the model still sees. Default 200.
+    /// Characters of an offloaded string the model still sees: its head and its tail, two
+    /// thirds head. Default 1000.
     pub preview_chars: usize,
     /// Arrays and objects whose JSON exceeds this many characters are offloaded with a
     /// preview and a schema. Default 20000.
@@ -45,7 +47,7 @@ pub struct SizeNetConfig {
 
 impl Default for SizeNetConfig {
     fn default() -> Self {
-        SizeNetConfig { enabled: true, preview_chars: 200, large_json_chars: 20_000, preview_items: 3 }
+        SizeNetConfig { enabled: true, preview_chars: 1000, large_json_chars: 20_000, preview_items: 3 }
     }
 }
 
@@ -53,45 +55,53 @@ impl Default for SizeNetConfig {
 /// is repeated for every offloaded string).
 const TEXT_SUMMARY: &str = "Text of {chars} characters ({size_human}) stored as {uri}; read more with artifact_read";
 
-/// L0 strings.
-pub(crate) fn collect_strings(docs: &mut Docs, config: &TransformConfig) -> Vec<Offload> {
+/// L0 strings; an offloaded one keeps `preview_chars` characters of head and tail.
+pub(crate) fn collect_strings(docs: &mut Docs, config: &TransformConfig, preview_chars: usize) -> Vec<Offload> {
     let mut out = Vec::new();
     if !config.size_net.enabled {
         return out;
     }
+    let walk = StringWalk { config, preview_chars };
     for d in 0..docs.docs.len() {
         let mut ptr = String::new();
-        strings(&mut docs.docs[d].value, &mut ptr, d, config, &mut out);
+        walk.visit(&mut docs.docs[d].value, &mut ptr, d, &mut out);
     }
     out
 }
 
-fn strings(value: &mut Value, ptr: &mut String, doc: usize, config: &TransformConfig, out: &mut Vec<Offload>) {
-    let len = ptr.len();
-    match value {
-        Value::String(s) => {
-            if let Some(tokens) = over_budget(s, config) {
-                let text = std::mem::take(s);
-                out.push(text_offload(text, tokens, doc, ptr.clone(), config));
+struct StringWalk<'a> {
+    config: &'a TransformConfig,
+    preview_chars: usize,
+}
+
+impl StringWalk<'_> {
+    fn visit(&self, value: &mut Value, ptr: &mut String, doc: usize, out: &mut Vec<Offload>) {
+        let len = ptr.len();
+        match value {
+            Value::String(s) => {
+                if let Some(tokens) = over_budget(s, self.config) {
+                    let text = std::mem::take(s);
+                    out.push(text_offload(text, tokens, doc, ptr.clone(), self.config, self.preview_chars));
+                }
             }
-        }
-        Value::Array(items) => {
-            for (i, item) in items.iter_mut().enumerate() {
-                push_index(ptr, i);
-                strings(item, ptr, doc, config, out);
-                ptr.truncate(len);
+            Value::Array(items) => {
+                for (i, item) in items.iter_mut().enumerate() {
+                    push_index(ptr, i);
+                    self.visit(item, ptr, doc, out);
+                    ptr.truncate(len);
+                }
             }
-        }
-        // An image the user keeps inline (`keep_images_under_bytes`) is not text.
-        Value::Object(map) if crate::layers::typed::is_kept_image(map, config) => {}
-        Value::Object(map) => {
-            for (k, item) in map.iter_mut() {
-                push_key(ptr, k);
-                strings(item, ptr, doc, config, out);
-                ptr.truncate(len);
+            // An image the user keeps inline (`keep_images_under_bytes`) is not text.
+            Value::Object(map) if crate::layers::typed::is_kept_image(map, self.config) => {}
+            Value::Object(map) => {
+                for (k, item) in map.iter_mut() {
+                    push_key(ptr, k);
+                    self.visit(item, ptr, doc, out);
+                    ptr.truncate(len);
+                }
             }
+            _ => {}
         }
-        _ => {}
     }
 }
 
@@ -110,9 +120,14 @@ fn over_budget(s: &str, config: &TransformConfig) -> Option<Option<u64>> {
     (tokens > config.max_inline_tokens).then_some(Some(tokens))
 }
 
-fn text_offload(text: String, tokens: Option<u64>, doc: usize, ptr: String, config: &TransformConfig) -> Offload {
+fn text_offload(text: String, tokens: Option<u64>, doc: usize, ptr: String, config: &TransformConfig, preview_chars: usize) -> Offload {
     let chars = text.chars().count();
-    let preview: String = text.chars().take(config.size_net.preview_chars).collect();
+    // Bytes for characters: a preview of mostly-ASCII text is about what was asked for, one of
+    // wider characters a little shorter, never longer.
+    let head_budget = preview_chars * 2 / 3;
+    let (head, tail) = stowage_core::head_and_tail(&text, head_budget, preview_chars - head_budget);
+    let omitted = chars - head.chars().count() - tail.chars().count();
+    let render = Render::TextPreview { head: head.to_owned(), tail: tail.to_owned(), omitted };
     // Should the store fail, a prefix within the budget stays: the share of the characters the
     // budget is of the tokens when they were counted, else the character ceiling.
     let keep = match tokens {
@@ -134,7 +149,7 @@ fn text_offload(text: String, tokens: Option<u64>, doc: usize, ptr: String, conf
         mime: Some("text/plain; charset=utf-8".to_owned()),
         filename: None,
         layer: Layer::SizeNet,
-        render: Render::TextPreview { preview },
+        render,
         fatal: false,
         fallback: Some(Value::String(fallback)),
         what: format!("text of {chars} characters"),

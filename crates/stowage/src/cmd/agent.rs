@@ -15,11 +15,8 @@ use clap::Args;
 use stowage_agent::events::StepStatus;
 use stowage_agent::{AgentConfig, AgentEvent, Model, Planner, RunRequest};
 use stowage_links::LinkSigner;
-use stowage_mcp::pipeline::PipelineOffloader;
-use stowage_mcp::rewrite::Rewriter;
 use stowage_mcp::{Caller, Gateway, GatewayOptions, SessionMode};
 use stowage_store::ArtifactStore;
-use stowage_transform::Pipeline;
 
 use crate::config::Config;
 
@@ -53,9 +50,8 @@ async fn checked_model(config: &AgentConfig) -> anyhow::Result<Arc<dyn Model>> {
 pub async fn run(config: &Config, store: Arc<dyn ArtifactStore>, store_dir: &std::path::Path, args: AgentArgs) -> anyhow::Result<()> {
     let model = checked_model(&config.agent).await?;
     let upstreams = stowage_mcp::config::collect_upstreams(&config.gateway, args.mcp_config.as_deref(), &[])?;
-    let sink = stowage_mcp::pipeline::with_dimensions(crate::wiring::sink(store.clone()));
-    let pipeline = Arc::new(Pipeline::new(config.transform.clone(), sink));
-    let rewriter = Rewriter::new(Arc::new(PipelineOffloader::new(pipeline)));
+    // The same shaper `serve` builds: [transform] and every server's own table.
+    let shaper = crate::wiring::shaper(&config.transform, &config.gateway, store.clone());
     let demo: stowage_mcp::InProcessFactory = Arc::new(|| {
         let (from_server, to_server) = stowage_demo::spawn_in_process();
         (Box::new(from_server), Box::new(to_server))
@@ -63,7 +59,7 @@ pub async fn run(config: &Config, store: Arc<dyn ArtifactStore>, store_dir: &std
     let gw = Gateway::start(GatewayOptions {
         config: config.gateway.clone(),
         upstreams,
-        rewriter,
+        shaper,
         in_process: Some(demo),
         default_session_mode: SessionMode::Shared,
         secret_env: Vec::new(),

@@ -3,7 +3,8 @@
 //! Wiring only: it runs the [`crate::plan::Plan`] (the upstreams merged from
 //! `[gateway.servers]`, `--mcp-config` and a trailing `-- CMD ARGS…`, or the bundled demo
 //! server when there are none; entries that cannot be served are named and left out), builds
-//! the rewrite step on the configured store, and hands over to [`stowage_mcp::run::run`]. Over
+//! the shaper on the configured store ([`crate::wiring::shaper`], as `agent` does), and hands
+//! over to [`stowage_mcp::run::run`]. Over
 //! HTTP, `resource_link`s are signed download links served on the same listener
 //! (`/artifacts/{id}?token=…`). Over stdio the same routes get a loopback listener of their
 //! own (`links.public_url`'s port, or a free one when that is taken), so hosts that spawn
@@ -15,13 +16,10 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
-use stowage_core::ArtifactRef;
 use stowage_links::LinkSigner;
-use stowage_mcp::pipeline::PipelineOffloader;
-use stowage_mcp::rewrite::{LinkMinter, Rewriter};
 use stowage_mcp::run::RunOptions;
 use stowage_store::ArtifactStore;
-use stowage_transform::{Pipeline, TransformConfig};
+use stowage_transform::TransformConfig;
 
 use crate::plan::{LinksPlan, Plan};
 use crate::wiring::StoreLocation;
@@ -92,17 +90,7 @@ pub async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()> {
         );
         tracing::warn!(%listen, "serving without authentication on a non-loopback address");
     }
-    // Images are stored with their width and height, for assets[].
-    let sink = stowage_mcp::pipeline::with_dimensions(crate::wiring::sink(ctx.store.clone()));
-    let pipeline = Arc::new(Pipeline::new(ctx.transform.clone(), sink.clone()));
-    let mut rewriter = Rewriter::new(Arc::new(PipelineOffloader::new(pipeline)));
-    // Servers with their own [gateway.servers.NAME.transform] get their own pipeline.
-    for (name, server) in &plan.gateway.servers {
-        if let Some(t) = &server.transform {
-            let p = Arc::new(Pipeline::new(t.clone(), sink.clone()));
-            rewriter.per_upstream.insert(name.clone(), Arc::new(PipelineOffloader::new(p)));
-        }
-    }
+    let mut shaper = crate::wiring::shaper(ctx.transform, &plan.gateway, ctx.store.clone());
     // A configured model that cannot be reached fails here, not at the first question.
     let agent_model = crate::cmd::agent::model_if_configured(ctx.agent).await?;
     let mut links = plan.links_config.clone();
@@ -119,7 +107,7 @@ pub async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()> {
         let ring = links.key_ring(&store_dir).context("cannot load the link-signing key")?;
         let signer = Arc::new(LinkSigner::new(ring, &links));
         if links.resource_link_uri == stowage_links::ResourceLinkUri::Signed {
-            rewriter.links = Some(Arc::new(SignedLinks(signer.clone())));
+            shaper = shaper.with_links(Arc::new(crate::wiring::SignedLinks(signer.clone())));
         }
         // One state: the link service opens the upload slots the routes accept, and /readyz
         // learns the gateway's upstreams once it runs.
@@ -179,7 +167,7 @@ pub async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()> {
         secret_env: secret_env_vars(&plan),
         gateway: plan.gateway,
         upstreams: plan.upstreams,
-        rewriter,
+        shaper,
         mode: plan.mode,
         in_process: Some(demo),
         extra_routes,
@@ -204,17 +192,6 @@ fn origin_of(url: &str) -> Option<String> {
     let u = url::Url::parse(url).ok()?;
     let origin = u.origin();
     origin.is_tuple().then(|| origin.ascii_serialization())
-}
-
-/// Signed, expiring download links for rewritten results, capped at the artifact's expiry.
-struct SignedLinks(Arc<LinkSigner>);
-
-impl LinkMinter for SignedLinks {
-    fn link(&self, artifact: &ArtifactRef) -> Option<(String, String)> {
-        let link = self.0.link_for(artifact, stowage_links::unix_now(), None);
-        let expires = link.expires_rfc3339();
-        (!expires.is_empty()).then_some((link.url, expires))
-    }
 }
 
 /// The environment variables that hold this gateway's secrets: link-signing keys, the JWT

@@ -15,8 +15,9 @@ use stowage_store::{Access, ArtifactStore};
 use stowage_transform::ImagePreviewConfig;
 use stowage_transform::TransformReport;
 
-use super::HostProfile;
-use super::fit::PREVIEW_META_KEY;
+use super::host::PREVIEW_META_KEY;
+use super::measure::image_sizes;
+use crate::hosts::HostProfile;
 
 /// The smallest preview worth sending: below this edge the model sees little.
 const MIN_EDGE: u32 = 112;
@@ -60,7 +61,7 @@ pub async fn add_previews(
         .filter(|a| a.artifact.mime_type.as_deref().is_some_and(|m| m.starts_with("image/") && !m.contains("svg")))
         .filter(|a| seen.insert(a.artifact.id.to_string()))
         .collect();
-    let existing = super::measure::image_sizes(result).len();
+    let existing = image_sizes(result).len();
     let room = profile.max_images.unwrap_or(usize::MAX).saturating_sub(existing);
     let n = images.len().min(room);
     if n == 0 {
@@ -108,22 +109,7 @@ pub async fn add_previews(
 /// link's URL is signed, so the asset that maps the URL to `uri` finds it.
 fn insert_after_reference(result: &mut Value, uri: &str, block: Value) -> bool {
     let mut urls = vec![uri.to_owned()];
-    for assets in [
-        result.pointer("/structuredContent/assets"),
-        result.pointer(&format!("/_meta/{}", crate::rewrite::ASSETS_META_KEY.replace('/', "~1"))),
-    ]
-    .into_iter()
-    .flatten()
-    .filter_map(Value::as_array)
-    {
-        for a in assets {
-            if a.get("artifactUri").and_then(Value::as_str) == Some(uri)
-                && let Some(u) = a.get("uri").and_then(Value::as_str)
-            {
-                urls.push(u.to_owned());
-            }
-        }
-    }
+    urls.extend(super::contract::assets_of(result).into_iter().filter(|(_, p)| p == uri).map(|(u, _)| u));
     let Some(blocks) = result.get_mut("content").and_then(Value::as_array_mut) else { return false };
     let refers = |b: &Value| {
         let link = b.get("type").and_then(Value::as_str) == Some("resource_link")
@@ -155,7 +141,7 @@ mod tests {
         // get 750 each, 27×27 tiles.
         assert_eq!(preview_edge(6, &code, &config), 768);
         assert_eq!(preview_edge(8, &code, &config), 27 * 28);
-        assert!(crate::hosts::measure::image_tokens(27 * 28, 27 * 28) * 8 <= 6_000);
+        assert!(crate::shape::measure::image_tokens(27 * 28, 27 * 28) * 8 <= 6_000);
         let mut tight = code.clone();
         tight.max_image_tokens = Some(60);
         assert!(preview_edge(6, &tight, &config) < MIN_EDGE, "too small to be worth sending");
@@ -167,7 +153,7 @@ mod tests {
             {"type": "text", "text": "PNG stored as artifact://a_1 Download: http://x/a?t=1"},
             {"type": "resource_link", "uri": "http://x/a?t=1", "name": "a.png"},
             {"type": "text", "text": "tail"},
-        ], "structuredContent": {"assets": [{"uri": "http://x/a?t=1", "artifactUri": "artifact://a_1"}]}});
+        ], "_meta": {"io.stowage/assets": [{"uri": "http://x/a?t=1", "artifactUri": "artifact://a_1"}]}});
         assert!(insert_after_reference(&mut r, "artifact://a_1", json!({"type": "image"})));
         assert_eq!(r["content"][2]["type"], "image");
         assert_eq!(r["content"][3]["text"], "tail");

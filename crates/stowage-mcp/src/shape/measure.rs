@@ -1,21 +1,33 @@
-//! Measuring a result as a host's model sees it: the whole result's bytes, the text the host
-//! shows (content, structuredContent or both), its lines and o200k tokens, and the images with
-//! their token cost (⌈w/28⌉ × ⌈h/28⌉ each, as Claude models count them).
+//! Measuring an answer as a host's model sees it: the whole answer's bytes and characters,
+//! the text the host shows (content, structuredContent or both), its lines and o200k tokens,
+//! and the images with their token cost (⌈w/28⌉ × ⌈h/28⌉ each, as Claude models count them).
+//!
+//! A value the answer carries twice (a text block repeating `structuredContent`, see
+//! [`stowage_transform::twins`]) counts once: a host that shows both shows the model the same
+//! value twice, and what a budget limits is how much there is to read.
 
 use base64::Engine as _;
 use serde_json::Value;
+use stowage_transform::tokens::{ESTIMATE_BYTES_PER_TOKEN, TokensConfig};
 
-use super::{HostProfile, Sees};
+use crate::hosts::{HostProfile, Sees};
 
-/// One measurement of a result against a profile.
+/// One measurement of an answer against a profile.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Measure {
+    /// Bytes of the whole answer's JSON.
     pub result_bytes: usize,
+    /// Characters of the answer's JSON a model can observe: all of it but `_meta` (records for
+    /// hosts and apps), a repeated value counted once. What the observation limit,
+    /// `transform.clamp.max_observation_chars`, holds.
+    pub result_chars: usize,
     pub text_bytes: usize,
     pub text_lines: usize,
-    /// o200k tokens of the text (counted only when the bytes alone could pass the budget:
-    /// a token is at least one byte, so fewer bytes than the budget are within it).
+    /// o200k tokens of the text the model reads.
     pub text_tokens: u64,
+    /// Whether `text_tokens` is an estimate (the text was not counted: either within a budget
+    /// whatever its count, or too long to count cheaply).
+    pub tokens_estimated: bool,
     pub images: usize,
     pub image_tokens: u64,
 }
@@ -26,22 +38,34 @@ impl Measure {
     }
 }
 
+/// How exactly tokens are wanted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tokens {
+    /// Only to compare with this budget: text whose bytes are within it is not counted (a
+    /// token is at least one byte).
+    Against(Option<u64>),
+    /// For the figures an answer reports: counted when the text is at most the counting
+    /// limit, estimated above it.
+    Figures,
+}
+
 /// The tokens an image of `w`×`h` pixels costs on a Claude model.
 pub fn image_tokens(w: u32, h: u32) -> u64 {
     u64::from(w.div_ceil(28)) * u64::from(h.div_ceil(28))
 }
 
-/// Whether the host shows the model `structuredContent` alone for this result.
+/// Whether the host shows the model `structuredContent` alone for this answer.
 pub fn structured_only(result: &Value, profile: &HostProfile) -> bool {
     profile.sees == Sees::Structured && result.get("structuredContent").is_some_and(|s| !s.is_null())
 }
 
-/// The text a host's model reads from `result`.
-pub fn visible_text(result: &Value, profile: &HostProfile) -> String {
+/// The text a host's model reads from `result`; `twinned`: the answer repeats its
+/// `structuredContent` in a text block, which is then read once (in `content`).
+pub fn visible_text(result: &Value, profile: &HostProfile, twinned: bool) -> String {
     let mut out = String::new();
     let structured = result.get("structuredContent").filter(|s| !s.is_null());
-    let show_structured = structured.is_some() && profile.sees != Sees::Content;
     let show_content = !(profile.sees == Sees::Structured && structured.is_some());
+    let show_structured = structured.is_some() && profile.sees != Sees::Content && !(twinned && show_content);
     if show_content && let Some(blocks) = result.get("content").and_then(Value::as_array) {
         for b in blocks {
             match b.get("type").and_then(Value::as_str) {
@@ -92,23 +116,31 @@ fn dimensions(data: &str) -> Option<(u32, u32)> {
     engine.decode(head).ok().as_deref().and_then(size).or_else(|| engine.decode(data).ok().as_deref().and_then(size))
 }
 
-/// Measures `result` for `profile`; `token_budget` is the budget tokens are compared with
-/// (text is only tokenized when its bytes exceed it).
-pub fn measure(result: &Value, profile: &HostProfile, token_budget: Option<u64>) -> Measure {
-    let result_bytes = serde_json::to_string(result).map_or(0, |s| s.len());
-    let text = visible_text(result, profile);
+/// Measures `result` for `profile`. `twins` are the repeated values [`stowage_transform::twins::find`]
+/// found in it (found once by the caller: finding them parses JSON text).
+pub(crate) fn measure(result: &Value, profile: &HostProfile, twins: &[stowage_transform::twins::Twin], tokens: Tokens) -> Measure {
+    let json = serde_json::to_string(result).unwrap_or_default();
+    // `,"_meta":{…}` is not observed.
+    let meta_chars = result.get("_meta").map_or(0, |m| serde_json::to_string(m).map_or(0, |t| t.chars().count()) + "\"_meta\":,".len());
+    let result_chars = json.chars().count().saturating_sub(meta_chars + stowage_transform::twins::duplicate_chars(result, twins));
+    let text = visible_text(result, profile, !twins.is_empty());
     let sizes = image_sizes(result);
     let image_tokens: u64 = sizes.iter().map(|&(w, h)| image_tokens(w, h)).sum();
-    let text_tokens = match token_budget {
-        Some(b) if text.len() as u64 + image_tokens > b => stowage_transform::tokens::count_exact(&text),
+    let estimate = (text.len() as u64).div_ceil(ESTIMATE_BYTES_PER_TOKEN);
+    let (text_tokens, tokens_estimated) = match tokens {
+        Tokens::Against(Some(b)) if text.len() as u64 + image_tokens > b => (stowage_transform::tokens::count_exact(&text), false),
         // Within budget whatever the count: bytes bound tokens from above.
-        _ => (text.len() as u64).div_ceil(4),
+        Tokens::Against(_) => (estimate, true),
+        Tokens::Figures if text.len() <= TokensConfig::default().exact_max_bytes => (stowage_transform::tokens::count_exact(&text), false),
+        Tokens::Figures => (estimate, true),
     };
     Measure {
-        result_bytes,
+        result_bytes: json.len(),
+        result_chars,
         text_bytes: text.len(),
         text_lines: if text.is_empty() { 0 } else { text.lines().count() },
         text_tokens,
+        tokens_estimated,
         images: sizes.len(),
         image_tokens,
     }
@@ -117,6 +149,7 @@ pub fn measure(result: &Value, profile: &HostProfile, token_budget: Option<u64>)
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+    use stowage_transform::twins;
 
     use super::*;
     use crate::hosts::builtin;
@@ -129,10 +162,21 @@ mod tests {
     fn structured_hosts_read_only_structured_content_when_there_is_one() {
         let r = json!({"content": [{"type": "text", "text": "the long text"}], "structuredContent": {"a": 1}});
         let codex = profile("codex");
-        assert_eq!(visible_text(&r, &codex), "{\"a\":1}");
-        assert_eq!(visible_text(&r, &profile("claude-code")), "the long text\n{\"a\":1}");
+        assert_eq!(visible_text(&r, &codex, false), "{\"a\":1}");
+        assert_eq!(visible_text(&r, &profile("claude-code"), false), "the long text\n{\"a\":1}");
         let plain = json!({"content": [{"type": "text", "text": "only text"}]});
-        assert_eq!(visible_text(&plain, &codex), "only text");
+        assert_eq!(visible_text(&plain, &codex, false), "only text");
+    }
+
+    #[test]
+    fn a_value_carried_twice_counts_once() {
+        let text = "word ".repeat(5_000);
+        let r = json!({"content": [{"type": "text", "text": text}], "structuredContent": {"result": text}});
+        let t = twins::find(&r);
+        let m = measure(&r, &HostProfile::default_profile(), &t, Tokens::Figures);
+        assert_eq!(m.text_bytes, text.len(), "the structured copy is not read twice");
+        assert!(m.result_chars < 2 * text.len() && m.result_chars > text.len(), "{}", m.result_chars);
+        assert!(!m.tokens_estimated && m.text_tokens > 4_000 && m.text_tokens < 5_200, "{}", m.text_tokens);
     }
 
     #[test]
@@ -142,7 +186,7 @@ mod tests {
         // A real 1×1 PNG.
         let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
         let r = json!({"content": [{"type": "image", "data": png, "mimeType": "image/png"}, {"type": "text", "text": "x"}]});
-        let m = measure(&r, &profile("claude-code"), Some(10_000));
+        let m = measure(&r, &profile("claude-code"), &[], Tokens::Against(Some(10_000)));
         assert_eq!((m.images, m.image_tokens, m.text_bytes), (1, 1, 1));
     }
 
@@ -150,9 +194,9 @@ mod tests {
     fn text_is_only_tokenized_when_its_bytes_could_pass_the_budget() {
         let r = json!({"content": [{"type": "text", "text": "word ".repeat(1000)}]});
         let p = profile("claude-code");
-        let cheap = measure(&r, &p, Some(10_000));
-        assert_eq!(cheap.text_tokens, 1250, "an estimate: within the budget either way");
-        let counted = measure(&r, &p, Some(100));
+        let cheap = measure(&r, &p, &[], Tokens::Against(Some(10_000)));
+        assert_eq!((cheap.text_tokens, cheap.tokens_estimated), (1250, true), "an estimate: within the budget either way");
+        let counted = measure(&r, &p, &[], Tokens::Against(Some(100)));
         assert!(counted.text_tokens > 900 && counted.text_tokens <= 1001, "{}", counted.text_tokens);
         assert_eq!(counted.text_lines, 1);
     }
