@@ -576,6 +576,9 @@ impl ArtifactStore for LegacyTypes {
     async fn exists(&self, access: &Access, id: &ArtifactId) -> stowage_store::Result<bool> {
         self.inner.exists(access, id).await
     }
+    async fn owners(&self, id: &ArtifactId) -> stowage_store::Result<Vec<Owner>> {
+        self.inner.owners(id).await
+    }
     async fn delete(&self, access: &Access, id: &ArtifactId) -> stowage_store::Result<bool> {
         self.inner.delete(access, id).await
     }

@@ -9,6 +9,7 @@ use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 use stowage_core::Owner;
 
+use crate::compact;
 use crate::token::{self, Claims, Operation, TokenError};
 
 type HmacSha256 = Hmac<Sha256>;
@@ -129,6 +130,35 @@ impl KeyRing {
         })
     }
 
+    /// Mints a compact read token for `target` bound to `owner`'s tenant and user, valid until
+    /// `expires_at` (see [`crate::compact`]). Signed with the newest key.
+    pub fn mint_compact(&self, target: &str, owner: &Owner, expires_at: u64) -> String {
+        let key = &self.keys[0];
+        let mut mac = key.mac.clone();
+        mac.update(&compact::signed_bytes(target, owner, expires_at));
+        compact::encode(&key.id, expires_at, &mac.finalize().into_bytes())
+    }
+
+    /// Verifies a compact read token for `target` against the owners that hold it
+    /// (`candidates`): the MAC first, in constant time, for each; then the expiry. Returns
+    /// the owner it was minted for.
+    pub fn verify_compact(&self, token: &str, target: &str, candidates: &[Owner], now: u64) -> Result<Owner, TokenError> {
+        let parts = compact::split(token)?;
+        let key = self.keys.iter().find(|k| k.id == parts.key_id).ok_or(TokenError::Forbidden)?;
+        let owner = candidates
+            .iter()
+            .find(|o| {
+                let mut mac = key.mac.clone();
+                mac.update(&compact::signed_bytes(target, o, parts.expires_at));
+                compact::matches(mac, &parts)
+            })
+            .ok_or(TokenError::Forbidden)?;
+        if now >= parts.expires_at {
+            return Err(TokenError::Expired { expired_at: parts.expires_at });
+        }
+        Ok(owner.clone())
+    }
+
     /// Verifies a token's signature and expiry at `now` (Unix seconds) and returns its claims.
     /// Callers must still check operation, target and owner: see [`KeyRing::verify_for`].
     pub fn verify(&self, token: &str, now: u64) -> Result<Claims, TokenError> {
@@ -223,6 +253,60 @@ mod tests {
         assert_eq!(c.owner, owner());
         assert_eq!(c.expires_at, NOW + 60);
         assert_eq!(c.key_id, "k1");
+    }
+
+    fn user(u: &str) -> Owner {
+        Owner { tenant_id: Some("t".into()), user_id: Some(u.into()), session_id: Some("s1".into()) }
+    }
+
+    #[test]
+    fn compact_tokens_round_trip_and_are_short() {
+        let r = ring(&["k6edea574"]);
+        let t = r.mint_compact("download_workbook_3f2a9c0d1e4b5a69", &user("alice"), NOW + 900);
+        assert!(t.starts_with("c.k6edea574.") && t.len() <= 42, "{t} ({} chars)", t.len());
+        let url = crate::artifact_url("http://127.0.0.1:8787", &"download_workbook_3f2a9c0d1e4b5a69".parse().unwrap(), &t);
+        assert!(url.len() <= 120, "{url} ({} chars)", url.len());
+        // Found among the holders, whichever session asks.
+        let holders = [user("bob"), user("alice")];
+        let o = r.verify_compact(&t, "download_workbook_3f2a9c0d1e4b5a69", &holders, NOW).unwrap();
+        assert_eq!(o.user_id.as_deref(), Some("alice"));
+        let other_session = Owner { session_id: Some("s9".into()), ..user("alice") };
+        assert!(r.verify_compact(&t, "download_workbook_3f2a9c0d1e4b5a69", &[other_session], NOW).is_ok());
+    }
+
+    #[test]
+    fn compact_tokens_refuse_every_tampered_swapped_truncated_or_expired_form() {
+        let r = ring(&["k1", "k2"]);
+        let id = "art_0123456789abcdef";
+        let t = r.mint_compact(id, &user("alice"), NOW + 60);
+        let holders = [user("alice")];
+        let check = |tok: &str, target: &str, who: &[Owner], now: u64| r.verify_compact(tok, target, who, now).map_err(|e| e.code());
+        // Another owner, another artifact, another key's id, a later expiry: forbidden.
+        assert_eq!(check(&t, id, &[user("mallory")], NOW), Err("artifact_forbidden"));
+        assert_eq!(check(&t, "art_fedcba9876543210", &holders, NOW), Err("artifact_forbidden"));
+        assert_eq!(check(&t.replacen("c.k1.", "c.k2.", 1), id, &holders, NOW), Err("artifact_forbidden"));
+        let later = t.split('.').nth(2).map(|e| u64::from_str_radix(e, 36).unwrap() + 3600).unwrap();
+        let parts: Vec<&str> = t.split('.').collect();
+        let extended = format!("c.{}.{}.{}", parts[1], compact::tests_base36(later), parts[3]);
+        assert_eq!(check(&extended, id, &holders, NOW), Err("artifact_forbidden"));
+        // Every single-character change, and every truncation.
+        for i in 2..t.len() {
+            let mut b = t.clone().into_bytes();
+            b[i] = if b[i] == b'A' { b'B' } else { b'A' };
+            let Ok(bad) = String::from_utf8(b) else { continue };
+            if bad != t {
+                assert!(check(&bad, id, &holders, NOW).is_err(), "{bad}");
+            }
+        }
+        for n in 0..t.len() {
+            assert!(check(&t[..n], id, &holders, NOW).is_err(), "{}", &t[..n]);
+        }
+        assert_eq!(check(&format!("{t}A"), id, &holders, NOW), Err("artifact_forbidden"));
+        // No holders at all (deleted, or a store that cannot say): forbidden, never a guess.
+        assert_eq!(check(&t, id, &[], NOW), Err("artifact_forbidden"));
+        // Expired, but only once the MAC is good.
+        assert_eq!(check(&t, id, &holders, NOW + 60), Err("artifact_url_expired"));
+        assert_eq!(check("not-a-token", id, &holders, NOW), Err("bad_request"));
     }
 
     #[test]

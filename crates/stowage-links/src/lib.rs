@@ -2,11 +2,13 @@
 //!
 //! A link to an artifact is `<public_url>/artifacts/<id>?token=<token>`; an upload slot is
 //! `<public_url>/uploads/<slot>?token=<token>`. The token is a bearer credential that says
-//! *what* (artifact id or slot), *how* (read or write), *whose* (the owner: tenant, user,
-//! session ids), *until when*, and *which key* signed it, authenticated with HMAC-SHA256.
-//! A token carries all three owner ids whatever the store's isolation; the store decides which
-//! of them grant access (by default tenant and user), so a token stays valid when the store
-//! switches isolation.
+//! *what* (artifact id or slot), *how* (read or write), *whose* (the owner), *until when*, and
+//! *which key* signed it, authenticated with HMAC-SHA256.
+//!
+//! Two forms. Read links are compact ([`compact`]): about 40 characters, the owner bound by
+//! the MAC but not carried (the verifier tries the owners the store says hold the artifact),
+//! so a link a model reads costs few tokens. Upload links, and read links minted by earlier
+//! versions, are `v1` tokens ([`token`]) that carry all three owner ids in a small payload.
 //!
 //! - [`KeyRing`] holds one or more keys: the first signs, all verify (rotation). With no key
 //!   configured, [`KeyRing::load_or_create`] keeps a random key in the store directory.
@@ -16,10 +18,12 @@
 //! Tokens carry ids only: never a filename, a prompt or any other user content.
 #![forbid(unsafe_code)]
 
+pub mod compact;
 mod config;
 mod keys;
 mod token;
 
+pub use compact::{COMPACT_PREFIX, is_compact};
 pub use config::{KeySource, LinksConfig, MAX_TTL, MIN_TTL, ResourceLinkUri};
 pub use keys::{KEY_FILE_NAME, KeyError, KeyRing};
 pub use token::{Claims, Operation, TOKEN_PREFIX, TokenError};
@@ -88,7 +92,7 @@ impl LinkSigner {
     /// A read link to `id` for `owner` that expires at `expires_at` (Unix seconds). Callers
     /// use it to cap a link at the artifact's own expiry.
     pub fn artifact_link_until(&self, id: &stowage_core::ArtifactId, owner: &stowage_core::Owner, expires_at: u64) -> SignedLink {
-        let token = self.ring.mint(Operation::Read, id.as_str(), owner, expires_at);
+        let token = self.ring.mint_compact(id.as_str(), owner, expires_at);
         SignedLink { url: artifact_url(&self.public_url, id, &token), expires_at }
     }
 

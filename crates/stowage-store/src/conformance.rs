@@ -57,6 +57,7 @@ pub async fn run_all(factory: Factory<'_>) {
         scope_isolation_with_identical_bytes(&*fresh(), isolation).await;
         sessions_of_one_user(&*fresh(), isolation).await;
         operator_sees_every_owner(&*fresh()).await;
+        owners_are_those_holding_an_artifact(&*fresh()).await;
         list_pagination_and_filters(&*fresh(), isolation).await;
         concurrent_puts_and_deletes_of_shared_bytes(&*fresh()).await;
         dedup_within_an_owner(factory, isolation).await;
@@ -359,6 +360,24 @@ pub async fn operator_sees_every_owner(store: &dyn ArtifactStore) {
         assert_not_found(store.get(&access(s), &r.id).await, &r.id, "operator delete removes every owner's");
     }
     assert!(store.exists(&access(&b), &only_b.id).await.unwrap());
+}
+
+/// `owners` names every owner with a live record of an id (what a compact link is checked
+/// against), and nobody for an id nobody holds.
+pub async fn owners_are_those_holding_an_artifact(store: &dyn ArtifactStore) {
+    let data = pattern(1000, 5);
+    let alice = ArtifactScope::session("own-a").with_user("alice");
+    let bob = ArtifactScope::session("own-b").with_user("bob");
+    let r = put(store, &data, &alice).await;
+    put(store, &data, &bob).await;
+    let mut users: Vec<Option<String>> = store.owners(&r.id).await.unwrap().into_iter().map(|o| o.user_id).collect();
+    users.sort();
+    assert_eq!(users, [Some("alice".to_owned()), Some("bob".to_owned())]);
+    assert!(store.delete(&access(&alice), &r.id).await.unwrap());
+    let left: Vec<_> = store.owners(&r.id).await.unwrap().into_iter().map(|o| o.user_id).collect();
+    assert_eq!(left, [Some("bob".to_owned())]);
+    let ghost: ArtifactId = "nobody_0000000000000000".parse().unwrap();
+    assert!(store.owners(&ghost).await.unwrap().is_empty());
 }
 
 /// Listing is oldest first, paginated with an opaque cursor, filtered by owner and trace.

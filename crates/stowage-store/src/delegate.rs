@@ -48,6 +48,9 @@ macro_rules! delegate_store {
             async fn exists(&self, access: &$crate::Access, id: &stowage_core::ArtifactId) -> $crate::Result<bool> {
                 self.engine.exists(access, id).await
             }
+            async fn owners(&self, id: &stowage_core::ArtifactId) -> $crate::Result<Vec<stowage_core::Owner>> {
+                self.engine.owners(id).await
+            }
             async fn delete(&self, access: &$crate::Access, id: &stowage_core::ArtifactId) -> $crate::Result<bool> {
                 self.engine.delete(access, id).await
             }

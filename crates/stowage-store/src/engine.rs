@@ -425,6 +425,11 @@ impl<I: Index, B: Blobs> ArtifactStore for Engine<I, B> {
         Ok(self.resolve_and_touch(access, id).await?.to_ref())
     }
 
+    async fn owners(&self, id: &ArtifactId) -> Result<Vec<Owner>> {
+        let now = self.now();
+        Ok(self.index.get_all(id).await?.into_iter().filter(|r| !r.is_expired(now)).map(|r| r.scope.owner()).collect())
+    }
+
     async fn exists(&self, access: &Access, id: &ArtifactId) -> Result<bool> {
         match self.resolve(access, id).await {
             Ok(_) => Ok(true),

@@ -147,6 +147,30 @@ fn message(result: &Value) -> String {
     result["content"][0]["text"].as_str().unwrap().to_owned()
 }
 
+/// What a reader answer gives the model (its window, listing or selection as text): in
+/// `content` after the header line for a client that reads content (these tests' is one), and
+/// then not repeated in `structuredContent`.
+fn payload(result: &Value) -> String {
+    assert!(
+        result["structuredContent"].get("text").is_none() && result["structuredContent"].get("result").is_none(),
+        "written twice: {result}"
+    );
+    assert_eq!(result["structuredContent"]["in"], "content", "{result}");
+    result["content"][1]["text"].as_str().unwrap_or("").to_owned()
+}
+
+/// A grep listing's lines as `{line, offset, text}`.
+fn matches(result: &Value) -> Value {
+    payload(result)
+        .lines()
+        .map(|l| {
+            let (at, text) = l.split_once(": ").unwrap();
+            let (line, offset) = at.split_once('@').unwrap();
+            json!({"line": line.parse::<u64>().unwrap(), "offset": offset.parse::<u64>().unwrap(), "text": text})
+        })
+        .collect()
+}
+
 /// The id of the first artifact a rewritten result names.
 fn artifact_id(result: &Value) -> String {
     if let Some(id) = result["_meta"]["io.stowage/assets"][0]["id"].as_str() {
@@ -190,9 +214,10 @@ fn reader_tools_over_http_for_two_users() {
         let r = alice.call("artifact_read", json!({"id": format!("artifact://{id}"), "offset": offset}));
         assert_ne!(r["isError"], true, "{r}");
         let s = &r["structuredContent"];
-        all.push_str(s["text"].as_str().unwrap());
-        assert!(s["text"].as_str().unwrap().len() <= 24_000);
-        assert!(message(&r).contains(s["text"].as_str().unwrap()));
+        let page_text = payload(&r);
+        all.push_str(&page_text);
+        assert!(page_text.len() <= 24_000);
+        assert_eq!(s["length"].as_u64().unwrap() as usize, page_text.chars().count());
         match s["nextOffset"].as_u64() {
             Some(n) => {
                 assert_eq!(s["truncated"], true);
@@ -205,14 +230,14 @@ fn reader_tools_over_http_for_two_users() {
     assert_eq!(all, text);
     // A window by offset and length, counted in characters.
     let r = alice.call("artifact_read", json!({"id": id, "offset": 4, "length": 6}));
-    assert_eq!(r["structuredContent"]["text"], text.chars().skip(4).take(6).collect::<String>());
+    assert_eq!(payload(&r), text.chars().skip(4).take(6).collect::<String>());
     // A huge length is capped at the budget.
     let r = alice.call("artifact_read", json!({"id": id, "length": 1u64 << 40}));
     assert_eq!(r["structuredContent"]["truncated"], true);
-    assert!(r["structuredContent"]["text"].as_str().unwrap().len() <= 24_000);
+    assert!(payload(&r).len() <= 24_000);
     // Grep: the matching lines with their numbers.
     let r = alice.call("artifact_read", json!({"id": id, "grep": "^last line"}));
-    assert_eq!(r["structuredContent"]["matches"], json!([{"line": 2, "offset": text.find("last").unwrap(), "text": "last line: the end"}]));
+    assert_eq!(matches(&r), json!([{"line": 2, "offset": text.find("last").unwrap(), "text": "last line: the end"}]));
 
     // A JSON artifact: its stub names artifact_query; pointer and JMESPath select parts.
     let rows: Vec<Value> = (0..2000).map(|i| json!({"id": i, "name": format!("row {i}"), "total": i * 3})).collect();
@@ -220,9 +245,9 @@ fn reader_tools_over_http_for_two_users() {
     assert!(result.to_string().contains("artifact_query"), "{result}");
     let json_id = artifact_id(&result);
     let r = alice.call("artifact_query", json!({"id": json_id, "pointer": "/3/name"}));
-    assert_eq!(r["structuredContent"]["result"], "row 3", "{r}");
+    assert_eq!(serde_json::from_str::<Value>(&payload(&r)).unwrap(), "row 3", "{r}");
     let r = alice.call("artifact_query", json!({"id": json_id, "jmespath": "[?total > `5990`].id"}));
-    assert_eq!(r["structuredContent"]["result"], json!([1997, 1998, 1999]), "{r}");
+    assert_eq!(serde_json::from_str::<Value>(&payload(&r)).unwrap(), json!([1997, 1998, 1999]), "{r}");
     let r = alice.call("artifact_query", json!({"id": json_id, "pointer": ""}));
     assert_eq!(r["structuredContent"]["truncated"], true);
     assert!(r["structuredContent"]["note"].as_str().unwrap().contains("of 2000"), "{r}");
@@ -232,9 +257,12 @@ fn reader_tools_over_http_for_two_users() {
     // A PDF reads as the text of its pages.
     let r = alice.call("artifact_read", json!({"id": pdf_id}));
     assert_eq!(r["structuredContent"]["pageCount"], 1, "{r}");
-    assert!(r["structuredContent"]["pages"][0]["text"].as_str().unwrap().contains("Q3 report"), "{r}");
+    assert!(payload(&r).contains("--- page 1 ---") && payload(&r).contains("Q3 report"), "{r}");
+    // Grep on a PDF names the page of each hit.
+    let r = alice.call("artifact_read", json!({"id": pdf_id, "grep": "Q3"}));
+    assert!(payload(&r).starts_with("p1 l") && payload(&r).contains("Q3"), "{r}");
     for (tool, args, code, says) in [
-        ("artifact_read", json!({"id": pdf_id, "grep": "Q3"}), "bad_request", "does not apply to a PDF"),
+        ("artifact_read", json!({"id": pdf_id, "max_edge": 100}), "bad_request", "does not apply to a PDF"),
         ("artifact_query", json!({"id": pdf_id, "pointer": ""}), "bad_request", "not text"),
         ("artifact_query", json!({"id": id, "pointer": ""}), "bad_request", "not JSON"),
         ("artifact_read", json!({"id": id, "grep": "(unclosed"}), "bad_request", "not a valid regex"),
@@ -274,7 +302,7 @@ fn reader_tools_over_http_for_two_users() {
     }
     // Alice's second session is still alice.
     let alice2 = Client::connect(server.port, ALICE);
-    assert_eq!(alice2.call("artifact_read", json!({"id": id, "length": 3}))["structuredContent"]["text"], text[..3]);
+    assert_eq!(payload(&alice2.call("artifact_read", json!({"id": id, "length": 3}))), text[..3]);
 }
 
 /// The Python SDK from the peers directory (../shared/PEERS.md).

@@ -298,7 +298,7 @@ fn pdf_grep(
             if re.is_match(line) {
                 let shown = super::cut_at_char(line, 400);
                 let shown = if shown.len() < line.len() { format!("{shown}…") } else { shown.to_owned() };
-                listing.push_str(&format!("p{} l{}: {shown}\n", p.number, i + 1));
+                listing.push_str(&format!("p{} l{}@{pos}: {shown}\n", p.number, i + 1));
                 ends.push((listing.len(), p.number, after));
                 matches.push(json!({"page": p.number, "line": i + 1, "offset": pos, "text": shown}));
                 if listing.len() > hints.text_budget.saturating_mul(2) {
@@ -313,7 +313,7 @@ fn pdf_grep(
     let next = (kept < ends.len()).then(|| (ends[kept - 1].1, ends[kept - 1].2));
     listing.truncate(if kept == 0 { 0 } else { ends[kept - 1].0 });
     matches.truncate(kept);
-    head.push_str(&format!("; {} matching lines for /{}/", matches.len(), re.as_str()));
+    head.push_str(&format!("; {} matching lines for /{}/, each as p<page> l<line>@<offset in the page>: text", matches.len(), re.as_str()));
     if text.truncated {
         head.push_str(&format!("; searched the first {PDF_GREP_CHARS} characters"));
     }

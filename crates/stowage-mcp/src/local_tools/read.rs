@@ -224,7 +224,7 @@ fn grep(region: &str, re: &Regex, offset: usize, start_line: usize, mut out: Map
             let shown = cut_at_char(line, MAX_MATCH_LINE_BYTES);
             let shown = if shown.len() < line.len() { format!("{shown}…") } else { shown.to_owned() };
             let number = start_line + i;
-            listing.push_str(&format!("{number}: {shown}\n"));
+            listing.push_str(&format!("{number}@{pos}: {shown}\n"));
             ends.push((listing.len(), after));
             matches.push(json!({"line": number, "offset": pos, "text": shown}));
             if listing.len() > hints.text_budget.saturating_mul(2) {
@@ -241,7 +241,8 @@ fn grep(region: &str, re: &Regex, offset: usize, start_line: usize, mut out: Map
     listing.truncate(if kept == 0 { 0 } else { ends[kept - 1].0 });
     matches.truncate(kept);
     let id = out["id"].as_str().unwrap_or_default().to_owned();
-    let mut header = format!("[{id}: {} matching lines for /{}/ from offset {offset}", matches.len(), re.as_str());
+    let mut header =
+        format!("[{id}: {} matching lines for /{}/ from offset {offset}, each as line@offset: text", matches.len(), re.as_str());
     out.insert("grep".into(), re.as_str().into());
     out.insert("truncated".into(), next.is_some().into());
     if let Some(n) = next {

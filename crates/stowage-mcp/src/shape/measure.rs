@@ -17,8 +17,8 @@ use crate::hosts::{HostProfile, Sees};
 pub struct Measure {
     /// Bytes of the whole answer's JSON.
     pub result_bytes: usize,
-    /// Characters of the answer's JSON a model can observe: all of it but `_meta` (records for
-    /// hosts and apps), a repeated value counted once. What the observation limit,
+    /// Characters of the answer's JSON a model can observe as text: all of it but `_meta`
+    /// (records for hosts and apps) and images' data, a repeated value counted once. What the observation limit,
     /// `transform.clamp.max_observation_chars`, holds.
     pub result_chars: usize,
     pub text_bytes: usize,
@@ -120,9 +120,22 @@ fn dimensions(data: &str) -> Option<(u32, u32)> {
 /// found in it (found once by the caller: finding them parses JSON text).
 pub(crate) fn measure(result: &Value, profile: &HostProfile, twins: &[stowage_transform::twins::Twin], tokens: Tokens) -> Measure {
     let json = serde_json::to_string(result).unwrap_or_default();
-    // `,"_meta":{…}` is not observed.
+    // `,"_meta":{…}` is not observed, nor an image's data: the model sees the image (its
+    // tokens are the image budget's), not its base64.
     let meta_chars = result.get("_meta").map_or(0, |m| serde_json::to_string(m).map_or(0, |t| t.chars().count()) + "\"_meta\":,".len());
-    let result_chars = json.chars().count().saturating_sub(meta_chars + stowage_transform::twins::duplicate_chars(result, twins));
+    let image_chars: usize = result
+        .get("content")
+        .and_then(Value::as_array)
+        .map(|b| {
+            b.iter()
+                .filter(|b| b.get("type").and_then(Value::as_str) == Some("image"))
+                .filter_map(|b| b.get("data")?.as_str())
+                .map(str::len)
+                .sum()
+        })
+        .unwrap_or(0);
+    let result_chars =
+        json.chars().count().saturating_sub(meta_chars + image_chars + stowage_transform::twins::duplicate_chars(result, twins));
     let text = visible_text(result, profile, !twins.is_empty());
     let sizes = image_sizes(result);
     let image_tokens: u64 = sizes.iter().map(|&(w, h)| image_tokens(w, h)).sum();

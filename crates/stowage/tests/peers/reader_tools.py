@@ -19,6 +19,24 @@ def text_of(result):
     return "".join(getattr(b, "text", "") for b in result.content)
 
 
+def payload(result):
+    """What a reader answer gives the model: in content after the header line for a client
+    that reads content (the SDK's default name picks such a profile), not repeated in
+    structuredContent."""
+    assert "text" not in result.structured_content and "result" not in result.structured_content, result
+    assert result.structured_content.get("in") == "content", result.structured_content
+    return result.content[1].text if len(result.content) > 1 else ""
+
+
+def matches(result):
+    out = []
+    for line in payload(result).splitlines():
+        at, text = line.split(": ", 1)
+        number, offset = at.split("@")
+        out.append({"line": int(number), "offset": int(offset), "text": text})
+    return out
+
+
 def error(result):
     return {"is_error": bool(result.is_error), "structured": result.structured_content, "text": text_of(result)}
 
@@ -38,18 +56,18 @@ async def main():
             r = await c.call_tool("artifact_read", {"id": ident, "offset": offset})
             assert not r.is_error, text_of(r)
             pages += 1
-            paged += r.structured_content["text"]
+            paged += payload(r)
             if "nextOffset" not in r.structured_content:
                 break
             offset = r.structured_content["nextOffset"]
         out["paged"], out["pages"] = paged, pages
         r = await c.call_tool("artifact_read", {"id": ident, "grep": "^last line"})
-        out["grep"] = r.structured_content["matches"]
+        out["grep"] = matches(r)
         rows = [{"id": i, "total": i * 3} for i in range(3000)]
         js = await c.call_tool("echo", {"message": json.dumps({"rows": rows})})
         json_id = re.search(r"artifact://([A-Za-z0-9_.-]+)", json.dumps(js.model_dump(mode="json"))).group(1)
         q = await c.call_tool("artifact_query", {"id": json_id, "jmespath": "[1].total"})
-        out["query"] = q.structured_content["result"]
+        out["query"] = json.loads(payload(q))
         report = await c.call_tool("get_report", {})
         pdf_id = re.search(r"artifact://([A-Za-z0-9_.-]+)", json.dumps(report.model_dump(mode="json"))).group(1)
         out["errors"] = {
