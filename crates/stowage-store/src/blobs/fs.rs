@@ -229,7 +229,8 @@ fn owner_is_gone(tmp_dir: &Path, owner: &str) -> bool {
 
 impl FsBlobs {
     /// Uses (creating if needed) `<dir>/blobs` and `<dir>/tmp`, takes this store's owner lock,
-    /// and removes the temp files of processes that are gone (and any past the grace).
+    /// and removes the temp files of processes that are gone (what is merely old is gc's to
+    /// judge and report).
     pub fn open(dir: &Path, failpoints: Failpoints, temp_grace: Duration) -> Result<Self> {
         let blobs_dir = dir.join("blobs");
         let tmp_dir = dir.join("tmp");
@@ -247,7 +248,7 @@ impl FsBlobs {
             owner,
             _owner_lock: owner_lock,
         };
-        let swept = sweep_temp(&blobs.tmp_dir, &blobs.in_flight, blobs.temp_grace, &blobs.owner)?;
+        let swept = sweep_temp(&blobs.tmp_dir, &blobs.in_flight, None, &blobs.owner)?;
         if swept.removed > 0 {
             tracing::info!(files = swept.removed, bytes = swept.removed_bytes, "removed temp files of puts whose process is gone");
         }
@@ -290,8 +291,9 @@ impl FsBlobs {
 
 /// Removes leftovers in `tmp/`: at once the temp files of an owner that is gone (or of this
 /// one with no put in flight) and the lock files of owners that are gone; other files once
-/// untouched for `grace`. Puts in flight here are neither removed nor counted.
-fn sweep_temp(dir: &Path, in_flight: &InFlight, grace: Duration, me: &str) -> Result<TempSweep> {
+/// untouched for `grace` (`None`: never, at start-up). Puts in flight here are neither
+/// removed nor counted.
+fn sweep_temp(dir: &Path, in_flight: &InFlight, grace: Option<Duration>, me: &str) -> Result<TempSweep> {
     let mut sweep = TempSweep::default();
     let mut gone: std::collections::HashMap<String, bool> = std::collections::HashMap::new();
     for entry in std::fs::read_dir(dir).map_err(io_err("list temp files", dir))? {
@@ -322,7 +324,7 @@ fn sweep_temp(dir: &Path, in_flight: &InFlight, grace: Duration, me: &str) -> Re
         };
         // Another process may be writing this file right now; only files nobody has touched
         // for the grace period are taken as abandoned, unless their owner is known to be gone.
-        if !abandoned && age(&meta) < grace {
+        if !abandoned && grace.is_none_or(|g| age(&meta) < g) {
             continue;
         }
         match std::fs::remove_file(&path) {
@@ -588,7 +590,7 @@ impl Blobs for FsBlobs {
 
     async fn clean_temp(&self) -> Result<TempSweep> {
         let (dir, in_flight, grace, owner) = (self.tmp_dir.clone(), self.in_flight.clone(), self.temp_grace, self.owner.clone());
-        spawn_blocking(move || sweep_temp(&dir, &in_flight, grace, &owner)).await.map_err(join_err("clean temp files"))?
+        spawn_blocking(move || sweep_temp(&dir, &in_flight, Some(grace), &owner)).await.map_err(join_err("clean temp files"))?
     }
 
     /// A small temp file written, synced and removed: the store's directory takes writes now.
