@@ -615,3 +615,27 @@ impl Blobs for FsBlobs {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temp_names_carry_their_owner_and_older_names_do_not() {
+        assert_eq!(temp_owner("put-o0123abcd-7.tmp"), Some("0123abcd"));
+        assert_eq!(temp_owner("put-1234-99999-0.tmp"), None, "a name of the version before owner locks");
+        assert_eq!(temp_owner("put-o-1.tmp"), None);
+        assert_eq!(temp_owner("put-oxyz-1.tmp"), None);
+        assert_eq!(temp_owner("owner-0123abcd.lock"), None);
+    }
+
+    #[test]
+    fn an_owner_is_gone_once_its_lock_is_free() {
+        let dir = tempfile::tempdir().unwrap();
+        let (owner, lock) = take_owner_lock(dir.path()).unwrap();
+        assert!(!owner_is_gone(dir.path(), &owner), "a held lock is a live owner");
+        drop(lock);
+        assert!(owner_is_gone(dir.path(), &owner));
+        assert!(!dir.path().join(owner_lock_name(&owner)).exists(), "a gone owner's lock file is removed");
+    }
+}
