@@ -5,8 +5,10 @@
 //! - `GET /artifacts/{id}/meta?token=…` — the ArtifactRef JSON;
 //! - `PUT /uploads/{slot}?token=…` — a single-use, write-only upload slot, opened by the
 //!   gateway through [`LinkService::open_upload_slot`];
-//! - `GET /healthz`; `GET /readyz` (503 with a JSON body naming what is not ready: the store,
-//!   or what the [`HttpState::readiness`] check reports, such as a gateway's down upstreams).
+//! - `GET /healthz`; `GET /readyz` (503 with a JSON body naming what is not ready: the store's
+//!   dependency that failed, `store.database` or `store.bucket` (`store.index`, `store.disk`
+//!   for the fs store), or what the [`HttpState::readiness`] check reports, such as a gateway's
+//!   down upstreams).
 //!
 //! Every refusal is `{"error":{"code","message"}}` with one of the seed's codes
 //! ([`ApiError`]); nothing internal (paths, backend errors) reaches the response.
@@ -108,15 +110,17 @@ fn link_cors() -> tower_http::cors::CorsLayer {
         .max_age(std::time::Duration::from_secs(600))
 }
 
-/// Ready when the store answers (its index and its blob storage: for the s3 backend, the
-/// database and the bucket) and the readiness check reports nothing. The body names only the
-/// error code (it is unauthenticated); the log has the whole error.
+/// Ready when the store can store (its index answers a round trip and its blob storage takes
+/// a write: for the shared backends, the database and the bucket; see
+/// [`stowage_store::ArtifactStore::ready`]) and the readiness check reports nothing. The body
+/// names the dependency that failed and a few words why (it is unauthenticated: no host,
+/// bucket or path); the log has the whole error.
 async fn ready(axum::extract::State(state): axum::extract::State<HttpState>) -> axum::response::Response {
     use axum::response::IntoResponse;
     let mut not_ready = serde_json::Map::new();
     if let Err(e) = state.store.ready().await {
         tracing::warn!(target: "stowage::store", "not ready: {e}");
-        not_ready.insert("store".into(), serde_json::Value::String(e.code().to_owned()));
+        not_ready.insert(format!("store.{}", e.dependency), serde_json::Value::String(e.reason));
     }
     if let Some(check) = state.readiness.get() {
         for (name, why) in check() {

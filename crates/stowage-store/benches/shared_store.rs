@@ -3,8 +3,12 @@
 //! latency (p50/p99). The S3 server is moto on loopback (in memory, in Python: its own speed
 //! bounds the S3 figures, so they say what the store adds over the server, not what AWS does).
 //!
+//! Also what `/readyz` costs: [`ArtifactStore::ready`] called back to back (p50/p99), the
+//! store's whole readiness check as the route runs it.
+//!
 //! `STOWAGE_PEERS_DIR=target/peers cargo bench -p stowage-store --bench shared_store`
-//! (starts its own PostgreSQL cluster and moto; needs scripts/storage-peers.sh).
+//! (starts its own PostgreSQL cluster and moto; needs scripts/storage-peers.sh). With
+//! `-- latency`, only the small-put and readiness sections run (no 100 MB artifacts).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -23,6 +27,9 @@ const BIG: usize = 100 << 20;
 const BIG_RUNS: usize = 5;
 const SMALL: usize = 1 << 10;
 const SMALL_RUNS: usize = 400;
+const READY_RUNS: usize = 400;
+/// Readiness checks spaced past the write probe's cache, so each one writes.
+const UNCACHED_READY_RUNS: usize = 10;
 
 fn retention() -> RetentionConfig {
     RetentionConfig {
@@ -95,6 +102,7 @@ fn main() {
         println!("shared_store bench: run it with cargo bench");
         return;
     }
+    let latency_only = std::env::args().any(|a| a == "latency");
     let Some(pg) = support::Postgres::start() else { return };
     let Some(s3) = support::BucketServer::start(support::BucketKind::Moto, "bench") else { return };
     let url = pg.create_database("bench");
@@ -105,9 +113,11 @@ fn main() {
         let dir = tempfile::tempdir().unwrap();
         let fs = FsStore::open(dir.path().join("store"), retention()).unwrap();
 
-        println!("== 100 MB put/get, same run");
-        big("fs (SQLite + disk)", &fs).await;
-        big("shared (PostgreSQL + moto)", &shared).await;
+        if !latency_only {
+            println!("== 100 MB put/get, same run");
+            big("fs (SQLite + disk)", &fs).await;
+            big("shared (PostgreSQL + moto)", &shared).await;
+        }
 
         // What the index adds to a put: 1 KB puts through the store against the S3 requests
         // such a put makes on its own (a PUT when staging, a HEAD at commit), interleaved so
@@ -149,5 +159,32 @@ fn main() {
             ms(sp50.saturating_sub(rp50)),
             ms(sp99.saturating_sub(rp99))
         );
+
+        // What /readyz costs: the store's readiness check, back to back, on each store.
+        println!("== readiness check (ArtifactStore::ready), {READY_RUNS} calls back to back");
+        for (name, store) in [("fs (SQLite + disk)", &fs as &dyn ArtifactStore), ("shared (PostgreSQL + moto)", &shared)] {
+            let mut took = Vec::with_capacity(READY_RUNS);
+            for _ in 0..READY_RUNS {
+                let started = Instant::now();
+                store.ready().await.unwrap();
+                took.push(started.elapsed());
+            }
+            took.sort();
+            println!("{name:<28} p50 {:>6.3} ms   p99 {:>6.3} ms", ms(percentile(&took, 0.5)), ms(percentile(&took, 0.99)));
+        }
+        // The same check when it has to write (the probe's outcome answers for a few seconds,
+        // so these are spaced past that): what one probe in a few seconds costs.
+        println!("== readiness check, {UNCACHED_READY_RUNS} calls 3.1 s apart (each past the write probe's cache)");
+        for (name, store) in [("fs (SQLite + disk)", &fs as &dyn ArtifactStore), ("shared (PostgreSQL + moto)", &shared)] {
+            let mut took = Vec::with_capacity(UNCACHED_READY_RUNS);
+            for _ in 0..UNCACHED_READY_RUNS {
+                tokio::time::sleep(Duration::from_millis(3100)).await;
+                let started = Instant::now();
+                store.ready().await.unwrap();
+                took.push(started.elapsed());
+            }
+            took.sort();
+            println!("{name:<28} median {:>6.3} ms   max {:>6.3} ms", ms(percentile(&took, 0.5)), ms(percentile(&took, 1.0)));
+        }
     });
 }

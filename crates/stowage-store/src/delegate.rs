@@ -60,7 +60,10 @@ macro_rules! delegate_store {
             async fn gc(&self) -> $crate::Result<$crate::GcReport> {
                 self.engine.gc().await
             }
-            async fn ready(&self) -> $crate::Result<()> {
+            async fn gc_with(&self, opts: $crate::GcOptions) -> $crate::Result<$crate::GcReport> {
+                self.engine.gc_with(opts).await
+            }
+            async fn ready(&self) -> std::result::Result<(), $crate::NotReady> {
                 self.engine.ready().await
             }
             fn isolation(&self) -> stowage_core::Isolation {

@@ -16,6 +16,7 @@
 //! (PostgreSQL) extends that mutex across them with [`Index::lock_decisions`], taken right
 //! after it, so the same holds for instances sharing one database and bucket.
 
+use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -28,9 +29,11 @@ use stowage_core::{ArtifactId, ArtifactRef, ArtifactScope, Isolation, Owner, Put
 use crate::blobs::{BlobInfo, Blobs, BoxReader, Limit, Staged, check_range};
 use crate::clock::Clock;
 use crate::failpoint::{Failpoints, PutStep};
-use crate::index::{EvictOrder, Group, Index, Level, ListFilter, Usage};
+use crate::index::{BlobUse, EvictOrder, Group, Index, Level, ListFilter, Usage};
 use crate::record::{Record, floor_secs, to_nanos};
-use crate::{Access, ArtifactReader, ArtifactStore, CleanupStrategy, GcReport, ListPage, ListQuery, Result, RetentionConfig};
+use crate::{
+    Access, ArtifactReader, ArtifactStore, CleanupStrategy, GcOptions, GcReport, ListPage, ListQuery, NotReady, Result, RetentionConfig,
+};
 
 /// Page size when [`ListQuery::limit`] is 0, and the largest page served.
 pub(crate) const DEFAULT_LIST_LIMIT: usize = 100;
@@ -48,6 +51,10 @@ pub(crate) struct Engine<I, B> {
     /// strictly so that two accesses within one clock reading are still ordered.
     last_tick: AtomicI64,
     isolation: Isolation,
+    /// How long gc waits before believing a blob is gone (see [`Engine::dangling`]).
+    grace: Duration,
+    /// The last write probe's time and outcome (see `ready`).
+    probe: tokio::sync::Mutex<Option<(std::time::Instant, std::result::Result<(), NotReady>)>>,
 }
 
 /// How an engine is set up besides its index and blobs.
@@ -58,11 +65,14 @@ pub(crate) struct Settings {
     pub isolation: Isolation,
     /// The largest LRU tick the index holds.
     pub last_tick: i64,
+    /// How long gc waits before dropping records whose blob is missing: two sweeps at least
+    /// this far apart must find it missing.
+    pub grace: Duration,
 }
 
 impl<I: Index, B: Blobs> Engine<I, B> {
     pub fn new(index: I, blobs: B, settings: Settings) -> Self {
-        let Settings { config, clock, failpoints, isolation, last_tick } = settings;
+        let Settings { config, clock, failpoints, isolation, last_tick, grace } = settings;
         Engine {
             index,
             blobs,
@@ -72,6 +82,8 @@ impl<I: Index, B: Blobs> Engine<I, B> {
             lock: tokio::sync::Mutex::new(()),
             last_tick: AtomicI64::new(last_tick),
             isolation,
+            grace,
+            probe: tokio::sync::Mutex::new(None),
         }
     }
 
@@ -261,7 +273,10 @@ impl<I: Index, B: Blobs> Engine<I, B> {
             // one record, whose scope stays that of its first put. Refresh it rather than count
             // it twice; and if its blob went missing, this put's bytes repair it.
             if self.blobs.size(&staged.sha256).await? != Some(staged.size) {
-                self.blobs.commit(staged).await?;
+                let receipt = self.blobs.commit(staged).await?;
+                self.blobs.recorded(receipt);
+            } else {
+                self.blobs.already_recorded(staged);
             }
             let expires_at = existing.expires_at.map_or(expires_at, |e| e.max(expires_at));
             self.index.refresh(&owner_key, &id, tick, expires_at).await?;
@@ -283,7 +298,7 @@ impl<I: Index, B: Blobs> Engine<I, B> {
         }
 
         let (sha256, size) = (staged.sha256.clone(), staged.size);
-        self.blobs.commit(staged).await?;
+        let receipt = self.blobs.commit(staged).await?;
         self.failpoints.check(PutStep::BeforeIndexInsert).map_err(|c| StoreError::backend("put", id.to_string(), c))?;
         let record = Record {
             seq: 0,
@@ -300,7 +315,10 @@ impl<I: Index, B: Blobs> Engine<I, B> {
             last_access: tick,
         };
         match self.index.insert(record).await {
-            Ok(record) => Ok(record.to_ref()),
+            Ok(record) => {
+                self.blobs.recorded(receipt);
+                Ok(record.to_ref())
+            }
             Err(e) => {
                 // The blob is unreachable without its row; remove it now if nothing else uses
                 // it (gc would otherwise, later). The insert's error is the one to report.
@@ -392,12 +410,14 @@ impl<I: Index, B: Blobs> ArtifactStore for Engine<I, B> {
     async fn put_bytes(&self, data: Bytes, opts: PutOptions) -> Result<ArtifactRef> {
         self.check_size(data.len() as u64, &opts.scope)?;
         let staged = self.blobs.stage_bytes(data).await?;
+        self.failpoints.check(PutStep::Staged).map_err(|c| StoreError::backend("put", staged.sha256.clone(), c))?;
         self.put_staged(staged, opts).await
     }
 
     async fn put_stream(&self, reader: BoxReader, opts: PutOptions) -> Result<ArtifactRef> {
         self.check_size(0, &opts.scope)?;
         let staged = self.blobs.stage_stream(reader, self.stream_limit(&opts.scope)).await?;
+        self.failpoints.check(PutStep::Staged).map_err(|c| StoreError::backend("put", staged.sha256.clone(), c))?;
         self.check_size(staged.size, &opts.scope)?;
         self.put_staged(staged, opts).await
     }
@@ -475,41 +495,75 @@ impl<I: Index, B: Blobs> ArtifactStore for Engine<I, B> {
         Ok(ListPage { items: records.iter().map(Record::to_ref).collect(), next })
     }
 
-    async fn ready(&self) -> Result<()> {
-        self.index.ping().await?;
-        self.blobs.ping().await
+    async fn ready(&self) -> std::result::Result<(), NotReady> {
+        // A round trip to the index on every probe (cheap), with a deadline.
+        match tokio::time::timeout(READY_TIMEOUT, self.index.ping()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                return Err(NotReady { dependency: I::DEPENDENCY, reason: "unreachable or failing".into(), detail: e.to_string() });
+            }
+            Err(_) => return Err(not_ready_timeout(I::DEPENDENCY)),
+        }
+        // A write to the blob storage, at most once per PROBE_TTL: probes stay cheap, and a
+        // burst of them waits for one write.
+        let mut cached = self.probe.lock().await;
+        if let Some((at, outcome)) = &*cached
+            && at.elapsed() < PROBE_TTL
+        {
+            return outcome.clone();
+        }
+        let outcome = match tokio::time::timeout(READY_TIMEOUT, self.blobs.probe_write()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err((reason, e))) => Err(NotReady { dependency: B::DEPENDENCY, reason, detail: e.to_string() }),
+            Err(_) => Err(not_ready_timeout(B::DEPENDENCY)),
+        };
+        *cached = Some((std::time::Instant::now(), outcome.clone()));
+        outcome
     }
 
     async fn gc(&self) -> Result<GcReport> {
+        self.gc_with(GcOptions::default()).await
+    }
+
+    async fn gc_with(&self, opts: GcOptions) -> Result<GcReport> {
         // One sweeper at a time over a shared index: another process already sweeping does
         // this one's work, so waiting for it would only repeat the sweep.
         let Some(_sweeper) = self.index.try_lock_sweeper().await? else {
             tracing::debug!("gc: another instance is sweeping the shared store; skipped");
             return Ok(GcReport { skipped: true, ..GcReport::default() });
         };
+        // Nothing is judged missing or unreferenced at a location that is not this store's.
+        self.blobs.verify_location().await?;
+        let mut report = GcReport::default();
+        // Blobs of puts that never recorded them (this instance's failed puts, and every put
+        // of an instance that is gone): takes the decision lock itself.
+        report.bytes_freed += self.blobs.settle_publishes().await?;
+
         let _guard = self.lock.lock().await;
         let _shared = self.index.lock_decisions().await?;
         self.index.flush_accesses().await?;
-        let mut report = GcReport::default();
-        let (expired, freed) = self.purge_expired(self.now(), None).await?;
+        let now = self.now();
+        let (expired, freed) = self.purge_expired(now, None).await?;
         report.expired_records = expired;
         report.bytes_freed += freed;
 
-        // Rows whose blob is missing or the wrong size can never be served: drop them.
         let blobs: Vec<BlobInfo> = self.blobs.list().await?;
-        let sizes: std::collections::HashMap<&str, u64> = blobs.iter().map(|b| (b.sha256.as_str(), b.size)).collect();
-        let mut referenced = std::collections::HashSet::new();
-        for u in self.index.blob_uses().await? {
-            if sizes.get(u.sha256.as_str()) == Some(&u.size) {
-                referenced.insert(u.sha256);
-            } else {
+        let sizes: HashMap<&str, u64> = blobs.iter().map(|b| (b.sha256.as_str(), b.size)).collect();
+        let uses = self.index.blob_uses().await?;
+        let dangling = self.dangling(&uses, &sizes, now, opts, &mut report).await?;
+        let mut referenced = HashSet::new();
+        for u in uses {
+            if dangling.contains(&u.sha256) {
                 tracing::warn!(id = %u.id, sha256 = %u.sha256, "gc: removing a record whose blob is missing or the wrong size");
                 self.index.delete(&u.owner_key, &u.id).await?;
                 report.dangling_records += 1;
+            } else {
+                referenced.insert(u.sha256);
             }
         }
-        // Blobs nobody references: a crash between publishing a blob and inserting its row,
-        // or a blob of the wrong size whose rows were just dropped.
+        // Blobs nobody references: a crash between publishing a blob and inserting its row
+        // (of a version before the publishing journal), or a blob of the wrong size whose rows
+        // were just dropped.
         for b in blobs.iter().filter(|b| !referenced.contains(&b.sha256) && !b.recent) {
             report.bytes_freed += self.blobs.delete(&b.sha256).await?;
             report.orphan_blobs += 1;
@@ -521,6 +575,82 @@ impl<I: Index, B: Blobs> ArtifactStore for Engine<I, B> {
         report.temp_bytes_removed = temp.removed_bytes;
         Ok(report)
     }
+}
+
+impl<I: Index, B: Blobs> Engine<I, B> {
+    /// Which blobs' records gc drops as dangling this sweep. Lock held.
+    ///
+    /// A record whose blob is missing (or the wrong size) may be a real loss, or a location
+    /// that is not the store's (a wrong prefix, an emptied or replaced bucket, a listing that
+    /// came back short): dropping it is permanent, so gc is slow to do it. A blob must be
+    /// missing on two sweeps at least the grace period apart, and checked once more by itself
+    /// (a HEAD, not the listing) before its records go; a sweep that would drop more than
+    /// [`DANGLING_MAX_SHARE`] of the index (and more than one record) drops none and says so.
+    /// The operator's [`GcOptions::drop_dangling`] skips the waiting and the share, not the
+    /// direct check.
+    async fn dangling(
+        &self,
+        uses: &[BlobUse],
+        sizes: &HashMap<&str, u64>,
+        now: i64,
+        opts: GcOptions,
+        report: &mut GcReport,
+    ) -> Result<HashSet<String>> {
+        let mut missing: HashMap<&str, u64> = HashMap::new();
+        for u in uses.iter().filter(|u| sizes.get(u.sha256.as_str()) != Some(&u.size)) {
+            missing.insert(u.sha256.as_str(), u.size);
+        }
+        let known = self.index.missing_blobs().await?;
+        let cleared: Vec<String> = known.keys().filter(|sha| !missing.contains_key(sha.as_str())).cloned().collect();
+        let first_seen: Vec<String> = missing.keys().filter(|sha| !known.contains_key(**sha)).map(|s| (*s).to_owned()).collect();
+        self.index.note_missing_blobs(&first_seen, now, &cleared).await?;
+
+        let confirm_after = duration_nanos(self.grace);
+        let due: Vec<(&str, u64)> = missing
+            .iter()
+            .filter(|(sha, _)| opts.drop_dangling || known.get(**sha).is_some_and(|&since| now.saturating_sub(since) >= confirm_after))
+            .map(|(sha, size)| (*sha, *size))
+            .collect();
+        let records = |shas: &dyn Fn(&str) -> bool| uses.iter().filter(|u| shas(&u.sha256)).count() as u64;
+        let due_set: HashSet<&str> = due.iter().map(|(sha, _)| *sha).collect();
+        let due_records = records(&|s| due_set.contains(s));
+        let allowed = ((uses.len() as f64) * crate::DANGLING_MAX_SHARE).floor().max(1.0) as u64;
+        // Judged before any blob is looked at again: an emptied bucket must not cost a HEAD per
+        // record under the fleet's lock.
+        if due_records > allowed && !opts.drop_dangling {
+            tracing::error!(
+                records = due_records,
+                of = uses.len(),
+                "gc: the blobs of {due_records} of {} records are missing; that is more than gc drops on its own, so it drops none: check that [store] bucket, prefix and endpoint are this store's; if the blobs are really gone, run stowage artifacts gc --drop-dangling",
+                uses.len()
+            );
+            report.dangling_held = due_records;
+            report.dangling_suspected = records(&|s| missing.contains_key(s)) - due_records;
+            return Ok(HashSet::new());
+        }
+        let mut confirmed = HashSet::new();
+        for (sha, size) in due {
+            // The second look is the blob's own, not the listing's.
+            if self.blobs.size(sha).await? != Some(size) {
+                confirmed.insert(sha.to_owned());
+            }
+        }
+        report.dangling_suspected = records(&|s| missing.contains_key(s) && !confirmed.contains(s));
+        if !confirmed.is_empty() {
+            self.index.note_missing_blobs(&[], now, &confirmed.iter().cloned().collect::<Vec<_>>()).await?;
+        }
+        Ok(confirmed)
+    }
+}
+
+/// How long the readiness check waits for the index and for the write probe, each.
+pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a write probe's outcome answers readiness checks.
+pub(crate) const PROBE_TTL: Duration = Duration::from_secs(3);
+
+fn not_ready_timeout(dependency: &'static str) -> NotReady {
+    let secs = READY_TIMEOUT.as_secs();
+    NotReady { dependency, reason: "timed out".into(), detail: format!("{dependency}: no answer within {secs}s") }
 }
 
 #[cfg(test)]
@@ -537,6 +667,7 @@ mod tests {
             failpoints: Failpoints::default(),
             isolation: Isolation::User,
             last_tick: 0,
+            grace: Duration::ZERO,
         };
         Engine::new(MemoryIndex::default(), MemoryBlobs::default(), settings)
     }
@@ -595,6 +726,31 @@ mod tests {
         assert!(err.to_string().starts_with("the session-less budget is full:"), "{err}");
         // Another owner has its own budget.
         e.put_bytes(Bytes::from_static(b"two"), PutOptions::scoped(ArtifactScope::session("s"))).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_missing_blob_drops_its_records_on_the_second_sighting_within_the_share() {
+        let e = engine(RetentionConfig::default());
+        let mut shas = Vec::new();
+        for i in 0..40u8 {
+            let scope = ArtifactScope::session(format!("s{}", i % 3));
+            shas.push(e.put_bytes(Bytes::from(vec![i; 10]), PutOptions::scoped(scope)).await.unwrap().sha256);
+        }
+        e.blobs.delete(&shas[0]).await.unwrap();
+        let first = e.gc().await.unwrap();
+        assert_eq!((first.dangling_records, first.dangling_suspected, first.dangling_held), (0, 1, 0), "{first:?}");
+        let second = e.gc().await.unwrap();
+        assert_eq!((second.dangling_records, second.dangling_suspected), (1, 0), "{second:?}");
+        // Five of 39 is over 5%: noted, then held, never dropped without the operator.
+        for sha in &shas[1..6] {
+            e.blobs.delete(sha).await.unwrap();
+        }
+        assert_eq!(e.gc().await.unwrap().dangling_suspected, 5);
+        let held = e.gc().await.unwrap();
+        assert_eq!((held.dangling_records, held.dangling_held), (0, 5), "{held:?}");
+        let forced = e.gc_with(GcOptions::drop_dangling()).await.unwrap();
+        assert_eq!(forced.dangling_records, 5, "{forced:?}");
+        assert_eq!(e.index.blob_uses().await.unwrap().len(), 34);
     }
 
     #[test]

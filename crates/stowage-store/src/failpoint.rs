@@ -6,10 +6,16 @@
 
 use std::sync::Arc;
 
-/// The steps of a filesystem put, in order.
+/// The steps of a filesystem put, in order (all but [`PutStep::Staged`], which every store
+/// passes).
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PutStep {
+    /// The bytes are staged and the engine is about to take its lock: the fs store's temp file
+    /// is durable; the object store's blob is published at its content address (named in the
+    /// publishing journal) without a record. Checked by the engine for every store, so it is
+    /// not part of [`PutStep::ALL`], the fs store's own steps.
+    Staged,
     /// The temp file holds all the bytes but has not been fsynced.
     AfterTempWrite,
     /// The temp file is durable.
@@ -39,8 +45,8 @@ pub(crate) struct Failpoints(Option<FailpointHook>);
 pub(crate) struct Crash(pub PutStep);
 
 impl Failpoints {
-    /// Only FsStore takes a hook; the other stores use `Failpoints::default()`.
-    #[cfg(feature = "sqlite")]
+    /// FsStore and SharedStore take a hook; the memory store uses `Failpoints::default()`.
+    #[cfg_attr(not(any(feature = "sqlite", all(feature = "postgres", feature = "s3"))), allow(dead_code))]
     pub fn new(hook: Option<FailpointHook>) -> Self {
         Failpoints(hook)
     }

@@ -150,7 +150,8 @@ impl FsStoreBuilder {
             .map_err(|e| StoreError::backend("create index", index_path.display().to_string(), e))?;
         let index = SqliteIndex::open(&index_path, self.isolation)?;
         let last_tick = index.max_last_access()?;
-        let settings = Settings { config: self.retention, clock: self.clock, failpoints, isolation: self.isolation, last_tick };
+        let settings =
+            Settings { config: self.retention, clock: self.clock, failpoints, isolation: self.isolation, last_tick, grace: self.gc_grace };
         let engine = Engine::new(index, blobs, settings);
         Ok(FsStore { engine, dir })
     }

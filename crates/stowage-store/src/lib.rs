@@ -44,6 +44,8 @@ mod engine;
 mod failpoint;
 #[cfg(feature = "sqlite")]
 mod fs;
+#[cfg(all(feature = "postgres", feature = "s3"))]
+mod identity;
 mod index;
 mod memory;
 mod mime;
@@ -72,6 +74,8 @@ pub use noop::{NOOP_WARNING, NoOpStore};
 #[cfg(feature = "sqlite")]
 pub use private::{DIR_MODE, FILE_MODE, LooseEntry, PermissionReport};
 pub use retention::{CleanupStrategy, RetentionConfig};
+#[cfg(all(feature = "postgres", feature = "s3"))]
+pub use shared::StoreCheck;
 #[cfg(all(feature = "postgres", feature = "s3"))]
 pub use shared::{BucketLocation, DEFAULT_SHARED_GC_GRACE, Provider, SharedStore, SharedStoreBuilder};
 pub use stowage_core::{ArtifactId, ArtifactRef, ArtifactScope, ArtifactSink, Isolation, Owner, PutOptions, StoreError};
@@ -184,10 +188,56 @@ pub struct GcReport {
     pub temp_bytes_removed: u64,
     /// Bytes of blob storage freed.
     pub bytes_freed: u64,
+    /// Records whose blob is missing (or the wrong size) but that were kept: seen missing
+    /// only once so far, or not yet for the store's grace period. A later gc drops those still
+    /// missing then; a blob that comes back clears them.
+    pub dangling_suspected: u64,
+    /// Records whose blob was confirmed missing but that were kept because dropping them all
+    /// would remove more than [`DANGLING_MAX_SHARE`] of the index: more often a wrong bucket or
+    /// prefix than lost blobs. [`GcOptions::drop_dangling`] drops them.
+    pub dangling_held: u64,
     /// True when another instance sharing the store was already sweeping it, so this gc did
     /// nothing (that sweep covers the same records and blobs).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub skipped: bool,
+}
+
+/// The largest share of the index one gc drops as dangling on its own: a sweep that finds more
+/// records than this (and more than one) whose blobs are missing keeps them all and logs, since
+/// a misconfigured or emptied location looks exactly like that. An operator who knows the blobs
+/// are gone forces it with [`GcOptions::drop_dangling`].
+pub const DANGLING_MAX_SHARE: f64 = 0.05;
+
+/// How a gc runs; [`Default`] is the scheduled sweep.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GcOptions {
+    /// Drop every record whose blob is missing right now (checked once more, blob by blob),
+    /// without waiting for a second sighting and whatever their share of the index: the
+    /// operator's `stowage artifacts gc --drop-dangling`, after checking the store's location.
+    /// Never on a location whose marker does not match the index.
+    pub drop_dangling: bool,
+}
+
+impl GcOptions {
+    /// Options that drop dangling records at once.
+    pub fn drop_dangling() -> Self {
+        GcOptions { drop_dangling: true }
+    }
+}
+
+/// Why a store is not ready: which of its dependencies failed the readiness check, a short
+/// public reason, and the whole error (for the log).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{dependency} not ready ({reason}): {detail}")]
+pub struct NotReady {
+    /// `database` or `bucket` (shared store), `index` or `disk` (fs store).
+    pub dependency: &'static str,
+    /// A few words safe to show anyone (no host, bucket or path): `timed out`,
+    /// `access denied`, `unreachable or failing`.
+    pub reason: String,
+    /// The whole error, one line, for the log (it names hosts and paths).
+    pub detail: String,
 }
 
 /// An artifact store.
@@ -232,7 +282,9 @@ pub trait ArtifactStore: Send + Sync + 'static {
     async fn list(&self, query: ListQuery) -> Result<ListPage>;
 
     /// Removes expired artifacts and unreferenced blobs, and repairs what a crash left
-    /// (blobs without records, records without blobs, temp files).
+    /// (blobs without records, temp files); records whose blob is missing are dropped only
+    /// when it is still missing on a later sweep past the grace period, and never more than
+    /// [`DANGLING_MAX_SHARE`] of the index at once.
     async fn gc(&self) -> Result<GcReport>;
 
     /// The owners that hold a live record of `id`: what a compact link, which binds an owner
@@ -243,10 +295,19 @@ pub trait ArtifactStore: Send + Sync + 'static {
         Ok(Vec::new())
     }
 
-    /// Whether the store can serve requests now: its index and its blob storage answer (for
-    /// `/readyz`). The default lists one artifact.
-    async fn ready(&self) -> Result<()> {
-        self.list(ListQuery { owner: Some(Owner::default()), limit: 1, ..ListQuery::default() }).await.map(drop)
+    /// [`ArtifactStore::gc`] with options (the operator's forced drop of dangling records). The
+    /// default, for stores with nothing to force, is the plain sweep.
+    async fn gc_with(&self, opts: GcOptions) -> Result<GcReport> {
+        let _ = opts;
+        self.gc().await
+    }
+
+    /// Whether the store can store now (for `/readyz`): its index answers a round trip and
+    /// its blob storage takes a write, each within a short timeout; the error names which
+    /// failed. The default lists one artifact.
+    async fn ready(&self) -> std::result::Result<(), NotReady> {
+        let probe = ListQuery { owner: Some(Owner::default()), limit: 1, ..ListQuery::default() };
+        self.list(probe).await.map(drop).map_err(|e| NotReady { dependency: "store", reason: "failing".into(), detail: e.to_string() })
     }
 
     /// True for the NoOp store, which keeps nothing.

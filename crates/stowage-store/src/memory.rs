@@ -85,6 +85,8 @@ impl MemoryStoreBuilder {
             failpoints: Failpoints::default(),
             isolation: self.isolation,
             last_tick: 0,
+            // Nothing but this process touches its blobs.
+            grace: std::time::Duration::ZERO,
         };
         MemoryStore { engine: Engine::new(MemoryIndex::default(), MemoryBlobs::default(), settings) }
     }

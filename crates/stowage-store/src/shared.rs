@@ -8,6 +8,11 @@
 //! process, that one gc sweeps at a time, and that gc spares blobs younger than the grace
 //! period (an instance may have staged one for a put whose row is not written yet).
 //!
+//! The index and the bucket location must be one store's: opening records a store id in the
+//! index and in a marker object under the prefix on first use, and refuses to start when they
+//! disagree (`crate::identity`). Opening also takes this instance's liveness lock and cleans up
+//! after instances that are gone (their unrecorded publishes and staged uploads).
+//!
 //! Credentials for the bucket come from each provider's standard environment, never from the
 //! configuration file: the AWS variables (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
 //! `AWS_SESSION_TOKEN`, …) or the instance's role for S3; `GOOGLE_SERVICE_ACCOUNT` /
@@ -21,12 +26,14 @@ use std::time::Duration;
 use object_store::aws::AmazonS3Builder;
 use object_store::{ClientOptions, RetryConfig};
 use stowage_core::{ArtifactId, Isolation, StoreError};
+use tokio_util::sync::CancellationToken;
 
-use crate::blobs::{Bucket, ObjectBlobs};
+use crate::blobs::{Blobs, Bucket, Journal, ObjectBlobs};
 use crate::clock::{Clock, SystemClock};
 use crate::delegate::delegate_store;
 use crate::engine::{Engine, Settings};
 use crate::failpoint::Failpoints;
+use crate::identity::{Decision, Seen, decide, describe_location, new_store_id};
 use crate::index::{PgIndex, PgOptions};
 use crate::{Access, Result, RetentionConfig};
 
@@ -91,6 +98,51 @@ pub struct SharedStore {
     engine: Engine<PgIndex, ObjectBlobs>,
     target: String,
     location: BucketLocation,
+    store_id: String,
+    /// Stops this instance's background tasks (its liveness lock, the settler) when dropped.
+    stop: CancellationToken,
+}
+
+impl Drop for SharedStore {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// How often an instance resolves unrecorded publishes (its own failed puts', and those of
+/// instances that are gone) when no failed put woke it sooner.
+const SETTLE_EVERY: Duration = Duration::from_secs(60);
+/// Newest records whose blobs the identity check looks for at a location.
+const IDENTITY_SAMPLE: i64 = 8;
+
+/// What `check-config` learns about a shared store without changing anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreCheck {
+    /// No instance has started on this index yet: the first one creates its schema and
+    /// records this location.
+    Fresh,
+    /// The index records no store yet (made by an older version), and this location holds its
+    /// blobs: the next start records it.
+    Unclaimed,
+    /// The index and this location's marker name the same store.
+    Matches { store_id: String },
+    /// The index's location is this one and holds its blobs, but the marker is missing: the
+    /// next start writes it again.
+    MarkerMissing { store_id: String },
+}
+
+impl std::fmt::Display for StoreCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreCheck::Fresh => write!(f, "new: the first start creates the index schema and records this bucket location"),
+            StoreCheck::Unclaimed => write!(f, "not recorded yet: the next start records this bucket location as the store's"),
+            StoreCheck::Matches { store_id } => write!(f, "store {store_id} (the index and the bucket's marker agree)"),
+            StoreCheck::MarkerMissing { store_id } => {
+                write!(f, "store {store_id}; the bucket's marker is missing and the next start writes it again")
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for SharedStore {
@@ -114,6 +166,7 @@ impl SharedStore {
             isolation: Isolation::default(),
             credentials: None,
             index_ca_file: None,
+            failpoints: None,
         }
     }
 
@@ -125,8 +178,14 @@ impl SharedStore {
         self.engine.isolation()
     }
 
-    /// Checks that both the database and the bucket answer; the error names whichever does not.
-    pub async fn check_ready(&self) -> Result<()> {
+    /// The store id the index and the bucket's marker record.
+    pub fn store_id(&self) -> &str {
+        &self.store_id
+    }
+
+    /// Checks that the database answers and the bucket takes a write; the error names
+    /// whichever does not.
+    pub async fn check_ready(&self) -> std::result::Result<(), crate::NotReady> {
         crate::ArtifactStore::ready(self).await
     }
 
@@ -153,9 +212,17 @@ pub struct SharedStoreBuilder {
     isolation: Isolation,
     credentials: Option<(String, String)>,
     index_ca_file: Option<std::path::PathBuf>,
+    failpoints: Option<crate::FailpointHook>,
 }
 
 impl SharedStoreBuilder {
+    /// Installs a failpoint hook (crash tests only).
+    #[doc(hidden)]
+    pub fn failpoints(mut self, hook: crate::FailpointHook) -> Self {
+        self.failpoints = Some(hook);
+        self
+    }
+
     pub fn retention(mut self, retention: RetentionConfig) -> Self {
         self.retention = retention;
         self
@@ -216,9 +283,70 @@ impl SharedStoreBuilder {
         self
     }
 
-    /// Connects to the database (applying migrations) and configures the bucket client. The
-    /// bucket is not contacted here: [`SharedStore::check_ready`] does that.
+    /// Connects to the database (applying migrations), configures the bucket client, checks
+    /// that the index and the bucket location are one store's (recording it on first use;
+    /// see [`StoreCheck`]), takes this instance's liveness lock and cleans up after instances
+    /// that are gone. Refuses, in one line naming both locations, an index and a location that
+    /// belong to different stores.
     pub async fn open(self) -> Result<SharedStore> {
+        let (loc, prefix, here) = self.location_parts()?;
+        let client = self.bucket_client()?;
+        let index = PgIndex::open(&self.pg_options(), self.isolation).await?;
+        let stop = CancellationToken::new();
+        // Cancelled if anything below fails, so the liveness lock goes with this open.
+        let guard = stop.clone().drop_guard();
+        let journal = Journal::start(index.clone(), stop.clone()).await?;
+        let blobs = ObjectBlobs::new(client, loc.provider.scheme(), &loc.bucket, &prefix, self.gc_grace, journal.clone());
+        let store_id = establish_identity(&index, &blobs, &here).await?;
+        blobs.set_store_id(store_id.clone());
+        // What instances that are gone left: their unrecorded publishes and staged uploads.
+        if let Err(e) = blobs.settle_publishes().await {
+            tracing::warn!(error = %e, "could not clean up after instances that are gone; gc will");
+        }
+        if let Err(e) = blobs.clean_temp().await {
+            tracing::warn!(error = %e, "could not remove staged uploads of instances that are gone; gc will");
+        }
+        tokio::spawn(settle_loop(blobs.clone(), journal, stop.clone()));
+        let last_tick = index.max_last_access().await?;
+        let target = format!("{} + {}", blobs.target(), index.target());
+        let settings = Settings {
+            config: self.retention,
+            clock: self.clock,
+            failpoints: Failpoints::new(self.failpoints),
+            isolation: self.isolation,
+            last_tick,
+            grace: self.gc_grace,
+        };
+        let _ = guard.disarm();
+        Ok(SharedStore { engine: Engine::new(index, blobs, settings), target, location: self.location, store_id, stop })
+    }
+
+    /// What opening would find about the store's identity, changing nothing: connects to the
+    /// database (without migrating) and reads the bucket's marker. An index and a location
+    /// that belong to different stores are the same one-line error `open` gives.
+    pub async fn check(self) -> Result<StoreCheck> {
+        let (loc, prefix, here) = self.location_parts()?;
+        let client = self.bucket_client()?;
+        let index = PgIndex::connect(&self.pg_options()).await?;
+        if !index.has_schema().await? {
+            return Ok(StoreCheck::Fresh);
+        }
+        let stop = CancellationToken::new();
+        let _stop = stop.clone().drop_guard();
+        let journal = Journal::start(index.clone(), stop).await?;
+        let blobs = ObjectBlobs::new(client, loc.provider.scheme(), &loc.bucket, &prefix, self.gc_grace, journal);
+        let (decision, recorded_id) = look(&index, &blobs, &here).await?;
+        match decision {
+            Decision::Matches => Ok(StoreCheck::Matches { store_id: recorded_id.unwrap_or_default() }),
+            Decision::Claim => Ok(StoreCheck::Unclaimed),
+            Decision::RestoreMarker => Ok(StoreCheck::MarkerMissing { store_id: recorded_id.unwrap_or_default() }),
+            Decision::Refuse(why) => Err(StoreError::InvalidInput(why)),
+        }
+    }
+
+    /// The location, its prefix trimmed, and its description; refuses an empty bucket name
+    /// and `.`/`..` prefix segments.
+    fn location_parts(&self) -> Result<(&BucketLocation, String, String)> {
         let loc = &self.location;
         if loc.bucket.trim().is_empty() {
             return Err(StoreError::InvalidInput("[store] bucket is empty: name the bucket the artifacts go to".into()));
@@ -227,22 +355,18 @@ impl SharedStoreBuilder {
         if prefix.split('/').any(|p| p == "." || p == "..") {
             return Err(StoreError::InvalidInput(format!("[store] prefix {:?} has a '.' or '..' segment: use plain names", loc.prefix)));
         }
-        let client = self.bucket_client()?;
-        let blobs = ObjectBlobs::new(client, loc.provider.scheme(), &loc.bucket, prefix, self.gc_grace);
-        let target = blobs.target().to_owned();
-        let pg = PgOptions {
-            url: self.index_url,
-            schema: self.index_schema,
+        let here = describe_location(loc.provider.scheme(), &loc.bucket, prefix, loc.endpoint.as_deref());
+        Ok((loc, prefix.to_owned(), here))
+    }
+
+    fn pg_options(&self) -> PgOptions {
+        PgOptions {
+            url: self.index_url.clone(),
+            schema: self.index_schema.clone(),
             max_connections: self.max_connections,
             connect_timeout: self.connect_timeout,
-            ca_file: self.index_ca_file,
-        };
-        let index = PgIndex::open(&pg, self.isolation).await?;
-        let last_tick = index.max_last_access().await?;
-        let target = format!("{target} + {}", index.target());
-        let settings =
-            Settings { config: self.retention, clock: self.clock, failpoints: Failpoints::default(), isolation: self.isolation, last_tick };
-        Ok(SharedStore { engine: Engine::new(index, blobs, settings), target, location: self.location })
+            ca_file: self.index_ca_file.clone(),
+        }
     }
 
     /// The provider's client for the bucket, configured from the environment (and the static
@@ -251,8 +375,9 @@ impl SharedStoreBuilder {
         let loc = &self.location;
         // Fail in seconds rather than object_store's default of retrying for three minutes: a
         // tool call is waiting, and an unreachable bucket should say so while it still can.
-        // (Client options first: with_allow_http below sets one of them.)
-        let retry = RetryConfig { max_retries: 3, retry_timeout: Duration::from_secs(20), ..RetryConfig::default() };
+        // Each call also has a deadline of its own (blobs/object.rs). (Client options first:
+        // with_allow_http below sets one of them.)
+        let retry = RetryConfig { max_retries: 3, retry_timeout: Duration::from_secs(10), ..RetryConfig::default() };
         let client_options = ClientOptions::new().with_connect_timeout(self.connect_timeout);
         let plain_http = loc.endpoint.as_deref().is_some_and(|e| e.starts_with("http://"));
         let fail = |e: object_store::Error| StoreError::backend("configure bucket", loc.url(), e.to_string().replace('\n', " "));
@@ -309,6 +434,78 @@ impl SharedStoreBuilder {
             other => Err(StoreError::InvalidInput(format!(
                 "this build of stowage has no {other:?} support: rebuild stowage-store with its feature (gcs, azure)"
             ))),
+        }
+    }
+}
+
+/// Reads what the identity rule needs: the recorded identity, the marker, and (when they do
+/// not already agree) whether the newest records' blobs are at this location.
+async fn look(index: &PgIndex, blobs: &ObjectBlobs, here: &str) -> Result<(Decision, Option<String>)> {
+    let recorded_id = index.setting("store_id").await?;
+    let recorded_location = index.setting("blob_location").await?.unwrap_or_default();
+    let marker = blobs.read_marker().await?;
+    let agree = recorded_id.is_some() && recorded_id == marker;
+    let sample = if agree { Vec::new() } else { index.sample_blobs(IDENTITY_SAMPLE).await? };
+    let mut present = 0;
+    for (sha256, size) in &sample {
+        present += usize::from(blobs.has_blob(sha256, *size).await?);
+    }
+    let target = format!("{} schema {}", index.target(), index.schema());
+    let seen = Seen {
+        recorded: recorded_id.as_deref().map(|id| (id, recorded_location.as_str())),
+        marker: marker.as_deref(),
+        here,
+        index: &target,
+        sampled: sample.len(),
+        present,
+    };
+    Ok((decide(&seen), recorded_id))
+}
+
+/// Checks the store's identity and records it on first use (under a lock, so instances
+/// starting together claim it once): the index first, then the marker, so a start that stops
+/// between the two leaves a state the next start completes.
+async fn establish_identity(index: &PgIndex, blobs: &ObjectBlobs, here: &str) -> Result<String> {
+    let _lock = index.lock_identity().await?;
+    let (decision, recorded_id) = look(index, blobs, here).await?;
+    match decision {
+        Decision::Matches => Ok(recorded_id.unwrap_or_default()),
+        Decision::RestoreMarker => {
+            let id = recorded_id.unwrap_or_default();
+            tracing::warn!(store = %id, location = %here, "the store's marker was missing from its bucket location; writing it again");
+            blobs.write_marker(&id).await?;
+            Ok(id)
+        }
+        Decision::Claim => {
+            let id = new_store_id();
+            index.set_setting("store_id", &id).await?;
+            index.set_setting("blob_location", here).await?;
+            blobs.write_marker(&id).await?;
+            tracing::info!(store = %id, location = %here, "recorded this shared store's identity");
+            Ok(id)
+        }
+        Decision::Refuse(why) => Err(StoreError::InvalidInput(why)),
+    }
+}
+
+/// Resolves unrecorded publishes whenever a put ends without its record (and every
+/// [`SETTLE_EVERY`] for instances that are gone), retrying with backoff while the database is
+/// down, until the store is dropped.
+async fn settle_loop(blobs: ObjectBlobs, journal: Arc<Journal>, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = journal.woken() => {}
+            () = tokio::time::sleep(SETTLE_EVERY) => {}
+        }
+        let mut backoff = Duration::from_millis(250);
+        while let Err(e) = blobs.settle_publishes().await {
+            tracing::debug!(error = %e, "cannot settle unrecorded publishes yet; retrying");
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(10));
         }
     }
 }

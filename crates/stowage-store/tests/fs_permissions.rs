@@ -86,7 +86,8 @@ fn a_new_store_is_private_whatever_the_umask() {
         for want in [".", "blobs", "tmp", "index.sqlite", "index.sqlite-wal", "index.sqlite-shm"] {
             assert!(names.contains(&want), "umask {umask}: no {want:?} in {stdout}");
         }
-        assert_eq!(names.iter().filter(|n| n.starts_with("tmp/")).count(), 1, "the crashed put's temp file: {stdout}");
+        assert_eq!(names.iter().filter(|n| n.starts_with("tmp/put-")).count(), 1, "the crashed put's temp file: {stdout}");
+        assert_eq!(names.iter().filter(|n| n.starts_with("tmp/owner-")).count(), 1, "the open store's owner lock: {stdout}");
         assert_eq!(names.iter().filter(|n| n.starts_with("blobs/") && n.len() > 9).count(), 1, "one blob: {stdout}");
         for (mode, name) in &entries {
             let is_dir = [".", "blobs", "tmp"].contains(name) || (name.starts_with("blobs/") && name.len() == 8);

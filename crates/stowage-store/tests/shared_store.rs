@@ -112,7 +112,9 @@ async fn a_big_stream_goes_up_in_parts_to_an_opaque_content_address_and_reads_ba
     // One object, at its content address; no user string in any key; the staging copy is gone.
     let sha = &r.sha256;
     tokio::time::sleep(Duration::from_millis(300)).await; // the temp delete runs on a task
-    assert_eq!(p.keys("stowage/"), vec![format!("stowage/blobs/{}/{sha}", &sha[..2])]);
+    // (Besides the store's marker, which names no user either.)
+    let keys = p.keys("stowage/");
+    assert_eq!(keys, vec![format!("stowage/blobs/{}/{sha}", &sha[..2]), "stowage/stowage-store.json".to_owned()]);
     assert_eq!(p.open_uploads(), 0);
 
     let access = Access::owner_of(&scope);
@@ -126,7 +128,7 @@ async fn a_big_stream_goes_up_in_parts_to_an_opaque_content_address_and_reads_ba
     // The same bytes from memory, by another owner: deduplicated onto the same object.
     let other = ArtifactScope::session("big").with_user("v");
     store.put_bytes(Bytes::from(data.clone()), PutOptions::scoped(other)).await.unwrap();
-    assert_eq!(p.keys("stowage/").len(), 1);
+    assert_eq!(p.keys("stowage/blobs/").len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -145,7 +147,8 @@ async fn a_refused_or_broken_upload_leaves_no_object_and_no_open_multipart_uploa
     assert!(err.to_string().contains("client went away"), "{err}");
 
     assert_eq!(p.open_uploads(), 0, "aborted uploads leave no parts behind");
-    assert!(p.keys("stowage/").is_empty(), "{:?}", p.keys("stowage/"));
+    let left = [p.keys("stowage/blobs/"), p.keys("stowage/tmp/")].concat();
+    assert!(left.is_empty(), "{left:?}");
     assert!(store.list(ListQuery::default()).await.unwrap().items.is_empty());
 }
 
@@ -288,8 +291,17 @@ async fn an_unreachable_bucket_is_a_storage_failure_and_nothing_is_half_written(
     let msg = err.to_string();
     assert!(msg.starts_with("upload blob s3://shared/stowage/blobs/") && msg.contains("Connection refused"), "{msg}");
     assert!(!msg.contains('\n'), "{msg}");
-    let err = store.check_ready().await.unwrap_err().to_string();
-    assert!(err.starts_with("reach bucket s3://shared/stowage/blobs"), "{err}");
+    // The last write probe's success answers for a few seconds; then the bucket is named.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let err = loop {
+        match store.check_ready().await {
+            Err(e) => break e,
+            Ok(()) => assert!(std::time::Instant::now() < deadline, "still ready"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(err.dependency, "bucket", "{err}");
+    assert!(err.detail.starts_with("probe bucket write s3://shared/stowage/tmp/"), "{err}");
     assert!(store.list(ListQuery::default()).await.unwrap().items.is_empty(), "no row without its blob");
 }
 
@@ -302,10 +314,12 @@ async fn an_unreachable_database_is_a_storage_failure_and_nothing_is_visible() {
     assert_eq!(err.code(), "artifact_storage_failed", "{err}");
     let msg = err.to_string();
     assert!(msg.contains(&format!("postgres://127.0.0.1:{}/shared", p.pg.port)) && !msg.contains('\n'), "{msg}");
-    let err = store.check_ready().await.unwrap_err().to_string();
-    assert!(err.starts_with("ping index"), "{err}");
-    // The staged blob has no row: gc (once the database is back, past the grace) removes it.
-    assert_eq!(p.keys("stowage/blobs/").len(), 1);
+    let err = store.check_ready().await.unwrap_err();
+    assert_eq!(err.dependency, "database", "{err}");
+    assert!(err.detail.starts_with("ping index"), "{err}");
+    // The put failed before anything reached the bucket: its publish could not be named in
+    // the index, so it was never uploaded.
+    assert!(p.keys("stowage/blobs/").is_empty(), "{:?}", p.keys("stowage/blobs/"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -374,13 +388,15 @@ async fn instances_starting_together_migrate_once_and_a_newer_schema_is_refused(
     for store in futures::future::join_all(opens).await {
         store.expect("every instance opens");
     }
-    assert_eq!(p.pg.psql("shared", "SELECT string_agg(version::text, ',') FROM stowage.schema_migrations"), "1");
+    assert_eq!(p.pg.psql("shared", "SELECT string_agg(version::text, ',' ORDER BY version) FROM stowage.schema_migrations"), "1,2");
+    // And recorded one identity between them.
+    assert_eq!(p.pg.psql("shared", "SELECT count(*) FROM stowage.settings WHERE key = 'store_id'"), "1");
 
     p.pg.psql("shared", "INSERT INTO stowage.schema_migrations (version, name) VALUES (99, 'from the future')");
     let (id, secret) = p.s3.credentials();
     let err = SharedStore::builder(p.s3.location("stowage"), p.url.clone()).static_credentials(id, secret).open().await.unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("schema stowage is at version 99, newer than this Stowage knows (1)"), "{msg}");
+    assert!(msg.contains("schema stowage is at version 99, newer than this Stowage knows (2)"), "{msg}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

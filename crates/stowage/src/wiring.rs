@@ -96,7 +96,7 @@ pub fn open_store(config: &Config, location: &StoreLocation) -> anyhow::Result<A
                 .retention(config.retention.clone())
                 .isolation(isolation)
                 .open()
-                .with_context(|| format!("cannot open store {}", dir.display()))?;
+                .map_err(|e| one_cause(format!("cannot open store {}", dir.display()), e))?;
             Arc::new(store)
         }
         Backend::S3 | Backend::Gcs | Backend::Azure => Arc::new(open_shared(config, isolation)?),
@@ -162,6 +162,15 @@ fn check_backend_keys(config: &Config) -> anyhow::Result<()> {
 /// commands open their store synchronously; every command runs on the multi-threaded runtime,
 /// where `block_in_place` may wait for it without stalling other tasks.
 fn open_shared(config: &Config, isolation: Isolation) -> anyhow::Result<SharedStore> {
+    let store = &config.store;
+    let open = shared_builder(config, isolation)?.open();
+    let handle = tokio::runtime::Handle::current();
+    tokio::task::block_in_place(|| handle.block_on(open))
+        .map_err(|e| one_cause(format!("cannot open the {} store (bucket {})", store.backend.name(), store.bucket), e))
+}
+
+/// The shared store's builder, as `serve` configures it.
+fn shared_builder(config: &Config, isolation: Isolation) -> anyhow::Result<stowage_store::SharedStoreBuilder> {
     let (store, index) = (&config.store, &config.index);
     let non_empty = |s: &str| (!s.trim().is_empty()).then(|| s.trim().to_owned());
     let location = BucketLocation {
@@ -179,10 +188,26 @@ fn open_shared(config: &Config, isolation: Isolation) -> anyhow::Result<SharedSt
     if !index.ca_file.is_empty() {
         builder = builder.index_ca_file(&index.ca_file);
     }
-    let open = builder.open();
-    let handle = tokio::runtime::Handle::current();
-    tokio::task::block_in_place(|| handle.block_on(open))
-        .with_context(|| format!("cannot open the {} store (bucket {})", store.backend.name(), store.bucket))
+    Ok(builder)
+}
+
+/// What `check-config` says about the shared store: connects to its database and bucket,
+/// changing nothing, and reports whether they are one store's (the same check `serve` runs
+/// when it opens the store, where a mismatch refuses to start). `None` for the other backends.
+pub async fn check_shared_store(config: &Config) -> anyhow::Result<Option<stowage_store::StoreCheck>> {
+    if config.store.backend.provider().is_none() {
+        return Ok(None);
+    }
+    check_backend_keys(config)?;
+    let isolation = Isolation::from_isolate_sessions(config.store.isolate_sessions);
+    let check = shared_builder(config, isolation)?.check().await;
+    check.map(Some).map_err(|e| one_cause(format!("the {} store (bucket {})", config.store.backend.name(), config.store.bucket), e))
+}
+
+/// `context: error` as one error: a store error's message already ends with its cause, so
+/// anyhow's chain (which would print that cause again) is not used.
+fn one_cause(context: String, e: stowage_store::StoreError) -> anyhow::Error {
+    anyhow::anyhow!("{context}: {e}")
 }
 
 /// The store as the pipeline's sink.
@@ -277,5 +302,7 @@ mod tests {
         let err = format!("{err:#}");
         assert!(err.starts_with("cannot open the s3 store (bucket b): open index postgres://127.0.0.1:"), "{err}");
         assert!(!err.contains('\n'), "{err}");
+        // One cause, said once (it used to come twice: in the store's message and its chain).
+        assert_eq!(err.matches("Connection refused").count(), 1, "{err}");
     }
 }

@@ -1,8 +1,10 @@
 //! Two `stowage serve` processes sharing one S3 bucket (moto) and one PostgreSQL database, as a
 //! deployment behind a load balancer runs them: an artifact offloaded through A downloads
 //! through B with the link A minted (the same key source on both); killing A in the middle of
-//! an upload leaves no artifact visible anywhere; `/readyz` fails when the bucket goes away.
-//! The Azure backend serves the same way against Azurite.
+//! an upload leaves no artifact visible anywhere; `/readyz` fails when the bucket goes away or
+//! refuses writes, naming it. An instance configured with a wrong prefix or another bucket
+//! refuses to start (and `check-config` says why) while the fleet keeps its records. The Azure
+//! backend serves the same way against Azurite.
 
 #[path = "../../stowage-store/tests/support/mod.rs"]
 mod support;
@@ -13,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{BucketKind, BucketServer, Postgres};
+use support::{BucketKind, BucketProxy, BucketServer, Postgres, ProxyMode};
 
 /// A link-signing secret both instances read from the same variable (base64url, 32 bytes).
 const LINK_KEY: &str = "c3Rvd2FnZS10ZXN0LWxpbmsta2V5LTMyLWJ5dGVzLW9r";
@@ -44,6 +46,50 @@ fn config(s3: &BucketServer, pg_url: &str) -> String {
         s3.bucket,
         s3.endpoint()
     )
+}
+
+/// `stowage ARGS…` on `config` with the bucket credentials in the environment, to its end
+/// (30 s at most): (success, stdout, stderr).
+fn run_stowage(config: &str, args: &[&str]) -> (bool, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("stowage.toml");
+    std::fs::write(&conf, config).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stowage"))
+        .current_dir(dir.path())
+        .args(["--config", conf.to_str().unwrap()])
+        .args(args)
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("STOWAGE_TEST_LINK_KEY", LINK_KEY)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("stowage {args:?} did not end within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// Polls `/readyz` until it answers 503 (the last write probe's success answers for a few
+/// seconds); its JSON body.
+fn until_not_ready(port: u16) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (status, _, body) = http(port, "GET", "/readyz", &[], None);
+        if status == 503 {
+            return serde_json::from_slice(&body).unwrap();
+        }
+        assert!(Instant::now() < deadline, "still {status} after 15 s");
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
 
 fn start(config: &str) -> Server {
@@ -226,12 +272,10 @@ fn two_instances_share_artifacts_links_and_nothing_half_written() {
     let (status, _, _) = http(b.port, "GET", "/readyz", &[], None);
     assert_eq!(status, 200, "B carries on");
 
-    // The bucket goes away: B is not ready, and says the store is why.
+    // The bucket goes away: B is not ready, and says the bucket is why.
     s3.kill();
-    let (status, _, body) = http(b.port, "GET", "/readyz", &[], None);
-    assert_eq!(status, 503);
-    let body: Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!(body["not_ready"]["store"], "artifact_storage_failed", "{body}");
+    let body = until_not_ready(b.port);
+    assert_eq!(body["not_ready"]["store.bucket"], "unreachable or failing", "{body}");
 }
 
 /// `backend = "azure"` (Azurite, which checks every Shared Key signature), credentials from
@@ -253,10 +297,78 @@ fn the_azure_backend_offloads_and_serves_links() {
     assert!(pdf.starts_with(b"%PDF-"));
     assert_eq!(pg.psql("stowage", "SELECT count(*) FROM stowage.artifacts"), "1");
     az.kill();
+    let body = until_not_ready(a.port);
+    assert_eq!(body["not_ready"]["store.bucket"], "unreachable or failing", "{body}");
+}
+
+/// One instance of a fleet started with a typo in its prefix, another pointed at an existing
+/// but empty bucket: both refuse to start, saying in one line which location the index
+/// belongs to and which they were given, and `check-config` says the same; the healthy
+/// instance's records and links survive its gc sweeps.
+#[test]
+fn a_misconfigured_instance_refuses_to_start_and_the_fleet_keeps_its_records() {
+    let Some(pg) = Postgres::start() else { return };
+    let Some(s3) = BucketServer::start(BucketKind::Moto, "artifacts") else { return };
+    let url = pg.create_database("stowage");
+    let good = format!("{}\n[retention]\ngc_interval = \"1s\"\n", config(&s3, &url));
+    let a = start(&good);
+    let result = Client::connect(a.port).call("get_report", json!({}));
+    let link = result["structuredContent"]["assets"][0]["uri"].as_str().unwrap().to_owned();
+    let store_id = pg.psql("stowage", "SELECT value FROM stowage.settings WHERE key = 'store_id'");
+    assert_eq!(store_id.len(), 32, "{store_id}");
+
+    let (ok, out, _) = run_stowage(&good, &["check-config"]);
+    assert!(ok, "{out}");
+    assert!(out.contains(&format!("store identity: store {store_id} (the index and the bucket's marker agree)")), "{out}");
+
+    let wrong_prefix = good.replace("[index]", "prefix = \"stowgae\"\n\n[index]");
+    let (ok, _, err) = run_stowage(&wrong_prefix, &["serve", "--listen", &format!("127.0.0.1:{}", support::free_port())]);
+    assert!(!ok, "{err}");
+    let line = err.lines().find(|l| l.starts_with("error: ")).unwrap_or_else(|| panic!("no error line: {err}"));
+    let endpoint = s3.endpoint();
+    assert!(line.contains(&format!("s3://artifacts/stowgae at {endpoint}")), "{line}");
+    assert!(line.contains(&format!("store {store_id}, whose blobs are at s3://artifacts/stowage at {endpoint}")), "{line}");
+    let (ok, out, err) = run_stowage(&wrong_prefix, &["check-config"]);
+    assert!(!ok && out.contains("store identity: error: ") && err.contains("s3://artifacts/stowgae"), "{out}{err}");
+
+    let (status, _) = s3.raw("PUT", "/empty");
+    assert!(status.contains("200"), "{status}");
+    let other_bucket = good.replace("bucket = \"artifacts\"", "bucket = \"empty\"");
+    let (ok, _, err) = run_stowage(&other_bucket, &["serve", "--listen", &format!("127.0.0.1:{}", support::free_port())]);
+    assert!(!ok && err.contains("s3://empty/stowage") && err.contains("s3://artifacts/stowage"), "{err}");
+
+    // Several of A's gc intervals later, everything is still there.
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(pg.psql("stowage", "SELECT count(*) FROM stowage.artifacts"), "1");
+    let (status, _, pdf) = http(a.port, "GET", &path_of(&link), &[], None);
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&pdf));
+    let log = std::fs::read_to_string(a._dir.path().join("serve.log")).unwrap_or_default();
+    assert!(!log.contains("removing a record"), "{log}");
+}
+
+/// A bucket that starts refusing writes (a policy change, a credential that lost its write
+/// rights) while reads still work: `/readyz` turns 503 and names the bucket.
+#[test]
+fn readyz_names_a_bucket_that_refuses_writes() {
+    let Some(pg) = Postgres::start() else { return };
+    let Some(s3) = BucketServer::start(BucketKind::Moto, "artifacts") else { return };
+    let url = pg.create_database("stowage");
+    let proxy = BucketProxy::start(s3.port);
+    let conf = config(&s3, &url).replace(&s3.endpoint(), &proxy.endpoint());
+    let a = start(&conf);
     let (status, _, body) = http(a.port, "GET", "/readyz", &[], None);
-    assert_eq!(status, 503);
-    let body: Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!(body["not_ready"]["store"], "artifact_storage_failed", "{body}");
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    proxy.set(ProxyMode::RefuseWrites);
+    let body = until_not_ready(a.port);
+    assert_eq!(body["not_ready"]["store.bucket"], "access denied", "{body}");
+    assert!(body["not_ready"].get("store.database").is_none(), "{body}");
+    // Writes come back: ready again.
+    proxy.set(ProxyMode::Pass);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while http(a.port, "GET", "/readyz", &[], None).0 != 200 {
+        assert!(Instant::now() < deadline, "not ready again after 15 s");
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
 
 /// Quotas are the store's, not an instance's: calls on both instances at once, each offloading

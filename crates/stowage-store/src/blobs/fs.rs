@@ -5,6 +5,12 @@
 //! that does the engine insert the index row. A crash at any step leaves at worst a temp file
 //! or an unreferenced blob, both invisible and both removed by gc. File names are sha256
 //! digests only: nothing a user chose ever reaches a path.
+//!
+//! Whose temp files are whose: each open store holds an exclusive lock on a file of its own,
+//! `tmp/owner-<id>.lock` (an OS file lock, released by the kernel when the process dies,
+//! however it dies), and names its temp files `put-o<id>-<n>.tmp`. A temp file whose owner's
+//! lock is free belongs to a process that is gone and is removed at once, by gc and when a
+//! store opens; a live owner's is left alone for the grace period (it may be writing it).
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -50,6 +56,10 @@ pub(crate) struct FsBlobs {
     counter: AtomicU64,
     failpoints: Failpoints,
     temp_grace: Duration,
+    /// This store's owner id, in its temp file names and its lock file's.
+    owner: String,
+    /// `tmp/owner-<id>.lock`, locked for as long as the store is open.
+    _owner_lock: File,
 }
 
 /// A temp file owned by a put: removed when dropped, unless the put "crashed" (failpoint) or
@@ -148,15 +158,101 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+impl Drop for FsBlobs {
+    /// The store closes: its lock file goes (while still locked, so nobody takes it for a gone
+    /// owner's in between); the lock itself goes with the file handle.
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.tmp_dir.join(owner_lock_name(&self.owner)));
+    }
+}
+
+/// The lock file of an owner id.
+fn owner_lock_name(owner: &str) -> String {
+    format!("owner-{owner}.lock")
+}
+
+/// The owner id in a temp file's name (`put-o<id>-<n>.tmp`); `None` for other names,
+/// including those of versions before owner locks (`put-<pid>-<nanos>-<n>.tmp`).
+fn temp_owner(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix("put-o")?.strip_suffix(".tmp")?;
+    let (owner, n) = rest.split_once('-')?;
+    (!owner.is_empty() && owner.bytes().all(|b| b.is_ascii_hexdigit()) && n.bytes().all(|b| b.is_ascii_digit())).then_some(owner)
+}
+
+/// Takes a fresh owner id and its lock: creates `tmp/owner-<id>.lock`, locks it, and checks
+/// that the locked file is still the one at that path (a sweeper that found it unlocked in
+/// the moment between may have removed it; then another id is taken).
+fn take_owner_lock(tmp_dir: &Path) -> Result<(String, File)> {
+    for _ in 0..5 {
+        let owner = hex::encode(super::random_bytes::<8>());
+        let path = tmp_dir.join(owner_lock_name(&owner));
+        let file = crate::private::new_file_options().open(&path).map_err(io_err("create owner lock", &path))?;
+        file.lock().map_err(io_err("lock owner file", &path))?;
+        if same_file(&file, &path) {
+            return Ok((owner, file));
+        }
+    }
+    Err(StoreError::backend("lock owner file", tmp_dir.display().to_string(), "its lock files keep disappearing"))
+}
+
+#[cfg(unix)]
+fn same_file(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+#[cfg(not(unix))]
+fn same_file(_: &File, path: &Path) -> bool {
+    path.exists()
+}
+
+/// Whether the owner of a lock file is gone: its lock can be taken. The lock file of a gone
+/// owner is removed while holding its lock, so a live owner's never is.
+fn owner_is_gone(tmp_dir: &Path, owner: &str) -> bool {
+    let path = tmp_dir.join(owner_lock_name(owner));
+    let Ok(file) = File::options().read(true).write(true).open(&path) else {
+        // No lock file: an owner creates it before any temp file and it goes only once the
+        // owner is gone.
+        return true;
+    };
+    match file.try_lock() {
+        Ok(()) => {
+            let _ = std::fs::remove_file(&path);
+            true
+        }
+        Err(_) => false,
+    }
+}
+
 impl FsBlobs {
-    /// Uses (creating if needed) `<dir>/blobs` and `<dir>/tmp`.
+    /// Uses (creating if needed) `<dir>/blobs` and `<dir>/tmp`, takes this store's owner lock,
+    /// and removes the temp files of processes that are gone (what is merely old is gc's to
+    /// judge and report).
     pub fn open(dir: &Path, failpoints: Failpoints, temp_grace: Duration) -> Result<Self> {
         let blobs_dir = dir.join("blobs");
         let tmp_dir = dir.join("tmp");
         for d in [&blobs_dir, &tmp_dir] {
             crate::private::create_dir(d).map_err(io_err("create store directory", d))?;
         }
-        Ok(FsBlobs { blobs_dir, tmp_dir, in_flight: InFlight::default(), counter: AtomicU64::new(0), failpoints, temp_grace })
+        let (owner, owner_lock) = take_owner_lock(&tmp_dir)?;
+        let blobs = FsBlobs {
+            blobs_dir,
+            tmp_dir,
+            in_flight: InFlight::default(),
+            counter: AtomicU64::new(0),
+            failpoints,
+            temp_grace,
+            owner,
+            _owner_lock: owner_lock,
+        };
+        let swept = sweep_temp(&blobs.tmp_dir, &blobs.in_flight, None, &blobs.owner)?;
+        if swept.removed > 0 {
+            tracing::info!(files = swept.removed, bytes = swept.removed_bytes, "removed temp files of puts whose process is gone");
+        }
+        Ok(blobs)
     }
 
     fn blob_path(&self, sha256: &str) -> Result<PathBuf> {
@@ -171,8 +267,7 @@ impl FsBlobs {
     /// Creates a new, empty temp file with a name unique within this store.
     fn new_temp(&self) -> Result<(TempFile, File)> {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        let path = self.tmp_dir.join(format!("put-{}-{nanos}-{n}.tmp", std::process::id()));
+        let path = self.tmp_dir.join(format!("put-o{}-{n}.tmp", self.owner));
         let file = crate::private::new_file_options().open(&path).map_err(io_err("create temp file", &path))?;
         self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).insert(path.clone());
         let temp = TempFile { path, in_flight: self.in_flight.clone(), remove_on_drop: true };
@@ -192,6 +287,56 @@ impl FsBlobs {
             WriteFail::Aborted => StoreError::backend("write temp file", temp.path.display().to_string(), "aborted"),
         }
     }
+}
+
+/// Removes leftovers in `tmp/`: at once the temp files of an owner that is gone (or of this
+/// one with no put in flight) and the lock files of owners that are gone; other files once
+/// untouched for `grace` (`None`: never, at start-up). Puts in flight here are neither
+/// removed nor counted.
+fn sweep_temp(dir: &Path, in_flight: &InFlight, grace: Option<Duration>, me: &str) -> Result<TempSweep> {
+    let mut sweep = TempSweep::default();
+    let mut gone: std::collections::HashMap<String, bool> = std::collections::HashMap::new();
+    for entry in std::fs::read_dir(dir).map_err(io_err("list temp files", dir))? {
+        let entry = entry.map_err(io_err("list temp files", dir))?;
+        let path = entry.path();
+        if in_flight.lock().unwrap_or_else(|e| e.into_inner()).contains(&path) {
+            continue;
+        }
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some(owner) = name.strip_prefix("owner-").and_then(|n| n.strip_suffix(".lock")) {
+            // Another owner's lock: owner_is_gone removes it if its owner is gone.
+            if owner != me && !gone.contains_key(owner) {
+                gone.insert(owner.to_owned(), owner_is_gone(dir, owner));
+            }
+            continue;
+        }
+        // Gone since the listing (its writer renamed or removed it): not a leftover.
+        let Ok(meta) = entry.metadata() else { continue };
+        if !meta.is_file() {
+            continue;
+        }
+        sweep.found += 1;
+        sweep.found_bytes += meta.len();
+        let abandoned = match temp_owner(&name) {
+            Some(owner) if owner == me => true,
+            Some(owner) => *gone.entry(owner.to_owned()).or_insert_with(|| owner_is_gone(dir, owner)),
+            None => false,
+        };
+        // Another process may be writing this file right now; only files nobody has touched
+        // for the grace period are taken as abandoned, unless their owner is known to be gone.
+        if !abandoned && grace.is_none_or(|g| age(&meta) < g) {
+            continue;
+        }
+        match std::fs::remove_file(&path) {
+            Ok(()) => {
+                sweep.removed += 1;
+                sweep.removed_bytes += meta.len();
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err("remove temp file", &path)(e)),
+        }
+    }
+    Ok(sweep)
 }
 
 /// Writes `data` and makes it durable, stopping at failpoints.
@@ -225,6 +370,8 @@ fn read_len(file: File, len: u64, path: &Path) -> Result<Bytes> {
 #[async_trait]
 impl Blobs for FsBlobs {
     type Pending = TempFile;
+    type Receipt = ();
+    const DEPENDENCY: &'static str = "disk";
 
     async fn stage_bytes(&self, data: Bytes) -> Result<Staged<TempFile>> {
         let (mut temp, file) = self.new_temp()?;
@@ -442,41 +589,53 @@ impl Blobs for FsBlobs {
     }
 
     async fn clean_temp(&self) -> Result<TempSweep> {
-        let dir = self.tmp_dir.clone();
-        let in_flight = self.in_flight.clone();
-        let grace = self.temp_grace;
-        spawn_blocking(move || -> Result<TempSweep> {
-            let mut sweep = TempSweep::default();
-            for entry in std::fs::read_dir(&dir).map_err(io_err("list temp files", &dir))? {
-                let entry = entry.map_err(io_err("list temp files", &dir))?;
-                let path = entry.path();
-                if in_flight.lock().unwrap_or_else(|e| e.into_inner()).contains(&path) {
-                    continue;
-                }
-                // Gone since the listing (its writer renamed or removed it): not a leftover.
-                let Ok(meta) = entry.metadata() else { continue };
-                if !meta.is_file() {
-                    continue;
-                }
-                sweep.found += 1;
-                sweep.found_bytes += meta.len();
-                // Another process may be writing this file right now; only files nobody has
-                // touched for the grace period are taken as abandoned.
-                if age(&meta) < grace {
-                    continue;
-                }
-                match std::fs::remove_file(&path) {
-                    Ok(()) => {
-                        sweep.removed += 1;
-                        sweep.removed_bytes += meta.len();
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(io_err("remove temp file", &path)(e)),
-                }
-            }
-            Ok(sweep)
+        let (dir, in_flight, grace, owner) = (self.tmp_dir.clone(), self.in_flight.clone(), self.temp_grace, self.owner.clone());
+        spawn_blocking(move || sweep_temp(&dir, &in_flight, Some(grace), &owner)).await.map_err(join_err("clean temp files"))?
+    }
+
+    /// A small temp file written, synced and removed: the store's directory takes writes now.
+    async fn probe_write(&self) -> Result<(), (String, StoreError)> {
+        let (temp, mut file) = self.new_temp().map_err(|e| ("cannot create a file".to_owned(), e))?;
+        let path = temp.path.clone();
+        let written = spawn_blocking(move || {
+            file.write_all(b"stowage readiness probe\n")?;
+            file.sync_all()
         })
         .await
-        .map_err(join_err("clean temp files"))?
+        .map_err(|e| ("failing".to_owned(), join_err("probe disk write")(e)))?;
+        drop(temp); // removes the file
+        written.map_err(|e| {
+            let reason = match e.kind() {
+                std::io::ErrorKind::StorageFull => "full",
+                std::io::ErrorKind::ReadOnlyFilesystem => "read-only",
+                std::io::ErrorKind::PermissionDenied => "access denied",
+                _ => "failing",
+            };
+            (reason.to_owned(), io_err("probe disk write", &path)(e))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temp_names_carry_their_owner_and_older_names_do_not() {
+        assert_eq!(temp_owner("put-o0123abcd-7.tmp"), Some("0123abcd"));
+        assert_eq!(temp_owner("put-1234-99999-0.tmp"), None, "a name of the version before owner locks");
+        assert_eq!(temp_owner("put-o-1.tmp"), None);
+        assert_eq!(temp_owner("put-oxyz-1.tmp"), None);
+        assert_eq!(temp_owner("owner-0123abcd.lock"), None);
+    }
+
+    #[test]
+    fn an_owner_is_gone_once_its_lock_is_free() {
+        let dir = tempfile::tempdir().unwrap();
+        let (owner, lock) = take_owner_lock(dir.path()).unwrap();
+        assert!(!owner_is_gone(dir.path(), &owner), "a held lock is a live owner");
+        drop(lock);
+        assert!(owner_is_gone(dir.path(), &owner));
+        assert!(!dir.path().join(owner_lock_name(&owner)).exists(), "a gone owner's lock file is removed");
     }
 }

@@ -34,6 +34,8 @@ impl MemoryBlobs {
 #[async_trait]
 impl Blobs for MemoryBlobs {
     type Pending = Bytes;
+    type Receipt = ();
+    const DEPENDENCY: &'static str = "memory";
 
     async fn stage_bytes(&self, data: Bytes) -> Result<Staged<Bytes>> {
         Ok(Staged {

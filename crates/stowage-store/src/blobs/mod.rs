@@ -11,12 +11,16 @@ mod memory;
 // Only SharedStore uses it, and that needs the PostgreSQL index too.
 #[cfg(all(feature = "postgres", feature = "s3"))]
 mod object;
+#[cfg(all(feature = "postgres", feature = "s3"))]
+mod publishing;
 
 #[cfg(feature = "sqlite")]
 pub(crate) use fs::FsBlobs;
 pub(crate) use memory::MemoryBlobs;
 #[cfg(all(feature = "postgres", feature = "s3"))]
 pub(crate) use object::{Bucket, ObjectBlobs};
+#[cfg(all(feature = "postgres", feature = "s3"))]
+pub(crate) use publishing::Journal;
 
 use std::ops::Range;
 use std::pin::Pin;
@@ -63,6 +67,11 @@ pub(crate) struct BlobInfo {
 pub(crate) trait Blobs: Send + Sync + 'static {
     /// A staged blob; dropping it without committing discards it.
     type Pending: Send + 'static;
+    /// What a commit leaves to settle once the record is written ([`Blobs::recorded`]) or
+    /// not (dropped).
+    type Receipt: Send + 'static;
+    /// What `/readyz` calls this storage when it fails: `disk`, `bucket`.
+    const DEPENDENCY: &'static str;
 
     async fn stage_bytes(&self, data: Bytes) -> Result<Staged<Self::Pending>>;
 
@@ -72,7 +81,18 @@ pub(crate) trait Blobs: Send + Sync + 'static {
 
     /// Publishes a staged blob under its sha256 (idempotent: the same bytes may already be
     /// there). Called with the engine's lock held.
-    async fn commit(&self, staged: Staged<Self::Pending>) -> Result<()>;
+    async fn commit(&self, staged: Staged<Self::Pending>) -> Result<Self::Receipt>;
+
+    /// A record names the committed blob now.
+    fn recorded(&self, receipt: Self::Receipt) {
+        drop(receipt);
+    }
+
+    /// A staged blob whose bytes a record already names (a re-put of the same bytes by the
+    /// same owner) and that needs no commit.
+    fn already_recorded(&self, staged: Staged<Self::Pending>) {
+        drop(staged);
+    }
 
     /// `range` of the blob.
     async fn read(&self, sha256: &str, range: Range<u64>) -> Result<Bytes>;
@@ -89,14 +109,29 @@ pub(crate) trait Blobs: Send + Sync + 'static {
     /// Every blob, for gc.
     async fn list(&self) -> Result<Vec<BlobInfo>>;
 
-    /// Whether the blob storage answers, for readiness checks. Local storage always does.
-    async fn ping(&self) -> Result<()> {
+    /// Proves the storage takes a write now (writes and removes a small temp object), for
+    /// readiness checks: the caller bounds it with a timeout and caches the outcome. The error
+    /// carries a short public reason (`access denied`, `unreachable or failing`).
+    async fn probe_write(&self) -> Result<(), (String, StoreError)> {
         Ok(())
     }
 
-    /// Removes leftovers of interrupted writes that are older than the grace period; says
-    /// what it found and what it removed.
+    /// Checks that the location holds this store's blobs (the object store's marker object)
+    /// before gc judges anything missing or unreferenced there. Local storage always does.
+    async fn verify_location(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Removes leftovers of interrupted writes: at once those of a writer that is gone (its
+    /// lock is free) or of this one with no put in flight, the others once they are older than
+    /// the grace period; says what it found and what it removed.
     async fn clean_temp(&self) -> Result<TempSweep>;
+
+    /// Resolves blobs published for puts that never recorded them (the object store's
+    /// publishing journal): gone unless a record uses them. Returns the bytes freed.
+    async fn settle_publishes(&self) -> Result<u64> {
+        Ok(0)
+    }
 }
 
 /// What [`Blobs::clean_temp`] found and removed. Both are reported: a gc right after a crash
@@ -108,6 +143,19 @@ pub(crate) struct TempSweep {
     pub found_bytes: u64,
     pub removed: u64,
     pub removed_bytes: u64,
+}
+
+/// `N` bytes that differ on every call in every process (the time, the process id, a counter
+/// and a stack address, hashed): names and keys that must not collide, not secrets.
+pub(crate) fn random_bytes<const N: usize>() -> [u8; N] {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::SystemTime::UNIX_EPOCH).unwrap_or_default().as_nanos();
+    let local = 0u8;
+    let seed = format!("{nanos}.{}.{}.{:p}", std::process::id(), COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed), &local);
+    let digest = Sha256::digest(seed.as_bytes());
+    let mut out = [0u8; N];
+    out.copy_from_slice(&digest[..N]);
+    out
 }
 
 /// sha256 of `data` as lowercase hex.

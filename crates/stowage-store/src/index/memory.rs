@@ -23,6 +23,7 @@ struct Inner {
     next_seq: i64,
     by_seq: BTreeMap<i64, Record>,
     by_key: HashMap<(String, ArtifactId), i64>,
+    missing: HashMap<String, i64>,
 }
 
 impl MemoryIndex {
@@ -135,5 +136,20 @@ impl Index for MemoryIndex {
             .values()
             .map(|r| BlobUse { owner_key: r.owner_key.clone(), id: r.id.clone(), sha256: r.sha256.clone(), size: r.size })
             .collect())
+    }
+
+    async fn missing_blobs(&self) -> Result<HashMap<String, i64>> {
+        Ok(self.lock().missing.clone())
+    }
+
+    async fn note_missing_blobs(&self, found: &[String], at: i64, cleared: &[String]) -> Result<()> {
+        let mut inner = self.lock();
+        for sha in found {
+            inner.missing.entry(sha.clone()).or_insert(at);
+        }
+        for sha in cleared {
+            inner.missing.remove(sha);
+        }
+        Ok(())
     }
 }

@@ -21,6 +21,8 @@ pub(crate) use postgres::{DEFAULT_SCHEMA as DEFAULT_PG_SCHEMA, PgIndex, PgOption
 #[cfg(feature = "sqlite")]
 pub(crate) use sqlite::SqliteIndex;
 
+use std::collections::HashMap;
+
 use async_trait::async_trait;
 use stowage_core::{ArtifactId, ArtifactScope};
 
@@ -96,6 +98,9 @@ pub(crate) type DecisionLock = Box<dyn Send>;
 
 #[async_trait]
 pub(crate) trait Index: Send + Sync + 'static {
+    /// What `/readyz` calls this index when it fails: `index` (embedded) or `database`.
+    const DEPENDENCY: &'static str = "index";
+
     /// Takes the lock that serialises, across every process sharing this index, the decisions
     /// the engine's own mutex serialises within one: dedup, budget plans and eviction, publishing
     /// a blob and inserting its row, deleting a row and then its unused blob, gc. The engine
@@ -159,4 +164,12 @@ pub(crate) trait Index: Send + Sync + 'static {
 
     /// Every record's blob, for gc.
     async fn blob_uses(&self) -> Result<Vec<BlobUse>>;
+
+    /// Blobs gc found missing (or the wrong size), with when it first did (unix nanoseconds):
+    /// a record is dropped as dangling only when its blob is still missing on a later sweep.
+    async fn missing_blobs(&self) -> Result<HashMap<String, i64>>;
+
+    /// Records `found` as missing since `at` (those already recorded keep their time) and
+    /// forgets `cleared` (present again, or no longer used by any record).
+    async fn note_missing_blobs(&self, found: &[String], at: i64, cleared: &[String]) -> Result<()>;
 }

@@ -60,6 +60,8 @@ pub struct Postgres {
     dir: tempfile::TempDir,
     bin: PathBuf,
     pub port: u16,
+    /// The server options it was started with, to start it again after [`Postgres::stop`].
+    opts: String,
 }
 
 impl Postgres {
@@ -95,7 +97,7 @@ impl Postgres {
             let status = Command::new("chown").args(["-R", "postgres:postgres"]).arg(dir.path()).status().unwrap();
             assert!(status.success(), "chown of the cluster directory failed");
         }
-        let pg = Postgres { dir, bin, port: free_port() };
+        let mut pg = Postgres { dir, bin, port: free_port(), opts: String::new() };
         let data = pg.dir.path().join("data");
         pg.run("initdb", &["-D", data.to_str().unwrap(), "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8"]);
         let mut opts = format!(
@@ -123,9 +125,16 @@ impl Postgres {
             std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
             opts.push_str(&format!(" -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}", crt.display(), key.display()));
         }
-        let log = pg.dir.path().join("postgres.log");
-        pg.run("pg_ctl", &["-D", data.to_str().unwrap(), "-o", &opts, "-l", log.to_str().unwrap(), "-w", "-t", "60", "start"]);
+        pg.opts = opts;
+        pg.start_again();
         Some(pg)
+    }
+
+    /// Starts the cluster again after [`Postgres::stop`] (a database outage that ends).
+    pub fn start_again(&self) {
+        let data = self.dir.path().join("data");
+        let log = self.dir.path().join("postgres.log");
+        self.run("pg_ctl", &["-D", data.to_str().unwrap(), "-o", &self.opts, "-l", log.to_str().unwrap(), "-w", "-t", "60", "start"]);
     }
 
     fn run(&self, tool: &str, args: &[&str]) {
@@ -167,6 +176,18 @@ impl Postgres {
     }
 
     pub fn stop(&self) {
+        self.stop_with("immediate");
+    }
+
+    /// Stops the cluster the way an operator restarting it would (`-m fast`: sessions are cut,
+    /// but what was committed is written out first). The test cluster runs with
+    /// `synchronous_commit=off`, so an immediate stop may also lose the last commits, which a
+    /// production database does not.
+    pub fn stop_fast(&self) {
+        self.stop_with("fast");
+    }
+
+    fn stop_with(&self, mode: &str) {
         let data = self.dir.path().join("data");
         let out = if is_root() {
             Command::new("runuser")
@@ -174,10 +195,10 @@ impl Postgres {
                 .arg(self.bin.join("pg_ctl"))
                 .args(["-D"])
                 .arg(&data)
-                .args(["-m", "immediate", "-w", "stop"])
+                .args(["-m", mode, "-w", "stop"])
                 .output()
         } else {
-            Command::new(self.bin.join("pg_ctl")).arg("-D").arg(&data).args(["-m", "immediate", "-w", "stop"]).output()
+            Command::new(self.bin.join("pg_ctl")).arg("-D").arg(&data).args(["-m", mode, "-w", "stop"]).output()
         };
         drop(out);
     }
@@ -348,4 +369,143 @@ pub fn raw_response(port: u16, method: &str, path_and_query: &str) -> String {
     let mut out = Vec::new();
     let _ = s.read_to_end(&mut out);
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// What a [`BucketProxy`] does with the requests it gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ProxyMode {
+    /// Forwards every request to the bucket server.
+    Pass = 0,
+    /// Answers PUT, POST and DELETE with S3's 403 `AccessDenied` (a bucket policy or a
+    /// credential that lost its write rights); forwards reads.
+    RefuseWrites = 1,
+    /// Reads the request and never answers (a bucket that hangs).
+    Hang = 2,
+}
+
+/// A small HTTP proxy in front of a bucket server, switchable at run time between passing
+/// requests on, refusing writes and hanging: what a real bucket does when a policy changes
+/// or a load balancer in front of it stalls. One request per connection (`Connection: close`
+/// both ways), which every S3 client copes with.
+pub struct BucketProxy {
+    pub port: u16,
+    mode: std::sync::Arc<std::sync::atomic::AtomicU8>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl BucketProxy {
+    pub fn start(upstream: u16) -> BucketProxy {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let mode = Arc::new(AtomicU8::new(ProxyMode::Pass as u8));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (m, st) = (mode.clone(), stop.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if st.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(conn) = conn else { continue };
+                let (m, st) = (m.clone(), st.clone());
+                std::thread::spawn(move || proxy_one(conn, upstream, &m, &st));
+            }
+        });
+        BucketProxy { port, mode, stop }
+    }
+
+    pub fn set(&self, mode: ProxyMode) {
+        self.mode.store(mode as u8, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for BucketProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        // Wake the accept loop so it sees the flag.
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+/// The head of an HTTP message (through the blank line) and the rest read so far.
+fn read_head(conn: &mut TcpStream) -> Option<(String, Vec<u8>)> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end + 4]).into_owned();
+            return Some((head, buf[end + 4..].to_vec()));
+        }
+        let n = conn.read(&mut chunk).ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// The head with any `Connection` header replaced by `Connection: close`.
+fn closing(head: &str) -> String {
+    let mut out = String::new();
+    for line in head.trim_end_matches("\r\n").split("\r\n") {
+        if !line.to_ascii_lowercase().starts_with("connection:") {
+            out.push_str(line);
+            out.push_str("\r\n");
+        }
+    }
+    out.push_str("Connection: close\r\n\r\n");
+    out
+}
+
+fn proxy_one(mut client: TcpStream, upstream: u16, mode: &std::sync::atomic::AtomicU8, stop: &std::sync::atomic::AtomicBool) {
+    use std::sync::atomic::Ordering;
+    let Some((head, mut body)) = read_head(&mut client) else { return };
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0)))
+        .unwrap_or(0);
+    let mut chunk = [0u8; 65536];
+    while body.len() < length {
+        match client.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => body.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let method = head.split_whitespace().next().unwrap_or("").to_owned();
+    match mode.load(Ordering::SeqCst) {
+        m if m == ProxyMode::Hang as u8 => {
+            // Hold the connection without a word until the test ends (or the client gives up).
+            while !stop.load(Ordering::SeqCst) && mode.load(Ordering::SeqCst) == ProxyMode::Hang as u8 {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            return;
+        }
+        m if m == ProxyMode::RefuseWrites as u8 && matches!(method.as_str(), "PUT" | "POST" | "DELETE") => {
+            let xml =
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>";
+            let _ = write!(
+                client,
+                "HTTP/1.1 403 Forbidden\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{xml}",
+                xml.len()
+            );
+            return;
+        }
+        _ => {}
+    }
+    let Ok(mut up) = TcpStream::connect(("127.0.0.1", upstream)) else { return };
+    if up.write_all(closing(&head).as_bytes()).is_err() || up.write_all(&body).is_err() {
+        return;
+    }
+    // The response: its head rewritten to close, the rest copied until the server closes.
+    let Some((head, rest)) = read_head(&mut up) else { return };
+    if client.write_all(closing(&head).as_bytes()).is_err() || client.write_all(&rest).is_err() {
+        return;
+    }
+    let _ = std::io::copy(&mut up, &mut client);
 }

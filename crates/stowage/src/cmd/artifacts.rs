@@ -48,7 +48,14 @@ pub enum ArtifactsCommand {
         id: String,
     },
     /// Remove expired artifacts and unreferenced blobs, and repair what a crash left behind.
-    Gc,
+    Gc {
+        /// Also drop, now, every record whose blob is missing, however many: gc alone drops
+        /// one only when it is still missing on a later sweep, and never more than a small
+        /// share of the store at once (a wrong bucket or prefix looks just like lost blobs).
+        /// Check the store's location first.
+        #[arg(long)]
+        drop_dangling: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -91,8 +98,20 @@ pub async fn run(store: &dyn ArtifactStore, cmd: ArtifactsCommand) -> anyhow::Re
             eprintln!("deleted {id}");
             Ok(())
         }
-        ArtifactsCommand::Gc => {
-            let report = store.gc().await?;
+        ArtifactsCommand::Gc { drop_dangling } => {
+            let opts = if drop_dangling { stowage_store::GcOptions::drop_dangling() } else { stowage_store::GcOptions::default() };
+            let report = store.gc_with(opts).await?;
+            if report.dangling_held > 0 {
+                eprintln!(
+                    "gc: kept {} record(s) whose blobs are missing: more than gc drops on its own; check that [store] bucket, prefix and endpoint are right, then run stowage artifacts gc --drop-dangling to drop them",
+                    report.dangling_held
+                );
+            } else if report.dangling_suspected > 0 {
+                eprintln!(
+                    "gc: {} record(s) whose blobs are missing are kept until a later gc, past the grace period, finds them still missing (--drop-dangling drops them now)",
+                    report.dangling_suspected
+                );
+            }
             // Temp files inside the grace period may belong to a put another process is
             // running; say that they were seen and kept, so a full tmp/ is never a mystery.
             let kept = report.temp_files.saturating_sub(report.temp_files_removed);

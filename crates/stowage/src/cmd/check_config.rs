@@ -1,6 +1,8 @@
 //! `stowage check-config [SERVE FLAGS]`: runs the validation `stowage serve` runs (the same
 //! [`crate::plan::plan`], with the same flags) and prints what it would run: upstreams, the
-//! entries it would not serve and why, where links point and which store it would use.
+//! entries it would not serve and why, where links point and which store it would use. For
+//! the shared backends it also connects to the database and the bucket, read-only, and checks
+//! that they are one store's, as `serve` does when it opens the store.
 //! Starts nothing and creates nothing.
 
 use std::path::Path;
@@ -39,6 +41,13 @@ pub async fn run(config: &Config, config_file: Option<&Path>, store: &StoreLocat
         LinksPlan::Off => println!("links: off (artifact:// URIs only)"),
     }
     println!("store: {}", store.describe(config.store.backend));
+    // The check serve runs when it opens a shared store: a mismatch refuses to start there.
+    let store_check = crate::wiring::check_shared_store(config).await;
+    match &store_check {
+        Ok(Some(check)) => println!("store identity: {check}"),
+        Ok(None) => {}
+        Err(e) => println!("store identity: error: {e:#}"),
+    }
     let prefixed = match plan.gateway.prefix {
         PrefixMode::Auto => plan.upstreams.len() > 1,
         PrefixMode::Always => true,
@@ -64,6 +73,7 @@ pub async fn run(config: &Config, config_file: Option<&Path>, store: &StoreLocat
         problems += 1;
         println!("  error: not served: {s}");
     }
+    store_check?;
     anyhow::ensure!(problems == 0, "{problems} server entr{} cannot be served as configured", if problems == 1 { "y" } else { "ies" });
     Ok(())
 }

@@ -235,7 +235,7 @@ async fn collect_garbage(store: Arc<dyn ArtifactStore>, every: std::time::Durati
             }
             Ok(r) => {
                 metrics::counter!("stowage_gc_runs_total", "outcome" => "ok").increment(1);
-                tracing::info!(target: "stowage::store", expired = r.expired_records, orphans = r.orphan_blobs, dangling = r.dangling_records, temp_files = r.temp_files, temp_files_removed = r.temp_files_removed, temp_bytes = r.temp_bytes, bytes_freed = r.bytes_freed, "gc");
+                tracing::info!(target: "stowage::store", expired = r.expired_records, orphans = r.orphan_blobs, dangling = r.dangling_records, dangling_suspected = r.dangling_suspected, dangling_held = r.dangling_held, temp_files = r.temp_files, temp_files_removed = r.temp_files_removed, temp_bytes = r.temp_bytes, bytes_freed = r.bytes_freed, "gc");
             }
             Err(e) => {
                 metrics::counter!("stowage_gc_runs_total", "outcome" => "error").increment(1);

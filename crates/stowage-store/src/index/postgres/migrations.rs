@@ -6,7 +6,10 @@ use stowage_core::Isolation;
 
 /// Every migration this version knows, in order: (version, name, SQL run with the store's
 /// schema first on the search path).
-const MIGRATIONS: &[(i32, &str, &str)] = &[(1, "artifacts", include_str!("migrations/0001_artifacts.sql"))];
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (1, "artifacts", include_str!("migrations/0001_artifacts.sql")),
+    (2, "shared safety", include_str!("migrations/0002_shared_safety.sql")),
+];
 
 /// The schema version this build writes.
 pub(crate) const SCHEMA_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;

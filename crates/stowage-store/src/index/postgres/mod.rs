@@ -44,6 +44,13 @@ const LOCK_DECISIONS: i32 = 0x5354_0001;
 const LOCK_SWEEPER: i32 = 0x5354_0002;
 /// Migrations run under this one.
 const LOCK_MIGRATE: i32 = 0x5354_0003;
+/// Recording the store's identity runs under this one (instances starting together claim it
+/// once).
+const LOCK_IDENTITY: i32 = 0x5354_0004;
+/// Each instance holds the session lock `(LOCK_INSTANCE, its key)` for as long as it runs: the
+/// others tell a live instance from a dead one by it (a killed process's connection closes and
+/// PostgreSQL releases its locks).
+const LOCK_INSTANCE: i32 = 0x5354_0005;
 
 /// The default PostgreSQL schema the index's tables live in.
 pub const DEFAULT_SCHEMA: &str = "stowage";
@@ -63,6 +70,7 @@ pub(crate) struct PgOptions {
     pub ca_file: Option<PathBuf>,
 }
 
+#[derive(Clone)]
 pub(crate) struct PgIndex {
     pool: Pool,
     schema: String,
@@ -85,7 +93,11 @@ pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
     let mut out = e.to_string();
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
-        let _ = write!(out, ": {s}");
+        // tokio-postgres' own message often ends with its cause's: say each cause once.
+        let text = s.to_string();
+        if !out.contains(&text) {
+            let _ = write!(out, ": {text}");
+        }
         source = s.source();
     }
     out
@@ -155,6 +167,17 @@ impl PgIndex {
     /// Refuses a database whose schema is newer than this version knows, or whose records
     /// were keyed under another isolation.
     pub async fn open(opts: &PgOptions, isolation: Isolation) -> Result<Self> {
+        let index = Self::connect(opts).await?;
+        let client = index.client("open index").await?;
+        migrations::apply(&client, &index.schema, isolation)
+            .await
+            .map_err(|e| StoreError::backend("migrate index", index.target.clone(), e))?;
+        Ok(index)
+    }
+
+    /// A pool for the index, without touching its schema (`check-config` reads through it and
+    /// changes nothing). Connects once, so an unreachable database fails here.
+    pub async fn connect(opts: &PgOptions) -> Result<Self> {
         check_schema_name(&opts.schema)?;
         let mut cfg: tokio_postgres::Config = opts.url.parse().map_err(|e: tokio_postgres::Error| {
             StoreError::InvalidInput(format!(
@@ -179,11 +202,94 @@ impl PgIndex {
             .build()
             .map_err(|e| StoreError::backend("open index", target.clone(), e))?;
         let index = PgIndex { pool, schema: opts.schema.clone(), target };
-        let client = index.client("open index").await?;
-        migrations::apply(&client, &index.schema, isolation)
-            .await
-            .map_err(|e| StoreError::backend("migrate index", index.target.clone(), e))?;
+        drop(index.client("open index").await?);
         Ok(index)
+    }
+
+    /// Whether the index's tables exist yet (a database no instance has started on has none).
+    pub async fn has_schema(&self) -> Result<bool> {
+        let row = self.query_one("read index", "SELECT to_regclass($1) IS NOT NULL", &[&format!("{}.settings", self.schema)]).await?;
+        Ok(row.get(0))
+    }
+
+    /// A store-wide setting (`store_id`, `blob_location`), if recorded.
+    pub async fn setting(&self, key: &str) -> Result<Option<String>> {
+        let sql = format!("SELECT value FROM {}.settings WHERE key = $1", self.schema);
+        Ok(self.query("read index", &sql, &[&key]).await?.first().map(|r| r.get(0)))
+    }
+
+    pub async fn set_setting(&self, key: &str, value: &str) -> Result<()> {
+        let sql = format!(
+            "INSERT INTO {}.settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+            self.schema
+        );
+        self.query("update index", &sql, &[&key, &value]).await.map(drop)
+    }
+
+    /// Serialises recording the store's identity across instances starting together; held
+    /// until dropped.
+    pub async fn lock_identity(&self) -> Result<DecisionLock> {
+        let guard = self.advisory(LOCK_IDENTITY, true).await?.expect("a waiting lock is always taken");
+        Ok(Box::new(guard))
+    }
+
+    /// The blobs of the newest records (sha256, size), at most `limit`: what the identity
+    /// check looks for at a location. Empty when the index holds no record.
+    pub async fn sample_blobs(&self, limit: i64) -> Result<Vec<(String, u64)>> {
+        let sql = format!("SELECT sha256, size FROM {} ORDER BY seq DESC LIMIT $1", self.t());
+        let rows = self.query("read index", &sql, &[&limit]).await?;
+        Ok(rows.iter().map(|r| (r.get(0), u64::try_from(r.get::<_, i64>(1)).unwrap_or(0))).collect())
+    }
+
+    /// Takes this instance's liveness lock on a connection of its own (taken out of the pool)
+    /// and returns that connection: the lock lasts as long as it is open. `None` when another
+    /// live instance holds `key`.
+    pub async fn hold_instance_lock(&self, key: i32) -> Result<Option<deadpool_postgres::ClientWrapper>> {
+        const OP: &str = "lock instance";
+        let client = Object::take(self.client(OP).await?);
+        let row = client.query_one("SELECT pg_try_advisory_lock($1, $2)", &[&LOCK_INSTANCE, &key]).await.map_err(self.fail(OP))?;
+        Ok(row.get::<_, bool>(0).then_some(client))
+    }
+
+    /// Which of `keys` belong to a live instance (one holding its liveness lock now).
+    pub async fn live_instances(&self, keys: &[i32]) -> Result<std::collections::HashSet<i32>> {
+        if keys.is_empty() {
+            return Ok(Default::default());
+        }
+        // Two-key advisory locks show in pg_locks as classid = key 1, objid = key 2, objsubid 2.
+        let sql = "SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2 \
+                   AND classid::bigint = $1 AND objid::bigint = ANY($2) \
+                   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
+        let wanted: Vec<i64> = keys.iter().map(|&k| i64::from(k)).collect();
+        let rows = self.query("read index", sql, &[&i64::from(LOCK_INSTANCE), &wanted]).await?;
+        Ok(rows.iter().filter_map(|r| i32::try_from(r.get::<_, i64>(0)).ok()).collect())
+    }
+
+    /// Names a blob about to be published for a put whose record is not written yet.
+    pub async fn begin_publish(&self, instance: i32, put_id: i64, sha256: &str, at: i64) -> Result<()> {
+        let sql = format!("INSERT INTO {}.publishing (instance, put_id, sha256, started_at) VALUES ($1, $2, $3, $4)", self.schema);
+        self.query("insert into index", &sql, &[&instance, &put_id, &sha256, &at]).await.map(drop)
+    }
+
+    /// Forgets a publish: its record was written, or its blob released.
+    pub async fn end_publish(&self, instance: i32, put_id: i64) -> Result<()> {
+        let sql = format!("DELETE FROM {}.publishing WHERE instance = $1 AND put_id = $2", self.schema);
+        self.query("delete from index", &sql, &[&instance, &put_id]).await.map(drop)
+    }
+
+    /// Publishes that did not end: `(instance, put_id, sha256)` of instance `me` and of every
+    /// instance that is not running any more.
+    pub async fn unfinished_publishes(&self, me: i32) -> Result<Vec<(i32, i64, String)>> {
+        let sql = format!(
+            "SELECT p.instance, p.put_id, p.sha256 FROM {}.publishing p WHERE p.instance = $1 OR NOT EXISTS ( \
+               SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 \
+               AND l.classid::bigint = $2 AND l.objid::bigint = p.instance \
+               AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())) \
+             ORDER BY p.instance, p.put_id",
+            self.schema
+        );
+        let rows = self.query("read index", &sql, &[&me, &i64::from(LOCK_INSTANCE)]).await?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())
     }
 
     /// The largest LRU tick recorded, so this instance's ticks continue from it.
@@ -195,6 +301,10 @@ impl PgIndex {
 
     pub fn target(&self) -> &str {
         &self.target
+    }
+
+    pub fn schema(&self) -> &str {
+        &self.schema
     }
 
     async fn client(&self, op: &'static str) -> Result<Object> {
@@ -331,6 +441,8 @@ fn record_from_row(row: &Row) -> std::result::Result<Record, String> {
 
 #[async_trait]
 impl Index for PgIndex {
+    const DEPENDENCY: &'static str = "database";
+
     async fn lock_decisions(&self) -> Result<DecisionLock> {
         let guard = self.advisory(LOCK_DECISIONS, true).await?.expect("a waiting lock is always taken");
         Ok(Box::new(guard))
@@ -465,6 +577,26 @@ impl Index for PgIndex {
                 })
             })
             .collect()
+    }
+
+    async fn missing_blobs(&self) -> Result<std::collections::HashMap<String, i64>> {
+        let sql = format!("SELECT sha256, first_missing_at FROM {}.missing_blobs", self.schema);
+        Ok(self.query("read index", &sql, &[]).await?.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    async fn note_missing_blobs(&self, found: &[String], at: i64, cleared: &[String]) -> Result<()> {
+        if !found.is_empty() {
+            let sql = format!(
+                "INSERT INTO {}.missing_blobs (sha256, first_missing_at) SELECT unnest($1::text[]), $2 ON CONFLICT (sha256) DO NOTHING",
+                self.schema
+            );
+            self.query("update index", &sql, &[&found, &at]).await?;
+        }
+        if !cleared.is_empty() {
+            let sql = format!("DELETE FROM {}.missing_blobs WHERE sha256 = ANY($1)", self.schema);
+            self.query("update index", &sql, &[&cleared]).await?;
+        }
+        Ok(())
     }
 }
 

@@ -370,6 +370,34 @@ impl Index for SqliteIndex {
         })
         .await
     }
+
+    async fn missing_blobs(&self) -> Result<std::collections::HashMap<String, i64>> {
+        self.run("read index", move |c| {
+            let mut stmt = c.prepare_cached("SELECT sha256, first_missing_at FROM missing_blobs")?;
+            let rows = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+            rows.collect()
+        })
+        .await
+    }
+
+    async fn note_missing_blobs(&self, found: &[String], at: i64, cleared: &[String]) -> Result<()> {
+        let (found, cleared) = (found.to_vec(), cleared.to_vec());
+        self.run("update index", move |c| {
+            let tx = c.transaction()?;
+            {
+                let mut add = tx.prepare_cached("INSERT OR IGNORE INTO missing_blobs (sha256, first_missing_at) VALUES (?1, ?2)")?;
+                for sha in &found {
+                    add.execute(params![sha, at])?;
+                }
+                let mut remove = tx.prepare_cached("DELETE FROM missing_blobs WHERE sha256 = ?1")?;
+                for sha in &cleared {
+                    remove.execute(params![sha])?;
+                }
+            }
+            tx.commit()
+        })
+        .await
+    }
 }
 
 #[cfg(test)]

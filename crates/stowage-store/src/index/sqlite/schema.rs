@@ -49,6 +49,13 @@ CREATE TABLE IF NOT EXISTS settings (
     name  TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
+-- Blobs gc found missing, and since when (unix ns): their records are dropped only when a
+-- later sweep, past the grace period, still finds them missing. Created by every open (so no
+-- version bump: an older Stowage opening the file ignores it).
+CREATE TABLE IF NOT EXISTS missing_blobs (
+    sha256           TEXT PRIMARY KEY,
+    first_missing_at INTEGER NOT NULL
+);
 ";
 
 /// Why an index file could not be opened as this version.
