@@ -159,8 +159,13 @@ async fn in_process_calls_return_the_report_and_publish_events() {
     let names: Vec<String> = gw.list_tools(&session).iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect();
     assert!(names.contains(&"get_view_pdf".to_owned()), "{names:?}");
     let (progress, mut progress_rx) = Outbox::channel();
-    let opts =
-        CallOptions { trace_id: Some("run-1".into()), progress: Some(progress), progress_token: Some(json!("p1")), keep_original: false, host: None };
+    let opts = CallOptions {
+        trace_id: Some("run-1".into()),
+        progress: Some(progress),
+        progress_token: Some(json!("p1")),
+        keep_original: false,
+        host: None,
+    };
     let out = gw.call_tool(&session, "get_view_pdf", json!({}), opts).await.unwrap();
     let link = out.result["content"].as_array().unwrap().iter().find(|b| b["type"] == "resource_link").expect("a link");
     assert!(link["uri"].as_str().unwrap().starts_with("artifact://get_view_pdf_"));

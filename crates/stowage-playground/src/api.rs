@@ -236,7 +236,9 @@ pub(crate) async fn call(State(api): State<Api>, identity: Option<Extension<Iden
         return Err(ApiError::bad_request("arguments must be a JSON object"));
     }
     let host = match body.host.as_deref() {
-        Some(name) => gw.hosts().by_name(name).ok_or_else(|| ApiError::bad_request(GatewayError::UnknownHost(name.to_owned()).to_string()))?,
+        Some(name) => {
+            gw.hosts().by_name(name).ok_or_else(|| ApiError::bad_request(GatewayError::UnknownHost(name.to_owned()).to_string()))?
+        }
         None => gw.session_host(&session),
     };
     let opts = CallOptions { keep_original: true, host: Some(host.name.clone()), ..CallOptions::default() };
