@@ -23,8 +23,22 @@ use crate::events::GatewayEvent;
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
 /// Installs the recorder (idempotent; a no-op if another recorder is already installed).
+///
+/// A histogram keeps every sample until upkeep folds it into its summary: without a scrape of
+/// `/metrics` that was 8 bytes and more per tool call, forever (RSS grew ~36 KB/s at 2,000
+/// calls/s). A thread of its own runs the upkeep every few seconds.
 pub fn install() {
-    HANDLE.get_or_init(|| PrometheusBuilder::new().install_recorder().ok());
+    HANDLE.get_or_init(|| {
+        let handle = PrometheusBuilder::new().install_recorder().ok()?;
+        let upkeep = handle.clone();
+        let _ = std::thread::Builder::new().name("stowage-metrics-upkeep".into()).spawn(move || {
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(5));
+                upkeep.run_upkeep();
+            }
+        });
+        Some(handle)
+    });
 }
 
 /// The current metrics in the Prometheus text format.
