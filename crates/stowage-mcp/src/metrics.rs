@@ -10,7 +10,9 @@
 //! `stowage_observations_clamped_total`, `stowage_store_failures_total{fatal}`,
 //! `stowage_upstream_up{upstream}` (1 or 0), `stowage_upstream_down_total{upstream}`.
 //! Counted where they happen: `stowage_sessions`, `stowage_stream_resumes_total`,
-//! `stowage_sessions_expired_total`, `stowage_input_required_total`,
+//! `stowage_sessions_expired_total`, `stowage_sessions_evicted_total` (ended at
+//! `max_sessions_per_identity` for a new one), `stowage_replay_evicted_bytes_total` (replay
+//! dropped over `resume_max_total_bytes`), `stowage_input_required_total`,
 //! `stowage_messages_dropped_total{reason}` (`slow_client`, `stalled_client`,
 //! `stalled_upstream`, `unattributed`), `stowage_panics_total`, `stowage_gc_runs_total`.
 

@@ -32,7 +32,7 @@ use crate::local_tools::ToolError;
 /// The most bytes one chunk carries (decoded).
 pub const CHUNK_BYTES: usize = 1024 * 1024;
 /// Uploads one owner may have open at once.
-pub const OPEN_PER_OWNER: usize = 8;
+const OPEN_PER_OWNER: usize = 8;
 /// How often abandoned uploads are looked for.
 const SWEEP_EVERY: Duration = Duration::from_secs(30);
 
@@ -447,5 +447,36 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(40)).await;
         assert!(up.chunk(&key("me"), &h, 0, &b64(b"abc")).await.unwrap_err().to_string().contains("has expired"));
         assert!(up.open.lock().is_empty());
+    }
+
+    /// Abandoned uploads never lock their owner out: at the cap, the least recently used one
+    /// that is not busy makes room; only when every one is busy is a new one refused.
+    #[tokio::test]
+    async fn at_the_cap_the_least_recently_used_idle_upload_makes_room() {
+        let up = Uploads::new(Duration::from_secs(600));
+        let me = scope("me");
+        let mut handles = Vec::new();
+        for _ in 0..OPEN_PER_OWNER {
+            handles.push(up.begin(&me, Isolation::User, declared(b"abc"), 100, None).await.unwrap().handle);
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        // The first is used again, so the second is the least recently used.
+        up.chunk(&key("me"), &handles[0], 0, &b64(b"a")).await.unwrap();
+        // Another owner's uploads neither count nor go.
+        let theirs = up.begin(&scope("them"), Isolation::User, declared(b"abc"), 100, None).await.unwrap().handle;
+        let newest = up.begin(&me, Isolation::User, declared(b"abc"), 100, None).await.unwrap().handle;
+        let gone = up.chunk(&key("me"), &handles[1], 0, &b64(b"a")).await.unwrap_err().to_string();
+        assert!(gone.contains("made room for newer uploads"), "{gone}");
+        assert!(up.chunk(&key("me"), &handles[0], 1, &b64(b"b")).await.is_ok());
+        assert!(up.chunk(&key("them"), &theirs, 0, &b64(b"a")).await.is_ok());
+        // Every one busy (a chunk or commit holding it): nothing to drop, so the new one waits.
+        let mine: Vec<_> = up.open.lock().iter().filter(|(h, _)| **h != theirs).map(|(_, u)| u.clone()).collect();
+        assert_eq!(mine.len(), OPEN_PER_OWNER);
+        let busy: Vec<_> = mine.iter().map(|u| u.try_lock().unwrap()).collect();
+        let refused = up.begin(&me, Isolation::User, declared(b"abc"), 100, None).await.unwrap_err().to_string();
+        assert!(refused.contains("all are busy"), "{refused}");
+        drop(busy);
+        assert!(up.begin(&me, Isolation::User, declared(b"abc"), 100, None).await.is_ok());
+        assert!(up.open.lock().contains_key(&newest));
     }
 }
