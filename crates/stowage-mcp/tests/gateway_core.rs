@@ -464,6 +464,19 @@ async fn base64_leaves_logs_progress_and_error_data_too() {
     assert!(pdfs.iter().all(|(_, o)| o.scope.user_id.as_deref() == Some("local")));
 }
 
+/// Issue 26: with the store full, an upstream error whose data carries a blob becomes a line
+/// that says so, and the store's own message (which names a server path) reaches only the log.
+#[tokio::test]
+async fn error_data_the_store_cannot_take_names_no_server_path() {
+    let full = Arc::new(MemSink { fail: true.into(), ..Default::default() });
+    let c = Client::start(vec![fixture_spec("fx", None, T)], full, fast_config(), None).await;
+    let error = c.call("heavy_error", json!({})).await;
+    assert_eq!(error["error"]["message"], "failed, report attached", "{error}");
+    let data = error["error"]["data"].to_string();
+    assert!(data.contains("artifact_storage_failed") && data.contains("could not take it"), "{data}");
+    assert!(!data.contains("/nonexistent") && !data.contains("JVBERi0"), "no server path, no base64: {data}");
+}
+
 /// A storm of `list_changed` from an upstream costs one refetch of its lists, not one each.
 #[tokio::test]
 async fn a_storm_of_list_changes_is_one_refetch() {

@@ -663,10 +663,15 @@ async function loadResources() {
     const data = await api(withSession('/api/resources'));
     const rs = Array.isArray(data?.resources) ? data.resources : [];
     const ts = Array.isArray(data?.templates) ? data.templates : [];
+    // An upstream that could not list is named where its entries would be; the rest show.
+    const failed = Array.isArray(data?.failed) ? data.failed : [];
+    const failures = (which) => failed.filter((f) => f?.list === which).map((f) =>
+      h('li', { className: 'error-box', role: 'alert', dataset: { testid: 'list-failed', upstream: String(f.upstream ?? '') } },
+        h('strong', {}, String(f.upstream ?? 'an upstream')), ` could not list: ${String(f.message ?? '')}`));
     resources.buttons.clear();
-    list.replaceChildren(...rs.map(resourceItem));
+    list.replaceChildren(...rs.map(resourceItem), ...failures('resources/list'));
     if (!rs.length) list.append(h('li', { className: 'muted' }, 'No resources.'));
-    $('template-list').replaceChildren(...ts.map(templateItem));
+    $('template-list').replaceChildren(...ts.map(templateItem), ...failures('resources/templates/list'));
     if (!ts.length) $('template-list').append(h('li', { className: 'muted' }, 'No templates.'));
   } catch (e) {
     list.replaceChildren(h('li', {}, errorBox(e)));

@@ -485,9 +485,10 @@ impl Gateway {
                     fatal: true,
                     message: e.to_string(),
                 });
-                // The store's own message may name server paths: the log and the event bus
-                // have it, the client gets the code.
-                json!({"stowage": format!("{}: the {what} from upstream {upstream} was too heavy to relay and could not be stored (the gateway's log says why)", e.code)})
+                // The store's message may name a server path (a temp file on a full disk): it
+                // goes to the event bus and the log, never to the client.
+                tracing::warn!(target: "stowage::store", upstream, "could not store a heavy {what}: {}", e.message);
+                json!({"stowage": format!("{}: the {what} from upstream {upstream} was too heavy to relay and the artifact store could not take it (full or unavailable)", e.code)})
             }
         }
     }
