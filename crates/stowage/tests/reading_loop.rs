@@ -4,7 +4,7 @@
 //!
 //! For every answer and every page: what the model sees fits the host's own published limits.
 //! And: FastMCP text sent twice stays readable while each copy is within budget, and keeps its
-//! head and tail with a pointer to artifact_read when it is not; a 400 KB CSV read back page by
+//! head and tail with a pointer to artifact_read when it is not; a 2 MB CSV read back page by
 //! page is the CSV, nothing lost between pages; artifact_query works on the whole structured
 //! result (`length(result)`); a 39 KB error keeps its exception; twelve screenshots stay within
 //! the image budget, each named, the preview count in `_meta` the number sent; a PDF page

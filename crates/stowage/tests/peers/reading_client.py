@@ -2,7 +2,7 @@
 protocol era, with the official Python client (which checks each structuredContent against the
 tool's outputSchema), and prints what came back as JSON for tests/reading_loop.rs.
 
-The loop: FastMCP texts of 24, 26, 32 and 120 KB; a 400 KB CSV read back page by page with
+The loop: FastMCP texts of 24, 26, 32 and 120 KB; a 2 MB CSV read back page by page with
 artifact_read; artifact_query on 15,000 structured rows; a 39 KB error trace; twelve
 screenshots in one result; a PDF whose page 5 is longer than a page, read on from where each
 answer stopped. Whether the pages put back together are the original text is checked here,
