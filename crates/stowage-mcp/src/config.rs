@@ -68,6 +68,12 @@ pub struct GatewayConfig {
     /// HTTP: a session with no request, no open stream and no call in flight for this long
     /// is ended (its client gets 404 and initializes again). 0 keeps sessions forever.
     pub session_idle_timeout_secs: u64,
+    /// HTTP: a session with no open stream, no request and no call in flight for this long
+    /// no longer counts as a client when a shared upstream's session-level message (a log,
+    /// `roots/list`, a sampling or elicitation request outside a call) is attributed: a
+    /// client that left without `DELETE` does not take those messages from the one that is
+    /// still there. It still exists (it is ended after `session_idle_timeout_secs`).
+    pub absent_after_secs: u64,
     /// `per_client` upstreams: a client's own upstream session with nothing in flight for
     /// this long is closed (a stdio child is stopped); the next call opens a new one.
     pub upstream_session_idle_secs: u64,
@@ -99,8 +105,9 @@ pub struct ResourcesConfig {
     /// Every upstream with resources gets `{server}_resources_list`, `_resources_read` and
     /// `_resources_templates_list` tools, for hosts that never show resources to the model.
     pub generated_tools: bool,
-    /// How long an upstream resource read is answered from the cache (per owner; the
-    /// upstream's `ttlMs` shortens it, an update notification ends it). 0 turns the cache off.
+    /// The longest an upstream resource read is answered from the cache (per owner). Only
+    /// reads the upstream gave a `ttlMs` are cached, for that long and at most this long; an
+    /// update notification ends it. 0 turns the cache off.
     pub cache_ttl_secs: u64,
     /// Upstream resources (or templates) per `resources/list` page at most; past it the
     /// answer has a `nextCursor` naming the upstream and position that come next.
@@ -157,6 +164,7 @@ impl Default for GatewayConfig {
             replay_buffer_bytes: 8 << 20,
             resume_max_total_bytes: 64 << 20,
             session_idle_timeout_secs: 1_800,
+            absent_after_secs: 10,
             upstream_session_idle_secs: 600,
             max_upstream_sessions: 64,
             chaining: Default::default(),

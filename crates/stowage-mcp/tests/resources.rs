@@ -315,6 +315,19 @@ async fn reads_are_cached_with_fresh_links_and_an_update_invalidates_them_before
 }
 
 #[tokio::test]
+async fn a_resource_read_without_a_ttl_is_read_through_every_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("fx.log");
+    let c = Client::start(vec![fixture_spec("fx", Some(&log), T)], Arc::new(MemSink::default()), fast_config(), None).await;
+    for _ in 0..2 {
+        let r = c.request("resources/read", json!({"uri": "fx://docs/log.txt"})).await;
+        assert!(r["result"]["_meta"]["io.stowage/transform"].get("cached").is_none(), "{r}");
+    }
+    let reads = common::read_log(&log).lines().filter(|l| l.contains("resources/read")).count();
+    assert_eq!(reads, 2, "a read that states no lifetime is never answered from the cache");
+}
+
+#[tokio::test]
 async fn a_zero_ttl_turns_the_cache_off() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("fx.log");
@@ -445,7 +458,7 @@ async fn a_subscriber_to_an_artifact_hears_when_it_expires() {
 }
 
 /// `store.backend = "noop"` keeps nothing: the model reads that, and gets no link, no
-/// `artifact://` and no asset for bytes that were never kept (issue 19 found links that 404).
+/// `artifact://` and no asset for bytes that were never kept (links to them would answer 404).
 #[tokio::test]
 async fn with_the_noop_store_nothing_names_or_links_an_artifact() {
     let sink = stowage_store::into_sink(Arc::new(stowage_store::NoOpStore::new()));

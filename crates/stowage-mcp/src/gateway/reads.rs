@@ -69,7 +69,8 @@ impl Gateway {
 
     /// `resources/read` of `params.uri` on upstream `u`: from the cache when a fresh entry is
     /// there for this owner (and, for a `per_client` upstream, this client's session), else
-    /// from the upstream through the pipeline, kept for the entry's TTL.
+    /// from the upstream through the pipeline, kept for the `ttlMs` the upstream gave (none:
+    /// not kept).
     pub(super) async fn read_from(
         self: &Arc<Self>,
         session: &Arc<Session>,
@@ -95,9 +96,13 @@ impl Gateway {
         let generation = self.read_cache.generation(u, &key.uri);
         let mut reply = self.forward(session, u, "resources/read", params, outbox).await?;
         if let Some(read) = self.rewrite_read(session, upstream.name(), ReadKind::Resource, &mut reply).await? {
-            let ttl = self.config.resources.cache_ttl();
-            let ttl = read.ttl_ms.map_or(ttl, |ms| ttl.min(std::time::Duration::from_millis(ms)));
-            self.read_cache.put(key, read, ttl, generation);
+            // Kept only for as long as the upstream says its answer holds (`ttlMs`), at most
+            // `cache_ttl_secs`: a read that states no lifetime may change at any moment (a
+            // dynamic resource), so it is read through every time.
+            if let Some(ms) = read.ttl_ms {
+                let ttl = self.config.resources.cache_ttl().min(std::time::Duration::from_millis(ms));
+                self.read_cache.put(key, read, ttl, generation);
+            }
         }
         Ok(reply)
     }
