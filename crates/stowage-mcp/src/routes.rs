@@ -11,7 +11,10 @@
 //! 3. sampling and elicitation requests and log messages on a stream-less transport (stdio,
 //!    in-process): the call, when exactly one call is in flight on that connection;
 //! 4. anything else is session-level: a client's own upstream session belongs to that client;
-//!    a shared connection belongs to a client only while it is the gateway's only client.
+//!    a shared connection belongs to a client only while it is the gateway's only client
+//!    that is present (an HTTP client with no stream open, nothing in flight and no request
+//!    for `gateway.absent_after_secs` has most likely left without `DELETE`, and does not
+//!    count).
 //!
 //! `roots/list` is never attributed to a call by guesswork (rule 3): upstreams ask for roots
 //! when they start, not as part of a call, and attaching that request to whatever call was in

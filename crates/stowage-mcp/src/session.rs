@@ -73,6 +73,8 @@ pub struct Session {
     pub host: Mutex<Option<(String, Arc<crate::hosts::HostProfile>)>>,
     /// Resources this client's own upstream sessions listed, by URI: where to read them.
     pub resource_routes: Mutex<HashMap<String, usize>>,
+    /// Whether the client is still there, as its transport can tell (see [`Session::present`]).
+    presence: std::sync::OnceLock<Box<dyn Fn() -> bool + Send + Sync>>,
     closed: CancellationToken,
 }
 
@@ -106,6 +108,7 @@ impl Session {
             subscriptions: Mutex::new(HashSet::new()),
             host: Mutex::new(None),
             resource_routes: Mutex::new(HashMap::new()),
+            presence: std::sync::OnceLock::new(),
             closed: CancellationToken::new(),
         }
     }
@@ -137,6 +140,18 @@ impl Session {
             }
         }
         Value::Object(out)
+    }
+
+    /// How the transport tells whether the client is still there (HTTP: a stream open, a
+    /// call in flight, or a request lately). Set once, by the transport that made the session.
+    pub fn set_presence(&self, present: impl Fn() -> bool + Send + Sync + 'static) {
+        let _ = self.presence.set(Box::new(present));
+    }
+
+    /// Whether the client is still there: a stdio or in-process client is while its session
+    /// is open; an HTTP client that left without `DELETE` is not, once its transport says so.
+    pub fn present(&self) -> bool {
+        self.presence.get().is_none_or(|present| present())
     }
 
     /// Replaces the general stream (an HTTP client opened its GET stream).
@@ -269,10 +284,11 @@ impl Sessions {
         self.all.lock().iter().filter_map(Weak::upgrade).filter(|s| !s.is_closed()).collect()
     }
 
-    /// The one session with a stream of its own, if exactly one is live (stateless requests do
-    /// not count: nothing can reach them outside their call).
+    /// The one session with a stream of its own, if exactly one is live and present
+    /// (stateless requests do not count: nothing can reach them outside their call; nor do
+    /// clients that left without ending their session: see [`Session::present`]).
     pub fn only_one(&self) -> Option<Arc<Session>> {
-        let mut live = self.live().into_iter().filter(|s| !s.is_stateless());
+        let mut live = self.live().into_iter().filter(|s| !s.is_stateless() && s.present());
         let first = live.next()?;
         live.next().is_none().then_some(first)
     }

@@ -669,3 +669,34 @@ async fn over_http_one_offloaded_item_is_one_line_and_one_link() {
         assert_eq!(result["_meta"]["io.stowage/transform"]["artifacts"], 1, "{tool}");
     }
 }
+
+/// A shared upstream's session-level message (a log sent outside any call) reaches the one
+/// client still there, though another left without `DELETE` before it: a session quiet for
+/// `absent_after_secs` with no stream open does not count. With the wait long, the abandoned
+/// session still counts, two clients share the upstream and the message is nobody's.
+#[tokio::test]
+async fn a_client_that_left_without_delete_does_not_take_session_messages_from_the_one_still_there() {
+    for (absent_after_secs, delivered) in [(1, true), (600, false)] {
+        let (gw, url) = start_with(None, stowage_mcp::config::GatewayConfig { absent_after_secs, ..fast_config() }).await;
+        let _gone = initialize(&url).await; // a health check: initialize, then nothing
+        let sid = initialize(&url).await;
+        let stream = sse_request(&url, &sid).send().await.unwrap();
+        assert_eq!(stream.status().as_u16(), 200);
+        let mut body = stream.bytes_stream();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let (_, _, msgs) = post(
+            &url,
+            Some(&sid),
+            BOTH,
+            rpc(2, "tools/call", json!({"name": "log_later", "arguments": {"message": "after the call", "ms": 300}})),
+        )
+        .await;
+        assert!(msgs.last().unwrap()["result"]["content"][0]["text"].as_str().is_some_and(|t| t.starts_with("will log")), "{msgs:?}");
+        let events = tokio::time::timeout(Duration::from_secs(3), read_events(&mut body, |d| d.contains("after the call")))
+            .await
+            .unwrap_or_default();
+        let got = events.iter().any(|(_, d)| d.contains("notifications/message") && d.contains("after the call"));
+        assert_eq!(got, delivered, "absent_after_secs = {absent_after_secs}: {events:?}");
+        gw.shutdown();
+    }
+}

@@ -222,6 +222,12 @@ async fn post_mcp(
                 last_seen: Mutex::new(Instant::now()),
                 permits,
             });
+            // A client that stopped talking, with nothing open and nothing in flight, has most
+            // likely gone without `DELETE` (health checks, CLIs): it no longer takes a shared
+            // upstream's session-level messages from the clients still there.
+            let absent_after = Duration::from_secs(st.gw.config.absent_after_secs);
+            let weak = Arc::downgrade(&hs);
+            session.set_presence(move || weak.upgrade().is_some_and(|hs| !hs.idle() || hs.last_seen.lock().elapsed() < absent_after));
             st.sessions.lock().insert(session.id.clone(), hs.clone());
             let id = session.id.clone();
             (session, Some(hs), Some(id))

@@ -14,6 +14,7 @@
 //! | `sample` | asks the client for sampling/createMessage: upstream-initiated requests |
 //! | `pid` | the fixture's process id: which upstream session (child) served a client |
 //! | `log` | sends `notifications/message` during the call: attribution of logs |
+//! | `log_later` | answers, then sends `notifications/message` `ms` later, outside any call: session-level messages |
 //! | `roots` | asks the client for `roots/list`: capabilities follow the client |
 //! | `elicit_url` | a URL-mode elicitation, then `notifications/elicitation/complete` |
 //! | `progress_burst` | `n` progress notifications, then the result: ordering |
@@ -267,6 +268,7 @@ impl Handler for Fixture {
                 tool("sample", json!({})),
                 tool("pid", json!({})),
                 tool("log", json!({"message": {"type": "string"}})),
+                tool("log_later", json!({"message": {"type": "string"}, "ms": {"type": "integer"}})),
                 tool("roots", json!({})),
                 tool("elicit_url", json!({})),
                 tool("progress_burst", json!({"n": {"type": "integer"}})),
@@ -394,6 +396,16 @@ impl Handler for Fixture {
                     let message = args.get("message").and_then(Value::as_str).unwrap_or("hello").to_owned();
                     peer.notify("notifications/message", json!({"level": "info", "logger": "fixture", "data": message}));
                     text_result(format!("logged {message}"))
+                }
+                "log_later" => {
+                    let message = args.get("message").and_then(Value::as_str).unwrap_or("later").to_owned();
+                    let ms = args.get("ms").and_then(Value::as_u64).unwrap_or(200);
+                    let (peer, data) = (peer.clone(), message.clone());
+                    tokio::spawn(async move {
+                        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                        peer.notify("notifications/message", json!({"level": "info", "logger": "fixture", "data": data}));
+                    });
+                    text_result(format!("will log {message} in {ms} ms"))
                 }
                 "roots" => match peer.request("roots/list", json!({})).await {
                     Ok(r) => text_result(format!("roots: {}", r["roots"])),
@@ -540,7 +552,8 @@ impl Handler for Fixture {
                 };
                 let blob =
                     self.blobs.lock().unwrap().entry(size).or_insert_with(|| Arc::new(STANDARD.encode(samples::pdf(size, "Blob")))).clone();
-                json!({"contents": [{"uri": uri, "mimeType": "application/pdf", "blob": blob.as_str()}]})
+                // Blobs of a size never change: they say so (`ttlMs`), so a gateway may cache them.
+                json!({"contents": [{"uri": uri, "mimeType": "application/pdf", "blob": blob.as_str()}], "ttlMs": 600_000})
             }
             "resources/read" => {
                 let uri = params.get("uri").and_then(Value::as_str).unwrap_or("");
@@ -575,7 +588,13 @@ impl Handler for Fixture {
                 let mut entry = entry;
                 entry["uri"] = json!(uri);
                 entry["mimeType"] = json!(mime);
-                json!({"contents": [entry]})
+                // The report and the note state a lifetime (the note's ends early with an
+                // update notification); the log and the dot state none, so a gateway reads
+                // them through.
+                match uri {
+                    "fx://docs/report.pdf" | "fx://docs/note.txt" => json!({"contents": [entry], "ttlMs": 600_000}),
+                    _ => json!({"contents": [entry]}),
+                }
             }
             "prompts/list" => json!({"prompts": [{"name": "chart_prompt", "description": "a chart to discuss"}]}),
             "prompts/get" => json!({
