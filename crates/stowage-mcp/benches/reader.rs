@@ -1,4 +1,4 @@
-//! `artifact_read` pages of a 2 MB CSV (issue 27): the time of one page, sized to the host,
+//! `artifact_read` pages of a 2 MB CSV (BENCHMARKS.md, "One shaper"): the time of one page, sized to the host,
 //! from the client sending the call to it having the answer, through the gateway's stdio
 //! transport in process, an fs store in a temporary directory, and the Rust test fixture as
 //! the upstream that produced the CSV (its `echo` of 2 MB of CSV text, offloaded). For each
@@ -82,7 +82,7 @@ async fn main() {
         .split_whitespace()
         .find(|w| w.starts_with("artifact://"))
         .unwrap_or_else(|| panic!("the CSV was not offloaded: {line:.300}"))
-        .trim_end_matches([')', ',', '.', ':'])
+        .trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
         .to_owned();
     println!("artifact_read on a {} byte CSV ({id}), median of {runs} reads per position (target ≤ 5 ms)", text.len());
     for profile in ["bench", "claude-code", "codex"] {
