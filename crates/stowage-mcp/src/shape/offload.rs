@@ -257,3 +257,46 @@ pub(crate) fn dimensions(source: &serde_json::Map<String, Value>) -> Option<(u32
     let h = source.get("height")?.as_u64()?;
     Some((w as u32, h as u32))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// Records which of its put methods was called.
+    #[derive(Default)]
+    struct Recording(Mutex<Vec<&'static str>>);
+
+    #[async_trait]
+    impl ArtifactSink for Recording {
+        async fn put_bytes(&self, data: Bytes, opts: PutOptions) -> Result<ArtifactRef, StoreError> {
+            self.0.lock().unwrap().push("put_bytes");
+            stowage_transform::testing::MemorySink::new().put_bytes(data, opts).await
+        }
+        fn prefers_sha256(&self) -> bool {
+            true
+        }
+        async fn put_bytes_sha256(&self, data: Bytes, sha256: [u8; 32], opts: PutOptions) -> Result<ArtifactRef, StoreError> {
+            self.0.lock().unwrap().push("put_bytes_sha256");
+            stowage_transform::testing::MemorySink::new().put_bytes_sha256(data, sha256, opts).await
+        }
+    }
+
+    #[tokio::test]
+    async fn the_dimensions_wrapper_forwards_every_method_of_the_sink() {
+        let inner = Arc::new(Recording::default());
+        let wrapped = with_dimensions(inner.clone());
+        assert!(wrapped.prefers_sha256(), "prefers_sha256 is the inner sink's");
+        assert!(!wrapped.is_noop());
+        let data = Bytes::from_static(b"forwarded");
+        let digest: [u8; 32] = {
+            use sha2::Digest;
+            sha2::Sha256::digest(&data).into()
+        };
+        wrapped.put_bytes_sha256(data.clone(), digest, PutOptions::default()).await.unwrap();
+        wrapped.put_bytes(data, PutOptions::default()).await.unwrap();
+        assert_eq!(*inner.0.lock().unwrap(), ["put_bytes_sha256", "put_bytes"], "the producer's digest reaches the inner sink");
+        assert!(with_dimensions(Arc::new(stowage_transform::testing::NoopSink)).is_noop(), "is_noop is the inner sink's");
+    }
+}
