@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what the browser tests drive (issues 16 and 20, see ../shared/PEERS.md):
+# Installs what the browser tests drive (the playground's and the MCP Apps viewer's page tests):
 # Debian's Chromium (Playwright's own browser download does not work offline), Playwright for
 # Python into target/peers/venv, and the npm packages of the MCP Apps test host
 # (crates/stowage/tests/peers/apps_host/: AppBridge from @modelcontextprotocol/ext-apps, bundled

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the real third-party MCP peers the gateway tests drive (see ../shared/PEERS.md):
+# Installs the real third-party MCP peers the gateway tests drive:
 # npm packages into target/peers/node_modules and the Python SDK into target/peers/venv.
 # Idempotent and fast on re-runs: a stamp file records what was installed, so a second run
 # with the same pins does nothing. The tests find the peers through STOWAGE_PEERS_DIR

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what the scale-out store tests run against (issue 17, see ../shared/PEERS.md):
+# Installs what the scale-out store tests run against :
 # Debian's PostgreSQL server (a throwaway cluster per test run, started by the tests), the
 # moto S3 server and Azure's Python SDK (which makes Azurite's containers) into
 # target/peers/venv, and s3rver (which checks presigned signatures and expiry) and Azurite

@@ -1,4 +1,4 @@
-//! The planner's budgets (issue 15), measured against the real gateway and the stdio fixture:
+//! The planner's budgets (BENCHMARKS.md, "Agent planner"), measured against the real gateway and the stdio fixture:
 //!
 //! 1. context economy: a 5-step run whose tools return 50 MB in total (five 10 MB base64
 //!    PDFs); every request to the model must stay under 16 KB. Printed beside what inline

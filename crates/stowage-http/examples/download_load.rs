@@ -1,4 +1,4 @@
-//! Load generator for the download route (issue 5 benchmarks); run in release:
+//! Load generator for the download route (BENCHMARKS.md, "Signed links and downloads"); run in release:
 //!
 //! ```sh
 //! cargo run --release -p stowage-http --example download_load

@@ -1,4 +1,4 @@
-//! Blob chaining's cost (issue 14), through a real gateway in front of `stowage-chain-fixture`
+//! Blob chaining's cost (BENCHMARKS.md, "Blob chaining"), through a real gateway in front of `stowage-chain-fixture`
 //! children, a memory store and the signed-link routes on a loopback port:
 //!
 //! 1. `url` mode on a 100 MB artifact: the gateway's time per call beyond the tool's own

@@ -1,4 +1,4 @@
-//! Gateway overhead benchmark (issue 4), run with a bare JSON-RPC client over stdio on both
+//! Gateway overhead benchmark (BENCHMARKS.md, "Gateway"), run with a bare JSON-RPC client over stdio on both
 //! sides so the client's own cost does not hide ours, direct and through the gateway in the
 //! same run:
 //!

@@ -2,7 +2,7 @@
 //! Claude Code, VS Code, Cursor and the Inspector use it), through the gateway and straight to
 //! the same server-everything over Streamable HTTP, interleaved call by call in one run
 //! (`tests/peers/keepalive_sdk.mjs`): the gateway's added latency at p50 and p99. Target: at
-//! most +0.3 ms at p50 (issue 26; before `TCP_NODELAY` every call waited ~40 ms for the
+//! most +0.3 ms at p50 (BENCHMARKS.md, "Under load"; before `TCP_NODELAY` every call waited ~40 ms for the
 //! client's delayed ACK).
 //!
 //! Needs the peers (`scripts/gateway-peers.sh`; `STOWAGE_PEERS_DIR`). Reproduce, on a quiet

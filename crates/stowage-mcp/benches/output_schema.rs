@@ -1,4 +1,4 @@
-//! What checking a result against its tool's outputSchema costs (issue 11): compiling the
+//! What checking a result against its tool's outputSchema costs: compiling the
 //! validator (once per tools/list), validating a small rewritten structuredContent (per
 //! changed result), and the whole check with nothing to repair. Small results the rewrite did
 //! not change are not checked at all.

@@ -1,4 +1,4 @@
-//! MCP resources through the gateway (issue 13), against `stowage-fixture` children on stdio
+//! MCP resources through the gateway (BENCHMARKS.md, "MCP resources"), against `stowage-fixture` children on stdio
 //! and an fs store in a temporary directory, a client on the gateway's stdio transport:
 //!
 //! 1. a cached read of a 10 MB blob resource against the uncached read of it through the same

@@ -1,7 +1,7 @@
 //! Newline-delimited JSON framing for stdio, with no small cap on a line's length.
 //!
 //! MCP's stdio transport puts one message per line. Tool results of hundreds of megabytes must
-//! pass (issue 4: >= 256 MB without loss or stall), so a line may be any length up to a
+//! pass (>= 256 MB without loss or stall), so a line may be any length up to a
 //! configured safety limit (default 1 GiB) that stops a runaway peer from exhausting memory.
 //!
 //! Small lines are read through a 1 MiB buffer and copied out once. A line that outgrows the

@@ -1,4 +1,4 @@
-//! Blob chaining (issue 14): `artifact://` URIs in a tool's arguments materialized by the
+//! Blob chaining: `artifact://` URIs in a tool's arguments materialized by the
 //! tool's `[gateway.chaining.inputs]` rule (`url`, `base64`, `text`, `path`), the URI scheme
 //! policy, the fetch allow-list, ownership, and every refusal as a one-line `code: message`
 //! tool error; tools that declare their blobs (AWP `_awp.blob`, `x-mcp-file`) chained through

@@ -1,4 +1,4 @@
-//! Clients that validate, through the gateway, against a FastMCP 4.1.2 server (PEERS.md): the
+//! Clients that validate, through the gateway, against a FastMCP 4.1.2 server (scripts/gateway-peers.sh): the
 //! official Python client (`mcp==2.3.0`, which checks every result's structuredContent
 //! against the tool's outputSchema and raises on a mismatch) and the MCP Inspector CLI (which
 //! exits non-zero on one). The server (`tests/fixtures/fastmcp_shapes.py`) returns a big

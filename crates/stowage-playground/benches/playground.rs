@@ -1,4 +1,4 @@
-//! The artifacts tab's server time (issue 16): one page of `GET /api/artifacts` over a user's
+//! The artifacts tab's server time (BENCHMARKS.md, "Playground"): one page of `GET /api/artifacts` over a user's
 //! 10,000 artifacts in an fs store, served by the playground's router in process (no socket,
 //! so what is measured is the handler: the store's listing, the descriptions and a fresh
 //! signed link per item). Target: ≤ 100 ms a page.

@@ -1,4 +1,4 @@
-//! What keeps a shared store safe from one misconfigured, failing or dying instance (issue 33),
+//! What keeps a shared store safe from one misconfigured, failing or dying instance,
 //! on a real PostgreSQL cluster and moto: the store's identity recorded on first use and
 //! checked on every start; gc slow to drop records whose blobs are missing; readiness that
 //! proves a write and names what failed; puts that fail, or whose process dies, leave no blob

@@ -106,7 +106,7 @@ mod tests {
         let c = TransformConfig::default();
         assert_eq!(c.inline_binary_max_bytes, 1024);
         // The seed's 10000-character limit cut a 17 KB source file to a preview the model could
-        // not read past (issue 11): text is now limited by tokens, the characters are a ceiling.
+        // not read past: text is now limited by tokens, the characters are a ceiling.
         assert_eq!(c.max_inline_chars, 32_000);
         assert_eq!(c.max_inline_tokens, 8_000);
         assert_eq!(c.typed_content.keep_images_under_bytes, c.inline_binary_max_bytes);

@@ -292,13 +292,7 @@ async fn agent_and_serve_shape_a_result_the_same_way_under_a_servers_own_transfo
     let agent_short = tool_message(3);
 
     // What an MCP client of `stowage serve` got for the same calls.
-    let mut child = s
-        .command(&["serve", "--stdio"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = s.command(&["serve", "--stdio"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
     let rpc = stowage_testkit::client::RpcClient::connect(child.stdout.take().unwrap(), child.stdin.take().unwrap(), None);
     rpc.initialize("2025-06-18", json!({})).await;
     let served = rpc.call("echo", json!({"message": long})).await;

@@ -8,7 +8,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-/// The Python SDK from the peers directory (../shared/PEERS.md).
+/// The Python SDK from the peers directory (installed by scripts/gateway-peers.sh).
 fn python() -> Option<PathBuf> {
     stowage_testkit::require_peer("venv/bin/python")
 }

@@ -2,7 +2,7 @@
 //!
 //! Each snippet is read out of README.md (so README and this test cannot drift), turned into
 //! the command line its host would start, and started by the official Python client
-//! (`mcp` 2.3.0, ../shared/PEERS.md) exactly so: the built binary stands in for the `PATH`
+//! (`mcp` 2.3.0, installed by scripts/gateway-peers.sh) exactly so: the built binary stands in for the `PATH`
 //! lookup of `stowage`, and the test's own server list for the snippet's placeholder path
 //! (VS Code fills in `${workspaceFolder}` itself, so the test does too). Like a host, it
 //! starts the gateway in a working directory nobody can write to, with `HOME` (and for half

@@ -18,7 +18,7 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-/// The Python SDK from the peers directory (../shared/PEERS.md).
+/// The Python SDK from the peers directory (installed by scripts/gateway-peers.sh).
 fn python() -> Option<PathBuf> {
     stowage_testkit::require_peer("venv/bin/python")
 }

@@ -563,7 +563,7 @@ async fn the_playground_works_in_a_browser() {
     eprintln!("{report}");
 }
 
-// --- MCP Apps: the viewer and its tools (issue 20) --------------------------------------------
+// --- MCP Apps: the viewer and its tools -----------------------------------------------------
 
 /// Artifacts for the apps tests, stored as the local user before the server starts: a chart,
 /// a PDF, a CSV, a 10 MB image and the hostile ones. Returns (ids by kind, the chart's sha256).

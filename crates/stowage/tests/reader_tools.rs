@@ -5,10 +5,11 @@
 //! client, which checks every `structuredContent` against the tool's `outputSchema`.
 //!
 //! Errors of all three gateway tools are `isError` results with one text block naming the code
-//! and no `structuredContent` (issue 11 §1): `error_code` checks that shape everywhere.
+//! and no `structuredContent`: `error_code` checks that shape everywhere.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+mod raw_http;
+
+use raw_http::post_mcp;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -58,52 +59,11 @@ fn start() -> Server {
         .unwrap();
     let server = Server { child, port, _dir: dir };
     let deadline = Instant::now() + Duration::from_secs(30);
-    while post(port, &[], "").0 == 0 {
+    while post_mcp(port, &[], "").0 == 0 {
         assert!(Instant::now() < deadline, "stowage serve did not come up");
         std::thread::sleep(Duration::from_millis(50));
     }
     server
-}
-
-/// One POST to /mcp: (status, session header, JSON body).
-fn post(port: u16, headers: &[(&str, &str)], body: &str) -> (u16, Option<String>, Value) {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return (0, None, Value::Null) };
-    let mut req = format!(
-        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\nContent-Type: application/json\r\nAccept: application/json\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    req.push_str(body);
-    s.write_all(req.as_bytes()).unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("http head");
-    let head = String::from_utf8_lossy(&raw[..split]).to_string();
-    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let session = head
-        .lines()
-        .find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case("mcp-session-id")).map(|(_, v)| v.trim().to_owned()));
-    let mut body = raw[split + 4..].to_vec();
-    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
-        body = dechunk(&body);
-    }
-    (status, session, serde_json::from_slice(&body).unwrap_or(Value::Null))
-}
-
-fn dechunk(mut b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let end = b.windows(2).position(|w| w == b"\r\n").unwrap();
-        let n = usize::from_str_radix(std::str::from_utf8(&b[..end]).unwrap().trim(), 16).unwrap();
-        if n == 0 {
-            return out;
-        }
-        out.extend_from_slice(&b[end + 2..end + 2 + n]);
-        b = &b[end + 4 + n..];
-    }
 }
 
 struct Client {
@@ -116,14 +76,14 @@ impl Client {
     fn connect(port: u16, key: &str) -> Client {
         let auth = format!("Bearer {key}");
         let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
-        let (status, session, v) = post(port, &[("Authorization", &auth)], &init.to_string());
+        let (status, session, v) = post_mcp(port, &[("Authorization", &auth)], &init.to_string());
         assert_eq!(status, 200, "{v}");
         Client { port, auth, session: session.expect("a session id") }
     }
 
     fn rpc(&self, method: &str, params: Value) -> Value {
         let body = json!({"jsonrpc": "2.0", "id": 2, "method": method, "params": params}).to_string();
-        let (status, _, v) = post(self.port, &[("Authorization", &self.auth), ("Mcp-Session-Id", &self.session)], &body);
+        let (status, _, v) = post_mcp(self.port, &[("Authorization", &self.auth), ("Mcp-Session-Id", &self.session)], &body);
         assert_eq!(status, 200, "{v}");
         v["result"].clone()
     }
@@ -305,7 +265,7 @@ fn reader_tools_over_http_for_two_users() {
     assert_eq!(payload(&alice2.call("artifact_read", json!({"id": id, "length": 3}))), text[..3]);
 }
 
-/// The Python SDK from the peers directory (../shared/PEERS.md).
+/// The Python SDK from the peers directory (installed by scripts/gateway-peers.sh).
 fn python() -> Option<PathBuf> {
     stowage_testkit::require_peer("venv/bin/python")
 }

@@ -11,11 +11,12 @@
 //! bytes PUT to an upload link become an artifact only on a commit with the declared size and
 //! sha256; an upload left uncommitted leaves nothing once it expires.
 
+mod raw_http;
+
 #[path = "../../stowage-store/tests/support/mod.rs"]
 mod support;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use raw_http::http;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -126,48 +127,6 @@ fn start(config: &str) -> Server {
         std::thread::sleep(Duration::from_millis(50));
     }
     server
-}
-
-/// A bare HTTP/1.1 exchange: (status, headers lowercased, body).
-fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&[u8]>) -> (u16, Vec<(String, String)>, Vec<u8>) {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return (0, vec![], vec![]) };
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n");
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    if let Some(b) = body {
-        req.push_str(&format!("Content-Length: {}\r\n", b.len()));
-    }
-    req.push_str("\r\n");
-    if s.write_all(req.as_bytes()).is_err() || body.is_some_and(|b| s.write_all(b).is_err()) {
-        return (0, vec![], vec![]);
-    }
-    let mut raw = Vec::new();
-    let _ = s.read_to_end(&mut raw);
-    let Some(split) = raw.windows(4).position(|w| w == b"\r\n\r\n") else { return (0, vec![], vec![]) };
-    let head = String::from_utf8_lossy(&raw[..split]).to_string();
-    let mut body = raw[split + 4..].to_vec();
-    let mut lines = head.lines();
-    let status: u16 = lines.next().unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
-    let headers: Vec<(String, String)> =
-        lines.filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))).collect();
-    if headers.iter().any(|(k, v)| k == "transfer-encoding" && v.contains("chunked")) {
-        body = dechunk(&body);
-    }
-    (status, headers, body)
-}
-
-fn dechunk(mut b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let end = b.windows(2).position(|w| w == b"\r\n").unwrap();
-        let n = usize::from_str_radix(std::str::from_utf8(&b[..end]).unwrap().trim(), 16).unwrap();
-        if n == 0 {
-            return out;
-        }
-        out.extend_from_slice(&b[end + 2..end + 2 + n]);
-        b = &b[end + 4 + n..];
-    }
 }
 
 /// A minimal MCP client over Streamable HTTP (JSON responses).
@@ -324,7 +283,7 @@ fn a_misconfigured_instance_refuses_to_start_and_the_fleet_keeps_its_records() {
     let good = format!("{}\n[retention]\ngc_interval = \"1s\"\n", config(&s3, &url));
     let a = start(&good);
     let result = Client::connect(a.port).call("get_report", json!({}));
-    let link = result["structuredContent"]["assets"][0]["uri"].as_str().unwrap().to_owned();
+    let link = result["_meta"]["io.stowage/assets"][0]["uri"].as_str().unwrap().to_owned();
     let store_id = pg.psql("stowage", "SELECT value FROM stowage.settings WHERE key = 'store_id'");
     assert_eq!(store_id.len(), 32, "{store_id}");
 
@@ -431,7 +390,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(sha2::Sha256::digest(bytes))
 }
 
-/// The regression of issue 26 and its neighbours, on the instance at `port`.
+/// The upload regressions (a failed commit removing an earlier artifact, an uncommitted PUT becoming one) and their neighbours, on the instance at `port`.
 fn uploads_lose_nothing(port: u16) {
     let mut view = Client::connect_with(port, apps_caps());
     let file: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 251) as u8).collect();

@@ -1,5 +1,5 @@
 //! `stowage-chain-fixture`: a stdio MCP server whose tools chain blobs, for the gateway's blob
-//! chaining tests (issue 14). It speaks plain HTTP to the signed links the gateway hands it.
+//! chaining tests. It speaks plain HTTP to the signed links the gateway hands it.
 //!
 //! | tool | why |
 //! |---|---|
