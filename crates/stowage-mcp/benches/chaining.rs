@@ -54,8 +54,8 @@ async fn main() {
     tokio::spawn(async move { axum::serve(listener, stowage_http::routes(state)).await });
 
     let mut config = GatewayConfig::default();
-    config.chaining.inputs.insert("u_echo".into(), InputMode::Url);
-    config.chaining.inputs.insert("b_upload_file".into(), InputMode::Base64);
+    config.chaining.inputs.insert("u_echo".into(), InputMode::Url.into());
+    config.chaining.inputs.insert("b_upload_file".into(), InputMode::Base64.into());
     config.chaining.max_materialize_bytes = 32 << 20;
     let sink = Arc::new(stowage_testkit::MemSink::default());
     let pipeline =

@@ -45,12 +45,12 @@ async fn world(tune: impl FnOnce(&mut stowage_mcp::chaining::ChainingConfig)) ->
 
     let mut config = fast_config();
     let rules = &mut config.chaining.inputs;
-    rules.insert("u_echo".into(), InputMode::Url);
-    rules.insert("b_echo".into(), InputMode::Base64);
-    rules.insert("t_echo".into(), InputMode::Text);
-    rules.insert("p_read_path".into(), InputMode::Path);
-    rules.insert("t_summarize_text".into(), InputMode::Text);
-    rules.insert("b_upload_file".into(), InputMode::Base64);
+    rules.insert("u_echo".into(), InputMode::Url.into());
+    rules.insert("b_echo".into(), InputMode::Base64.into());
+    rules.insert("t_echo".into(), InputMode::Text.into());
+    rules.insert("p_read_path".into(), InputMode::Path.into());
+    rules.insert("t_summarize_text".into(), InputMode::Text.into());
+    rules.insert("b_upload_file".into(), InputMode::Base64.into());
     tune(&mut config.chaining);
     let specs = ["u", "b", "t", "p", "n"].iter().map(|n| chain_spec(n)).collect();
     let gw = start_gateway(specs, shaper(Arc::new(MemSink::default())), config, SessionMode::Shared).await;
@@ -379,7 +379,7 @@ async fn another_session_of_the_same_user_is_forbidden_only_where_sessions_are_i
     let isolated: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::builder().isolation(stowage_store::Isolation::Session).build());
     let gw = {
         let mut config = fast_config();
-        config.chaining.inputs.insert("echo".into(), InputMode::Text);
+        config.chaining.inputs.insert("echo".into(), InputMode::Text.into());
         let gw = start_gateway(vec![chain_spec("solo")], shaper(Arc::new(MemSink::default())), config, SessionMode::Shared).await;
         gw.set_artifact_store(isolated.clone());
         gw

@@ -162,11 +162,12 @@ impl Gateway {
             }
         }
         fresh.output_schemas = compile_output_schemas(u.name(), &fresh.tools);
-        let catalog = {
+        let mut catalog = {
             let mut lists = self.lists.lock();
             lists[index] = fresh;
             Catalog::build(&lists, self.prefix, &self.config.separator)
         };
+        self.chain_detected(&mut catalog, index);
         for c in &catalog.collisions {
             tracing::warn!(target: "stowage::router", "name collision: {c}");
         }
