@@ -182,10 +182,9 @@ mod tests {
 
     #[test]
     fn rules_read_as_a_mode_off_or_a_table_of_properties() {
-        let doc: Doc = toml::from_str(
-            "[inputs]\na = \"base64\"\nb = \"off\"\n[inputs.c]\n\"attachments[].data\" = \"url\"\nnotes = \"off\"\n",
-        )
-        .unwrap();
+        let doc: Doc =
+            toml::from_str("[inputs]\na = \"base64\"\nb = \"off\"\n[inputs.c]\n\"attachments[].data\" = \"url\"\nnotes = \"off\"\n")
+                .unwrap();
         assert_eq!(doc.inputs["a"], ToolRule::Tool(Rule::Mode(InputMode::Base64)));
         assert_eq!(doc.inputs["b"], ToolRule::Tool(Rule::Off));
         let ToolRule::Properties(c) = &doc.inputs["c"] else { panic!("{:?}", doc.inputs["c"]) };

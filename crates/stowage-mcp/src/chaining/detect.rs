@@ -512,9 +512,42 @@ fn is_base64_name(n: &str) -> bool {
 /// Names of URLs a tool reads from; URLs it calls or sends people to are left alone.
 fn is_url_name(n: &str) -> bool {
     const NOT_CONTENT: &[&str] = &[
-        "callback", "webhook", "hook", "redirect", "return", "base", "endpoint", "api", "server", "proxy", "homepage", "home", "website",
-        "site", "repo", "repository", "git", "origin", "login", "auth", "token", "success", "cancel", "notify", "notification", "next",
-        "prev", "previous", "page", "issuer", "jwks", "registry", "remote", "resource", "schema", "base_api",
+        "callback",
+        "webhook",
+        "hook",
+        "redirect",
+        "return",
+        "base",
+        "endpoint",
+        "api",
+        "server",
+        "proxy",
+        "homepage",
+        "home",
+        "website",
+        "site",
+        "repo",
+        "repository",
+        "git",
+        "origin",
+        "login",
+        "auth",
+        "token",
+        "success",
+        "cancel",
+        "notify",
+        "notification",
+        "next",
+        "prev",
+        "previous",
+        "page",
+        "issuer",
+        "jwks",
+        "registry",
+        "remote",
+        "resource",
+        "schema",
+        "base_api",
     ];
     let stem = if n == "url" || n == "uri" {
         ""
@@ -531,8 +564,27 @@ fn is_path_name(n: &str) -> bool {
 }
 
 const FILE_WORDS: &[&str] = &[
-    "data", "content", "contents", "file", "image", "audio", "video", "attachment", "attachments", "blob", "document", "doc", "pdf",
-    "bytes", "media", "photo", "picture", "img", "input", "source", "src",
+    "data",
+    "content",
+    "contents",
+    "file",
+    "image",
+    "audio",
+    "video",
+    "attachment",
+    "attachments",
+    "blob",
+    "document",
+    "doc",
+    "pdf",
+    "bytes",
+    "media",
+    "photo",
+    "picture",
+    "img",
+    "input",
+    "source",
+    "src",
 ];
 
 fn is_file_name(n: &str) -> bool {
@@ -728,7 +780,11 @@ mod tests {
         let got = detect(&def, false, true, None);
         assert!(got.inputs.is_empty());
         assert_eq!(got.notes.len(), 1);
-        assert!(got.notes[0].starts_with("image_url: not chained, its signals disagree (base64 by contentEncoding base64, url by its name)"), "{:?}", got.notes);
+        assert!(
+            got.notes[0].starts_with("image_url: not chained, its signals disagree (base64 by contentEncoding base64, url by its name)"),
+            "{:?}",
+            got.notes
+        );
         // Two branches of one property that disagree.
         let def = tool(json!({"src": {"anyOf": [{"type": "string", "format": "byte"}, {"type": "string", "format": "uri"}]}}));
         let got = detect(&def, false, true, None);
@@ -737,7 +793,9 @@ mod tests {
 
     #[test]
     fn rules_override_detection_per_property() {
-        let def = tool(json!({"content_base64": {"type": "string"}, "notes": {"type": "string"}, "image_url": {"type": "string", "contentEncoding": "base64"}}));
+        let def = tool(
+            json!({"content_base64": {"type": "string"}, "notes": {"type": "string"}, "image_url": {"type": "string", "contentEncoding": "base64"}}),
+        );
         let rules: BTreeMap<String, Rule> = [
             ("content_base64".to_owned(), Rule::Off),
             ("notes".to_owned(), Rule::Mode(InputMode::Text)),

@@ -19,9 +19,9 @@ use serde_json::Value;
 use stowage_core::ArtifactScope;
 use stowage_store::Access;
 
+use super::InputMode;
 use super::detect::{DetectedInput, Step, ToolInputs, media_type_allowed};
 use super::inputs::{InputEnv, Materialized, check_size, inline, lookup, materialize, scheme_of, store_error};
-use super::InputMode;
 use crate::local_tools::ToolError;
 
 /// The body limit of the upstream a call goes to.

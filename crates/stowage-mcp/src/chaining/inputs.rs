@@ -187,7 +187,11 @@ pub(crate) async fn resolve_link(
 }
 
 /// The artifact as the caller's owner: another owner's id answers exactly like a missing one.
-pub(super) async fn lookup<'a>(env: &InputEnv<'a>, scope: &ArtifactScope, uri: &str) -> Result<(ArtifactRef, &'a Arc<dyn ArtifactStore>), ToolError> {
+pub(super) async fn lookup<'a>(
+    env: &InputEnv<'a>,
+    scope: &ArtifactScope,
+    uri: &str,
+) -> Result<(ArtifactRef, &'a Arc<dyn ArtifactStore>), ToolError> {
     let store = env.store.filter(|s| !s.is_noop()).ok_or_else(|| {
         ToolError::bad_request(format!("{uri}: this gateway keeps no artifacts (its store keeps nothing), so none can be passed to a tool"))
     })?;
@@ -240,7 +244,14 @@ pub(super) fn check_size(env: &InputEnv<'_>, tool: &str, what: &str, size: u64) 
 }
 
 /// The bytes in the form `mode` asks for.
-pub(super) fn inline(tool: &str, mode: InputMode, what: &str, name: &str, bytes: &[u8], done: &mut Materialized) -> Result<String, ToolError> {
+pub(super) fn inline(
+    tool: &str,
+    mode: InputMode,
+    what: &str,
+    name: &str,
+    bytes: &[u8],
+    done: &mut Materialized,
+) -> Result<String, ToolError> {
     match mode {
         InputMode::Url => unreachable!("url mode never inlines"),
         InputMode::Base64 => Ok(base64::engine::general_purpose::STANDARD.encode(bytes)),

@@ -86,6 +86,32 @@ pub(crate) fn expose_inputs(
     report
 }
 
+impl DetectedTool {
+    /// One line per chained input and note, as `check-config --tools` prints them:
+    /// `content_base64: base64 (its name; sets mime_type)`.
+    pub fn lines(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for d in &self.inputs.inputs {
+            let mut how = vec![d.signal.clone()];
+            if d.widened {
+                how.push("schema widened".into());
+            }
+            if let Some(m) = &d.max_length {
+                how.push(format!("maxLength {m}"));
+            }
+            if !d.media_types.is_empty() {
+                how.push(format!("takes {}", d.media_types.join(", ")));
+            }
+            for s in d.mime_sibling.iter().chain(&d.filename_sibling) {
+                how.push(format!("sets {s}"));
+            }
+            out.push(format!("{}: {} ({})", d.path, d.form, how.join("; ")));
+        }
+        out.extend(self.inputs.notes.iter().cloned());
+        out
+    }
+}
+
 /// What chaining did to one call's arguments: files to remove when the call ends, and what
 /// each detected property was filled with.
 #[derive(Debug, Default)]
@@ -106,7 +132,9 @@ pub(crate) async fn translate_call(
 ) -> Result<Translated, ToolError> {
     match detect::tool_rule(env.config.inputs.get(tool)) {
         Some(Rule::Off) => Ok(Translated::default()),
-        Some(Rule::Mode(mode)) => Ok(Translated { materialized: translate_inputs(env, tool, mode, scope, arguments).await?, filled: Vec::new() }),
+        Some(Rule::Mode(mode)) => {
+            Ok(Translated { materialized: translate_inputs(env, tool, mode, scope, arguments).await?, filled: Vec::new() })
+        }
         None => match inputs.filter(|i| !i.inputs.is_empty()) {
             Some(inputs) => {
                 let (materialized, filled) = fill::fill(env, tool, inputs, scope, arguments, limits).await?;

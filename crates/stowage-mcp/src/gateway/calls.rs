@@ -459,10 +459,8 @@ impl Gateway {
         }
         let Some(arguments) = params.get_mut("arguments") else { return Ok(chain) };
         let upstream = self.upstreams[tool.upstream].name();
-        let limits = crate::chaining::Limits {
-            upstream,
-            max_request_bytes: self.config.servers.get(upstream).and_then(|s| s.max_request_bytes),
-        };
+        let limits =
+            crate::chaining::Limits { upstream, max_request_bytes: self.config.servers.get(upstream).and_then(|s| s.max_request_bytes) };
         let done = crate::chaining::translate_call(&env, name, tool.inputs.as_deref(), scope, arguments, &limits).await?;
         (chain._materialized, chain.filled) = (done.materialized, done.filled);
         Ok(chain)

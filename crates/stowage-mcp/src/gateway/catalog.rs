@@ -162,19 +162,24 @@ impl Gateway {
             }
         }
         fresh.output_schemas = compile_output_schemas(u.name(), &fresh.tools);
-        let mut catalog = {
+        // Built, detected and published under the lists' lock: two upstreams listed at once
+        // must not publish out of order, or the later list's tools would vanish until its
+        // next refresh.
+        let catalog = {
             let mut lists = self.lists.lock();
             lists[index] = fresh;
-            Catalog::build(&lists, self.prefix, &self.config.separator)
+            let mut catalog = Catalog::build(&lists, self.prefix, &self.config.separator);
+            self.chain_detected(&mut catalog, index);
+            let catalog = Arc::new(catalog);
+            *self.catalog.write() = catalog.clone();
+            catalog
         };
-        self.chain_detected(&mut catalog, index);
         for c in &catalog.collisions {
             tracing::warn!(target: "stowage::router", "name collision: {c}");
         }
         for r in &catalog.renamed_resources {
             tracing::info!(target: "stowage::router", "{r}");
         }
-        *self.catalog.write() = Arc::new(catalog);
         complete
     }
 }
