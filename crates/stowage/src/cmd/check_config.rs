@@ -122,7 +122,10 @@ async fn print_tools(config: &Config, plan: &crate::plan::Plan) -> usize {
         default_session_mode: stowage_mcp::SessionMode::Shared,
         secret_env: super::serve::secret_env_vars(plan),
     });
-    gw.wait_ready(plan.gateway.request_timeout().min(Duration::from_secs(30))).await;
+    // Connected is not listed: wait for every upstream's lists too (or for it to be down).
+    let wait = plan.gateway.request_timeout().min(Duration::from_secs(30));
+    gw.wait_ready(wait).await;
+    gw.wait_settled(wait).await;
     let catalog = gw.catalog();
     let unready = gw.unready_upstreams();
     let auto = if plan.gateway.chaining.auto { "on" } else { "off ([gateway.chaining] auto = false)" };
