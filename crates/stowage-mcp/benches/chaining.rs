@@ -7,7 +7,10 @@
 //! 2. the tool's download of it through the signed link (reqwest, streamed to the end) —
 //!    target ≥ 1 GB/s on loopback;
 //! 3. `base64` mode on a 10 MB artifact: `upload_file` given the `artifact://` URI, against the
-//!    same call given the base64 inline by the client — target ≤ 30 ms added.
+//!    same call given the base64 inline by the client — target ≤ 30 ms added;
+//! 4. the same 10 MB with no configuration (issue 30): `n_upload_file`, which has no rule, its
+//!    `content_base64` detected from the schema, given the URI, against the client sending the
+//!    base64 to the same tool — target ≤ 30 ms added.
 //!
 //! Medians of `BENCH_RUNS` runs (default 15). Reproduce, on a quiet machine:
 //! `cargo bench -p stowage-mcp --bench chaining`.
@@ -54,8 +57,8 @@ async fn main() {
     tokio::spawn(async move { axum::serve(listener, stowage_http::routes(state)).await });
 
     let mut config = GatewayConfig::default();
-    config.chaining.inputs.insert("u_echo".into(), InputMode::Url);
-    config.chaining.inputs.insert("b_upload_file".into(), InputMode::Base64);
+    config.chaining.inputs.insert("u_echo".into(), InputMode::Url.into());
+    config.chaining.inputs.insert("b_upload_file".into(), InputMode::Base64.into());
     config.chaining.max_materialize_bytes = 32 << 20;
     let sink = Arc::new(stowage_testkit::MemSink::default());
     let pipeline =
@@ -121,6 +124,20 @@ async fn main() {
     let (w, wo) = (median(with), median(without));
     println!(
         "base64 mode, 10 MB: call {w:?}, the client sending the base64 itself {wo:?}, added {:?} (target ≤ 30 ms)",
+        w.saturating_sub(wo)
+    );
+
+    // 4: the same 10 MB into an input detected from the schema (no rule for n_upload_file).
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        let (d, r) = call("n_upload_file", json!({"content_base64": t.id.uri()})).await;
+        assert_eq!(r["_meta"]["io.stowage/inputs"][0]["form"], "base64", "{r}");
+        with.push(d);
+        without.push(call("n_upload_file", json!({"content_base64": b64})).await.0);
+    }
+    let (w, wo) = (median(with), median(without));
+    println!(
+        "detected base64 input, 10 MB: call {w:?}, the client sending the base64 itself {wo:?}, added {:?} (target ≤ 30 ms)",
         w.saturating_sub(wo)
     );
     gw.shutdown();

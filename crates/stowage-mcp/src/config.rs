@@ -271,6 +271,11 @@ pub struct ServerConfig {
     /// `shared` or `per_client`; default: `per_client` when `[auth]` is configured, else
     /// `shared`.
     pub session_mode: Option<SessionMode>,
+    /// The largest request body this server (or a proxy in front of it) accepts, in bytes.
+    /// Blob chaining refuses, before calling it, a call whose arguments would grow past it
+    /// once artifacts are filled in as base64 or text. Unset: no limit of its own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_request_bytes: Option<u64>,
     pub disabled: bool,
     /// This server's own transform settings, replacing `[transform]` for its results (keys
     /// not given take their built-in defaults, not the global section's values).
@@ -600,6 +605,7 @@ pub fn parse_mcp_servers(text: &str, path: &Path) -> Result<Vec<(String, ServerC
                 tls_ca_file: None,
                 request_timeout_secs: None,
                 session_mode: entry.session_mode,
+                max_request_bytes: None,
                 disabled: entry.disabled,
                 transform: None,
             },

@@ -126,6 +126,20 @@ pub enum GatewayEvent {
         fatal: bool,
         message: String,
     },
+    /// Blob chaining detected which inputs of an upstream's tools take file bytes (on each
+    /// fetch of its tools).
+    InputsDetected {
+        upstream: String,
+        tools: Vec<crate::chaining::DetectedTool>,
+    },
+    /// Blob chaining filled a call's inputs from artifacts: where, in which form, from which
+    /// artifact, how big (never the bytes).
+    InputsFilled {
+        call: u64,
+        owner: EventOwner,
+        tool: String,
+        inputs: Vec<crate::chaining::Filled>,
+    },
     UpstreamUp {
         upstream: String,
     },

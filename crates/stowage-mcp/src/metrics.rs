@@ -8,7 +8,8 @@
 //! tokens of the upstream's result minus those of the result the client got, without the
 //! transform summary; `tool` is the name as exposed), `stowage_artifacts_total` (all by upstream), `stowage_offloads_total{layer}`,
 //! `stowage_observations_clamped_total`, `stowage_store_failures_total{fatal}`,
-//! `stowage_upstream_up{upstream}` (1 or 0), `stowage_upstream_down_total{upstream}`.
+//! `stowage_upstream_up{upstream}` (1 or 0), `stowage_upstream_down_total{upstream}`,
+//! `stowage_chained_inputs_total{form}` (inputs blob chaining filled from artifacts).
 //! Counted where they happen: `stowage_sessions`, `stowage_stream_resumes_total`,
 //! `stowage_sessions_expired_total`, `stowage_sessions_evicted_total` (ended at
 //! `max_sessions_per_identity` for a new one), `stowage_replay_evicted_bytes_total` (replay
@@ -89,6 +90,11 @@ pub(crate) fn record(e: &GatewayEvent) {
             metrics::gauge!("stowage_upstream_up", "upstream" => upstream.clone()).set(0.0);
             metrics::counter!("stowage_upstream_down_total", "upstream" => upstream.clone()).increment(1);
         }
-        GatewayEvent::ToolCallStarted { .. } => {}
+        GatewayEvent::InputsFilled { inputs, .. } => {
+            for i in inputs {
+                metrics::counter!("stowage_chained_inputs_total", "form" => i.form.as_str()).increment(1);
+            }
+        }
+        GatewayEvent::ToolCallStarted { .. } | GatewayEvent::InputsDetected { .. } => {}
     }
 }

@@ -43,6 +43,9 @@ pub struct Exposed {
     /// A tool's declared blob fields (blob chaining); `def` then shows the model their
     /// model-facing shape.
     pub blobs: Option<Arc<crate::chaining::schema::BlobFields>>,
+    /// The inputs blob chaining detected (or a rule names) as taking file bytes; `def` then
+    /// tells the model they also take `artifact://` URIs. Set by `chaining::expose_inputs`.
+    pub inputs: Option<Arc<crate::chaining::ToolInputs>>,
 }
 
 /// The routing table built from every upstream's lists.
@@ -201,7 +204,7 @@ fn expose(
                     blobs = Some(Arc::new(fields));
                 }
             }
-            out.push(Exposed { name, upstream: i, original: original.to_owned(), def, output_schema: None, blobs });
+            out.push(Exposed { name, upstream: i, original: original.to_owned(), def, output_schema: None, blobs, inputs: None });
         }
     }
     let index = out.iter().enumerate().map(|(k, e)| (e.name.clone(), k)).collect();

@@ -45,12 +45,12 @@ async fn world(tune: impl FnOnce(&mut stowage_mcp::chaining::ChainingConfig)) ->
 
     let mut config = fast_config();
     let rules = &mut config.chaining.inputs;
-    rules.insert("u_echo".into(), InputMode::Url);
-    rules.insert("b_echo".into(), InputMode::Base64);
-    rules.insert("t_echo".into(), InputMode::Text);
-    rules.insert("p_read_path".into(), InputMode::Path);
-    rules.insert("t_summarize_text".into(), InputMode::Text);
-    rules.insert("b_upload_file".into(), InputMode::Base64);
+    rules.insert("u_echo".into(), InputMode::Url.into());
+    rules.insert("b_echo".into(), InputMode::Base64.into());
+    rules.insert("t_echo".into(), InputMode::Text.into());
+    rules.insert("p_read_path".into(), InputMode::Path.into());
+    rules.insert("t_summarize_text".into(), InputMode::Text.into());
+    rules.insert("b_upload_file".into(), InputMode::Base64.into());
     tune(&mut config.chaining);
     let specs = ["u", "b", "t", "p", "n"].iter().map(|n| chain_spec(n)).collect();
     let gw = start_gateway(specs, shaper(Arc::new(MemSink::default())), config, SessionMode::Shared).await;
@@ -379,7 +379,7 @@ async fn another_session_of_the_same_user_is_forbidden_only_where_sessions_are_i
     let isolated: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::builder().isolation(stowage_store::Isolation::Session).build());
     let gw = {
         let mut config = fast_config();
-        config.chaining.inputs.insert("echo".into(), InputMode::Text);
+        config.chaining.inputs.insert("echo".into(), InputMode::Text.into());
         let gw = start_gateway(vec![chain_spec("solo")], shaper(Arc::new(MemSink::default())), config, SessionMode::Shared).await;
         gw.set_artifact_store(isolated.clone());
         gw
@@ -415,4 +415,94 @@ async fn a_task_augmented_call_with_output_blobs_is_refused_plainly() {
     assert!(message.contains("call it without \"task\""), "{message}");
     // The upstream was not called, so nothing was written.
     assert!(w.local_artifacts().await.is_empty());
+}
+
+/// Chaining with no configuration (issue 30): `n_upload_file` declares nothing and has no rule,
+/// but its `content_base64` is detected from the schema; a URI there is filled as the caller,
+/// and refused exactly as configured chaining refuses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detected_input_is_filled_as_the_caller_and_refused_like_a_configured_one() {
+    use stowage_mcp::chaining::{Rule, ToolRule};
+    use stowage_mcp::events::GatewayEvent;
+    let w = world(|c| {
+        c.inputs.insert("p_upload_file".into(), ToolRule::Tool(Rule::Off));
+    })
+    .await;
+    let session = w.gw.open_session(SessionKind::InProcess, Caller::local(), None);
+    let tools = w.gw.list_tools(&session);
+    let prop = |tool: &str| tools.iter().find(|t| t["name"] == tool).unwrap()["inputSchema"]["properties"]["content_base64"].clone();
+    let told = prop("n_upload_file")["description"].as_str().unwrap_or_default().to_owned();
+    assert!(told.contains("artifact:// URI"), "{told}");
+    assert_eq!(prop("p_upload_file"), json!({"type": "string"}), "\"off\": shown as listed");
+
+    let mut bus = w.gw.events().subscribe();
+    let pdf = stowage_demo::samples::pdf(6_000, "Invoice");
+    let mine = w.put("local", &pdf, "application/pdf").await;
+    let r = w.call("n_upload_file", json!({"content_base64": mine.id.uri()})).await;
+    assert_eq!(text(&r), format!("uploaded {} bytes, sha256 {}", pdf.len(), hex::encode(sha2::Sha256::digest(&pdf))), "{r}");
+    let filled = &r["_meta"]["io.stowage/inputs"][0];
+    assert_eq!((filled["form"].as_str(), filled["size"].as_u64()), (Some("base64"), Some(pdf.len() as u64)), "{r}");
+    // The event says what was filled, never the bytes.
+    let event = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            if let Ok(e) = bus.recv().await
+                && let GatewayEvent::InputsFilled { tool, inputs, .. } = &*e
+            {
+                return (tool.clone(), serde_json::to_value(inputs).unwrap());
+            }
+        }
+    })
+    .await
+    .expect("no inputs_filled event");
+    assert_eq!(event.0, "n_upload_file");
+    assert_eq!(event.1[0]["uri"], mine.id.uri());
+    assert!(!event.1.to_string().contains("JVBERi0"), "the bytes reached the event: {}", event.1);
+
+    // "off": the URI reaches the tool as written.
+    let r = w.call("p_upload_file", json!({"content_base64": mine.id.uri()})).await;
+    assert!(text(&r).starts_with("content_base64 is not base64"), "{r}");
+    // Real base64 the model wrote itself is left alone.
+    let r = w.call("n_upload_file", json!({"content_base64": "aGVsbG8="})).await;
+    assert!(text(&r).starts_with("uploaded 5 bytes"), "{r}");
+
+    // Another user's artifact answers exactly like a missing one.
+    // (Other bytes: the same content would be the same artifact id, which the caller holds.)
+    let theirs = w.put("bob", &[&pdf[..], b"\n%bob"].concat(), "application/pdf").await;
+    let missing = "artifact://local_00000000deadbeef";
+    let r1 = w.call("n_upload_file", json!({"content_base64": theirs.id.uri()})).await;
+    let r2 = w.call("n_upload_file", json!({"content_base64": missing})).await;
+    let ((c1, m1), (c2, m2)) = (refusal(&r1), refusal(&r2));
+    assert_eq!((c1, c2), ("artifact_not_found", "artifact_not_found"));
+    assert_eq!(m1.replace(&theirs.id.uri(), "URI"), m2.replace(missing, "URI"));
+    // Other schemes follow configured chaining's policy: nothing is fetched from a host not
+    // on the allow-list, and file:// is refused.
+    for (uri, needle) in [("https://internal.example/a.pdf", "fetch_allowed_hosts"), ("file:///etc/passwd", "file:// scheme")] {
+        let r = w.call("n_upload_file", json!({"content_base64": uri})).await;
+        let (code, message) = refusal(&r);
+        assert_eq!(code, "artifact_forbidden", "{uri}");
+        assert!(message.contains(needle), "{message}");
+    }
+    // Expired: stored with a one-second lifetime.
+    let mut opts = PutOptions::scoped(scope_of("local")).mime("application/pdf");
+    opts.ttl = Some(Duration::from_secs(1));
+    let short = w.store.put_bytes([&pdf[..], b"\n%short"].concat().into(), opts).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let r = w.call("n_upload_file", json!({"content_base64": short.id.uri()})).await;
+    let (code, _) = refusal(&r);
+    assert!(code == "artifact_not_found" || code == "artifact_url_expired", "{r}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_false_leaves_undeclared_tools_as_written() {
+    let w = world(|c| c.auto = false).await;
+    let session = w.gw.open_session(SessionKind::InProcess, Caller::local(), None);
+    let tools = w.gw.list_tools(&session);
+    let n = tools.iter().find(|t| t["name"] == "n_upload_file").unwrap();
+    assert_eq!(n["inputSchema"]["properties"]["content_base64"], json!({"type": "string"}));
+    let mine = w.put("local", b"%PDF-1.4", "application/pdf").await;
+    let r = w.call("n_upload_file", json!({"content_base64": mine.id.uri()})).await;
+    assert!(text(&r).starts_with("content_base64 is not base64"), "{r}");
+    // A configured rule still applies.
+    let r = w.call("b_upload_file", json!({"content_base64": mine.id.uri()})).await;
+    assert!(text(&r).starts_with("uploaded 8 bytes"), "{r}");
 }

@@ -887,6 +887,20 @@ function insertEventRow({ e, at }) {
     case 'clamped':
       bytes = fmtBytes(e.bytes_before_clamp, e.bytes_out);
       break;
+    case 'inputs_detected': {
+      // Which inputs of the upstream's tools take an artifact:// URI, and in which form.
+      const tools = Array.isArray(e.tools) ? e.tools : [];
+      outcome = tools.map((t) => `${t.tool}: ${(Array.isArray(t.inputs) ? t.inputs : []).map((i) => `${i.path} (${i.form})`).join(', ') || 'none'}`).join('; ');
+      break;
+    }
+    case 'inputs_filled': {
+      // What the call's artifact:// URIs became (the form, the artifact, the size; never the bytes).
+      const inputs = Array.isArray(e.inputs) ? e.inputs : [];
+      bytes = humanBytes(inputs.reduce((n, i) => n + (typeof i.size === 'number' ? i.size : 0), 0));
+      outcome = inputs.map((i) => `${i.property} ← ${i.form}${i.set?.length ? ` (set ${i.set.join(', ')})` : ''}`).join('; ');
+      artifacts = inputs.map((i) => i.uri).filter(Boolean).join(' · ');
+      break;
+    }
     case 'store_failed':
       outcome = `${e.fatal ? 'fatal: ' : ''}${e.message ?? ''}`;
       break;

@@ -41,12 +41,14 @@ fn frame(event: &str, data: &impl serde::Serialize) -> Bytes {
 /// Whether `caller` may see `event`: its own calls, and the upstreams' state.
 fn visible(event: &GatewayEvent, caller: &Caller) -> bool {
     let owner = match event {
-        GatewayEvent::UpstreamUp { .. } | GatewayEvent::UpstreamDown { .. } => return true,
+        // What an upstream's tools take is catalog-wide, like its state: no caller's data.
+        GatewayEvent::UpstreamUp { .. } | GatewayEvent::UpstreamDown { .. } | GatewayEvent::InputsDetected { .. } => return true,
         GatewayEvent::ToolCallStarted { owner, .. }
         | GatewayEvent::ToolCallFinished { owner, .. }
         | GatewayEvent::Offloaded { owner, .. }
         | GatewayEvent::Clamped { owner, .. }
-        | GatewayEvent::StoreFailed { owner, .. } => owner,
+        | GatewayEvent::StoreFailed { owner, .. }
+        | GatewayEvent::InputsFilled { owner, .. } => owner,
     };
     owner.tenant == caller.tenant && owner.user == caller.user
 }
@@ -114,6 +116,10 @@ mod tests {
         assert!(visible(&started("u"), &me));
         assert!(!visible(&started("v"), &me));
         assert!(visible(&GatewayEvent::UpstreamUp { upstream: "fx".into() }, &me));
+        let filled = |user: &str| GatewayEvent::InputsFilled { call: 2, owner: owner(user), tool: "x".into(), inputs: Vec::new() };
+        assert!(visible(&filled("u"), &me));
+        assert!(!visible(&filled("v"), &me), "what another user's call filled in is theirs");
+        assert!(visible(&GatewayEvent::InputsDetected { upstream: "fx".into(), tools: Vec::new() }, &me));
         assert_eq!(&frame("ready", &json!({"session": "s"}))[..], b"event: ready\ndata: {\"session\":\"s\"}\n\n");
     }
 }

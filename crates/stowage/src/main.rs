@@ -39,7 +39,7 @@ enum Command {
     Serve(cmd::serve::ServeArgs),
     /// Run the checks `serve` runs (give it the same flags) and print what it would run:
     /// upstreams, entries it would skip and why, the link base URL and the store.
-    CheckConfig(cmd::serve::ServeArgs),
+    CheckConfig(cmd::check_config::CheckConfigArgs),
     /// Run a Tableau-style 500 KB base64 PDF tool result through the pipeline into the store,
     /// show what the model sees instead, and read the PDF back.
     Demo(cmd::demo::DemoArgs),

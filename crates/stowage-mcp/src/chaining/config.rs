@@ -1,8 +1,10 @@
-//! `[gateway.chaining]`: per-tool input rules and the hosts the gateway may fetch from.
+//! `[gateway.chaining]`: per-tool input rules, detection, and the hosts the gateway may fetch
+//! from.
 
 use std::collections::BTreeMap;
+use std::fmt;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// How an `artifact://` URI found in a tool's arguments reaches a tool that declares nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -18,13 +20,114 @@ pub enum InputMode {
     Path,
 }
 
+impl InputMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InputMode::Url => "url",
+            InputMode::Base64 => "base64",
+            InputMode::Text => "text",
+            InputMode::Path => "path",
+        }
+    }
+
+    fn parse(s: &str) -> Option<InputMode> {
+        [InputMode::Url, InputMode::Base64, InputMode::Text, InputMode::Path].into_iter().find(|m| m.as_str() == s)
+    }
+}
+
+impl fmt::Display for InputMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One rule: a form, or `off` (not chained at all).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    Off,
+    Mode(InputMode),
+}
+
+impl Rule {
+    fn parse(s: &str) -> Option<Rule> {
+        if s == "off" { Some(Rule::Off) } else { InputMode::parse(s).map(Rule::Mode) }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rule::Off => "off",
+            Rule::Mode(m) => m.as_str(),
+        }
+    }
+}
+
+impl Serialize for Rule {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+const RULES: &str = "\"url\", \"base64\", \"text\", \"path\" or \"off\"";
+
+impl<'de> Deserialize<'de> for Rule {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Rule::parse(&s).ok_or_else(|| serde::de::Error::custom(format!("unknown input rule {s:?}: use {RULES}")))
+    }
+}
+
+/// A tool's entry in `[gateway.chaining.inputs]`: one rule for every URI in its arguments
+/// (`"base64"`, …, or `"off"`: no chaining and no detection), or a table of rules by property
+/// path (`"attachments[].content_base64" = "base64"`, `"notes" = "off"`) that override what
+/// detection found for those properties only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum ToolRule {
+    Tool(Rule),
+    Properties(BTreeMap<String, Rule>),
+}
+
+impl From<InputMode> for ToolRule {
+    fn from(m: InputMode) -> Self {
+        ToolRule::Tool(Rule::Mode(m))
+    }
+}
+
+impl<'de> Deserialize<'de> for ToolRule {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = ToolRule;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{RULES}, or a table of property paths to one of those")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<ToolRule, E> {
+                Rule::parse(s).map(ToolRule::Tool).ok_or_else(|| E::custom(format!("unknown input rule {s:?}: use {RULES}")))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<ToolRule, A::Error> {
+                let mut props = BTreeMap::new();
+                while let Some((k, v)) = map.next_entry::<String, Rule>()? {
+                    props.insert(k, v);
+                }
+                Ok(ToolRule::Properties(props))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 /// `[gateway.chaining]` in stowage.toml.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ChainingConfig {
-    /// Exposed tool name → how `artifact://` URIs in its arguments are materialized. Tools not
-    /// listed get their arguments as written.
-    pub inputs: BTreeMap<String, InputMode>,
+    /// Detect the inputs that take file bytes from each tool's input schema (base64, URL,
+    /// path or text properties) and fill `artifact://` URIs given there in the form each asks
+    /// for. `false`: only declared blobs and the rules in `inputs` are chained.
+    pub auto: bool,
+    /// Exposed tool name → a rule for every `artifact://` URI in its arguments (`url`,
+    /// `base64`, `text`, `path`), `off` (no chaining, no detection), or a table of rules by
+    /// property path that override detection for those properties.
+    pub inputs: BTreeMap<String, ToolRule>,
     /// Hosts the gateway fetches `https://` URLs from on the model's behalf (for `base64`,
     /// `text` and `path` tools). Exact host names, no wildcards; empty fetches from nowhere.
     pub fetch_allowed_hosts: Vec<String>,
@@ -46,6 +149,7 @@ pub struct ChainingConfig {
 impl Default for ChainingConfig {
     fn default() -> Self {
         ChainingConfig {
+            auto: true,
             inputs: BTreeMap::new(),
             fetch_allowed_hosts: Vec::new(),
             input_link_ttl_secs: 300,
@@ -64,5 +168,31 @@ impl ChainingConfig {
     /// Whether the gateway may fetch from `host` (compared without case, as DNS does).
     pub fn may_fetch(&self, host: &str) -> bool {
         self.fetch_allowed_hosts.iter().any(|h| h.eq_ignore_ascii_case(host))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Deserialize)]
+    struct Doc {
+        inputs: BTreeMap<String, ToolRule>,
+    }
+
+    #[test]
+    fn rules_read_as_a_mode_off_or_a_table_of_properties() {
+        let doc: Doc =
+            toml::from_str("[inputs]\na = \"base64\"\nb = \"off\"\n[inputs.c]\n\"attachments[].data\" = \"url\"\nnotes = \"off\"\n")
+                .unwrap();
+        assert_eq!(doc.inputs["a"], ToolRule::Tool(Rule::Mode(InputMode::Base64)));
+        assert_eq!(doc.inputs["b"], ToolRule::Tool(Rule::Off));
+        let ToolRule::Properties(c) = &doc.inputs["c"] else { panic!("{:?}", doc.inputs["c"]) };
+        assert_eq!(c["attachments[].data"], Rule::Mode(InputMode::Url));
+        assert_eq!(c["notes"], Rule::Off);
+        let e = toml::from_str::<Doc>("[inputs]\na = \"bytes\"\n").err().unwrap().to_string();
+        assert!(e.contains("unknown input rule \"bytes\": use \"url\", \"base64\", \"text\", \"path\" or \"off\""), "{e}");
+        let e = toml::from_str::<Doc>("[inputs.c]\nx = \"nope\"\n").err().unwrap().to_string();
+        assert!(e.contains("unknown input rule \"nope\""), "{e}");
     }
 }

@@ -35,7 +35,7 @@ fn forbidden(message: String) -> ToolError {
 }
 
 /// The scheme of `s` if the whole string is one URI (`scheme://rest`, no whitespace).
-fn scheme_of(s: &str) -> Option<&str> {
+pub(super) fn scheme_of(s: &str) -> Option<&str> {
     let (scheme, rest) = s.split_once("://")?;
     let mut chars = scheme.chars();
     let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic());
@@ -98,7 +98,7 @@ pub(crate) async fn translate_inputs(
 }
 
 /// One URI: `None` to pass it through as written, else its replacement.
-async fn materialize(
+pub(super) async fn materialize(
     env: &InputEnv<'_>,
     tool: &str,
     mode: InputMode,
@@ -187,7 +187,11 @@ pub(crate) async fn resolve_link(
 }
 
 /// The artifact as the caller's owner: another owner's id answers exactly like a missing one.
-async fn lookup<'a>(env: &InputEnv<'a>, scope: &ArtifactScope, uri: &str) -> Result<(ArtifactRef, &'a Arc<dyn ArtifactStore>), ToolError> {
+pub(super) async fn lookup<'a>(
+    env: &InputEnv<'a>,
+    scope: &ArtifactScope,
+    uri: &str,
+) -> Result<(ArtifactRef, &'a Arc<dyn ArtifactStore>), ToolError> {
     let store = env.store.filter(|s| !s.is_noop()).ok_or_else(|| {
         ToolError::bad_request(format!("{uri}: this gateway keeps no artifacts (its store keeps nothing), so none can be passed to a tool"))
     })?;
@@ -216,7 +220,7 @@ async fn another_session_of_the_caller(store: &Arc<dyn ArtifactStore>, scope: &A
     theirs.user_id.is_some() && theirs.tenant_id == mine.tenant_id && theirs.user_id == mine.user_id && theirs.session_id != mine.session_id
 }
 
-fn store_error(uri: &str) -> impl Fn(StoreError) -> ToolError + '_ {
+pub(super) fn store_error(uri: &str) -> impl Fn(StoreError) -> ToolError + '_ {
     move |e| match e {
         StoreError::NotFound { .. } => ToolError {
             code: "artifact_not_found",
@@ -229,7 +233,7 @@ fn store_error(uri: &str) -> impl Fn(StoreError) -> ToolError + '_ {
     }
 }
 
-fn check_size(env: &InputEnv<'_>, tool: &str, what: &str, size: u64) -> Result<(), ToolError> {
+pub(super) fn check_size(env: &InputEnv<'_>, tool: &str, what: &str, size: u64) -> Result<(), ToolError> {
     let max = env.config.max_materialize_bytes;
     if size > max {
         return Err(ToolError::bad_request(format!(
@@ -240,7 +244,14 @@ fn check_size(env: &InputEnv<'_>, tool: &str, what: &str, size: u64) -> Result<(
 }
 
 /// The bytes in the form `mode` asks for.
-fn inline(tool: &str, mode: InputMode, what: &str, name: &str, bytes: &[u8], done: &mut Materialized) -> Result<String, ToolError> {
+pub(super) fn inline(
+    tool: &str,
+    mode: InputMode,
+    what: &str,
+    name: &str,
+    bytes: &[u8],
+    done: &mut Materialized,
+) -> Result<String, ToolError> {
     match mode {
         InputMode::Url => unreachable!("url mode never inlines"),
         InputMode::Base64 => Ok(base64::engine::general_purpose::STANDARD.encode(bytes)),

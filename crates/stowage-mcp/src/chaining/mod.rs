@@ -4,8 +4,14 @@
 //! A model writes `artifact://<id>` (or an `https://` URL) in a tool's arguments. Before the
 //! call is forwarded, [`translate_inputs`] materializes every such URI the way the tool's
 //! configured input rule says (`[gateway.chaining.inputs]`: a signed GET link, inline base64,
-//! the UTF-8 text, or a read-only local file removed after the call). Tools with no rule get
-//! their arguments as written.
+//! the UTF-8 text, or a read-only local file removed after the call).
+//!
+//! With no configuration, [`detect`] reads each tool's input schema when the catalog is
+//! fetched and finds the properties that take file bytes (base64, a URL, a local path, text);
+//! the model is told they also take an `artifact://` URI, and per call [`fill`] puts the
+//! artifact there in that form, sets an empty mime/filename sibling, and refuses what the
+//! property cannot take before the upstream is called. Other tools get their arguments as
+//! written.
 //!
 //! Tools that declare their blobs ([`schema`]: AWP's `_awp.blob`, or `x-mcp-file` markers)
 //! are shown to the model with `{uri, contentType?}` inputs and `{accept?, prefix?}` outputs;
@@ -22,13 +28,122 @@
 //! called.
 
 mod config;
+pub mod detect;
+mod fill;
 mod inputs;
 mod outputs;
 pub mod schema;
 
-pub use config::{ChainingConfig, InputMode};
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::Value;
+use stowage_core::ArtifactScope;
+
+pub use config::{ChainingConfig, InputMode, Rule, ToolRule};
+pub use detect::{DetectedInput, ToolInputs};
+pub use fill::Filled;
+pub(crate) use fill::Limits;
 pub(crate) use inputs::{InputEnv, Materialized, translate_inputs};
 pub(crate) use outputs::{OpenSlot, inject, translate_blobs};
+
+use crate::local_tools::ToolError;
+
+/// The chained inputs of one tool, as events and `check-config --tools` report them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DetectedTool {
+    pub tool: String,
+    #[serde(flatten)]
+    pub inputs: ToolInputs,
+}
+
+/// The catalog hook: detects the chained inputs of every tool in `catalog` (except those that
+/// declare their blobs, or have a tool-wide rule) and shows the model what they take.
+/// `stdio(i)`: whether upstream `i` runs on this machine. Returns what upstream `index`'s
+/// tools came to, for the event and the log.
+pub(crate) fn expose_inputs(
+    catalog: &mut crate::router::Catalog,
+    config: &ChainingConfig,
+    stdio: impl Fn(usize) -> bool,
+    index: usize,
+) -> Vec<DetectedTool> {
+    let mut report = Vec::new();
+    for t in &mut catalog.tools {
+        let rule = config.inputs.get(&t.name);
+        if t.blobs.is_some() || detect::tool_rule(rule).is_some() {
+            continue;
+        }
+        let mut found = detect::detect(&t.def, stdio(t.upstream), config.auto, detect::property_rules(rule));
+        if found.is_empty() {
+            continue;
+        }
+        detect::llm_facing(&mut t.def, &mut found);
+        if t.upstream == index {
+            report.push(DetectedTool { tool: t.name.clone(), inputs: found.clone() });
+        }
+        t.inputs = Some(Arc::new(found));
+    }
+    report
+}
+
+impl DetectedTool {
+    /// One line per chained input and note, as `check-config --tools` prints them:
+    /// `content_base64: base64 (its name; sets mime_type)`.
+    pub fn lines(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for d in &self.inputs.inputs {
+            let mut how = vec![d.signal.clone()];
+            if d.widened {
+                how.push("schema widened".into());
+            }
+            if let Some(m) = &d.max_length {
+                how.push(format!("maxLength {m}"));
+            }
+            if !d.media_types.is_empty() {
+                how.push(format!("takes {}", d.media_types.join(", ")));
+            }
+            for s in d.mime_sibling.iter().chain(&d.filename_sibling) {
+                how.push(format!("sets {s}"));
+            }
+            out.push(format!("{}: {} ({})", d.path, d.form, how.join("; ")));
+        }
+        out.extend(self.inputs.notes.iter().cloned());
+        out
+    }
+}
+
+/// What chaining did to one call's arguments: files to remove when the call ends, and what
+/// each detected property was filled with.
+#[derive(Debug, Default)]
+pub(crate) struct Translated {
+    pub materialized: Materialized,
+    pub filled: Vec<Filled>,
+}
+
+/// A call's arguments through its tool's rule (`[gateway.chaining.inputs]`) or, without a
+/// tool-wide one, its detected inputs. Nothing changes unless every URI is accepted.
+pub(crate) async fn translate_call(
+    env: &InputEnv<'_>,
+    tool: &str,
+    inputs: Option<&ToolInputs>,
+    scope: &ArtifactScope,
+    arguments: &mut Value,
+    limits: &Limits<'_>,
+) -> Result<Translated, ToolError> {
+    match detect::tool_rule(env.config.inputs.get(tool)) {
+        Some(Rule::Off) => Ok(Translated::default()),
+        Some(Rule::Mode(mode)) => {
+            Ok(Translated { materialized: translate_inputs(env, tool, mode, scope, arguments).await?, filled: Vec::new() })
+        }
+        None => match inputs.filter(|i| !i.inputs.is_empty()) {
+            Some(inputs) => {
+                let (materialized, filled) = fill::fill(env, tool, inputs, scope, arguments, limits).await?;
+                Ok(Translated { materialized, filled })
+            }
+            None => Ok(Translated::default()),
+        },
+    }
+}
 
 /// Which `s3://` buckets the store's S3 backend owns. The seam for the S3 backend: until it
 /// lands, no bucket is owned and every `s3://` URI is refused with `artifact_forbidden`.
@@ -46,7 +161,7 @@ impl S3Buckets for NoS3 {
 }
 
 /// The gateway's artifact store decides: the `s3` backend owns its configured bucket.
-pub(crate) struct StoreBuckets<'a>(pub Option<&'a std::sync::Arc<dyn stowage_store::ArtifactStore>>);
+pub(crate) struct StoreBuckets<'a>(pub Option<&'a Arc<dyn stowage_store::ArtifactStore>>);
 
 impl S3Buckets for StoreBuckets<'_> {
     fn owns(&self, bucket: &str) -> bool {

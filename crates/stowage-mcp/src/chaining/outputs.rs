@@ -97,9 +97,20 @@ fn namespace(tool: &str) -> String {
 
 /// After the call: what became of each slot, injected where the model and programs read.
 /// A written slot gives `{uri, contentType, size, sha256}`; one never written (or whose
-/// upload did not finish) says so, and no artifact exists for it.
-pub(crate) fn inject(links: Option<&LinkService>, slots: &[OpenSlot], result: &mut Value) {
-    if slots.is_empty() || !result.is_object() {
+/// upload did not finish) says so, and no artifact exists for it. What detected inputs were
+/// filled with goes to `_meta["io.stowage/inputs"]`, for programs only (the model wrote the
+/// URIs itself).
+pub(crate) fn inject(links: Option<&LinkService>, slots: &[OpenSlot], filled: &[super::Filled], result: &mut Value) {
+    if !result.is_object() {
+        return;
+    }
+    if !filled.is_empty() {
+        if !result.get("_meta").is_some_and(Value::is_object) {
+            result["_meta"] = json!({});
+        }
+        result["_meta"]["io.stowage/inputs"] = serde_json::to_value(filled).unwrap_or(Value::Null);
+    }
+    if slots.is_empty() {
         return;
     }
     let mut lines = Vec::new();

@@ -250,7 +250,13 @@ impl Gateway {
         // Blob chaining: artifact URIs in the arguments become what this tool takes. The
         // materialized inputs (files of `path` mode) live until this call returns.
         let chain = match self.translate_chain_inputs(&name, &tool, &scope, &mut params).await {
-            Ok(m) => m,
+            Ok(m) => {
+                if !m.filled.is_empty() {
+                    let inputs = m.filled.clone();
+                    self.events.publish(GatewayEvent::InputsFilled { call, owner: owner.clone(), tool: name.clone(), inputs });
+                }
+                m
+            }
             Err(e) => {
                 tracing::info!(target: "stowage::call", upstream = %upstream, tool = %name, error = %e, "tool call refused: inputs");
                 return Ok(guard.refuse(e));
@@ -293,8 +299,8 @@ impl Gateway {
         let mut draft = self.shaper.prepare(job, raw.into_string()).await;
         // The gateway's additions go in after the offload (the pipeline never sees, or
         // offloads, what is injected) and before the final limit (which holds for them too).
-        if !chain.slots.is_empty() {
-            crate::chaining::inject(self.links.get(), &chain.slots, draft.value_mut());
+        if !chain.slots.is_empty() || !chain.filled.is_empty() {
+            crate::chaining::inject(self.links.get(), &chain.slots, &chain.filled, draft.value_mut());
         }
         self.auto_read_links(session, &mut draft, outbox).await;
         let shaped = self.shaper.finish(job, draft).await;
@@ -432,8 +438,8 @@ impl Gateway {
         CallReply::Rewritten(shaped.value, report)
     }
 
-    /// Applies tool `name`'s input rule (`[gateway.chaining.inputs]`) to the call's arguments;
-    /// a tool without one keeps its arguments as written.
+    /// Applies tool `name`'s input rule (`[gateway.chaining.inputs]`), or its detected inputs,
+    /// to the call's arguments; a tool with neither keeps its arguments as written.
     async fn translate_chain_inputs(
         &self,
         name: &str,
@@ -458,9 +464,12 @@ impl Gateway {
             }
             return Ok(chain);
         }
-        let Some(&mode) = self.config.chaining.inputs.get(name) else { return Ok(chain) };
         let Some(arguments) = params.get_mut("arguments") else { return Ok(chain) };
-        chain._materialized = crate::chaining::translate_inputs(&env, name, mode, scope, arguments).await?;
+        let upstream = self.upstreams[tool.upstream].name();
+        let limits =
+            crate::chaining::Limits { upstream, max_request_bytes: self.config.servers.get(upstream).and_then(|s| s.max_request_bytes) };
+        let done = crate::chaining::translate_call(&env, name, tool.inputs.as_deref(), scope, arguments, &limits).await?;
+        (chain._materialized, chain.filled) = (done.materialized, done.filled);
         Ok(chain)
     }
 
@@ -533,6 +542,8 @@ fn ms(since: Instant) -> f64 {
 #[derive(Default)]
 struct ChainCall {
     _materialized: crate::chaining::Materialized,
+    /// What detected inputs were filled with (reported in the result's `_meta` and an event).
+    filled: Vec<crate::chaining::Filled>,
     slots: Vec<crate::chaining::OpenSlot>,
     links: Option<stowage_http::LinkService>,
 }

@@ -162,10 +162,17 @@ impl Gateway {
             }
         }
         fresh.output_schemas = compile_output_schemas(u.name(), &fresh.tools);
+        // Built, detected and published under the lists' lock: two upstreams listed at once
+        // must not publish out of order, or the later list's tools would vanish until its
+        // next refresh.
         let catalog = {
             let mut lists = self.lists.lock();
             lists[index] = fresh;
-            Catalog::build(&lists, self.prefix, &self.config.separator)
+            let mut catalog = Catalog::build(&lists, self.prefix, &self.config.separator);
+            self.chain_detected(&mut catalog, index);
+            let catalog = Arc::new(catalog);
+            *self.catalog.write() = catalog.clone();
+            catalog
         };
         for c in &catalog.collisions {
             tracing::warn!(target: "stowage::router", "name collision: {c}");
@@ -173,7 +180,6 @@ impl Gateway {
         for r in &catalog.renamed_resources {
             tracing::info!(target: "stowage::router", "{r}");
         }
-        *self.catalog.write() = Arc::new(catalog);
         complete
     }
 }

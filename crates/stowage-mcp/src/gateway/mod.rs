@@ -22,6 +22,7 @@
 
 mod calls;
 mod catalog;
+mod chain_hook;
 mod forward;
 mod handshake;
 mod inbound;

@@ -196,7 +196,7 @@ fn origin_of(url: &str) -> Option<String> {
 
 /// The environment variables that hold this gateway's secrets: link-signing keys, the JWT
 /// secret, HTTP upstreams' bearer tokens. No upstream child ever gets them.
-fn secret_env_vars(plan: &Plan) -> Vec<String> {
+pub(crate) fn secret_env_vars(plan: &Plan) -> Vec<String> {
     let links = plan.links_config.keys.iter().filter_map(|k| k.secret_env.clone());
     let jwt = plan.jwt_secret_env.clone();
     let bearers = plan.gateway.servers.values().filter_map(|s| s.bearer_token_env.clone());
