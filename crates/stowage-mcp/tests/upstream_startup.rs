@@ -26,6 +26,7 @@ fn start_without_waiting(specs: Vec<UpstreamSpec>) -> Arc<Gateway> {
         in_process: None,
         default_session_mode: SessionMode::Shared,
         secret_env: Vec::new(),
+        state_dir: None,
     })
 }
 

@@ -153,6 +153,13 @@ impl Gateway {
         let session = match &target {
             Attribution::Call(t) => t.session.clone(),
             Attribution::Session(s) => s.clone(),
+            // Servers ask for roots as they start, before any client could be behind the
+            // request (server-everything does, on every connection): an empty list is the
+            // true answer for a session nobody owns, and an error would only be logged there.
+            Attribution::Nobody if method == "roots/list" => {
+                crate::routes::dropped("an upstream", "a roots/list request no client can be found for (answered: no roots)");
+                return Message::response(reply_id, &json!({"roots": []}));
+            }
             Attribution::Nobody => {
                 crate::routes::dropped("an upstream", &format!("a {method} request no client can be found for"));
                 return Message::error(
