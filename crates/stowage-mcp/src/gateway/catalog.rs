@@ -190,6 +190,10 @@ impl Gateway {
     fn keep_listing(&self, index: usize, lists: &UpstreamLists) {
         let Some(dir) = self.state_dir.clone() else { return };
         let spec = self.upstreams[index].spec.clone();
+        if matches!(spec.transport, crate::config::TransportSpec::Demo) {
+            // In process: never down, so nothing to show in its place.
+            return;
+        }
         let bytes = last_seen::encode(&spec, lists);
         {
             let mut kept = self.kept.lock();

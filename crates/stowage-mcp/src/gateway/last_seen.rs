@@ -157,7 +157,7 @@ mod tests {
         let back = load(dir.path(), &s).unwrap();
         assert_eq!((back.tools, back.templates), (lists.tools.clone(), lists.templates.clone()));
         let file = path(dir.path(), &s);
-        assert!(file.starts_with(dir.path().join("upstreams")) && file.file_name().unwrap().to_str().unwrap().starts_with("fx_.._x-"));
+        assert!(file.starts_with(dir.path().join("upstreams")) && file.file_name().unwrap().to_str().unwrap().starts_with("fx____x-"));
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;

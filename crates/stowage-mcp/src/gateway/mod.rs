@@ -142,6 +142,12 @@ pub struct Gateway {
     state_dir: Option<std::path::PathBuf>,
     /// Per upstream: the catalog last written to `state_dir` (not written again unchanged).
     kept: Mutex<Vec<Option<Vec<u8>>>>,
+    /// A shared upstream asked for roots before any client was there and was told "none":
+    /// the first client that declares roots makes it ask again (see `forward::ask_client`).
+    roots_owed: std::sync::atomic::AtomicBool,
+    /// Counts clients that finished their handshake: a roots request held until one does
+    /// waits on it.
+    clients_initialized: watch::Sender<u64>,
 }
 
 impl Gateway {
@@ -222,6 +228,8 @@ impl Gateway {
             started: std::time::Instant::now(),
             state_dir,
             kept,
+            roots_owed: std::sync::atomic::AtomicBool::new(false),
+            clients_initialized: watch::channel(0).0,
         });
         let scrubber: Arc<dyn crate::routes::Scrubber> = Arc::new(calls::GatewayScrubber(Arc::downgrade(&gw)));
         let _ = gw.routes.scrubber.set(scrubber);
@@ -479,6 +487,7 @@ impl Gateway {
                 }
             }
             "notifications/roots/list_changed" => self.roots_changed(session, &msg),
+            "notifications/initialized" => self.client_initialized(session),
             _ => {}
         }
     }
