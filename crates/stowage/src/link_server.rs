@@ -490,15 +490,24 @@ async fn start(
     Ok(async move {
         let _alive = alive;
         let until_done = async {
+            // Registered once: a SIGTERM between two checks is not lost.
+            let term = terminated();
+            tokio::pin!(term);
             loop {
                 let left = lease.left();
                 if left == 0 || stopping.is_cancelled() {
                     break;
                 }
+                // Its store's directory removed, or its state file taken by another server:
+                // nothing here is its to serve any more.
+                if files.read_state().is_none_or(|s| s.id != state.id) {
+                    tracing::info!(target: "stowage::links", "its state file {} is gone or another server's: stopping", files.state().display());
+                    break;
+                }
                 tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(left.min(5))) => {}
+                    _ = tokio::time::sleep(Duration::from_secs(left.min(2))) => {}
                     _ = stopping.cancelled() => {}
-                    _ = terminated() => break,
+                    _ = &mut term => break,
                 }
             }
         };

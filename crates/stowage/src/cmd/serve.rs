@@ -199,7 +199,9 @@ pub async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()> {
         readiness,
         store_label: ctx.store_location.describe(ctx.store_backend),
         config_label: ctx.config_source.to_string(),
-        state_dir: Some(store_dir.clone()),
+        // An fs store's directory is this machine's and this user's; a shared backend's local
+        // directory is not where a fleet keeps state.
+        state_dir: (ctx.store_backend == crate::config::Backend::Fs).then(|| store_dir.clone()),
         auth: plan.auth,
         links: link_service,
         people_links,
