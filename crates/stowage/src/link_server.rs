@@ -323,7 +323,9 @@ async fn spawn(files: &Files, store_dir: &Path, config_file: Option<&Path>, port
         .unwrap_or_else(|_| std::process::Stdio::null());
     let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
     let mut cmd = std::process::Command::new(exe);
-    cmd.arg("--store").arg(store_dir).args(["links", "serve", "--ports", &ports.join(",")]);
+    // Absolute: the server runs from `/`, and a relative store (`--store ./s`) must stay this one.
+    let store_dir = std::path::absolute(store_dir).with_context(|| format!("cannot resolve {}", store_dir.display()))?;
+    cmd.arg("--store").arg(&store_dir).args(["links", "serve", "--ports", &ports.join(",")]);
     match config_file {
         Some(f) => cmd.arg("--config-file").arg(f),
         None => cmd.arg("--no-config-file"),

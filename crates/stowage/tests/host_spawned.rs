@@ -216,6 +216,12 @@ async fn links_outlive_the_session_for_two_hosts_at_once_and_a_restart() {
     let (status, _) = text(&m.run(&["links", "status"]));
     assert!(status.contains(&format!("served at http://127.0.0.1:{port}/artifacts/")) && status.contains("until at least"), "{status}");
     let pid = status.split("by pid ").nth(1).unwrap().split_whitespace().next().unwrap().to_owned();
+    // The lease honours the links' TTL (15 min): the server runs until the last link a gateway
+    // could have minted has expired (plus three 10 s renewal periods), and not longer.
+    let until = status.split("until at least ").nth(1).unwrap().split_whitespace().next().unwrap();
+    let until = time::OffsetDateTime::parse(until, &time::format_description::well_known::Rfc3339).unwrap().unix_timestamp();
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    assert!((now + 900 - 20..=now + 930).contains(&until), "until {until}, now {now}: {status}");
 
     // A restart: a new session reuses the server (the same pid and port); yesterday's links
     // work. server-everything's catalog, kept since the first session, is shown at once and
@@ -287,6 +293,24 @@ async fn a_stale_state_file_is_replaced_and_never_trusted() {
     let link = link_of(&seen["calls"][0]);
     assert!(!link.contains(&format!(":{taken}/")), "{link}");
     assert_eq!(download(&link).await.unwrap(), (200, NOTE.to_owned()));
+}
+
+/// A store whose link-server directory cannot be made (a file where `links/` goes): one line
+/// says links are served by this process only, and they work while the session lasts.
+#[tokio::test]
+async fn a_store_the_link_server_cannot_use_is_one_line_and_links_still_work_in_the_session() {
+    let Some((python, everything)) = peers() else { return };
+    let m = Machine::new();
+    m.servers(json!({"everything": {"command": "node", "args": [everything, "stdio"]}}));
+    let id = m.put_note();
+    std::fs::write(m.store().join("links"), "not a directory").unwrap();
+    let (seen, stderr) = m.session(&python, url_calls(&id)).await;
+    let warned: Vec<&str> = stderr.lines().filter(|l| l.contains("download links are served by this process only")).collect();
+    assert_eq!(warned.len(), 1, "{stderr}");
+    assert!(warned[0].contains("links"), "names what failed: {}", warned[0]);
+    assert!(link_of(&seen["calls"][0]).starts_with("http://127.0.0.1:"));
+    assert!(call_text(&seen["calls"][1]).contains("hello from the shell"));
+    std::fs::remove_file(m.store().join("links")).unwrap();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -453,6 +477,28 @@ async fn a_down_http_upstream_and_a_missing_command_are_visible_and_answered_at_
     // serve says what check-config says.
     assert!(stderr.contains(&format!("stowage: warning: {missing}")), "{stderr}");
     assert!(stderr.contains("gone: ") && stderr.contains("NOT CONNECTED"), "{stderr}");
+}
+
+/// A server that listed its tools once and whose command is gone at the next start: the
+/// model still sees those tools (kept in the store), and a call says at once that it is down
+/// and why.
+#[tokio::test]
+async fn a_server_down_at_start_keeps_the_tools_it_listed_last_time() {
+    let Some((python, everything)) = peers() else { return };
+    let m = Machine::new();
+    let script = m.write("conf/everything.sh", &format!("#!/bin/sh\nexec node {} stdio\n", everything.display()));
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    m.servers(json!({"everything": {"command": script}}));
+    let (first, _) = m.session(&python, json!([])).await;
+    let listed = tool_names(&first);
+    assert!(listed.contains(&"echo".to_owned()), "{listed:?}");
+
+    std::fs::remove_file(&script).unwrap();
+    let (second, stderr) = m.session(&python, json!([{"tool": "echo", "arguments": {"message": "x"}}])).await;
+    assert_eq!(tool_names(&second), listed, "the same tools as last time");
+    let message = second["calls"][0]["error"]["message"].as_str().unwrap_or_else(|| panic!("{}", second["calls"][0]));
+    assert!(message.contains("upstream everything is unavailable") && message.contains("everything.sh"), "{message}");
+    assert!(stderr.contains("tools from its last listing are shown, calls say why"), "the banner says so: {stderr}");
 }
 
 // ---------------------------------------------------------------------------------------

@@ -167,7 +167,7 @@ impl Gateway {
             match self.sessions.only_one().filter(|s| s.protocol.lock().is_some() && missing_capability(s, method, None).is_none()) {
                 Some(s) => target = Attribution::Session(s),
                 None => {
-                    self.roots_owed.store(true, std::sync::atomic::Ordering::SeqCst);
+                    self.roots_owed.store(true, Ordering::SeqCst);
                     crate::routes::dropped(
                         "an upstream",
                         "a roots/list request at start-up no client with roots can answer (answered: no roots)",
@@ -314,7 +314,7 @@ impl Gateway {
     /// client was there and this one declares roots, they hear that the roots changed.
     pub(super) fn client_initialized(&self, session: &Session) {
         self.clients_initialized.send_modify(|n| *n += 1);
-        if missing_capability(session, "roots/list", None).is_some() || !self.roots_owed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+        if missing_capability(session, "roots/list", None).is_some() || !self.roots_owed.swap(false, Ordering::SeqCst) {
             return;
         }
         let changed = Message::notification("notifications/roots/list_changed", None);

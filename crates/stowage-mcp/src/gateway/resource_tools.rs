@@ -30,10 +30,11 @@ const OPS: [(ResourceOp, &str); 3] =
 impl Gateway {
     /// Whether upstream `i` gets generated resource tools: it lists at least one resource or
     /// template (FastMCP declares the capability with nothing behind it; three tools that can
-    /// only say "nothing here" would cost every `tools/list` about a kilobyte).
+    /// only say "nothing here" would cost every `tools/list` about a kilobyte). Its listing may
+    /// be the one kept from its last run while it is down: its tools stay the same, and calls
+    /// say why they fail.
     fn lists_resources(&self, catalog: &crate::router::Catalog, i: usize) -> bool {
-        self.upstreams[i].capability("resources")
-            && (catalog.resources.iter().any(|(k, _)| *k == i) || catalog.templates.iter().any(|(k, _)| *k == i))
+        catalog.resources.iter().any(|(k, _)| *k == i) || catalog.templates.iter().any(|(k, _)| *k == i)
     }
 
     /// The generated tools' definitions, one set per upstream that lists resources.
