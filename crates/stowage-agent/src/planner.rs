@@ -404,8 +404,13 @@ impl Planner {
             .await;
         let schema = schema.filter(|s| s.is_object());
         let (progress, mut progress_rx) = Outbox::channel();
-        let opts =
-            CallOptions { trace_id: Some(trace_id.to_owned()), progress: Some(progress), progress_token: None, keep_original: false };
+        let opts = CallOptions {
+            trace_id: Some(trace_id.to_owned()),
+            progress: Some(progress),
+            progress_token: None,
+            keep_original: false,
+            host: None,
+        };
         let arguments = if call.arguments.is_object() { call.arguments.clone() } else { json!({}) };
         let call_fut = self.gateway.call_tool(session, &call.name, arguments, opts);
         tokio::pin!(call_fut);

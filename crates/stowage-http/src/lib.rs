@@ -54,7 +54,7 @@ pub use describe::{Kind, describe, kind_of};
 pub use error::ApiError;
 pub use links::{LinkService, SlotRequest, UploadSlot};
 pub use range::{ByteRange, RangeRequest, parse_range};
-pub use upload::{SlotRegistry, SlotSpec, SlotState};
+pub use upload::{Expected, SlotRegistry, SlotSpec, SlotState, Staged};
 
 /// What the routes share.
 #[derive(Clone)]

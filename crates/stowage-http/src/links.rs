@@ -19,6 +19,7 @@ use stowage_core::{ArtifactId, ArtifactRef, ArtifactScope, PutOptions};
 use stowage_links::{LinkSigner, MAX_TTL, MIN_TTL, SignedLink};
 use stowage_store::{Access, ArtifactStore};
 
+use crate::upload::{Expected, Staged};
 use crate::{ApiError, SlotRegistry, SlotSpec, SlotState};
 
 #[derive(Clone)]
@@ -97,6 +98,18 @@ impl LinkService {
     /// session and trace), and returns its id and write-only link. The link's token carries
     /// `scope`'s owner ids; only a token with exactly those ids can upload.
     pub fn open_upload_slot(&self, scope: &ArtifactScope, request: SlotRequest) -> Result<UploadSlot, ApiError> {
+        self.open_slot(scope, request, None)
+    }
+
+    /// [`LinkService::open_upload_slot`] for an upload whose size and sha256 are declared up
+    /// front: the PUT keeps the body aside (in a temporary file, only if it is exactly
+    /// `expect`), and nothing reaches the store until the caller takes it with
+    /// [`LinkService::take_staged`] and stores it. An uncommitted slot leaves nothing.
+    pub fn open_staged_slot(&self, scope: &ArtifactScope, request: SlotRequest, expect: Expected) -> Result<UploadSlot, ApiError> {
+        self.open_slot(scope, request, Some(expect))
+    }
+
+    fn open_slot(&self, scope: &ArtifactScope, request: SlotRequest, expect: Option<Expected>) -> Result<UploadSlot, ApiError> {
         let Some(slots) = &self.slots else {
             return Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -117,7 +130,7 @@ impl LinkService {
         let mut put = PutOptions::scoped(scope.clone());
         put.filename = request.filename;
         put.namespace = request.namespace;
-        let spec = SlotSpec { owner: owner.clone(), put, max_bytes: request.max_bytes, accept: request.accept, expires_at };
+        let spec = SlotSpec { owner: owner.clone(), put, max_bytes: request.max_bytes, accept: request.accept, expires_at, expect };
         let slot = slots.create(spec, now);
         let link = self.signer.upload_link(&slot, &owner, now, Some(ttl));
         Ok(UploadSlot { slot, link })
@@ -135,5 +148,19 @@ impl LinkService {
     /// upload after this, so a tool cannot write an output its call already reported missing.
     pub fn close_slot(&self, slot: &str) -> Option<SlotState> {
         self.slots.as_ref()?.close(slot, (self.clock)())
+    }
+
+    /// A staged slot's bytes ([`LinkService::open_staged_slot`]), ending the slot; `None`, and
+    /// the slot left as it is, unless exactly the expected bytes are waiting in it.
+    pub fn take_staged(&self, slot: &str) -> Option<Staged> {
+        self.slots.as_ref()?.take_staged(slot, (self.clock)())
+    }
+
+    /// Ends a slot whatever its state: staged bytes are dropped, and an upload still running
+    /// stores nothing.
+    pub fn discard_slot(&self, slot: &str) {
+        if let Some(slots) = &self.slots {
+            slots.discard(slot);
+        }
     }
 }

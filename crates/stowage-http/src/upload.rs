@@ -8,6 +8,15 @@
 //! if that upload fails or its client goes away mid-body (a [`SlotClaim`] guard: the handler's
 //! future may simply be dropped), and spent once it succeeds. An expired slot is removed and
 //! answers like one that never existed.
+//!
+//! A slot opened with an expected size and sha256 ([`SlotSpec::expect`]) is *staged*: its PUT
+//! writes the body to an anonymous temporary file (unlinked from the start, so nothing of it
+//! outlives the process, whatever kills it), hashed as it arrives, and keeps it only when it is
+//! exactly the declared bytes. Nothing reaches the store until whoever opened the slot takes
+//! the bytes ([`SlotRegistry::take_staged`]) and commits them; a slot that expires or is
+//! discarded first takes its file with it. That is how an upload that names its digest up
+//! front becomes an artifact only on its commit, and how a wrong one can never touch an
+//! artifact that was already there (the same bytes are the same content address).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -16,7 +25,8 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
+use sha2::{Digest, Sha256};
 use stowage_core::{ArtifactRef, Owner, PutOptions, StoreError, normalize_media_type};
 use stowage_links::Operation;
 use tokio_util::io::StreamReader;
@@ -38,6 +48,17 @@ pub struct SlotSpec {
     pub accept: Vec<String>,
     /// Unix seconds from which the slot is gone (an upload already running may finish).
     pub expires_at: u64,
+    /// A staged slot: the exact bytes the upload must be. The body waits in a temporary file
+    /// until [`SlotRegistry::take_staged`]; `None` stores it as it arrives.
+    pub expect: Option<Expected>,
+}
+
+/// The bytes a staged slot waits for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expected {
+    pub size: u64,
+    /// Lowercase hex.
+    pub sha256: String,
 }
 
 /// Where a slot is in its single life.
@@ -46,17 +67,44 @@ pub enum SlotState {
     Open,
     Uploading,
     Done(Box<ArtifactRef>),
+    /// A staged slot received exactly the expected bytes; they wait for
+    /// [`SlotRegistry::take_staged`].
+    Staged,
+}
+
+/// A staged upload's bytes, handed to whoever commits them: the body, rewound, in an anonymous
+/// temporary file that disappears when this is dropped.
+#[derive(Debug)]
+pub struct Staged {
+    pub file: std::fs::File,
+    pub size: u64,
+    /// Lowercase hex, computed as the bytes arrived.
+    pub sha256: String,
+    /// The upload's `Content-Type`, normalized.
+    pub mime: Option<String>,
+}
+
+struct Slot {
+    spec: SlotSpec,
+    state: SlotState,
+    staged: Option<Staged>,
 }
 
 /// The server-side table of upload slots. One registry must be shared by whatever opens slots
 /// and the route that receives uploads: [`crate::HttpState::link_service`] does that.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct SlotRegistry {
-    slots: Mutex<HashMap<String, (SlotSpec, SlotState)>>,
+    slots: Mutex<HashMap<String, Slot>>,
+}
+
+impl std::fmt::Debug for SlotRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlotRegistry").field("slots", &self.lock().len()).finish()
+    }
 }
 
 impl SlotRegistry {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, (SlotSpec, SlotState)>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Slot>> {
         // Every change is one assignment under the lock, so a panic elsewhere cannot leave the
         // table half-updated: poisoning is ignored.
         self.slots.lock().unwrap_or_else(|e| e.into_inner())
@@ -71,9 +119,10 @@ impl SlotRegistry {
         getrandom_fill(&mut raw);
         let id = format!("slot_{}", raw.iter().map(|b| format!("{b:02x}")).collect::<String>());
         let mut slots = self.lock();
-        // An upload in progress outlives its slot's expiry; only idle slots go.
-        slots.retain(|_, (spec, state)| now < spec.expires_at || *state == SlotState::Uploading);
-        slots.insert(id.clone(), (spec, SlotState::Open));
+        // An upload in progress outlives its slot's expiry; only idle slots go (staged bytes
+        // nobody took with them).
+        slots.retain(|_, s| now < s.spec.expires_at || s.state == SlotState::Uploading);
+        slots.insert(id.clone(), Slot { spec, state: SlotState::Open, staged: None });
         id
     }
 
@@ -81,12 +130,12 @@ impl SlotRegistry {
     /// is removed).
     pub fn state(&self, id: &str, now: u64) -> Option<SlotState> {
         let mut slots = self.lock();
-        let (spec, state) = slots.get(id)?;
-        if now >= spec.expires_at && *state != SlotState::Uploading {
+        let slot = slots.get(id)?;
+        if now >= slot.spec.expires_at && slot.state != SlotState::Uploading {
             slots.remove(id);
             return None;
         }
-        Some(state.clone())
+        Some(slot.state.clone())
     }
 
     /// Ends the slot's life once whoever opened it has read the outcome (the gateway, after the
@@ -95,23 +144,40 @@ impl SlotRegistry {
     /// finish. Returns the state the slot was in; `None` for an unknown or expired one.
     pub fn close(&self, id: &str, now: u64) -> Option<SlotState> {
         let mut slots = self.lock();
-        let (spec, state) = slots.get(id)?;
-        if now >= spec.expires_at && *state != SlotState::Uploading {
+        let slot = slots.get(id)?;
+        if now >= slot.spec.expires_at && slot.state != SlotState::Uploading {
             slots.remove(id);
             return None;
         }
-        let state = state.clone();
+        let state = slot.state.clone();
         if state != SlotState::Uploading {
             slots.remove(id);
         }
         Some(state)
     }
 
+    /// A staged slot's bytes, ending the slot; `None` (and the slot left as it is) unless the
+    /// slot is staged and not expired.
+    pub fn take_staged(&self, id: &str, now: u64) -> Option<Staged> {
+        let mut slots = self.lock();
+        let slot = slots.get(id)?;
+        if slot.state != SlotState::Staged || now >= slot.spec.expires_at {
+            return None;
+        }
+        slots.remove(id).and_then(|s| s.staged)
+    }
+
+    /// Forgets the slot whatever its state: staged bytes go, and an upload still running
+    /// finds nowhere to land (it stores nothing).
+    pub fn discard(&self, id: &str) {
+        self.lock().remove(id);
+    }
+
     /// Claims the slot for an upload by `owner` at `now`. The claim goes back to open when the
     /// returned guard is dropped without [`SlotClaim::done`].
     pub(crate) fn claim(self: &Arc<Self>, id: &str, owner: &Owner, now: u64) -> Result<SlotClaim, ApiError> {
         let mut slots = self.lock();
-        let Some((spec, state)) = slots.get_mut(id) else { return Err(ApiError::not_found()) };
+        let Some(Slot { spec, state, .. }) = slots.get_mut(id) else { return Err(ApiError::not_found()) };
         // Someone else's slot, an expired one or none at all: indistinguishable.
         if &spec.owner != owner {
             return Err(ApiError::not_found());
@@ -124,7 +190,9 @@ impl SlotRegistry {
                 slots.remove(id);
                 Err(ApiError::not_found())
             }
-            SlotState::Done(_) => Err(ApiError::new(StatusCode::CONFLICT, "bad_request", "this upload slot has already been used")),
+            SlotState::Done(_) | SlotState::Staged => {
+                Err(ApiError::new(StatusCode::CONFLICT, "bad_request", "this upload slot has already been used"))
+            }
             SlotState::Open => {
                 *state = SlotState::Uploading;
                 Ok(SlotClaim { registry: self.clone(), id: id.to_owned(), spec: spec.clone(), done: false })
@@ -151,8 +219,18 @@ impl SlotClaim {
     /// The upload stored `artifact`: the slot is spent.
     pub fn done(mut self, artifact: ArtifactRef) {
         self.done = true;
-        if let Some((_, state)) = self.registry.lock().get_mut(&self.id) {
-            *state = SlotState::Done(Box::new(artifact));
+        if let Some(slot) = self.registry.lock().get_mut(&self.id) {
+            slot.state = SlotState::Done(Box::new(artifact));
+        }
+    }
+
+    /// The upload staged exactly the expected bytes: they wait in the slot. A slot discarded
+    /// meanwhile keeps nothing (the file is dropped here).
+    pub fn staged(mut self, staged: Staged) {
+        self.done = true;
+        if let Some(slot) = self.registry.lock().get_mut(&self.id) {
+            slot.state = SlotState::Staged;
+            slot.staged = Some(staged);
         }
     }
 }
@@ -162,10 +240,10 @@ impl Drop for SlotClaim {
         if self.done {
             return;
         }
-        if let Some((_, state)) = self.registry.lock().get_mut(&self.id)
-            && *state == SlotState::Uploading
+        if let Some(slot) = self.registry.lock().get_mut(&self.id)
+            && slot.state == SlotState::Uploading
         {
-            *state = SlotState::Open;
+            slot.state = SlotState::Open;
         }
     }
 }
@@ -207,12 +285,20 @@ pub(crate) async fn upload(
     let claim = state.slots.claim(&slot, &claims.owner, now)?;
     // On error, or if this future is dropped while the body streams in, `claim` is dropped
     // and the slot is open again.
-    let r = store_upload(&state, claim.spec(), &headers, body).await?;
+    let mime = check_headers(claim.spec(), &headers)?;
+    if let Some(expect) = claim.spec().expect.clone() {
+        let staged = stage_upload(&expect, mime, body).await?;
+        let answer = serde_json::json!({"staged": true, "size": staged.size, "sha256": staged.sha256});
+        claim.staged(staged);
+        return Ok((StatusCode::ACCEPTED, axum::Json(answer)).into_response());
+    }
+    let r = store_upload(&state, claim.spec(), mime, body).await?;
     claim.done(r.clone());
     Ok((StatusCode::CREATED, axum::Json(r)).into_response())
 }
 
-async fn store_upload(state: &HttpState, spec: &SlotSpec, headers: &HeaderMap, body: Body) -> Result<ArtifactRef, ApiError> {
+/// The upload's media type, if it sent one; refusals for what the slot does not take.
+fn check_headers(spec: &SlotSpec, headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     // The uploader controls its Content-Type, so a list, a wildcard or garbage is its mistake
     // to fix: refused here rather than left to the store, which would type the bytes itself.
     let mime = match headers.get(header::CONTENT_TYPE) {
@@ -234,6 +320,48 @@ async fn store_upload(state: &HttpState, spec: &SlotSpec, headers: &HeaderMap, b
     if declared.is_some_and(|n| n > spec.max_bytes) {
         return Err(too_large(spec.max_bytes));
     }
+    Ok(mime)
+}
+
+/// Writes the body to an anonymous temporary file, hashing it, and keeps it only when it is
+/// exactly `expect`.
+async fn stage_upload(expect: &Expected, mime: Option<String>, body: Body) -> Result<Staged, ApiError> {
+    use tokio::io::{AsyncSeekExt, AsyncWriteExt};
+    let unavailable = |e: std::io::Error| {
+        tracing::warn!(target: "stowage::http", "cannot stage an upload: {e}");
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "artifact_storage_failed", "cannot stage the upload now; try again later")
+    };
+    let file = tokio::task::spawn_blocking(tempfile::tempfile).await.map_err(|e| unavailable(std::io::Error::other(e)))?;
+    let mut file = tokio::fs::File::from_std(file.map_err(unavailable)?);
+    let mut hasher = Sha256::new();
+    let mut size = 0u64;
+    let mut stream = body.into_data_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| ApiError::bad_request(format!("the upload broke off: {e}")))?;
+        size += chunk.len() as u64;
+        if size > expect.size {
+            return Err(mismatch(expect, &format!("more than {} bytes", expect.size)));
+        }
+        hasher.update(&chunk);
+        file.write_all(&chunk).await.map_err(unavailable)?;
+    }
+    let sha256 = hex::encode(hasher.finalize());
+    if size != expect.size || !sha256.eq_ignore_ascii_case(&expect.sha256) {
+        return Err(mismatch(expect, &format!("{size} bytes with sha256 {sha256}")));
+    }
+    file.flush().await.map_err(unavailable)?;
+    file.seek(std::io::SeekFrom::Start(0)).await.map_err(unavailable)?;
+    Ok(Staged { file: file.into_std().await, size, sha256, mime })
+}
+
+fn mismatch(expect: &Expected, got: &str) -> ApiError {
+    ApiError::bad_request(format!(
+        "the body is {got}, not the declared {} bytes with sha256 {}; nothing was kept (send exactly the declared file)",
+        expect.size, expect.sha256
+    ))
+}
+
+async fn store_upload(state: &HttpState, spec: &SlotSpec, mime: Option<String>, body: Body) -> Result<ArtifactRef, ApiError> {
     // Count bytes as they stream so a body without (or lying about) Content-Length is cut off
     // at the slot's limit instead of filling the disk.
     let max = spec.max_bytes;
@@ -286,7 +414,7 @@ mod tests {
     use super::*;
 
     fn spec(owner: &Owner, expires_at: u64) -> SlotSpec {
-        SlotSpec { owner: owner.clone(), put: PutOptions::default(), max_bytes: 10, accept: Vec::new(), expires_at }
+        SlotSpec { owner: owner.clone(), put: PutOptions::default(), max_bytes: 10, accept: Vec::new(), expires_at, expect: None }
     }
 
     fn artifact() -> ArtifactRef {

@@ -14,6 +14,7 @@ use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 use stowage_core::{ArtifactId, ArtifactRef, ArtifactScope, Isolation, Owner, PutOptions};
 use stowage_http::{HttpState, LinkService, SlotRequest, SlotSpec, SlotState, routes};
 use stowage_links::{KeyRing, LinkSigner, LinksConfig, Operation};
@@ -279,6 +280,7 @@ async fn upload_slots_are_single_use_and_write_only() {
             max_bytes: 1000,
             accept: vec!["image/*".into()],
             expires_at: NOW + 60,
+            expect: None,
         },
         NOW,
     );
@@ -475,6 +477,64 @@ async fn upload_slots_opened_through_the_link_service_work_over_http() {
     assert_eq!(s.put(&s.upload_url(&short.slot, &alice.owner(), NOW + 3600), "image/png", png).await, unknown_later);
     assert_eq!(unknown_later.0, StatusCode::NOT_FOUND);
     assert_eq!(s.links.slot_state(&short.slot), None);
+}
+
+static STAGED_CLOCK: AtomicU64 = AtomicU64::new(NOW);
+
+fn staged_clock() -> u64 {
+    STAGED_CLOCK.load(Ordering::SeqCst)
+}
+
+/// A staged slot (size and sha256 declared up front) keeps the body aside: nothing reaches the
+/// store from the PUT, a body that is not exactly the declared one is refused and kept
+/// nowhere, and bytes nobody takes are gone with the slot.
+#[tokio::test]
+async fn staged_slots_keep_exactly_the_declared_bytes_aside_until_taken() {
+    use std::io::Read;
+    let s = Served::start(staged_clock).await;
+    let dana = ArtifactScope::session("s1").with_user("dana");
+    let file = b"exactly these bytes".to_vec();
+    let expect = stowage_http::Expected { size: file.len() as u64, sha256: hex::encode(Sha256::digest(&file)) };
+    let request = SlotRequest { max_bytes: file.len() as u64, ttl: Some(Duration::from_secs(60)), ..SlotRequest::default() };
+    let opened = s.links.open_staged_slot(&dana, request.clone(), expect.clone()).unwrap();
+
+    // The wrong bytes: refused, nothing kept, the slot open for the right ones.
+    let (status, body) = s.put(&opened.link.url, "text/plain", b"exactly those bytes!".to_vec()).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    let (status, body) = s.put(&opened.link.url, "text/plain", b"exactly those bytes".to_vec()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("not the declared 19 bytes") && message.contains("nothing was kept"), "{message}");
+    assert_eq!(s.links.slot_state(&opened.slot), Some(SlotState::Open));
+    assert!(s.links.take_staged(&opened.slot).is_none(), "nothing to take from an open slot");
+
+    // The right bytes wait aside: the store has nothing until they are taken.
+    let (status, body) = s.put(&opened.link.url, "text/plain", file.clone()).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!((body["size"].as_u64(), body["sha256"].as_str()), (Some(19), Some(expect.sha256.as_str())));
+    assert_eq!(s.links.slot_state(&opened.slot), Some(SlotState::Staged));
+    assert!(s.store.list(stowage_store::ListQuery::default()).await.unwrap().items.is_empty(), "a PUT alone stores nothing");
+    let (status, _) = s.put(&opened.link.url, "text/plain", file.clone()).await;
+    assert_eq!(status, StatusCode::CONFLICT, "single use");
+    let mut staged = s.links.take_staged(&opened.slot).expect("the staged bytes");
+    assert_eq!((staged.size, staged.sha256.as_str(), staged.mime.as_deref()), (19, expect.sha256.as_str(), Some("text/plain")));
+    let mut back = Vec::new();
+    staged.file.read_to_end(&mut back).unwrap();
+    assert_eq!(back, file);
+    assert_eq!(s.links.slot_state(&opened.slot), None, "taken: the slot is over");
+
+    // Staged and never taken: gone once the slot expires, and a discarded one at once.
+    let late = s.links.open_staged_slot(&dana, request.clone(), expect.clone()).unwrap();
+    assert_eq!(s.put(&late.link.url, "text/plain", file.clone()).await.0, StatusCode::ACCEPTED);
+    STAGED_CLOCK.store(NOW + 60, Ordering::SeqCst);
+    assert!(s.links.take_staged(&late.slot).is_none());
+    assert_eq!(s.links.slot_state(&late.slot), None);
+    STAGED_CLOCK.store(NOW, Ordering::SeqCst);
+    let dropped = s.links.open_staged_slot(&dana, request, expect).unwrap();
+    assert_eq!(s.put(&dropped.link.url, "text/plain", file).await.0, StatusCode::ACCEPTED);
+    s.links.discard_slot(&dropped.slot);
+    assert!(s.links.take_staged(&dropped.slot).is_none());
+    assert!(s.store.list(stowage_store::ListQuery::default()).await.unwrap().items.is_empty());
 }
 
 /// A client that goes away mid-body must not leave the slot claimed forever: the server drops

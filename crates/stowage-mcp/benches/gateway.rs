@@ -14,6 +14,9 @@
 //!    idle and what is measured is the gateway), against the same calls with nothing else in
 //!    flight, `BENCH_ROUNDS` rounds (default 20).
 //!
+//! 5. `BENCH_BASELINE=<older stowage binary>` instead: the small calls (as an unknown client
+//!    and as `claude-code`) and the 50 MB result through that build and this one, alternating.
+//!
 //! Reproduce: `cargo build --release -p stowage && cargo bench -p stowage-mcp --bench gateway`
 //! (`STOWAGE_BIN` overrides the path of the `stowage` binary, e.g. an older build to compare;
 //! `BENCH_CALLS` the call count; `BENCH_ONLY_BIG=1` runs only the 50 MB case).
@@ -167,6 +170,10 @@ fn main() {
         contention(&stowage, fixture, no_links);
         return;
     }
+    if let Some(baseline) = std::env::var_os("BENCH_BASELINE") {
+        against(std::path::Path::new(&baseline), &stowage, fixture, no_links);
+        return;
+    }
     if std::env::var_os("BENCH_HOSTS").is_some() {
         hosts(&stowage, fixture, no_links);
         return;
@@ -203,8 +210,7 @@ fn main() {
     // Each fixture builds its answer before the clock starts: the time measured runs from
     // the upstream having its result to the client having the answer.
     let runs: usize = std::env::var("BENCH_BIG_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(5).max(1);
-    let big = r#"{"name":"get_view_pdf","arguments":{"bytes":37500000}}"#;
-    let prepare = r#"{"name":"get_view_pdf","arguments":{"bytes":37500000,"prepare":true}}"#;
+    let (big, prepare) = (BIG, PREPARE_BIG);
     let (mut directs, mut vias, mut transforms, mut rss_max) = (Vec::new(), Vec::new(), Vec::new(), 0u64);
     for run in 0..runs {
         let mut direct = Peer::spawn(&mut Command::new(fixture));
@@ -214,18 +220,7 @@ fn main() {
         let direct_time = t.elapsed();
         let direct_len = line.len();
         drop(direct);
-        let run_store = tempfile::tempdir().unwrap();
-        let mut cmd = Command::new(&stowage);
-        cmd.arg("serve").arg("--stdio").args(no_links).arg("--store").arg(run_store.path()).arg("--").arg(fixture);
-        cmd.env("STOWAGE_LOG", "error");
-        let mut via = Peer::spawn(&mut cmd);
-        via.call("tools/call", prepare);
-        let rss_before = via.peak_rss_kb();
-        let t = Instant::now();
-        let line = via.call("tools/call", big);
-        let via_time = t.elapsed();
-        let rss = via.peak_rss_kb();
-        drop(via);
+        let (line, via_time, rss, rss_before) = big_run(&stowage, fixture, no_links);
         assert!(line.contains("resource_link"), "not offloaded: {}", &line[..line.len().min(500)]);
         let ms = transform_ms(&line);
         println!(
@@ -250,6 +245,98 @@ fn main() {
         vias[runs / 2].as_secs_f64(),
         transforms[runs / 2],
         rss_max as f64 / 1024.0
+    );
+}
+
+/// The 50 MB case's call, and the call that has the fixture build its answer beforehand.
+const BIG: &str = r#"{"name":"get_view_pdf","arguments":{"bytes":37500000}}"#;
+const PREPARE_BIG: &str = r#"{"name":"get_view_pdf","arguments":{"bytes":37500000,"prepare":true}}"#;
+
+/// One 50 MB result through a fresh `stowage serve --stdio` of `stowage` with a fresh store:
+/// the answer line, the time from the upstream having it to the client having the answer, and
+/// the gateway's peak RSS after and before the call (kB).
+fn big_run(stowage: &std::path::Path, fixture: &std::path::Path, no_links: &[&str]) -> (String, Duration, u64, u64) {
+    let run_store = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(stowage);
+    cmd.arg("serve").arg("--stdio").args(no_links).arg("--store").arg(run_store.path()).arg("--").arg(fixture);
+    cmd.env("STOWAGE_LOG", "error");
+    let mut via = Peer::spawn(&mut cmd);
+    via.call("tools/call", PREPARE_BIG);
+    let rss_before = via.peak_rss_kb();
+    let t = Instant::now();
+    let line = via.call("tools/call", BIG);
+    let via_time = t.elapsed();
+    let rss = via.peak_rss_kb();
+    drop(via);
+    (line, via_time, rss, rss_before)
+}
+
+/// `BENCH_BASELINE=<an older stowage binary>`: the same calls through the older build and
+/// this one, in one run, rounds alternating so load drifts hit both alike: small `echo` calls
+/// as an unknown client and as `claude-code` (p50/p99 each, and what this build adds), then
+/// the 50 MB result `BENCH_BIG_RUNS` times each (medians of time and peak RSS).
+fn against(baseline: &std::path::Path, stowage: &std::path::Path, fixture: &std::path::Path, no_links: &[&str]) {
+    let n: usize = std::env::var("BENCH_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
+    let rounds = 10;
+    println!("against {}: {n} small calls per build and profile, {rounds} alternating rounds", baseline.display());
+    for client in ["bench", "claude-code"] {
+        let store = tempfile::tempdir().unwrap();
+        let gateway = |bin: &std::path::Path| {
+            let mut c = Command::new(bin);
+            c.arg("serve").arg("--stdio").args(no_links).arg("--store").arg(store.path()).arg("--").arg(fixture);
+            c.env("STOWAGE_LOG", "error");
+            c
+        };
+        let mut old = Peer::spawn_as(&mut gateway(baseline), client);
+        let mut new = Peer::spawn_as(&mut gateway(stowage), client);
+        latency(&mut old, 500);
+        latency(&mut new, 500);
+        let (mut o, mut w) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            o.extend(latency(&mut old, n / rounds));
+            w.extend(latency(&mut new, n / rounds));
+        }
+        o.sort();
+        w.sort();
+        let (o50, o99, w50, w99) = (percentile(&o, 0.5), percentile(&o, 0.99), percentile(&w, 0.5), percentile(&w, 0.99));
+        println!(
+            "small calls as {client:<12} baseline p50 {:7.1} us p99 {:7.1} us | this build p50 {:7.1} us p99 {:7.1} us | added at p50 {:+6.1} us",
+            us(o50),
+            us(o99),
+            us(w50),
+            us(w99),
+            us(w50) - us(o50)
+        );
+    }
+    let runs: usize = std::env::var("BENCH_BIG_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(5).max(1);
+    let (mut ot, mut wt, mut orss, mut wrss) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for run in 0..runs {
+        for (bin, times, rsss, label) in [(baseline, &mut ot, &mut orss, "baseline"), (stowage, &mut wt, &mut wrss, "this build")] {
+            let (line, t, rss, _) = big_run(bin, fixture, no_links);
+            assert!(line.contains("resource_link"), "not offloaded by the {label}: {}", &line[..line.len().min(500)]);
+            println!(
+                "50 MB result, run {run}, {label:<10}: {:.3} s, {} bytes to the client, peak RSS {:.1} MB",
+                t.as_secs_f64(),
+                line.len(),
+                rss as f64 / 1024.0
+            );
+            times.push(t);
+            rsss.push(rss);
+        }
+    }
+    for v in [&mut ot, &mut wt] {
+        v.sort();
+    }
+    for v in [&mut orss, &mut wrss] {
+        v.sort();
+    }
+    println!(
+        "50 MB result, median of {runs}: baseline {:.3} s, {:.1} MB peak | this build {:.3} s, {:.1} MB peak | ratio {:.2}",
+        ot[runs / 2].as_secs_f64(),
+        orss[runs / 2] as f64 / 1024.0,
+        wt[runs / 2].as_secs_f64(),
+        wrss[runs / 2] as f64 / 1024.0,
+        wt[runs / 2].as_secs_f64() / ot[runs / 2].as_secs_f64()
     );
 }
 

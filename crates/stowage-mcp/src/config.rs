@@ -44,8 +44,9 @@ pub struct GatewayConfig {
     pub http_body_timeout_secs: u64,
     /// HTTP/2: an idle connection whose keep-alive ping goes unanswered this long is closed.
     pub http_idle_timeout_secs: u64,
-    /// HTTP: sessions one identity (tenant and user) may hold open at once; past it,
-    /// `initialize` is refused until one ends (DELETE, or idle expiry).
+    /// HTTP: sessions one identity (tenant and user) may hold open at once. At the cap, a
+    /// new `initialize` ends that identity's least recently used idle session (its client
+    /// gets 404 and initializes again); only when every one is busy is it refused (429).
     pub max_sessions_per_identity: usize,
     /// First delay before restarting a failed upstream; doubles up to `restart_backoff_max_ms`.
     pub restart_backoff_initial_ms: u64,
@@ -60,6 +61,10 @@ pub struct GatewayConfig {
     pub sse_retry_ms: u64,
     /// HTTP: bytes of events kept per SSE stream for replay after a reconnect.
     pub replay_buffer_bytes: usize,
+    /// HTTP: bytes of events kept for replay over all streams of all sessions together; past
+    /// it, the buffers of the streams that started buffering first are dropped (resuming
+    /// those is refused, and the client re-sends its request).
+    pub resume_max_total_bytes: usize,
     /// HTTP: a session with no request, no open stream and no call in flight for this long
     /// is ended (its client gets 404 and initializes again). 0 keeps sessions forever.
     pub session_idle_timeout_secs: u64,
@@ -150,6 +155,7 @@ impl Default for GatewayConfig {
             resume_window_ms: 30_000,
             sse_retry_ms: 1_000,
             replay_buffer_bytes: 8 << 20,
+            resume_max_total_bytes: 64 << 20,
             session_idle_timeout_secs: 1_800,
             upstream_session_idle_secs: 600,
             max_upstream_sessions: 64,

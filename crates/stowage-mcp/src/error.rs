@@ -12,6 +12,11 @@ use crate::upstream::CallError;
 pub enum GatewayError {
     #[error("unknown tool: {0}")]
     UnknownTool(String),
+    /// An in-process caller asked for a host profile no configuration names.
+    #[error(
+        "unknown host profile {0:?}: the built-in ones are default, claude-desktop, claude-code, codex, vscode, connectors and sdk, plus any [[hosts]] adds"
+    )]
+    UnknownHost(String),
     #[error("unknown prompt: {0}")]
     UnknownPrompt(String),
     #[error("resource not found: {0}")]
@@ -45,7 +50,10 @@ impl GatewayError {
     /// The JSON-RPC error code.
     pub fn code(&self) -> i64 {
         match self {
-            GatewayError::UnknownTool(_) | GatewayError::UnknownPrompt(_) | GatewayError::InvalidParams(_) => code::INVALID_PARAMS,
+            GatewayError::UnknownTool(_)
+            | GatewayError::UnknownHost(_)
+            | GatewayError::UnknownPrompt(_)
+            | GatewayError::InvalidParams(_) => code::INVALID_PARAMS,
             GatewayError::UnknownRequestState => code::INVALID_PARAMS,
             GatewayError::ResourceNotFound(_) => code::RESOURCE_NOT_FOUND,
             GatewayError::MethodNotFound(_) => code::METHOD_NOT_FOUND,

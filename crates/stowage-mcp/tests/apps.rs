@@ -245,19 +245,22 @@ async fn uploads_by_chunks_and_by_link_keep_only_what_was_declared() {
         .send()
         .await
         .unwrap();
-    assert_eq!(put.status(), 201);
+    // Staged, not stored: the commit makes it an artifact.
+    assert_eq!(put.status(), 202);
     assert_eq!(put.headers()["access-control-allow-origin"], "*");
+    let listed = w.store.list(Default::default()).await.unwrap().items;
+    assert!(!listed.iter().any(|a| a.sha256 == sha(&small)), "a PUT alone is no artifact: {listed:?}");
     let done = apps.call("artifact_upload_commit", json!({"upload": up})).await;
     let artifact = ok(&done)["artifact"].clone();
     assert_eq!(artifact["sha256"].as_str(), Some(sha(&small).as_str()));
     let get = http.get(artifact["url"].as_str().unwrap()).header("origin", "null").send().await.unwrap();
     assert_eq!(get.headers()["access-control-allow-origin"], "*");
     assert_eq!(get.bytes().await.unwrap(), small);
-    // A PUT of something else than declared is deleted again at the commit.
+    // A PUT of something else than declared is refused and kept nowhere.
     let r = apps.call("artifact_upload_begin", begin(5, sha(b"right"))).await;
     let (up, url) = (ok(&r)["upload"].as_str().unwrap().to_owned(), ok(&r)["url"].as_str().unwrap().to_owned());
     let before = w.store.list(Default::default()).await.unwrap().items.len();
-    assert_eq!(http.put(&url).body(b"wrong".to_vec()).send().await.unwrap().status(), 201);
+    assert_eq!(http.put(&url).body(b"wrong".to_vec()).send().await.unwrap().status(), 400);
     assert!(error_text(&apps.call("artifact_upload_commit", json!({"upload": up})).await).contains("nothing was kept"));
-    assert_eq!(w.store.list(Default::default()).await.unwrap().items.len(), before, "the mismatched upload was deleted");
+    assert_eq!(w.store.list(Default::default()).await.unwrap().items.len(), before, "nothing of the mismatched upload");
 }

@@ -141,7 +141,7 @@ fn links_work_over_stdio_on_a_loopback_listener() {
     let v: Value = serde_json::from_str(&line).unwrap();
     let link = v["result"]["content"].as_array().unwrap().iter().find(|b| b["type"] == "resource_link").expect("a resource_link").clone();
     let url = link["uri"].as_str().unwrap().to_owned();
-    assert!(url.starts_with("http://127.0.0.1:") && url.contains("/artifacts/get_view_pdf_") && url.contains("?token=v1."), "{url}");
+    assert!(url.starts_with("http://127.0.0.1:") && url.contains("/artifacts/get_view_pdf_") && url.contains("?token=c."), "{url}");
     assert!(!url.contains(":8787/"), "the taken default port was not used: {url}");
     let want = stowage_testkit::samples::pdf(375_000, "Sales Dashboard");
     let got = reqwest::blocking_get(&url);

@@ -159,8 +159,13 @@ async fn in_process_calls_return_the_report_and_publish_events() {
     let names: Vec<String> = gw.list_tools(&session).iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect();
     assert!(names.contains(&"get_view_pdf".to_owned()), "{names:?}");
     let (progress, mut progress_rx) = Outbox::channel();
-    let opts =
-        CallOptions { trace_id: Some("run-1".into()), progress: Some(progress), progress_token: Some(json!("p1")), keep_original: false };
+    let opts = CallOptions {
+        trace_id: Some("run-1".into()),
+        progress: Some(progress),
+        progress_token: Some(json!("p1")),
+        keep_original: false,
+        host: None,
+    };
     let out = gw.call_tool(&session, "get_view_pdf", json!({}), opts).await.unwrap();
     let link = out.result["content"].as_array().unwrap().iter().find(|b| b["type"] == "resource_link").expect("a link");
     assert!(link["uri"].as_str().unwrap().starts_with("artifact://get_view_pdf_"));
@@ -457,6 +462,19 @@ async fn base64_leaves_logs_progress_and_error_data_too() {
     let pdfs: Vec<_> = items.values().filter(|(b, _)| b.starts_with(b"%PDF")).collect();
     assert_eq!(pdfs.len(), 3);
     assert!(pdfs.iter().all(|(_, o)| o.scope.user_id.as_deref() == Some("local")));
+}
+
+/// Issue 26: with the store full, an upstream error whose data carries a blob becomes a line
+/// that says so, and the store's own message (which names a server path) reaches only the log.
+#[tokio::test]
+async fn error_data_the_store_cannot_take_names_no_server_path() {
+    let full = Arc::new(MemSink { fail: true.into(), ..Default::default() });
+    let c = Client::start(vec![fixture_spec("fx", None, T)], full, fast_config(), None).await;
+    let error = c.call("heavy_error", json!({})).await;
+    assert_eq!(error["error"]["message"], "failed, report attached", "{error}");
+    let data = error["error"]["data"].to_string();
+    assert!(data.contains("artifact_storage_failed") && data.contains("could not take it"), "{data}");
+    assert!(!data.contains("/nonexistent") && !data.contains("JVBERi0"), "no server path, no base64: {data}");
 }
 
 /// A storm of `list_changed` from an upstream costs one refetch of its lists, not one each.

@@ -421,32 +421,51 @@ async fn an_oversized_http_upstream_reply_fails_its_call_at_once() {
 }
 
 /// Requests are refused past `gateway.max_request_bytes` with a JSON-RPC error naming it, and
-/// an identity cannot open sessions without end.
+/// an identity cannot open sessions without end, yet abandoned sessions never lock it out: at
+/// the cap, the least recently used idle session makes room (its client gets 404 and
+/// initializes again), and only when every session is busy is a new one refused.
 #[tokio::test]
 async fn request_bodies_and_sessions_per_identity_are_capped() {
     let config = stowage_mcp::config::GatewayConfig { max_request_bytes: 64 * 1024, max_sessions_per_identity: 2, ..fast_config() };
     let (gw, url) = start_with(None, config).await;
-    let sid = initialize(&url).await;
+    let first = initialize(&url).await;
     let big = rpc(2, "tools/call", json!({"name": "echo", "arguments": {"message": "m".repeat(100_000)}}));
-    let (status, _, msgs) = post(&url, Some(&sid), BOTH, big).await;
+    let (status, _, msgs) = post(&url, Some(&first), BOTH, big).await;
     assert_eq!(status, 413);
     assert!(msgs[0]["error"]["message"].as_str().unwrap().contains("65536 byte limit (gateway.max_request_bytes)"), "{msgs:?}");
-    // The second session is fine, the third is refused with what to do.
-    initialize(&url).await;
+    let ping = || rpc(9, "ping", json!({}));
+    // Two sessions abandoned without DELETE, the first used last: the second is the one to go.
+    let second = initialize(&url).await;
+    assert_eq!(post(&url, Some(&first), BOTH, ping()).await.0, 200);
+    let third = initialize(&url).await;
+    let (status, _, msgs) = post(&url, Some(&second), BOTH, ping()).await;
+    assert_eq!(status, 404, "the least recently used session made room: {msgs:?}");
+    assert_eq!(post(&url, Some(&first), BOTH, ping()).await.0, 200);
+    assert_eq!(post(&url, Some(&third), BOTH, ping()).await.0, 200);
+    // Its client initializes again, as the specification tells it to (now `first` goes).
+    let again = initialize(&url).await;
+    assert_eq!(post(&url, Some(&again), BOTH, ping()).await.0, 200);
+    assert_eq!(post(&url, Some(&first), BOTH, ping()).await.0, 404);
+
+    // Both sessions listening on their streams are busy: nothing to end, so the new one waits.
+    let _third_listens = sse_request(&url, &third).send().await.unwrap();
+    let _again_listens = sse_request(&url, &again).send().await.unwrap();
     let init =
         rpc(1, "initialize", json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}));
     let (status, _, msgs) = post(&url, None, BOTH, init.clone()).await;
     assert_eq!(status, 429);
-    assert!(msgs[0]["error"]["message"].as_str().unwrap().contains("max_sessions_per_identity"), "{msgs:?}");
+    let message = msgs[0]["error"]["message"].as_str().unwrap();
+    assert!(message.contains("all busy") && message.contains("max_sessions_per_identity"), "{message}");
     // Ending one makes room.
-    let ended = reqwest::Client::new().delete(&url).header("mcp-session-id", &sid).send().await.unwrap();
+    let ended = reqwest::Client::new().delete(&url).header("mcp-session-id", &third).send().await.unwrap();
     assert_eq!(ended.status().as_u16(), 200);
     assert_eq!(post(&url, None, BOTH, init).await.0, 200);
     gw.shutdown();
 }
 
 /// Over HTTP/2 the host is in `:authority`, not a Host header: a loopback client is let in,
-/// and a foreign authority is still refused.
+/// a foreign authority is still refused, and a Host header that disagrees with the authority
+/// is refused as ambiguous (RFC 9112 §3.2) before any route sees it.
 #[tokio::test]
 async fn http2_requests_are_checked_by_their_authority() {
     let (gw, url) = start(None).await;
@@ -456,17 +475,58 @@ async fn http2_requests_are_checked_by_their_authority() {
     let r = client.post(&url).header("content-type", "application/json").header("accept", BOTH).body(init).send().await.unwrap();
     assert_eq!(r.version(), reqwest::Version::HTTP_2);
     assert_eq!(r.status().as_u16(), 200, "{}", r.text().await.unwrap());
-    let port = url.split(':').nth(2).unwrap().split('/').next().unwrap();
-    let foreign = format!("http://evil.example:{port}/mcp");
+    let addr: std::net::SocketAddr = url.trim_start_matches("http://").trim_end_matches("/mcp").parse().unwrap();
+    // A page on evil.example whose name resolves here (DNS rebinding).
+    let rebound = reqwest::Client::builder().http2_prior_knowledge().resolve("evil.example", addr).build().unwrap();
+    let foreign = format!("http://evil.example:{}/mcp", addr.port());
+    let r = rebound.post(&foreign).header("content-type", "application/json").body("{}").send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 403, "{foreign}");
+    // Loopback authority, foreign Host: which one is meant is ambiguous.
     let r = client
         .post(&url)
         .header("content-type", "application/json")
-        .header("host", format!("evil.example:{port}"))
+        .header("host", format!("evil.example:{}", addr.port()))
         .body("{}")
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status().as_u16(), 403, "{foreign}");
+    assert_eq!(r.status().as_u16(), 400);
+    let body: Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+    assert!(body["error"]["message"].as_str().unwrap().contains("disagrees with the request's authority"), "{body}");
+    gw.shutdown();
+}
+
+/// RFC 9112 §3.2: a request with two Host headers (or an HTTP/1.1 one with none) is refused
+/// with 400, not served on whichever header a check happens to read.
+#[tokio::test]
+async fn an_ambiguous_host_is_refused() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (gw, url) = start(None).await;
+    let addr = url.trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
+    let exchange = |head: String| {
+        let addr = addr.clone();
+        async move {
+            let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+            conn.write_all(head.as_bytes()).await.unwrap();
+            let mut buf = Vec::new();
+            conn.read_to_end(&mut buf).await.unwrap();
+            String::from_utf8_lossy(&buf).into_owned()
+        }
+    };
+    let body = rpc(1, "ping", json!({}));
+    let request = |hosts: &str| {
+        format!(
+            "POST /mcp HTTP/1.1\r\n{hosts}Content-Type: application/json\r\nAccept: application/json\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let ok = exchange(request(&format!("Host: {addr}\r\n"))).await;
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+    // The loopback name first, a rebinding name second: neither may be picked.
+    let two = exchange(request(&format!("Host: {addr}\r\nHost: evil.example\r\n"))).await;
+    assert!(two.starts_with("HTTP/1.1 400") && two.contains("more than one Host header"), "{two}");
+    let none = exchange(request("")).await;
+    assert!(none.starts_with("HTTP/1.1 400") && none.contains("needs a Host header"), "{none}");
     gw.shutdown();
 }
 

@@ -78,6 +78,29 @@ pub enum MediaError {
         /// The full one-line message, naming the page count when it matters.
         message: String,
     },
+    /// The decode alone would need more memory than the budget all decodes share
+    /// ([`set_decode_budget`](crate::set_decode_budget)).
+    #[error(
+        "decoding {what} needs about {}, more than the {} this gateway allows all decodes together; fetch the original bytes instead",
+        bytes_in_words(*.needed),
+        bytes_in_words(*.budget)
+    )]
+    OverBudget {
+        /// "the image", "the PDF".
+        what: String,
+        /// The decode's estimated peak, in bytes.
+        needed: u64,
+        /// The whole budget, in bytes.
+        budget: u64,
+    },
+    /// Other decodes held the shared memory budget for longer than a decode waits.
+    #[error("other decodes are using this gateway's decode memory and {what} waited {} for room; try again in a moment", seconds(.waited))]
+    Busy {
+        /// "the image", "the PDF".
+        what: String,
+        /// How long it waited.
+        waited: Duration,
+    },
     /// Text extraction ran past [`PdfLimits::timeout`](crate::PdfLimits::timeout).
     #[error(
         "reading the PDF's text took longer than {} and was stopped; ask for fewer pages, e.g. pages \"1\"",
@@ -103,6 +126,8 @@ impl MediaError {
             MediaError::PdfTooLarge { .. } => "pdf_too_large",
             MediaError::BadPages { .. } => "bad_pages",
             MediaError::Timeout { .. } => "pdf_timeout",
+            MediaError::OverBudget { .. } => "media_over_budget",
+            MediaError::Busy { .. } => "media_busy",
         }
     }
 }
@@ -111,6 +136,20 @@ impl MediaError {
 fn seconds(d: &Duration) -> String {
     let s = d.as_secs_f64();
     if s.fract() == 0.0 { format!("{s:.0} s") } else { format!("{s} s") }
+}
+
+/// "512 MiB", "1.5 GiB", "1024 bytes": sizes for messages.
+pub(crate) fn bytes_in_words(bytes: u64) -> String {
+    const MIB: u64 = 1024 * 1024;
+    const GIB: u64 = 1024 * MIB;
+    if bytes >= GIB {
+        let g = bytes as f64 / GIB as f64;
+        if g.fract() == 0.0 { format!("{g:.0} GiB") } else { format!("{g:.1} GiB") }
+    } else if bytes >= MIB {
+        format!("{} MiB", bytes.div_ceil(MIB))
+    } else {
+        format!("{bytes} bytes")
+    }
 }
 
 /// Squeezes a third-party error message onto one short line: messages are shown to a model,

@@ -37,7 +37,8 @@ use image::codecs::png::{CompressionType, FilterType, PngEncoder};
 use image::metadata::Orientation;
 use image::{ColorType, DynamicImage, ImageDecoder, ImageError, ImageFormat, ImageReader};
 
-use crate::error::{MediaError, one_line};
+use crate::budget::{self, Permit};
+use crate::error::{MediaError, bytes_in_words, one_line};
 
 /// How many pixels the graphic-or-photo test samples at most.
 pub const SAMPLE_PIXELS: u64 = 64 * 1024;
@@ -151,7 +152,7 @@ pub fn probe(bytes: &[u8]) -> Result<ImageInfo, MediaError> {
 /// and the budget ladder).
 pub fn preview(bytes: &[u8], opts: &PreviewOptions, limits: &ImageLimits) -> Result<Encoded, MediaError> {
     check_options(opts)?;
-    let (image, _) = decode(bytes, limits)?;
+    let (image, _, _permit) = decode(bytes, limits)?;
     fit_pixels(image, opts)
 }
 
@@ -180,7 +181,7 @@ pub fn region(bytes: &[u8], region: Region, opts: &PreviewOptions, limits: &Imag
     // microseconds, whatever the image's size.
     let header = read_header(bytes)?;
     check_region(region, header.width, header.height)?;
-    let (image, format) = decode(bytes, limits)?;
+    let (image, format, _permit) = decode(bytes, limits)?;
     let crop = image.crop_imm(region.x, region.y, region.width, region.height);
     drop(image);
     if region.width.max(region.height) <= opts.max_edge {
@@ -207,6 +208,17 @@ struct Header {
     format: ImageFormat,
     width: u32,
     height: u32,
+    /// Bytes per decoded pixel (8 for 16-bit RGBA).
+    bytes_per_pixel: u8,
+}
+
+impl Header {
+    /// What decoding and previewing it may hold at the peak: the decoded pixels, plus the
+    /// 8-bit RGBA and RGB copies a preview converts them to (the share asked of the decode
+    /// budget).
+    fn peak_bytes(&self) -> u64 {
+        u64::from(self.width) * u64::from(self.height) * (u64::from(self.bytes_per_pixel) + 4 + 3)
+    }
 }
 
 /// A reader over the caller's bytes.
@@ -233,16 +245,19 @@ fn read_header(bytes: &[u8]) -> Result<Header, MediaError> {
     reader.no_limits();
     let mut decoder = reader.into_decoder().map_err(|e| decode_error(e, None))?;
     let (width, height) = decoder.dimensions();
+    let bytes_per_pixel = decoder.color_type().bytes_per_pixel();
     let orientation = decoder.orientation().unwrap_or(Orientation::NoTransforms);
     let (width, height) = if swaps_axes(orientation) { (height, width) } else { (width, height) };
-    Ok(Header { format, width, height })
+    Ok(Header { format, width, height, bytes_per_pixel })
 }
 
 /// Decodes the whole image, refusing it first if the header breaks `limits`; applies the EXIF
-/// orientation so pixels are as displayed (regions are given in displayed coordinates).
-fn decode(bytes: &[u8], limits: &ImageLimits) -> Result<(DynamicImage, ImageFormat), MediaError> {
+/// orientation so pixels are as displayed (regions are given in displayed coordinates). The
+/// permit is the image's share of the decode budget: hold it until the pixels are gone.
+fn decode(bytes: &[u8], limits: &ImageLimits) -> Result<(DynamicImage, ImageFormat, Permit), MediaError> {
     let header = read_header(bytes)?;
     check_limits(header.width, header.height, limits)?;
+    let permit = budget::acquire(header.peak_bytes(), "the image")?;
     let (mut reader, format) = open(bytes)?;
     // The decoder enforces these too, as a second line: the allocation cap also covers
     // decoders' own buffers (a GIF's frame, a WebP's alpha plane).
@@ -259,7 +274,7 @@ fn decode(bytes: &[u8], limits: &ImageLimits) -> Result<(DynamicImage, ImageForm
     let orientation = decoder.orientation().unwrap_or(Orientation::NoTransforms);
     let mut image = DynamicImage::from_decoder(decoder).map_err(|e| decode_error(e, dims))?;
     image.apply_orientation(orientation);
-    Ok((image, format))
+    Ok((image, format, permit))
 }
 
 fn swaps_axes(orientation: Orientation) -> bool {
@@ -326,12 +341,6 @@ fn decode_error(error: ImageError, dims: Option<(u32, u32, u64)>) -> MediaError 
         }
         (e, _) => MediaError::NotAnImage { reason: one_line(e) },
     }
-}
-
-/// "512 MiB", "1024 bytes": sizes for messages.
-fn bytes_in_words(bytes: u64) -> String {
-    const MIB: u64 = 1024 * 1024;
-    if bytes >= MIB && bytes.is_multiple_of(MIB) { format!("{} MiB", bytes / MIB) } else { format!("{bytes} bytes") }
 }
 
 fn format_name(format: ImageFormat) -> String {

@@ -10,6 +10,10 @@
 //!   characters, wall-clock time), on a separate thread under `catch_unwind`, so a malformed
 //!   or hostile PDF is an error, never a panic or a hang.
 //!
+//! - Memory: every decode, image or PDF, runs under one process-wide budget
+//!   ([`set_decode_budget`], default [`DEFAULT_DECODE_BUDGET`]) sized from the header before
+//!   decoding; over it, a decode waits for room or is refused with a clear error.
+//!
 //! Every [`MediaError`] message is one line saying what is wrong and what to do, fit to show a
 //! model as a tool error.
 //!
@@ -22,12 +26,14 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod budget;
 mod error;
 pub mod images;
 pub mod pdf;
 #[doc(hidden)]
 pub mod testing;
 
+pub use budget::{DEFAULT_DECODE_BUDGET, Permit, decode_budget, decode_bytes_in_use, set_decode_budget};
 pub use error::MediaError;
 pub use images::{Encoded, ImageInfo, ImageLimits, PreviewOptions, Region, fit, preview, probe, region};
 pub use pdf::{PageText, PdfLimits, PdfText, parse_pages, pdf_text};

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use lopdf::{Document, LoadOptions};
 
+use crate::budget;
 use crate::error::{MediaError, one_line};
 
 /// The most bytes any one stream (an object stream, a page's content) may inflate to. Real
@@ -124,6 +125,10 @@ pub fn pdf_text(bytes: &[u8], pages: Option<&str>, limits: &PdfLimits) -> Result
     if bytes.len() > limits.max_input_bytes {
         return Err(MediaError::PdfTooLarge { size: bytes.len(), max: limits.max_input_bytes });
     }
+    // The parse's share of the decode budget, held by the thread (which may outlive this call)
+    // until it is done. lopdf holds the parsed objects beside the input, a few times its size,
+    // and inflates one stream at a time.
+    let permit = budget::acquire(pdf_peak_bytes(bytes.len()), "the PDF")?;
     // Owned copies: the thread may outlive this call (on timeout), so it cannot borrow.
     let input = bytes.to_vec();
     let spec = pages.map(str::to_owned);
@@ -137,6 +142,7 @@ pub fn pdf_text(bytes: &[u8], pages: Option<&str>, limits: &PdfLimits) -> Result
         // default. Only touched pages of the stack are ever committed.
         .stack_size(8 * 1024 * 1024)
         .spawn(move || {
+            let _permit = permit;
             let result = panic::catch_unwind(AssertUnwindSafe(|| extract(&input, spec.as_deref(), &limits, deadline)))
                 .unwrap_or_else(|payload| Err(MediaError::Pdf(format!("the parser failed on it: {}", panic_message(&*payload)))));
             // The receiver is gone after a timeout; nobody needs the result then.
@@ -149,6 +155,12 @@ pub fn pdf_text(bytes: &[u8], pages: Option<&str>, limits: &PdfLimits) -> Result
         // Only if the thread died without sending, which catch_unwind should rule out.
         Err(mpsc::RecvTimeoutError::Disconnected) => Err(MediaError::Pdf("the parser stopped without an answer".to_owned())),
     }
+}
+
+/// What parsing a PDF of `len` bytes may hold at its peak: the input and its copy, the parsed
+/// objects (about twice the input), and one inflated stream.
+fn pdf_peak_bytes(len: usize) -> u64 {
+    len as u64 * 4 + MAX_DECOMPRESSED_BYTES as u64
 }
 
 fn extract(bytes: &[u8], spec: Option<&str>, limits: &PdfLimits, deadline: Instant) -> Result<PdfText, MediaError> {

@@ -297,7 +297,7 @@ function onStreamEvent(ev) {
 
 // ---- Tools tab ----------------------------------------------------------------------------------
 
-const tools = { list: [], selected: null };
+const tools = { list: [], selected: null, host: '' };
 const UNSET = Symbol('unset');
 
 async function loadTools() {
@@ -410,6 +410,12 @@ function selectTool(t) {
   const formFields = h('div', { className: 'fields' }, fields.map(([, f]) => f.el));
   if (!fields.length) formFields.append(h('p', { className: 'muted' }, 'This tool takes no arguments.'));
   const callBtn = h('button', { type: 'submit', id: 'call-button', className: 'primary', dataset: { testid: 'call-button' } }, 'Call');
+  // Which host's model to show the answer for: the same shaper answers each one differently.
+  const hostSelect = h('select', { id: 'host-select', dataset: { testid: 'host-select' } },
+    h('option', { value: '' }, 'this page\'s profile'),
+    (Array.isArray(state.info?.hosts) ? state.info.hosts : []).map((p) => h('option', { value: String(p.name) }, String(p.name))));
+  hostSelect.value = tools.host ?? '';
+  hostSelect.addEventListener('change', () => { tools.host = hostSelect.value; });
   const status = h('span', { className: 'muted', id: 'call-status' });
 
   const collect = () => {
@@ -430,6 +436,7 @@ function selectTool(t) {
 
   const form = h('form', { className: 'call-form', id: 'call-form', noValidate: true }, formFields,
     h('label', { className: 'check' }, rawToggle, ' raw JSON arguments'), raw,
+    h('label', { className: 'check', htmlFor: 'host-select' }, 'shape for host ', hostSelect),
     h('div', { className: 'form-actions' }, callBtn, status));
   form.addEventListener('submit', async (e) => {
     e.preventDefault();
@@ -449,7 +456,8 @@ function selectTool(t) {
     status.textContent = 'calling…';
     const started = performance.now();
     try {
-      const r = await api('/api/call', { method: 'POST', body: { tool: t.name, arguments: args, session: state.session ?? undefined } });
+      const body = { tool: t.name, arguments: args, session: state.session ?? undefined, host: hostSelect.value || undefined };
+      const r = await api('/api/call', { method: 'POST', body });
       status.textContent = `answered in ${Math.round(performance.now() - started)} ms`;
       $('call-result').replaceChildren(renderCallResult(r));
     } catch (err) {
@@ -496,11 +504,19 @@ function renderCallResult(r) {
     left.append(h('p', { className: 'note muted' }, 'Answered by the gateway itself: there is no upstream result.'));
   }
 
-  const right = h('section', { className: 'pane' }, h('h3', {}, 'Model receives'));
+  const right = h('section', { className: 'pane' }, h('h3', {}, `Model receives${r.host ? ` (${r.host})` : ''}`));
   const res = r.result ?? {};
   right.append(sizeLine('result-bytes', 'result-tokens', res));
   if (r.is_error) right.append(h('div', { className: 'note warn' }, 'The tool answered with isError: true.'));
-  right.append(h('pre', { className: 'mono result-pre' }, typeof res.text === 'string' ? pretty(res.text) : JSON.stringify(res.value ?? null, null, 2)));
+  const visible = res.visible ?? {};
+  if (typeof visible.text === 'string') {
+    right.append(h('div', { className: 'small muted' }, `What this host's model reads (${visible.tokens ?? '?'} tokens of text, ${visible.images ?? 0} images):`),
+      h('pre', { className: 'mono result-pre', dataset: { testid: 'model-view' } }, visible.text));
+  }
+  const images = resultImages(res.value);
+  if (images.length) right.append(h('div', { className: 'result-images', dataset: { testid: 'result-images' } }, images));
+  right.append(h('details', { className: 'schema' }, h('summary', {}, 'the whole result'),
+    h('pre', { className: 'mono result-pre' }, typeof res.text === 'string' ? pretty(res.text) : JSON.stringify(res.value ?? null, null, 2))));
 
   const saved = r.saved ?? {};
   const layers = Array.isArray(r.layers) ? r.layers : [];
@@ -521,6 +537,22 @@ function renderCallResult(r) {
     h('h3', {}, `Artifacts created (${arts.length})`),
     arts.map((m) => renderArtifact(m, artifactOpts))));
   return box;
+}
+
+/** The image blocks of a result (an artifact_read of an image, a preview) as images: decoded to blob URLs, which the page's CSP allows. */
+function resultImages(value) {
+  const blocks = Array.isArray(value?.content) ? value.content : [];
+  return blocks.filter((b) => b && b.type === 'image' && typeof b.data === 'string').map((b) => {
+    try {
+      const bin = atob(b.data);
+      const bytes = new Uint8Array(bin.length);
+      for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+      const url = URL.createObjectURL(new Blob([bytes], { type: String(b.mimeType || 'image/png') }));
+      return h('img', { src: url, alt: 'an image block of the result', className: 'result-image' });
+    } catch {
+      return h('span', { className: 'small error-text' }, 'an image block whose data is not base64');
+    }
+  });
 }
 
 /** Saves the full original text (same auth as the API) through a blob URL: the token never goes in a URL. */
@@ -631,10 +663,15 @@ async function loadResources() {
     const data = await api(withSession('/api/resources'));
     const rs = Array.isArray(data?.resources) ? data.resources : [];
     const ts = Array.isArray(data?.templates) ? data.templates : [];
+    // An upstream that could not list is named where its entries would be; the rest show.
+    const failed = Array.isArray(data?.failed) ? data.failed : [];
+    const failures = (which) => failed.filter((f) => f?.list === which).map((f) =>
+      h('li', { className: 'error-box', role: 'alert', dataset: { testid: 'list-failed', upstream: String(f.upstream ?? '') } },
+        h('strong', {}, String(f.upstream ?? 'an upstream')), ` could not list: ${String(f.message ?? '')}`));
     resources.buttons.clear();
-    list.replaceChildren(...rs.map(resourceItem));
+    list.replaceChildren(...rs.map(resourceItem), ...failures('resources/list'));
     if (!rs.length) list.append(h('li', { className: 'muted' }, 'No resources.'));
-    $('template-list').replaceChildren(...ts.map(templateItem));
+    $('template-list').replaceChildren(...ts.map(templateItem), ...failures('resources/templates/list'));
     if (!ts.length) $('template-list').append(h('li', { className: 'muted' }, 'No templates.'));
   } catch (e) {
     list.replaceChildren(h('li', {}, errorBox(e)));

@@ -186,6 +186,7 @@ pub(crate) async fn info(State(api): State<Api>) -> Result<Json<Value>, ApiError
         "links": api.links.is_some(),
         "store": &*api.store_label,
         "upstreams": upstreams,
+        "hosts": gw.hosts().profiles().map(|p| json!({"name": p.name, "matches": p.matches})).collect::<Vec<_>>(),
     })))
 }
 
@@ -220,10 +221,13 @@ struct CallBody {
     arguments: Option<Value>,
     #[serde(default)]
     session: Option<String>,
+    /// Shape the answer for this host profile (default: the page session's).
+    #[serde(default)]
+    host: Option<String>,
 }
 
 pub(crate) async fn call(State(api): State<Api>, identity: Option<Extension<Identity>>, body: Bytes) -> Result<Json<Value>, ApiError> {
-    let body: CallBody = parse(&body, "{\"tool\": \"name\", \"arguments\": {…}?, \"session\": \"id\"?}")?;
+    let body: CallBody = parse(&body, "{\"tool\": \"name\", \"arguments\": {…}?, \"session\": \"id\"?, \"host\": \"profile\"?}")?;
     let caller = caller(identity);
     let session = api.session(&caller, body.session.as_deref())?;
     let gw = api.gateway()?;
@@ -231,7 +235,13 @@ pub(crate) async fn call(State(api): State<Api>, identity: Option<Extension<Iden
     if !arguments.is_object() {
         return Err(ApiError::bad_request("arguments must be a JSON object"));
     }
-    let opts = CallOptions { keep_original: true, ..CallOptions::default() };
+    let host = match body.host.as_deref() {
+        Some(name) => {
+            gw.hosts().by_name(name).ok_or_else(|| ApiError::bad_request(GatewayError::UnknownHost(name.to_owned()).to_string()))?
+        }
+        None => gw.session_host(&session),
+    };
+    let opts = CallOptions { keep_original: true, host: Some(host.name.clone()), ..CallOptions::default() };
     let outcome = gw.call_tool(&session, &body.tool, arguments, opts).await.map_err(|e| match e {
         GatewayError::UnknownTool(t) => {
             ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no tool named {t:?}: GET /api/tools lists them"))
@@ -266,9 +276,14 @@ pub(crate) async fn call(State(api): State<Api>, identity: Option<Extension<Iden
         }
     };
     let mut artifacts = Vec::new();
+    let mut listed = std::collections::HashSet::new();
     if let Some(t) = transform {
         for a in &t.artifacts {
             note(layer_name(&a.layer));
+            // One artifact found twice (the same bytes in two places) is listed once.
+            if !listed.insert(a.id.clone()) {
+                continue;
+            }
             artifacts.push(api.artifact_json(&session, &a.id).await.unwrap_or_else(
                 || json!({"id": a.id, "uri": a.uri, "mime_type": a.mime_type, "size_bytes": a.size_bytes, "sha256": a.sha256, "url": null}),
             ));
@@ -290,7 +305,9 @@ pub(crate) async fn call(State(api): State<Api>, identity: Option<Extension<Iden
         "latency_ms": (report.latency.as_secs_f64() * 10_000.0).round() / 10.0,
         "is_error": outcome.result.get("isError").and_then(Value::as_bool).unwrap_or(false),
         "original": original,
-        "result": {"value": outcome.result, "text": result_text, "bytes": bytes_out, "tokens": report.tokens_out},
+        "host": host.name,
+        "result": {"value": outcome.result, "text": result_text, "bytes": bytes_out, "tokens": report.tokens_out,
+            "visible": stowage_mcp::shape::measure::model_view(&outcome.result, &host)},
         "saved": {"bytes": saved_bytes, "tokens": saved_tokens, "ratio": ratio},
         "layers": layers,
         "artifacts": artifacts,

@@ -1,7 +1,10 @@
-//! `/api/resources`: the aggregated resources and templates, reads, and subscriptions, each
-//! sent as the JSON-RPC request an MCP client would send, through [`Gateway::handle`] in the
-//! page's session. A read the gateway offloaded comes back as its artifacts, described for
-//! previews; updates to subscribed resources arrive on the page's events stream.
+//! `/api/resources`: the upstreams' resources and templates, reads, and subscriptions, in the
+//! page's session. Lists are fetched upstream by upstream ([`Gateway::resources_by_upstream`]),
+//! so one upstream that cannot list (a server without `resources/templates/list`, one that is
+//! down) is named under `failed` while the page shows what the others listed. Reads and
+//! subscriptions are sent as the JSON-RPC request an MCP client would send, through
+//! [`Gateway::handle`]. A read the gateway offloaded comes back as its artifacts, described
+//! for previews; updates to subscribed resources arrive on the page's events stream.
 
 use std::sync::Arc;
 
@@ -16,9 +19,6 @@ use stowage_mcp::{Gateway, Session};
 
 use crate::api::{Api, SessionQuery, caller, parse};
 
-/// Pages of a list followed before the listing stops (a misbehaving upstream's endless
-/// cursor must not hold the request forever).
-const MAX_LIST_PAGES: usize = 50;
 /// `resources/read`'s and `resources/subscribe`'s code for an unknown resource.
 const RESOURCE_NOT_FOUND: i64 = -32002;
 
@@ -32,24 +32,6 @@ async fn request(gw: &Arc<Gateway>, session: &Arc<Session>, method: &str, params
     })
 }
 
-/// Every page of a list (`resources/list` into `key`), following cursors.
-async fn list_all(gw: &Arc<Gateway>, session: &Arc<Session>, method: &str, key: &str) -> Result<Vec<Value>, ApiError> {
-    let mut out = Vec::new();
-    let mut cursor: Option<String> = None;
-    for _ in 0..MAX_LIST_PAGES {
-        let params = cursor.as_ref().map_or_else(|| json!({}), |c| json!({"cursor": c}));
-        let page = request(gw, session, method, params).await?;
-        if let Some(items) = page.get(key).and_then(Value::as_array) {
-            out.extend(items.iter().cloned());
-        }
-        cursor = page.get("nextCursor").and_then(Value::as_str).map(str::to_owned);
-        if cursor.is_none() {
-            break;
-        }
-    }
-    Ok(out)
-}
-
 pub(crate) async fn list(
     State(api): State<Api>,
     identity: Option<Extension<Identity>>,
@@ -57,9 +39,17 @@ pub(crate) async fn list(
 ) -> Result<Json<Value>, ApiError> {
     let session = api.session(&caller(identity), q.session.as_deref())?;
     let gw = api.gateway()?;
-    let resources = list_all(&gw, &session, "resources/list", "resources").await?;
-    let templates = list_all(&gw, &session, "resources/templates/list", "resourceTemplates").await?;
-    Ok(Json(json!({"resources": resources, "templates": templates})))
+    let (mut resources, mut templates, mut failed) = (Vec::new(), Vec::new(), Vec::new());
+    for (templates_list, into) in [(false, &mut resources), (true, &mut templates)] {
+        let list = if templates_list { "resources/templates/list" } else { "resources/list" };
+        for (upstream, listed) in gw.resources_by_upstream(&session, templates_list).await {
+            match listed {
+                Ok(items) => into.extend(items),
+                Err(message) => failed.push(json!({"upstream": upstream, "list": list, "message": message})),
+            }
+        }
+    }
+    Ok(Json(json!({"resources": resources, "templates": templates, "failed": failed})))
 }
 
 #[derive(Deserialize)]

@@ -370,6 +370,15 @@ pub(crate) async fn commit(
     for (seq, off) in offloads.into_iter().enumerate() {
         let pointer = docs.report_pointer(off.doc, &off.ptr);
         let payload_len = off.payload.len();
+        // A typed block's annotations (audience, priority) go on the link that replaces it.
+        let annotations = off.source.get("annotations").cloned();
+        let link_block = |r: &ArtifactRef| {
+            let mut b = stub::resource_link_block(r);
+            if let Some(a) = &annotations {
+                b["annotations"] = a.clone();
+            }
+            b
+        };
         let result = store.put(off.payload, off.mime.clone(), off.filename.clone(), off.layer, &pointer, off.source).await;
         let r = match result {
             Ok(r) => r,
@@ -451,7 +460,7 @@ pub(crate) async fn commit(
             // Content the NoOp store did not keep gets no link: there is nothing behind one.
             Render::Link if r.is_truncated() => stub::text_block(line),
             Render::Link => {
-                let mut block = stub::resource_link_block(&r);
+                let mut block = link_block(&r);
                 block["description"] = Value::String(summary.clone());
                 block
             }
@@ -460,7 +469,7 @@ pub(crate) async fn commit(
                 if let Some((array_ptr, index)) = split_last(&off.ptr).and_then(|(a, i)| Some((a.to_owned(), i.parse::<usize>().ok()?)))
                     && !r.is_truncated()
                 {
-                    inserts.push((off.doc, array_ptr, index, seq, stub::resource_link_block(&r)));
+                    inserts.push((off.doc, array_ptr, index, seq, link_block(&r)));
                 }
                 stub::text_block(line)
             }

@@ -384,7 +384,7 @@ fn typed_blocks_are_offloaded() {
     let pdf = corpus("sample.pdf");
     let v = json!({"content": [
         {"type": "text", "text": "Here you go"},
-        {"type": "image", "data": b64(&png), "mimeType": "image/png"},
+        {"type": "image", "data": b64(&png), "mimeType": "image/png", "annotations": {"audience": ["user"], "priority": 0.9}},
         {"type": "audio", "data": b64(&wav), "mimeType": "audio/wav"},
         {"type": "resource", "resource": {"uri": "file:///docs/q4.pdf", "mimeType": "application/pdf", "blob": b64(&pdf)}},
         {"type": "future_block", "payload": {"x": 1}}
@@ -395,6 +395,8 @@ fn typed_blocks_are_offloaded() {
     let content = r.value()["content"].as_array().unwrap();
     let kinds: Vec<_> = content.iter().map(|b| b["type"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["text", "text", "resource_link", "text", "resource_link", "text", "resource_link", "future_block"]);
+    assert_eq!(content[2]["annotations"], json!({"audience": ["user"], "priority": 0.9}), "the block's annotations go with its link");
+    assert!(content[4].get("annotations").is_none());
     assert_eq!(content[4]["mimeType"], "audio/wav");
     assert_eq!(content[6]["name"], "q4.pdf");
     assert_eq!(content[7], json!({"type": "future_block", "payload": {"x": 1}}));

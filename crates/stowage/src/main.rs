@@ -8,6 +8,7 @@
 mod cmd;
 mod config;
 mod link_server;
+mod logging;
 mod paths;
 mod plan;
 mod wiring;
@@ -71,7 +72,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(matches!(cli.command, Command::Serve(_) | Command::Links(cmd::links::LinksCommand::Serve { .. })));
+    logging::init(matches!(cli.command, Command::Serve(_) | Command::Links(cmd::links::LinksCommand::Serve { .. })));
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => return fail(anyhow::anyhow!("cannot start the async runtime: {e}")),
@@ -189,28 +190,4 @@ fn fail(e: anyhow::Error) -> ExitCode {
     let message = format!("{e:#}").replace('\n', " ");
     eprintln!("error: {message}");
     ExitCode::FAILURE
-}
-
-/// Logs go to stderr so that stdout stays clean for data (`artifacts get`, `transform`).
-/// `serve` logs one line per tool call and upstream (re)connections by default.
-///
-/// The filter comes from `STOWAGE_LOG`, else `RUST_LOG` (the variable every Rust program
-/// reads, often set machine-wide: Stowage's own wins when both are set), else the default.
-/// A filter that does not parse is said on stderr, not silently replaced. Colour only when
-/// stderr is a terminal: hosts capture it into log files, where escape codes are noise.
-fn init_tracing(serving: bool) {
-    use std::io::IsTerminal;
-    let default = if serving { "warn,stowage::call=info,stowage::upstream=info,stowage::links=info" } else { "warn" };
-    let chosen =
-        ["STOWAGE_LOG", "RUST_LOG"].into_iter().find_map(|var| std::env::var(var).ok().filter(|v| !v.trim().is_empty()).map(|v| (var, v)));
-    let filter = match chosen {
-        Some((var, value)) => tracing_subscriber::EnvFilter::try_new(&value).unwrap_or_else(|e| {
-            eprintln!(
-                "stowage: warning: {var}={value:?} is not a log filter ({e}); using {default:?}. Example: {var}=info,stowage::call=debug"
-            );
-            tracing_subscriber::EnvFilter::new(default)
-        }),
-        None => tracing_subscriber::EnvFilter::new(default),
-    };
-    tracing_subscriber::fmt().with_env_filter(filter).with_ansi(std::io::stderr().is_terminal()).with_writer(std::io::stderr).init();
 }

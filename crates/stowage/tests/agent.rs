@@ -252,3 +252,63 @@ async fn a_model_failure_is_an_error_event_and_an_unconfigured_agent_answers_503
     assert_eq!(r.status(), 503);
     assert!(r.text().await.unwrap().contains("set [agent] base_url and model"));
 }
+
+/// `agent` and `serve` build their shaper from the same config, so a server's own transform
+/// table applies to both: here `[gateway.servers.fx.transform] max_inline_chars = 400` makes
+/// a 1.7 KB echo an artifact. The planner's model and an MCP client get the same artifact (one
+/// store, content-addressed), the same head of the text and neither gets its middle; a short
+/// echo stays inline for both.
+#[tokio::test]
+async fn agent_and_serve_shape_a_result_the_same_way_under_a_servers_own_transform_table() {
+    let long = (0..60).map(|i| format!("line {i} of the echoed report")).collect::<Vec<_>>().join("\n");
+    let stub = ModelStub::start(vec![
+        Turn::tool("echo", json!({"message": long})),
+        Turn::Text(json!({"raw_answer": "Echoed."}).to_string()),
+        Turn::tool("echo", json!({"message": "short"})),
+        Turn::Text(json!({"raw_answer": "Echoed again."}).to_string()),
+    ])
+    .await;
+    let s = Setup::new("");
+    let config = format!(
+        "{}[gateway.servers.fx]\ncommand = {:?}\n\n[gateway.servers.fx.transform]\nmax_inline_chars = 400\n",
+        agent_config(&stub),
+        fixture(s.dir.path())
+    );
+    std::fs::write(s.dir.path().join("stowage.toml"), config).unwrap();
+
+    // What the planner's model read: the tool message after each call.
+    let tool_message = |i: usize| -> String {
+        let reqs = stub.requests();
+        let body = reqs[i].json();
+        let msgs = body["messages"].as_array().unwrap();
+        let m = msgs.iter().rev().find(|m| m["role"] == "tool").unwrap_or_else(|| panic!("no tool message in {body}"));
+        m["content"].as_str().map(str::to_owned).unwrap_or_else(|| m["content"].to_string())
+    };
+    for question in ["Echo the report", "Echo short"] {
+        let out = s.command(&["agent", question, "--json"]).output().await.unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let agent_long = tool_message(1);
+    let agent_short = tool_message(3);
+
+    // What an MCP client of `stowage serve` got for the same calls.
+    let mut child = s.command(&["serve", "--stdio"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let rpc = stowage_testkit::client::RpcClient::connect(child.stdout.take().unwrap(), child.stdin.take().unwrap(), None);
+    rpc.initialize("2025-06-18", json!({})).await;
+    let served = rpc.call("echo", json!({"message": long})).await;
+    let served_text = served["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("{served}")).to_owned();
+    let short = rpc.call("echo", json!({"message": "short"})).await;
+    let _ = child.kill().await;
+
+    let artifact = |t: &str| {
+        let start = t.find("artifact://echo").unwrap_or_else(|| panic!("no artifact in {t}"));
+        t[start..].split(|c: char| c.is_whitespace() || c == ')' || c == '"' || c == ']').next().unwrap().to_owned()
+    };
+    assert_eq!(artifact(&agent_long), artifact(&served_text), "one artifact for both:\nagent: {agent_long}\nserve: {served_text}");
+    for seen in [&agent_long, &served_text] {
+        assert!(seen.contains("line 0 of the echoed report"), "the head is kept: {seen}");
+        assert!(!seen.contains("line 30 of the echoed report"), "the middle is not inline: {seen}");
+    }
+    assert!(agent_short.contains("short") && !agent_short.contains("artifact://"), "{agent_short}");
+    assert_eq!(short["result"]["content"][0]["text"], "short", "{short}");
+}

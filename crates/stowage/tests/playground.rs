@@ -341,6 +341,37 @@ async fn artifacts_page_and_filter_by_kind() {
     assert_eq!(s.get_json("/api/artifacts/art_0000000000000000", None).await.0, 404);
 }
 
+/// Issue 26: one upstream that cannot list its templates (here one without
+/// `resources/templates/list`, with a session per client) no longer fails the whole page: the
+/// others' resources and templates are listed, and the one that failed is named.
+#[tokio::test]
+async fn a_list_one_upstream_cannot_give_is_named_beside_what_the_others_listed() {
+    let fixture = stowage_testkit::fixture_bin();
+    let config = format!(
+        "[gateway.servers.plain]\ncommand = {:?}\nsession_mode = \"per_client\"\nenv = {{ STOWAGE_FIXTURE_NO_TEMPLATES = \"1\" }}\n",
+        fixture.to_str().unwrap()
+    );
+    let s = Serve::start(&config, &[]).await;
+    let fx_template =
+        |listed: &Value| listed["templates"].as_array().is_some_and(|t| t.iter().any(|t| t["uriTemplate"] == "fx://blob/{bytes}"));
+    // Ready is "connected": fx's lists may arrive a moment later.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let listed = loop {
+        let (status, listed) = s.get_json("/api/resources", None).await;
+        assert_eq!(status, 200, "{listed}");
+        if fx_template(&listed) || Instant::now() > deadline {
+            break listed;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(fx_template(&listed), "fx's templates still show: {listed}");
+    assert!(listed["resources"].as_array().unwrap().iter().any(|r| r["uri"] == "fx://docs/log.txt"), "{listed}");
+    let failed = listed["failed"].as_array().unwrap();
+    assert_eq!(failed.len(), 1, "{listed}");
+    assert_eq!((failed[0]["upstream"].as_str(), failed[0]["list"].as_str()), (Some("plain"), Some("resources/templates/list")));
+    assert!(failed[0]["message"].as_str().unwrap().contains("method not found"), "{listed}");
+}
+
 #[tokio::test]
 async fn the_events_stream_carries_calls_and_resource_updates() {
     let s = Serve::start("", &[]).await;

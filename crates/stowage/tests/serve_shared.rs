@@ -5,6 +5,11 @@
 //! refuses writes, naming it. An instance configured with a wrong prefix or another bucket
 //! refuses to start (and `check-config` says why) while the fleet keeps its records. The Azure
 //! backend serves the same way against Azurite.
+//!
+//! Uploads lose nothing, on the fs store and on the shared one: a failed upload commit never
+//! removes an artifact that existed before it (the same bytes are the same content id), and
+//! bytes PUT to an upload link become an artifact only on a commit with the declared size and
+//! sha256; an upload left uncommitted leaves nothing once it expires.
 
 #[path = "../../stowage-store/tests/support/mod.rs"]
 mod support;
@@ -173,9 +178,15 @@ struct Client {
 
 impl Client {
     fn connect(port: u16) -> Client {
+        Client::connect_with(port, json!({}))
+    }
+
+    fn connect_with(port: u16, capabilities: Value) -> Client {
         let mut c = Client { port, session: None };
-        let (status, v) =
-            c.rpc("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}));
+        let (status, v) = c.rpc(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": capabilities, "clientInfo": {"name": "t", "version": "1"}}),
+        );
         assert_eq!(status, 200, "{v}");
         c
     }
@@ -408,4 +419,90 @@ fn a_budget_holds_while_two_instances_write_at_once() {
     let stored = pg.psql("stowage", "SELECT count(*) || ' ' || sum(size) FROM stowage.artifacts");
     assert_eq!(stored, "5 200000", "exactly the budget was stored");
     assert_eq!(refused, 7);
+}
+
+/// What an MCP Apps view declares (the upload tools are listed only for it).
+fn apps_caps() -> Value {
+    json!({"extensions": {"io.modelcontextprotocol/ui": {"mimeTypes": ["text/html;profile=mcp-app"]}}})
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+/// The regression of issue 26 and its neighbours, on the instance at `port`.
+fn uploads_lose_nothing(port: u16) {
+    let mut view = Client::connect_with(port, apps_caps());
+    let file: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let begin = |c: &mut Client, digest: &str| {
+        let r = c.call(
+            "artifact_upload_begin",
+            json!({"name": "f.bin", "mimeType": "application/octet-stream", "size": 5000, "sha256": digest}),
+        );
+        assert_ne!(r["isError"], true, "{r}");
+        (r["structuredContent"]["upload"].as_str().unwrap().to_owned(), r["structuredContent"]["url"].as_str().unwrap().to_owned())
+    };
+    let put = |url: &str, body: &[u8]| http(port, "PUT", &path_of(url), &[("Content-Type", "application/octet-stream")], Some(body));
+    // The caller's artifact ids (content addresses: the sha256's first 16 hex digits).
+    let mine = |c: &mut Client| -> Vec<String> {
+        let r = c.call("artifact_list", json!({}));
+        r["structuredContent"]["artifacts"].as_array().unwrap().iter().map(|a| a["uri"].as_str().unwrap().to_owned()).collect()
+    };
+    let id_of = |bytes: &[u8]| format!("artifact://upload_{}", &sha256_hex(bytes)[..16]);
+
+    // The artifact the user already has: uploaded by link and committed.
+    let (up, url) = begin(&mut view, &sha256_hex(&file));
+    assert_eq!(put(&url, &file).0, 202, "staged");
+    let done = view.call("artifact_upload_commit", json!({"upload": up}));
+    assert_ne!(done["isError"], true, "{done}");
+    let artifact = done["structuredContent"]["artifact"].clone();
+    let (id, link) = (artifact["id"].as_str().unwrap().to_owned(), artifact["url"].as_str().unwrap().to_owned());
+
+    // The same bytes under a wrong digest, by link: refused at the PUT, and the commit keeps
+    // nothing and removes nothing.
+    let (up, url) = begin(&mut view, &"0".repeat(64));
+    let (status, _, body) = put(&url, &file);
+    assert_eq!(status, 400, "{}", String::from_utf8_lossy(&body));
+    let failed = view.call("artifact_upload_commit", json!({"upload": up}));
+    assert_eq!(failed["isError"], true, "{failed}");
+    // And by chunks.
+    let (up, _) = begin(&mut view, &"0".repeat(64));
+    use base64::Engine;
+    let data = base64::engine::general_purpose::STANDARD.encode(&file);
+    assert_ne!(view.call("artifact_upload_chunk", json!({"upload": up, "offset": 0, "data": data}))["isError"], true);
+    let failed = view.call("artifact_upload_commit", json!({"upload": up}));
+    assert!(failed["content"][0]["text"].as_str().unwrap().contains("not the declared"), "{failed}");
+    // The earlier artifact is whole: its link, a fresh link, and the bytes.
+    let fresh = view.call("artifact_url", json!({"id": id}));
+    assert_ne!(fresh["isError"], true, "the earlier artifact survived: {fresh}");
+    let (status, _, bytes) = http(port, "GET", &path_of(&link), &[], None);
+    assert_eq!((status, bytes), (200, file.clone()), "its old link still downloads it");
+
+    // Bytes PUT and never committed: no artifact, then or after the upload expired.
+    let other: Vec<u8> = file.iter().map(|b| b ^ 0x5a).collect();
+    let (up, url) = begin(&mut view, &sha256_hex(&other));
+    assert_eq!(put(&url, &other).0, 202);
+    assert!(!mine(&mut view).contains(&id_of(&other)), "a PUT alone is no artifact");
+    std::thread::sleep(Duration::from_millis(1500));
+    let late = view.call("artifact_upload_commit", json!({"upload": up}));
+    assert!(late["content"][0]["text"].as_str().unwrap().contains("has expired"), "{late}");
+    assert!(!mine(&mut view).contains(&id_of(&other)), "nothing once expired");
+    assert_eq!(put(&url, &other).0, 404, "the expired upload's link is gone with it");
+    assert_eq!(mine(&mut view), vec![id_of(&file)], "exactly the one committed upload");
+}
+
+#[test]
+fn uploads_lose_nothing_on_the_fs_store() {
+    let server = start("[store]\ndir = \"store\"\n\n[apps]\nupload_ttl_secs = 1\n");
+    uploads_lose_nothing(server.port);
+}
+
+#[test]
+fn uploads_lose_nothing_on_the_shared_store() {
+    let Some(pg) = Postgres::start() else { return };
+    let Some(s3) = BucketServer::start(BucketKind::Moto, "artifacts") else { return };
+    let url = pg.create_database("stowage");
+    let server = start(&format!("{}\n[apps]\nupload_ttl_secs = 1\n", config(&s3, &url)));
+    uploads_lose_nothing(server.port);
 }

@@ -6,8 +6,13 @@
 //! arrived and that its sha256 is the declared one. Chunks must come in order: each one's
 //! offset is the number of bytes received so far, so a gap or an overlap is refused, naming
 //! the offset expected. The bytes wait in an anonymous temporary file (gone with the upload,
-//! whatever happens), hashed as they arrive. An upload that is not committed within the TTL
-//! is dropped; so is one whose commit fails.
+//! whatever happens), hashed as they arrive. A PUT to the upload's link is staged the same
+//! way ([`LinkService::open_staged_slot`]): nothing reaches the store before the commit, so a
+//! commit that fails removes nothing, in particular not an artifact the same bytes already
+//! were. An upload that is not committed within the TTL is dropped; so is one whose commit
+//! fails. At [`OPEN_PER_OWNER`] open uploads, beginning another drops the owner's least
+//! recently used one that is not busy (a view that was closed mid-upload never comes back for
+//! it), and only when all are busy is the new one refused.
 
 use std::collections::HashMap;
 use std::io::SeekFrom;
@@ -18,8 +23,8 @@ use base64::Engine;
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use stowage_core::{ArtifactRef, ArtifactScope, Isolation, PutOptions};
-use stowage_http::{LinkService, SlotRequest, SlotState};
-use stowage_store::{Access, ArtifactStore};
+use stowage_http::{Expected, LinkService, SlotRequest, SlotState};
+use stowage_store::ArtifactStore;
 use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 
 use crate::local_tools::ToolError;
@@ -30,6 +35,9 @@ pub const CHUNK_BYTES: usize = 1024 * 1024;
 const OPEN_PER_OWNER: usize = 8;
 /// How often abandoned uploads are looked for.
 const SWEEP_EVERY: Duration = Duration::from_secs(30);
+
+/// Why a handle is unknown, in the words every refusal of one uses.
+const GONE: &str = "it was never begun, has expired (or made room for newer uploads), or was already committed; begin again";
 
 /// What `artifact_upload_begin` declared.
 #[derive(Debug, Clone)]
@@ -51,9 +59,21 @@ struct Upload {
     received: u64,
     hasher: Sha256,
     file: Option<tokio::fs::File>,
-    /// The link path's upload slot, when links are on.
-    slot: Option<String>,
+    /// The link path's upload slot, when links are on (discarded with the upload).
+    slot: Option<(String, LinkService)>,
     expires: Instant,
+    /// The last begin, chunk or commit: the least recently used upload makes room first.
+    last_used: Instant,
+}
+
+impl Drop for Upload {
+    /// However the upload ends (committed, expired, evicted, failed), its slot ends with it:
+    /// bytes staged there and never committed are dropped.
+    fn drop(&mut self) {
+        if let Some((slot, links)) = &self.slot {
+            links.discard_slot(slot);
+        }
+    }
 }
 
 /// The uploads in flight.
@@ -108,15 +128,7 @@ impl Uploads {
             return Err(refused("artifact_upload_begin: \"sha256\" must be the file's SHA-256 as 64 hex digits"));
         }
         let owner = scope.owner().access_key(isolation);
-        let open_now = {
-            let open = self.open.lock();
-            open.values().filter(|u| u.try_lock().map_or(true, |u| u.owner == owner)).count()
-        };
-        if open_now >= OPEN_PER_OWNER {
-            return Err(refused(format!(
-                "artifact_upload_begin: {OPEN_PER_OWNER} uploads are already open; commit them or wait for them to expire"
-            )));
-        }
+        self.make_room(&owner, links)?;
         let file = tokio::task::spawn_blocking(tempfile::tempfile)
             .await
             .map_err(|e| ToolError { code: "artifact_storage_failed", message: format!("cannot stage the upload: {e}") })?
@@ -132,7 +144,8 @@ impl Uploads {
                 filename: Some(d.name.clone()),
                 namespace: Some("upload".into()),
             };
-            l.open_upload_slot(scope, request).ok()
+            let expect = Expected { size: d.size, sha256: d.sha256.to_ascii_lowercase() };
+            l.open_staged_slot(scope, request, expect).ok().map(|s| (s, l.clone()))
         });
         let handle = format!("up_{}", uuid::Uuid::new_v4().simple());
         let upload = Upload {
@@ -142,17 +155,53 @@ impl Uploads {
             received: 0,
             hasher: Sha256::new(),
             file: Some(tokio::fs::File::from_std(file)),
-            slot: slot.as_ref().map(|s| s.slot.clone()),
+            slot: slot.as_ref().map(|(s, l)| (s.slot.clone(), l.clone())),
             expires: Instant::now() + self.ttl,
+            last_used: Instant::now(),
         };
         self.open.lock().insert(handle.clone(), Arc::new(tokio::sync::Mutex::new(upload)));
-        Ok(Begun { handle, expires_in: self.ttl, url: slot.map(|s| s.link.url) })
+        Ok(Begun { handle, expires_in: self.ttl, url: slot.map(|(s, _)| s.link.url) })
+    }
+
+    /// Makes room for one more upload of `owner`: at [`OPEN_PER_OWNER`], their least recently
+    /// used upload that is not busy (no chunk or commit running, no PUT streaming into its
+    /// slot) is dropped with its bytes; if every one is busy, the new one is refused.
+    fn make_room(&self, owner: &str, links: Option<&LinkService>) -> Result<(), ToolError> {
+        let mut open = self.open.lock();
+        let mut theirs = 0;
+        let mut lru: Option<(Instant, String)> = None;
+        for (handle, u) in open.iter() {
+            // A locked upload is busy right now; whose it is cannot be read, so it counts.
+            let Ok(u) = u.try_lock() else {
+                theirs += 1;
+                continue;
+            };
+            if u.owner != owner {
+                continue;
+            }
+            theirs += 1;
+            let putting = matches!((&u.slot, links), (Some((slot, _)), Some(l)) if l.slot_state(slot) == Some(SlotState::Uploading));
+            if !putting && lru.as_ref().is_none_or(|(t, _)| u.last_used < *t) {
+                lru = Some((u.last_used, handle.clone()));
+            }
+        }
+        if theirs < OPEN_PER_OWNER {
+            return Ok(());
+        }
+        let Some((_, handle)) = lru else {
+            return Err(refused(format!(
+                "artifact_upload_begin: {OPEN_PER_OWNER} uploads are open and all are busy; wait for one to finish"
+            )));
+        };
+        open.remove(&handle);
+        tracing::debug!(target: "stowage::apps", "upload {handle} dropped for a new one of the same owner ({OPEN_PER_OWNER} open)");
+        Ok(())
     }
 
     /// The caller's upload `handle`; another owner's answers like an unknown one.
     fn get(&self, owner: &str, handle: &str) -> Result<Arc<tokio::sync::Mutex<Upload>>, ToolError> {
         self.sweep();
-        let unknown = || refused(format!("no upload {handle:?}: it was never begun, has expired, or was already committed; begin again"));
+        let unknown = || refused(format!("no upload {handle:?}: {GONE}"));
         let u = self.open.lock().get(handle).cloned().ok_or_else(unknown)?;
         // Checked under the upload's own lock by the callers too; here only to answer early.
         if u.try_lock().is_ok_and(|u| u.owner != owner) {
@@ -170,8 +219,9 @@ impl Uploads {
         let upload = self.get(owner, handle)?;
         let mut u = upload.lock().await;
         if u.owner != owner {
-            return Err(refused(format!("no upload {handle:?}: it was never begun, has expired, or was already committed; begin again")));
+            return Err(refused(format!("no upload {handle:?}: {GONE}")));
         }
+        u.last_used = Instant::now();
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(data.trim())
             .map_err(|e| refused(format!("artifact_upload_chunk: \"data\" is not base64 ({e}); send the chunk's bytes base64-encoded")))?;
@@ -223,27 +273,40 @@ impl Uploads {
         let upload = self.get(owner, handle)?;
         let mut u = upload.lock().await;
         if u.owner != owner {
-            return Err(refused(format!("no upload {handle:?}: it was never begun, has expired, or was already committed; begin again")));
+            return Err(refused(format!("no upload {handle:?}: {GONE}")));
+        }
+        u.last_used = Instant::now();
+        let declared = u.declared.clone();
+        // The link path: the bytes wait in the slot, staged only if they are exactly what was
+        // declared. A PUT still streaming is waited for by the view, not raced.
+        if u.received == 0
+            && let (Some((slot, _)), Some(links)) = (&u.slot, links)
+        {
+            if links.slot_state(slot) == Some(SlotState::Uploading) {
+                return Err(refused(
+                    "artifact_upload_commit: the file is still being uploaded to the link; commit once the PUT has finished",
+                ));
+            }
+            if let Some(staged) = links.take_staged(slot) {
+                self.forget(handle);
+                // The slot checked both as the bytes arrived; checked here again so that what
+                // is stored is what the view declared, whatever the slot did.
+                if staged.size != declared.size || !staged.sha256.eq_ignore_ascii_case(&declared.sha256) {
+                    return Err(refused(format!(
+                        "artifact_upload_commit: the uploaded file is {} bytes with sha256 {}, not the declared {} bytes with sha256 {}; nothing was kept",
+                        staged.size, staged.sha256, declared.size, declared.sha256
+                    )));
+                }
+                let file = tokio::fs::File::from_std(staged.file);
+                return store.put_stream(Box::pin(file), upload_options(&u.scope, &declared)).await.map_err(stored_error);
+            }
         }
         self.forget(handle);
-        let declared = u.declared.clone();
-        // The link path: the bytes went to the slot, which stored them already.
-        if u.received == 0
-            && let (Some(slot), Some(links)) = (u.slot.clone(), links)
-            && let Some(SlotState::Done(stored)) = links.close_slot(&slot)
-        {
-            if stored.size_bytes == declared.size && stored.sha256.eq_ignore_ascii_case(&declared.sha256) {
-                return Ok(*stored);
-            }
-            // Not what was declared: it never becomes the caller's artifact.
-            let _ = store.delete(&Access::owner_of(&u.scope), &stored.id).await;
+        if u.received == 0 && u.slot.is_some() && links.is_some() {
             return Err(refused(format!(
-                "artifact_upload_commit: the uploaded file is {} bytes with sha256 {}, not the declared {} bytes with sha256 {}; nothing was kept",
-                stored.size_bytes, stored.sha256, declared.size, declared.sha256
+                "artifact_upload_commit: nothing arrived: no chunk, and no PUT to the upload link with exactly the declared {} bytes and sha256; nothing was kept",
+                declared.size
             )));
-        }
-        if let (Some(slot), Some(links)) = (&u.slot, links) {
-            links.close_slot(slot);
         }
         if u.received != declared.size {
             return Err(refused(format!(
@@ -264,12 +327,21 @@ impl Uploads {
             tracing::warn!(target: "stowage::apps", "cannot read an upload back: {e}");
             return Err(ToolError { code: "artifact_storage_failed", message: "cannot read the upload back; nothing was kept".into() });
         }
-        let mut opts = PutOptions::scoped(u.scope.clone()).mime(declared.mime.clone());
-        opts.filename = Some(declared.name.clone());
-        opts.namespace = Some("upload".into());
-        opts.source.insert("uploaded".into(), serde_json::Value::Bool(true));
-        store.put_stream(Box::pin(file), opts).await.map_err(|e| ToolError::from(stowage_http::ApiError::from(e)))
+        store.put_stream(Box::pin(file), upload_options(&u.scope, &declared)).await.map_err(stored_error)
     }
+}
+
+/// How a committed upload is stored: the caller's scope, the declared name and type.
+fn upload_options(scope: &ArtifactScope, declared: &Declared) -> PutOptions {
+    let mut opts = PutOptions::scoped(scope.clone()).mime(declared.mime.clone());
+    opts.filename = Some(declared.name.clone());
+    opts.namespace = Some("upload".into());
+    opts.source.insert("uploaded".into(), serde_json::Value::Bool(true));
+    opts
+}
+
+fn stored_error(e: stowage_core::StoreError) -> ToolError {
+    ToolError::from(stowage_http::ApiError::from(e))
 }
 
 /// Sweeps `apps`' uploads every [`SWEEP_EVERY`] while the gateway lives.
@@ -288,7 +360,7 @@ pub(super) async fn sweep(apps: Weak<super::Apps>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stowage_store::MemoryStore;
+    use stowage_store::{Access, MemoryStore};
 
     fn scope(user: &str) -> ArtifactScope {
         ArtifactScope { tenant_id: None, user_id: Some(user.into()), session_id: Some("s".into()), trace_id: None }
@@ -375,5 +447,36 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(40)).await;
         assert!(up.chunk(&key("me"), &h, 0, &b64(b"abc")).await.unwrap_err().to_string().contains("has expired"));
         assert!(up.open.lock().is_empty());
+    }
+
+    /// Abandoned uploads never lock their owner out: at the cap, the least recently used one
+    /// that is not busy makes room; only when every one is busy is a new one refused.
+    #[tokio::test]
+    async fn at_the_cap_the_least_recently_used_idle_upload_makes_room() {
+        let up = Uploads::new(Duration::from_secs(600));
+        let me = scope("me");
+        let mut handles = Vec::new();
+        for _ in 0..OPEN_PER_OWNER {
+            handles.push(up.begin(&me, Isolation::User, declared(b"abc"), 100, None).await.unwrap().handle);
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        // The first is used again, so the second is the least recently used.
+        up.chunk(&key("me"), &handles[0], 0, &b64(b"a")).await.unwrap();
+        // Another owner's uploads neither count nor go.
+        let theirs = up.begin(&scope("them"), Isolation::User, declared(b"abc"), 100, None).await.unwrap().handle;
+        let newest = up.begin(&me, Isolation::User, declared(b"abc"), 100, None).await.unwrap().handle;
+        let gone = up.chunk(&key("me"), &handles[1], 0, &b64(b"a")).await.unwrap_err().to_string();
+        assert!(gone.contains("made room for newer uploads"), "{gone}");
+        assert!(up.chunk(&key("me"), &handles[0], 1, &b64(b"b")).await.is_ok());
+        assert!(up.chunk(&key("them"), &theirs, 0, &b64(b"a")).await.is_ok());
+        // Every one busy (a chunk or commit holding it): nothing to drop, so the new one waits.
+        let mine: Vec<_> = up.open.lock().iter().filter(|(h, _)| **h != theirs).map(|(_, u)| u.clone()).collect();
+        assert_eq!(mine.len(), OPEN_PER_OWNER);
+        let busy: Vec<_> = mine.iter().map(|u| u.try_lock().unwrap()).collect();
+        let refused = up.begin(&me, Isolation::User, declared(b"abc"), 100, None).await.unwrap_err().to_string();
+        assert!(refused.contains("all are busy"), "{refused}");
+        drop(busy);
+        assert!(up.begin(&me, Isolation::User, declared(b"abc"), 100, None).await.is_ok());
+        assert!(up.open.lock().contains_key(&newest));
     }
 }

@@ -14,8 +14,15 @@
 //!
 //! A session's SSE streams are resumable: a client whose stream drops mid-request reconnects
 //! and gets the rest, and only a client that stays away past the resume window has its
-//! request cancelled upstream (see [`crate::upstream::Outstanding`]). Sessions idle past
-//! `session_idle_timeout_secs` are ended by a sweeper.
+//! request cancelled upstream (see [`crate::upstream::Outstanding`]). A stream delivered whole
+//! keeps nothing, and replay is bounded over all sessions (`resume_max_total_bytes`).
+//!
+//! Sessions cannot lock an identity out: one idle past `session_idle_timeout_secs` is ended by
+//! a sweeper, and at `max_sessions_per_identity` a new `initialize` ends the identity's least
+//! recently used idle session (clients that never send `DELETE` abandon sessions all the
+//! time). A client whose session ended gets 404, which the specification tells it to answer
+//! with a new `initialize`. Only when every one of the identity's sessions is busy is the new
+//! one refused.
 //!
 //! DNS-rebinding protection: the `Host` header must be a loopback name or in
 //! `allowed_hosts`, and an `Origin`, when present, must be loopback or in `allowed_origins`.
@@ -47,7 +54,7 @@ use crate::session::{Caller, Session, SessionKind};
 /// Requests of one session handled at once; more get an error at once.
 pub const MAX_IN_FLIGHT: usize = 64;
 
-use super::streams::{Attached, ResumeSettings, StreamHub, event_id};
+use super::streams::{Attached, ReplayBudget, ResumeSettings, StreamHub, event_id};
 
 const SESSION_HEADER: &str = "mcp-session-id";
 const LAST_EVENT_ID: &str = "last-event-id";
@@ -74,6 +81,11 @@ impl HttpSession {
         gw.close_session(&self.session);
         self.hub.close();
     }
+
+    /// Nothing in flight either way and no stream attached: ending it loses nothing.
+    fn idle(&self) -> bool {
+        !self.hub.busy() && !self.session.busy()
+    }
 }
 
 type Sessions = Arc<Mutex<HashMap<String, Arc<HttpSession>>>>;
@@ -84,6 +96,8 @@ struct AppState {
     sessions: Sessions,
     browser: Arc<BrowserGuard>,
     resume: ResumeSettings,
+    /// Replay bytes over every session's streams.
+    budget: Arc<ReplayBudget>,
     retry: Duration,
 }
 
@@ -108,7 +122,8 @@ pub fn router_with_auth(gw: Arc<Gateway>, listen: &str, auth: Option<Arc<Authent
     {
         rt.spawn(sweep(Arc::downgrade(&gw), Arc::downgrade(&sessions), Duration::from_secs(gw.config.session_idle_timeout_secs)));
     }
-    let state = AppState { gw, sessions, browser, resume, retry };
+    let budget = ReplayBudget::new(gw.config.resume_max_total_bytes);
+    let state = AppState { gw, sessions, browser, resume, budget, retry };
     let mut r = Router::new().route("/mcp", post(post_mcp).get(get_mcp).delete(delete_mcp));
     if metrics_on {
         r = r.route("/metrics", get(|| async { crate::metrics::render() }));
@@ -194,21 +209,11 @@ async fn post_mcp(
         },
         (_, true) => {
             let who = caller(identity.as_ref());
-            let cap = st.gw.config.max_sessions_per_identity;
-            let open = st
-                .sessions
-                .lock()
-                .values()
-                .filter(|hs| hs.session.scope.tenant_id == who.tenant && hs.session.scope.user_id == who.user)
-                .count();
-            if open >= cap {
-                let message = format!(
-                    "this identity already has {open} sessions open (gateway.max_sessions_per_identity = {cap}); end one with DELETE /mcp or let it expire"
-                );
-                return json_rpc_error(StatusCode::TOO_MANY_REQUESTS, code::INVALID_REQUEST, &message);
+            if let Some(refused) = make_room(&st, &who) {
+                return refused;
             }
             let session = st.gw.open_session(SessionKind::Http, who, None);
-            let hub = Arc::new(StreamHub::new(st.resume));
+            let hub = Arc::new(StreamHub::new(st.resume, st.budget.clone()));
             let permits = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
             let hs = Arc::new(HttpSession {
                 session: session.clone(),
@@ -273,7 +278,8 @@ async fn post_mcp(
             // Without a session there is nothing to resume against: a stateless request's
             // stream carries no ids, and hanging up cancels it at once.
             None => {
-                let hub = Arc::new(StreamHub::new(ResumeSettings { window: Duration::ZERO, max_buffer_bytes: 0 }));
+                let settings = ResumeSettings { window: Duration::ZERO, max_buffer_bytes: 0 };
+                let hub = Arc::new(StreamHub::new(settings, st.budget.clone()));
                 let (_, attached) = hub.open(rx, false, Some(task.abort_handle()));
                 sse_response(None, attached, st.retry)
             }
@@ -300,6 +306,36 @@ async fn post_mcp(
     response
 }
 
+/// Makes room for one more session of `who`: at the cap, their least recently used idle
+/// session is ended (its client gets 404 on its next request and initializes again). The
+/// refusal, when every session is busy, is the answer to send instead.
+fn make_room(st: &AppState, who: &Caller) -> Option<Response> {
+    let cap = st.gw.config.max_sessions_per_identity;
+    let victim = {
+        let mut sessions = st.sessions.lock();
+        let theirs: Vec<&Arc<HttpSession>> =
+            sessions.values().filter(|hs| hs.session.scope.tenant_id == who.tenant && hs.session.scope.user_id == who.user).collect();
+        if theirs.len() < cap {
+            return None;
+        }
+        let open = theirs.len();
+        let lru = theirs.into_iter().filter(|hs| hs.idle()).min_by_key(|hs| *hs.last_seen.lock()).map(|hs| hs.session.id.clone());
+        let Some(id) = lru else {
+            let message = format!(
+                "this identity already has {open} sessions open, all busy (gateway.max_sessions_per_identity = {cap}); end one with DELETE /mcp or wait for one to finish"
+            );
+            return Some(json_rpc_error(StatusCode::TOO_MANY_REQUESTS, code::INVALID_REQUEST, &message));
+        };
+        sessions.remove(&id)
+    };
+    if let Some(hs) = victim {
+        metrics::counter!("stowage_sessions_evicted_total").increment(1);
+        tracing::debug!(target: "stowage::http", session = %hs.session.id, "session ended for a new one of the same identity (max_sessions_per_identity = {cap})");
+        hs.end(&st.gw);
+    }
+    None
+}
+
 /// Whether the session negotiated `version` or a later revision (dates compare as strings).
 fn speaks_at_least(session: &Session, version: &str) -> bool {
     session.protocol.lock().as_deref().is_some_and(|p| p >= version)
@@ -311,7 +347,7 @@ fn speaks_at_least(session: &Session, version: &str) -> bool {
 /// field and so cannot express the priming event.
 fn sse_response(number: Option<u64>, attached: Attached, retry: Duration) -> Response {
     const KEEP_ALIVE: Duration = Duration::from_secs(15);
-    let frames = stream::unfold(attached, move |mut rx| async move {
+    let frames = stream::unfold(attached, move |mut rx: Attached| async move {
         let chunk = match tokio::time::timeout(KEEP_ALIVE, rx.recv()).await {
             Err(_) => Bytes::from_static(b":\n\n"),
             Ok(None) => return None,
@@ -351,11 +387,8 @@ async fn sweep(gw: Weak<Gateway>, sessions: Weak<Mutex<HashMap<String, Arc<HttpS
         let (Some(sessions), Some(gw)) = (sessions.upgrade(), gw.upgrade()) else { return };
         let expired: Vec<Arc<HttpSession>> = {
             let mut map = sessions.lock();
-            let ids: Vec<String> = map
-                .iter()
-                .filter(|(_, hs)| hs.last_seen.lock().elapsed() > idle && !hs.hub.busy() && !hs.session.busy())
-                .map(|(id, _)| id.clone())
-                .collect();
+            let ids: Vec<String> =
+                map.iter().filter(|(_, hs)| hs.last_seen.lock().elapsed() > idle && hs.idle()).map(|(id, _)| id.clone()).collect();
             ids.iter().filter_map(|id| map.remove(id)).collect()
         };
         metrics::counter!("stowage_sessions_expired_total").increment(expired.len() as u64);

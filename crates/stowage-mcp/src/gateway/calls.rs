@@ -33,6 +33,9 @@ pub struct CallOptions {
     /// Keep the upstream's own result text in [`CallReport::original`] (the playground shows
     /// it beside the rewrite). Off by default: it costs a copy of the whole result.
     pub keep_original: bool,
+    /// Shape the answer for this host profile (by name, e.g. `claude-code`) instead of the
+    /// session's: the playground shows what each host's model would receive.
+    pub host: Option<String>,
 }
 
 /// What one tool call came to, beside the result.
@@ -154,7 +157,11 @@ impl Gateway {
             // Nobody listens: notifications are dropped at once.
             None => Outbox::with_capacity(1).0,
         };
-        match self.run_tool_call(session, params, &outbox, opts.trace_id, opts.keep_original).await? {
+        let host = match opts.host.as_deref() {
+            Some(name) => Some(self.hosts().by_name(name).ok_or_else(|| GatewayError::UnknownHost(name.to_owned()))?),
+            None => None,
+        };
+        match self.run_tool_call(session, params, &outbox, opts.trace_id, opts.keep_original, host).await? {
             CallReply::Rewritten(result, report) => Ok(ToolOutcome { result, report }),
             CallReply::Relayed(m) => {
                 let e: Value = m.error.as_ref().and_then(|e| serde_json::from_str(e.get()).ok()).unwrap_or(Value::Null);
@@ -172,7 +179,7 @@ impl Gateway {
         params: Value,
         outbox: &Outbox,
     ) -> Result<Message, GatewayError> {
-        Ok(match self.run_tool_call(session, params, outbox, None, false).await? {
+        Ok(match self.run_tool_call(session, params, outbox, None, false, None).await? {
             CallReply::Rewritten(result, _) => Message::response(Value::Null, &result),
             CallReply::Relayed(m) => m,
         })
@@ -185,8 +192,10 @@ impl Gateway {
         outbox: &Outbox,
         trace: Option<String>,
         keep_original: bool,
+        host: Option<Arc<crate::hosts::HostProfile>>,
     ) -> Result<CallReply, GatewayError> {
         let name = params.get("name").and_then(Value::as_str).unwrap_or("").to_owned();
+        let host = host.unwrap_or_else(|| self.host_profile(session));
         let mut scope = session.scope.clone();
         if trace.is_some() {
             scope.trace_id = trace;
@@ -207,15 +216,15 @@ impl Gateway {
                 let shaped = self.shaper.shape_app(result);
                 return Ok(CallReply::Rewritten(shaped.value, local_report(call, name, "stowage".into(), started, &shaped.figures)));
             }
-            return Ok(self.answered_here(session, &scope, call, name, "stowage".into(), started, result).await);
+            return Ok(self.answered_here(&host, &scope, call, name, "stowage".into(), started, result).await);
         }
         let local = self.local_tools();
         if local.handles(&name) {
             let started = Instant::now();
             let args = params.get("arguments").cloned().unwrap_or(json!({}));
-            let hints = crate::local_tools::ReadHints::for_host(&self.host_profile(session));
+            let hints = crate::local_tools::ReadHints::for_host(&host);
             let result = local.call(&name, &scope, &args, hints).await.expect("handles() said it is a local tool");
-            return Ok(self.answered_here(session, &scope, call, name, "stowage".into(), started, result).await);
+            return Ok(self.answered_here(&host, &scope, call, name, "stowage".into(), started, result).await);
         }
         // An upstream's own tool first; a generated resource tool only by a name none has.
         let Some(tool) = self.catalog().tool(&name).cloned() else {
@@ -224,11 +233,10 @@ impl Gateway {
             let args = params.get("arguments").cloned().unwrap_or(json!({}));
             let result = self.call_resource_tool(session, u, op, &args, outbox).await;
             let upstream = self.upstreams[u].name().to_owned();
-            return Ok(self.answered_here(session, &scope, call, name, upstream, started, result).await);
+            return Ok(self.answered_here(&host, &scope, call, name, upstream, started, result).await);
         };
         let upstream = self.upstreams[tool.upstream].name().to_owned();
         self.events.publish(GatewayEvent::ToolCallStarted { call, owner: owner.clone(), tool: name.clone(), upstream: upstream.clone() });
-        let host = self.host_profile(session);
         let mut guard = FinishGuard {
             gw: self,
             call,
@@ -410,7 +418,7 @@ impl Gateway {
     #[allow(clippy::too_many_arguments)]
     async fn answered_here(
         &self,
-        session: &Session,
+        host: &crate::hosts::HostProfile,
         scope: &stowage_core::ArtifactScope,
         call: u64,
         tool: String,
@@ -418,9 +426,8 @@ impl Gateway {
         started: Instant,
         result: Value,
     ) -> CallReply {
-        let host = self.host_profile(session);
         let ctx = CallContext { tool: tool.clone(), upstream: upstream.clone(), scope: scope.clone(), output_schema: None };
-        let shaped = self.shaper.shape_local(self.job(&ctx, &host), result).await;
+        let shaped = self.shaper.shape_local(self.job(&ctx, host), result).await;
         let report = local_report(call, tool, upstream, started, &shaped.figures);
         CallReply::Rewritten(shaped.value, report)
     }
@@ -478,9 +485,10 @@ impl Gateway {
                     fatal: true,
                     message: e.to_string(),
                 });
-                // The store's own message may name server paths: the log and the event bus
-                // have it, the client gets the code.
-                json!({"stowage": format!("{}: the {what} from upstream {upstream} was too heavy to relay and could not be stored (the gateway's log says why)", e.code)})
+                // The store's message may name a server path (a temp file on a full disk): it
+                // goes to the event bus and the log, never to the client.
+                tracing::warn!(target: "stowage::store", upstream, "could not store a heavy {what}: {}", e.message);
+                json!({"stowage": format!("{}: the {what} from upstream {upstream} was too heavy to relay and the artifact store could not take it (full or unavailable)", e.code)})
             }
         }
     }

@@ -266,6 +266,32 @@ impl Gateway {
     }
 }
 
+impl Gateway {
+    /// Every upstream's resources (or, with `templates`, resource templates) as `session` sees
+    /// them, upstream by upstream: its name and its entries, or why they could not be listed.
+    /// For callers that show each upstream's list apart (the playground), so one upstream that
+    /// fails (one without `resources/templates/list`, say) is named beside what the others
+    /// listed instead of failing the whole list. Upstreams without resources are left out.
+    pub async fn resources_by_upstream(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        templates: bool,
+    ) -> Vec<(String, Result<Vec<Value>, String>)> {
+        let (key, method) = if templates { ("resourceTemplates", "resources/templates/list") } else { ("resources", "resources/list") };
+        // Nobody listens for the requests' own notifications.
+        let outbox = Outbox::with_capacity(1).0;
+        let mut out = Vec::new();
+        for (i, u) in self.upstreams.iter().enumerate() {
+            if !u.capability("resources") {
+                continue;
+            }
+            let listed = self.upstream_resources(session, i, key, method, &outbox).await.map_err(|e| e.to_string());
+            out.push((u.name().to_owned(), listed));
+        }
+        out
+    }
+}
+
 /// Prefix of a cursor into the upstreams' entries (`up:<upstream>:<offset>`, base64url so
 /// clients treat it as opaque).
 const POSITION_PREFIX: &str = "up:";

@@ -319,6 +319,11 @@ impl Gateway {
     }
 
     /// The host profile for `session`'s calls.
+    /// The host profile `session`'s answers are shaped for.
+    pub fn session_host(&self, session: &Session) -> Arc<crate::hosts::HostProfile> {
+        self.host_profile(session)
+    }
+
     pub(crate) fn host_profile(&self, session: &Session) -> Arc<crate::hosts::HostProfile> {
         session.host.lock().as_ref().map_or_else(|| self.hosts().default_profile(), |(_, p)| p.clone())
     }

@@ -342,6 +342,14 @@ impl Hosts {
         self.default.clone()
     }
 
+    /// The profile called `name` (`default` included), whatever clients it matches.
+    pub fn by_name(&self, name: &str) -> Option<Arc<HostProfile>> {
+        if name == self.default.name {
+            return Some(self.default.clone());
+        }
+        self.profiles.iter().find(|(_, p)| p.name == name).map(|(_, p)| p.clone())
+    }
+
     /// Every profile in force, matched ones first, the default last.
     pub fn profiles(&self) -> impl Iterator<Item = &HostProfile> {
         self.profiles.iter().map(|(_, p)| p.as_ref()).chain(std::iter::once(self.default.as_ref()))

@@ -89,6 +89,14 @@ pub fn visible_text(result: &Value, profile: &HostProfile, twinned: bool) -> Str
     out
 }
 
+/// What `profile`'s model reads of `result`, for people to look at (the playground): the text,
+/// a value carried twice once, and how many images beside it.
+pub fn model_view(result: &Value, profile: &HostProfile) -> Value {
+    let twinned = result.get("structuredContent").is_some() && !stowage_transform::twins::find(result).is_empty();
+    let text = visible_text(result, profile, twinned);
+    serde_json::json!({"text": text, "images": image_sizes(result).len(), "tokens": stowage_transform::tokens::count_exact(&text)})
+}
+
 fn push(out: &mut String, s: &str) {
     if !out.is_empty() {
         out.push('\n');

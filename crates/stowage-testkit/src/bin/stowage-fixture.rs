@@ -39,6 +39,9 @@
 //! `STOWAGE_FIXTURE_IGNORE_FIRST_TOOLS_LIST=1` leaves its first `tools/list` unanswered (a
 //! server slow to start).
 //!
+//! `STOWAGE_FIXTURE_NO_TEMPLATES=1` answers `resources/templates/list` with "method not found",
+//! as servers that have resources but no templates do.
+//!
 //! `STOWAGE_FIXTURE_STATELESS=1` makes it a 2026-07-28-only server: it refuses `initialize`,
 //! answers `server/discover`, `sample` asks for input by returning `input_required`, and
 //! change notifications go only to `subscriptions/listen` streams: `touch` announces a tool
@@ -79,6 +82,8 @@ struct Fixture {
     /// `STOWAGE_FIXTURE_IGNORE_FIRST_TOOLS_LIST=1`: the first `tools/list` is never answered (a
     /// server slow to start: the gateway's list request times out and must be tried again).
     ignore_first_tools_list: std::sync::atomic::AtomicBool,
+    /// `STOWAGE_FIXTURE_NO_TEMPLATES=1`: `resources/templates/list` is not implemented.
+    no_templates: bool,
 }
 
 /// The blank the id of a prepared response line is written into.
@@ -580,6 +585,7 @@ impl Handler for Fixture {
                     {"role": "user", "content": {"type": "image", "mimeType": "image/png", "data": STANDARD.encode(samples::png(600, 600))}},
                 ],
             }),
+            "resources/templates/list" if self.no_templates => return Err((code::METHOD_NOT_FOUND, format!("method not found: {method}"))),
             "resources/templates/list" => {
                 json!({"resourceTemplates": [{"uriTemplate": "fx://blob/{bytes}", "name": "blob", "mimeType": "application/pdf"}]})
             }
@@ -613,6 +619,7 @@ async fn main() {
         blobs: Default::default(),
         many: std::env::var("STOWAGE_FIXTURE_RESOURCES").ok().and_then(|v| v.parse().ok()).unwrap_or(0),
         ignore_first_tools_list: std::env::var_os("STOWAGE_FIXTURE_IGNORE_FIRST_TOOLS_LIST").is_some().into(),
+        no_templates: std::env::var("STOWAGE_FIXTURE_NO_TEMPLATES").is_ok_and(|v| v == "1"),
     });
     fixture.log(&format!("started pid {}", std::process::id()));
     eprintln!("stowage-fixture: serving on stdio");

@@ -257,6 +257,10 @@ fn consider(map: &Map<String, Value>, kind: &Kind, ptr: &str, in_array: bool, cx
     if let Some(u) = uri {
         source.insert("original_uri".into(), u.into());
     }
+    // The block's audience and priority stay with what stands for it (its resource_link).
+    if let Some(a) = map.get("annotations").filter(|a| a.is_object()) {
+        source.insert("annotations".into(), a.clone());
+    }
     if let Sniff::Binary { mime: sniffed, .. } = sniffed
         && Some(sniffed) != declared
     {

@@ -184,7 +184,21 @@ class Run:
         self.chart_artifact = self.page.get_attribute("[data-testid=call-artifacts] .artifact-card[data-kind=image]", "data-id")
         check(self.chart_artifact, "the chart call made no image artifact")
         self.shot(2, "tools")
-        return {"tool": name, **n, "artifact": self.chart_artifact}
+        # The same call shaped for Codex, which takes no resource_link: the download link is in
+        # the line its model reads.
+        self.page.select_option("#host-select", "codex")
+        self.page.click("#call-button")
+        self.page.wait_for_function("""() => [...document.querySelectorAll('#call-result h3')].some(h => h.textContent.includes('(codex)'))""",
+                                    timeout=TIMEOUT)
+        codex_view = self.page.text_content("#call-result [data-testid=model-view]")
+        check("Download: http" in codex_view and "resource_link" not in codex_view, f"codex's view: {codex_view}")
+        self.page.select_option("#host-select", "")
+        # artifact_read of the chart answers with the image, shown as one.
+        _, read = self.call_tool("artifact_read", {"id": self.chart_artifact})
+        self.page.wait_for_function("""() => [...document.querySelectorAll('[data-testid=result-images] img')]
+            .some(i => i.complete && i.naturalWidth > 0)""", timeout=TIMEOUT)
+        check(read["result_tokens"] > 0, f"the gateway's own tool reports its tokens: {read}")
+        return {"tool": name, **n, "artifact": self.chart_artifact, "codex_view": True, "read_tokens": read["result_tokens"]}
 
     def step3_pdf(self):
         name, n = self.call_tool(self.cfg["pdf_tool"], self.cfg.get("pdf_args"))
