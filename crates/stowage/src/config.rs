@@ -233,7 +233,7 @@ impl ConfigSearch {
             return Ok(ConfigSource::Env(existing(p, &absolute(p), "STOWAGE_CONFIG", &self.cwd)?));
         }
         let mut looked = Vec::new();
-        let mut places: Vec<(PathBuf, fn(PathBuf) -> ConfigSource)> = Vec::new();
+        let mut places: Vec<(PathBuf, Place)> = Vec::new();
         if let Some(dir) = self.mcp_config.as_deref().map(absolute).and_then(|m| m.parent().map(Path::to_path_buf)) {
             places.push((dir.join(DEFAULT_CONFIG_FILE), ConfigSource::BesideMcpConfig));
         }
@@ -250,6 +250,9 @@ impl ConfigSearch {
         Ok(ConfigSource::Defaults(looked))
     }
 }
+
+/// One place a `stowage.toml` may be, as the source it would be.
+type Place = fn(PathBuf) -> ConfigSource;
 
 /// `path` (`given` made absolute) when it is a file; else one line saying what was given and
 /// where it was looked for.
