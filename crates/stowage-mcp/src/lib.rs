@@ -55,4 +55,4 @@ pub use error::GatewayError;
 pub use gateway::{CallOptions, CallReport, Gateway, GatewayOptions, HANDSHAKE_VERSIONS, MODERN_VERSIONS, ToolOutcome};
 pub use outbox::Outbox;
 pub use session::{Caller, LOCAL_USER, Session, SessionKind};
-pub use upstream::{CallError, Health, InProcessFactory, InProcessPipes};
+pub use upstream::{CallError, Health, InProcessFactory, InProcessPipes, probe as probe_upstream};

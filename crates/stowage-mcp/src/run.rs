@@ -46,10 +46,22 @@ pub struct RunOptions {
     pub readiness: Option<Arc<std::sync::OnceLock<stowage_http::ReadinessCheck>>>,
     /// The store for the banner: which, where, and how to list it.
     pub store_label: String,
+    /// Where the configuration came from, for the banner (empty: not said).
+    pub config_label: String,
+    /// Where the gateway keeps what it learns across runs (each upstream's last catalog):
+    /// [`GatewayOptions::state_dir`].
+    pub state_dir: Option<std::path::PathBuf>,
     /// Bearer authentication on `/mcp` (HTTP only); `None` leaves it open.
     pub auth: Option<Arc<stowage_http::Authenticator>>,
-    /// Fresh signed links: enables the gateway's `artifact_url` tool.
+    /// Fresh signed links: enables the gateway's `artifact_url` tool, and signs what tools
+    /// are handed during a call (blob chaining).
     pub links: Option<stowage_http::LinkService>,
+    /// Links for people (`artifact_url`, artifact resources) when they are served elsewhere
+    /// than `links` (a stdio gateway's link server); `None`: `links` serves both.
+    pub people_links: Option<stowage_http::LinkService>,
+    /// Stdio: the banner's line about where download links are served, when not on
+    /// `links_listener` (the store's link server).
+    pub links_banner: Option<String>,
     /// The artifact store: enables the gateway's `artifact_read` and `artifact_query` tools.
     pub artifacts: Option<Arc<dyn stowage_store::ArtifactStore>>,
     /// Server entries that are configured but not served, each as one line saying why
@@ -97,9 +109,13 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
         in_process: opts.in_process,
         default_session_mode,
         secret_env: opts.secret_env,
+        state_dir: opts.state_dir.clone(),
     });
     if let Some(links) = opts.links {
         gw.set_link_service(links);
+    }
+    if let Some(links) = opts.people_links {
+        gw.set_people_link_service(links);
     }
     if let Some(store) = opts.artifacts {
         gw.set_artifact_store(store);
@@ -122,6 +138,7 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
         });
         let _ = r.set(check);
     }
+    let labels = Labels { store: opts.store_label.clone(), config: opts.config_label.clone() };
     let result = match &opts.mode {
         Mode::Stdio => {
             let links_addr = match (opts.links_listener, opts.extra_routes) {
@@ -139,7 +156,16 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
             // handler is in place from the start, so a stop during the grace is clean too.
             let serve = async {
                 gw.wait_startup().await;
-                eprint!("{}", banner(&gw, &opts.mode, links_addr, &opts.store_label, &opts.skipped));
+                let mut text = banner(&gw, &opts.mode, links_addr, &labels, &opts.skipped);
+                if let Some(line) = &opts.links_banner {
+                    text = text
+                        .lines()
+                        .map(|l| if l.starts_with("  download links:") { line.trim_end().to_owned() } else { l.to_owned() })
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                        + "\n";
+                }
+                eprint!("{text}");
                 crate::downstream::stdio::serve(gw.clone(), tokio::io::stdin(), tokio::io::stdout()).await
             };
             tokio::select! {
@@ -156,7 +182,7 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
             }
             // Served at once (health, readiness and clients that retry need not wait for a slow
             // or dead upstream).
-            spawn_banner(gw.clone(), opts.mode.clone(), Some(addr), opts.store_label.clone(), opts.skipped.clone(), opts.playground);
+            spawn_banner(gw.clone(), opts.mode.clone(), Some(addr), labels.clone(), opts.skipped.clone(), opts.playground);
             crate::downstream::listener::serve(listener, app, gw.config.http_timeouts(), shutdown_signal()).await.map_err(RunError::Serve)
         }
     };
@@ -169,17 +195,24 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
 /// Prints the banner in the background once every upstream is listed or down (or the start-up
 /// grace is over), unless the gateway is stopping by then: a banner printed at shutdown would
 /// list every upstream as not connected.
-fn spawn_banner(gw: Arc<Gateway>, mode: Mode, addr: Option<SocketAddr>, store: String, skipped: Vec<String>, playground: bool) {
+fn spawn_banner(gw: Arc<Gateway>, mode: Mode, addr: Option<SocketAddr>, labels: Labels, skipped: Vec<String>, playground: bool) {
     tokio::spawn(async move {
         gw.wait_startup().await;
         if !gw.is_shutting_down() {
-            let mut text = banner(&gw, &mode, addr, &store, &skipped);
+            let mut text = banner(&gw, &mode, addr, &labels, &skipped);
             if let (true, Some(addr)) = (playground, addr) {
                 text.push_str(&format!("  playground: http://{addr}/  (in a browser; --no-playground turns it off)\n"));
             }
             eprint!("{text}");
         }
     });
+}
+
+/// Serves `app` on `listener` with the gateway's HTTP timeouts until `shutdown` resolves: for
+/// routes served without a gateway (the binary's link server, which keeps a store's download
+/// links alive after the stdio gateway that minted them is gone).
+pub async fn serve_routes(listener: tokio::net::TcpListener, app: axum::Router, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+    crate::downstream::listener::serve(listener, app, GatewayConfig::default().http_timeouts(), shutdown).await
 }
 
 /// Binds `listen` and serves the gateway's HTTP routes in the background (tests, benches).
@@ -222,13 +255,29 @@ async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
+/// What the banner says about where things came from.
+#[derive(Debug, Clone, Default)]
+pub struct Labels {
+    /// The store: which, where, and how to list it.
+    pub store: String,
+    /// Where the configuration came from (empty: not said).
+    pub config: String,
+}
+
 /// The start-up banner: what runs, and how to connect a client and try it.
-pub fn banner(gw: &Gateway, mode: &Mode, addr: Option<SocketAddr>, store: &str, skipped: &[String]) -> String {
+pub fn banner(gw: &Gateway, mode: &Mode, addr: Option<SocketAddr>, labels: &Labels, skipped: &[String]) -> String {
     let catalog = gw.catalog();
     let mut s = String::from("stowage: MCP gateway ready\n");
     for u in &gw.upstreams {
-        let tools = catalog.tools.iter().filter(|t| t.upstream == u.index).count();
-        let mut state = if u.current().is_some() { format!("{tools} tools") } else { "NOT CONNECTED (retrying)".into() };
+        let tools: Vec<_> = catalog.tools.iter().filter(|t| t.upstream == u.index).collect();
+        let mut state = match (u.current().is_some(), tools.as_slice()) {
+            (true, _) => format!("{} tools", tools.len()),
+            (false, []) => "NOT CONNECTED (retrying)".into(),
+            (false, [only]) if only.original.ends_with(crate::gateway::STANDIN_TOOL) => {
+                format!("NOT CONNECTED (retrying; listed as {}, which says why)", only.name)
+            }
+            (false, kept) => format!("NOT CONNECTED (retrying; its {} tools from its last listing are shown, calls say why)", kept.len()),
+        };
         if !u.mode.is_shared() {
             state.push_str(", one upstream session per client");
         }
@@ -242,7 +291,10 @@ pub fn banner(gw: &Gateway, mode: &Mode, addr: Option<SocketAddr>, store: &str, 
     for c in catalog.collisions.iter().chain(&catalog.renamed_resources) {
         s.push_str(&format!("  renamed: {c}\n"));
     }
-    s.push_str(&format!("  artifacts: {store}\n"));
+    if !labels.config.is_empty() {
+        s.push_str(&format!("  config: {}\n", labels.config));
+    }
+    s.push_str(&format!("  artifacts: {}\n", labels.store));
     let first_tool = catalog
         .tools
         .iter()

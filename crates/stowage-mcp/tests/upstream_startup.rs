@@ -26,6 +26,7 @@ fn start_without_waiting(specs: Vec<UpstreamSpec>) -> Arc<Gateway> {
         in_process: None,
         default_session_mode: SessionMode::Shared,
         secret_env: Vec::new(),
+        state_dir: None,
     })
 }
 
@@ -56,10 +57,15 @@ async fn an_upstream_that_starts_listening_later_is_announced_with_list_changed(
     let before = tool_names(&client.request("tools/list", json!({})).await);
     assert!(started.elapsed() < Duration::from_secs(4), "the refused upstream held the client up for {:?}", started.elapsed());
     assert!(before.iter().any(|n| n == "local_echo"), "{before:?}");
-    assert!(!before.iter().any(|n| n.starts_with("late_")), "{before:?}");
+    // Down and never listed: one stand-in says so, and a call to it answers at once with why.
+    let late: Vec<&String> = before.iter().filter(|n| n.starts_with("late_")).collect();
+    assert_eq!(late, ["late_unavailable"], "{before:?}");
+    let down = client.call("late_unavailable", json!({})).await;
+    let message = down["error"]["message"].as_str().unwrap_or_else(|| panic!("{down}"));
+    assert!(message.contains("upstream late is unavailable") && message.contains("Connection refused"), "{down}");
     let down = client.call("late_echo", json!({"message": "x"})).await;
     assert!(down.get("error").is_some() || down["result"]["isError"] == true, "a tool of an upstream not listed yet is refused: {down}");
-    assert!(client.notifications.lock().unwrap().iter().all(|n| n["method"] != "notifications/tools/list_changed"));
+    client.notifications.lock().unwrap().clear();
 
     // Now the port starts listening: a real Streamable HTTP server (another gateway in front
     // of the fixture) on it.
@@ -78,6 +84,7 @@ async fn an_upstream_that_starts_listening_later_is_announced_with_list_changed(
     assert!(announced, "no list_changed once the upstream came up: {:?}", client.notifications.lock().unwrap());
     let after = tool_names(&client.request("tools/list", json!({})).await);
     assert!(after.iter().any(|n| n == "late_echo") && after.iter().any(|n| n == "local_echo"), "{after:?}");
+    assert!(!after.iter().any(|n| n == "late_unavailable"), "the stand-in is gone once it is up: {after:?}");
     let r = client.call("late_echo", json!({"message": "hello late"})).await;
     assert_eq!(r["result"]["content"][0]["text"], "hello late", "{r}");
 }

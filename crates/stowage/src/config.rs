@@ -17,7 +17,7 @@ use stowage_transform::TransformConfig;
 /// The store directory of earlier versions, relative to the working directory: still
 /// worth a hint when one is found there (see [`crate::wiring::store_location`]).
 pub const LEGACY_STORE_DIR: &str = ".stowage";
-/// The config file read when `--config` is not given and it exists.
+/// The config file's name in each place it is looked for (see [`ConfigSearch`]).
 pub const DEFAULT_CONFIG_FILE: &str = "stowage.toml";
 
 /// The whole `stowage.toml`.
@@ -152,23 +152,130 @@ impl Backend {
     }
 }
 
-impl Config {
-    /// Reads `path` if given (it must exist), else `./stowage.toml` if it exists, else the
-    /// defaults. Returns the config and the file it came from.
-    pub fn load(path: Option<&Path>) -> anyhow::Result<(Config, Option<PathBuf>)> {
-        let path = match path {
-            Some(p) => p.to_path_buf(),
-            None => {
-                let default = PathBuf::from(DEFAULT_CONFIG_FILE);
-                if !default.exists() {
-                    return Ok((Config::default(), None));
-                }
-                default
+/// Where `stowage.toml` came from: said by the banner, `check-config` and the debug log, so a
+/// config that is not the one a user edited is never a mystery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigSource {
+    /// `--config FILE`.
+    Flag(PathBuf),
+    /// `STOWAGE_CONFIG`.
+    Env(PathBuf),
+    /// `stowage.toml` in the directory of the `--mcp-config` file.
+    BesideMcpConfig(PathBuf),
+    /// `stowage/stowage.toml` in the platform's config directory (`~/.config` on Linux).
+    ConfigDir(PathBuf),
+    /// `stowage.toml` in the working directory.
+    WorkingDir(PathBuf),
+    /// None found: the built-in defaults. The places looked in, in order.
+    Defaults(Vec<PathBuf>),
+}
+
+impl ConfigSource {
+    /// The file read, if any.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            ConfigSource::Flag(p) | ConfigSource::Env(p) | ConfigSource::BesideMcpConfig(p) | ConfigSource::ConfigDir(p) => Some(p),
+            ConfigSource::WorkingDir(p) => Some(p),
+            ConfigSource::Defaults(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for ConfigSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigSource::Flag(p) => write!(f, "{} (--config)", p.display()),
+            ConfigSource::Env(p) => write!(f, "{} (STOWAGE_CONFIG)", p.display()),
+            ConfigSource::BesideMcpConfig(p) => write!(f, "{} (beside the --mcp-config file)", p.display()),
+            ConfigSource::ConfigDir(p) => write!(f, "{} (the user config directory)", p.display()),
+            ConfigSource::WorkingDir(p) => write!(f, "{} (the working directory)", p.display()),
+            ConfigSource::Defaults(looked) => {
+                let places: Vec<String> = looked.iter().map(|p| p.display().to_string()).collect();
+                write!(f, "none found, using the defaults (looked for {})", places.join(", "))
             }
-        };
-        let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read config file {}", path.display()))?;
-        let config = Config::parse(&text, &path)?;
-        Ok((config, Some(path)))
+        }
+    }
+}
+
+/// What [`Config::find`] searches: the explicit choices, then the places a user keeps the file.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigSearch {
+    /// `--config FILE`: must exist.
+    pub flag: Option<PathBuf>,
+    /// `STOWAGE_CONFIG` (empty counts as unset): must exist.
+    pub env: Option<PathBuf>,
+    /// The `--mcp-config` file, whose directory is looked in.
+    pub mcp_config: Option<PathBuf>,
+    /// The platform's config directory (`dirs::config_dir()`), where `stowage/stowage.toml`
+    /// is looked for.
+    pub config_dir: Option<PathBuf>,
+    /// The working directory.
+    pub cwd: PathBuf,
+}
+
+impl ConfigSearch {
+    /// The search as this process would run it, for a command that may name an `--mcp-config`.
+    pub fn from_process(flag: Option<PathBuf>, mcp_config: Option<&Path>) -> anyhow::Result<ConfigSearch> {
+        let env = std::env::var_os("STOWAGE_CONFIG").filter(|v| !v.is_empty()).map(PathBuf::from);
+        let cwd = std::env::current_dir().context("cannot read the working directory")?;
+        Ok(ConfigSearch { flag, env, mcp_config: mcp_config.map(Path::to_path_buf), config_dir: dirs::config_dir(), cwd })
+    }
+
+    /// The file `find` reads and where it came from: the first of `--config`,
+    /// `STOWAGE_CONFIG`, beside `--mcp-config`, the config directory, the working directory
+    /// that exists (the first two must exist when given).
+    pub fn locate(&self) -> anyhow::Result<ConfigSource> {
+        let absolute = |p: &Path| if p.is_absolute() { p.to_path_buf() } else { self.cwd.join(p) };
+        if let Some(p) = &self.flag {
+            return Ok(ConfigSource::Flag(existing(p, &absolute(p), "--config", &self.cwd)?));
+        }
+        if let Some(p) = &self.env {
+            return Ok(ConfigSource::Env(existing(p, &absolute(p), "STOWAGE_CONFIG", &self.cwd)?));
+        }
+        let mut looked = Vec::new();
+        let mut places: Vec<(PathBuf, Place)> = Vec::new();
+        if let Some(dir) = self.mcp_config.as_deref().map(absolute).and_then(|m| m.parent().map(Path::to_path_buf)) {
+            places.push((dir.join(DEFAULT_CONFIG_FILE), ConfigSource::BesideMcpConfig));
+        }
+        if let Some(dir) = &self.config_dir {
+            places.push((dir.join("stowage").join(DEFAULT_CONFIG_FILE), ConfigSource::ConfigDir));
+        }
+        places.push((self.cwd.join(DEFAULT_CONFIG_FILE), ConfigSource::WorkingDir));
+        for (path, source) in places {
+            if path.is_file() {
+                return Ok(source(path));
+            }
+            looked.push(path);
+        }
+        Ok(ConfigSource::Defaults(looked))
+    }
+}
+
+/// One place a `stowage.toml` may be, as the source it would be.
+type Place = fn(PathBuf) -> ConfigSource;
+
+/// `path` (`given` made absolute) when it is a file; else one line saying what was given and
+/// where it was looked for.
+fn existing(given: &Path, path: &Path, given_as: &str, cwd: &Path) -> anyhow::Result<PathBuf> {
+    crate::paths::refuse_unexpanded(given_as, given, cwd)?;
+    anyhow::ensure!(
+        path.is_file(),
+        "{given_as} {}: no such file (the working directory is {}; hosts start stowage in a directory of their choosing, so give an absolute path)",
+        given.display(),
+        cwd.display()
+    );
+    Ok(path.to_path_buf())
+}
+
+impl Config {
+    /// Finds `stowage.toml` as [`ConfigSearch::locate`] says and reads it; the defaults when
+    /// there is none. Returns the config and where it came from.
+    pub fn find(search: &ConfigSearch) -> anyhow::Result<(Config, ConfigSource)> {
+        let source = search.locate()?;
+        let Some(path) = source.path() else { return Ok((Config::default(), source)) };
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
+        let config = Config::parse(&text, path)?;
+        Ok((config, source))
     }
 
     /// Parses config text; errors name `origin`, the line and the key.

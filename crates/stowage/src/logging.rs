@@ -35,7 +35,7 @@ const MAX_TRACKED: usize = 256;
 /// stderr is a terminal: hosts capture it into log files, where escape codes are noise.
 pub fn init(serving: bool) {
     use std::io::IsTerminal;
-    let default = if serving { "warn,stowage::call=info,stowage::upstream=info" } else { "warn" };
+    let default = if serving { "warn,stowage::call=info,stowage::upstream=info,stowage::links=info" } else { "warn" };
     let chosen =
         ["STOWAGE_LOG", "RUST_LOG"].into_iter().find_map(|var| std::env::var(var).ok().filter(|v| !v.trim().is_empty()).map(|v| (var, v)));
     let filter = match chosen {

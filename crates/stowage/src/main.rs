@@ -7,13 +7,16 @@
 
 mod cmd;
 mod config;
+mod link_server;
 mod logging;
+mod paths;
 mod plan;
 mod wiring;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use crate::config::Config;
@@ -21,8 +24,10 @@ use crate::config::Config;
 #[derive(Debug, Parser)]
 #[command(name = "stowage", version, about, long_about = None)]
 struct Cli {
-    /// Configuration file (default: ./stowage.toml if it exists).
-    #[arg(long, global = true, env = "STOWAGE_CONFIG", value_name = "FILE")]
+    /// Configuration file. Default: $STOWAGE_CONFIG, else the first stowage.toml found beside
+    /// the --mcp-config file, in the user config directory (~/.config/stowage/ on Linux), or in
+    /// the working directory.
+    #[arg(long, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Store directory for the fs backend (overrides store.dir; default: `stowage` in the
     /// platform's data directory, e.g. ~/.local/share/stowage).
@@ -51,6 +56,10 @@ enum Command {
     Artifacts(cmd::artifacts::ArtifactsCommand),
     /// Print a fresh signed download link for an artifact.
     SignUrl(cmd::sign_url::SignUrlArgs),
+    /// The link server that keeps a stdio gateway's download links working after the host's
+    /// session ends: where it serves and until when (status), or stop it.
+    #[command(subcommand)]
+    Links(cmd::links::LinksCommand),
     /// Ask the agent planner a question over your MCP tools ([agent] in stowage.toml names the
     /// model); prints the answer, or with --json the whole FinalPayload. Steps go to stderr.
     Agent(cmd::agent::AgentArgs),
@@ -63,7 +72,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    logging::init(matches!(cli.command, Command::Serve(_)));
+    logging::init(matches!(cli.command, Command::Serve(_) | Command::Links(cmd::links::LinksCommand::Serve { .. })));
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => return fail(anyhow::anyhow!("cannot start the async runtime: {e}")),
@@ -80,9 +89,39 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    let (config, origin) = Config::load(cli.config.as_deref())?;
     if let Command::HashKey { key } = cli.command {
         return hash_key(key);
+    }
+    if let Command::Links(cmd::links::LinksCommand::Serve { ports, config_file, .. }) = &cli.command {
+        // The configuration the gateway that starts it read, exactly: no search of its own.
+        let config = match config_file {
+            Some(f) => Config::parse(&std::fs::read_to_string(f).with_context(|| format!("cannot read {}", f.display()))?, f)?,
+            None => Config::default(),
+        };
+        let location = wiring::store_location(&config, cli.store.clone())?;
+        return link_server::serve(&config, &location, ports).await;
+    }
+    if let Command::CheckConfig(args) = &cli.command
+        && let Some(dir) = &args.cwd
+    {
+        // Answer exactly as `serve` would when a host starts it there: every relative path and
+        // the working directory's stowage.toml are looked up from it.
+        std::env::set_current_dir(dir).with_context(|| format!("--cwd {}", dir.display()))?;
+    }
+    let mcp_config = match &cli.command {
+        Command::Serve(a) => a.mcp_config.as_deref(),
+        Command::CheckConfig(a) => a.serve.mcp_config.as_deref(),
+        Command::Agent(a) => a.mcp_config.as_deref(),
+        _ => None,
+    };
+    if let Some(p) = mcp_config {
+        paths::existing_file("--mcp-config", p)?;
+    }
+    let search = config::ConfigSearch::from_process(cli.config.clone(), mcp_config)?;
+    let (config, source) = Config::find(&search)?;
+    tracing::debug!(target: "stowage::config", "config: {source}");
+    if let Some(p) = &cli.store {
+        paths::refuse_unexpanded("--store", p, &search.cwd)?;
     }
     let location = wiring::store_location(&config, cli.store)?;
     if !matches!(cli.command, Command::CheckConfig(_)) {
@@ -101,6 +140,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 gc_interval: config.retention.gc_interval,
                 agent: &config.agent,
                 apps: &config.apps,
+                config_source: &source,
             };
             cmd::serve::run(ctx, plan).await
         }
@@ -108,7 +148,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let store = wiring::open_store(&config, &location)?;
             cmd::agent::run(&config, store, &location.dir, args).await
         }
-        Command::CheckConfig(args) => cmd::check_config::run(&config, origin.as_deref(), &location, args).await,
+        Command::CheckConfig(args) => cmd::check_config::run(&config, &source, &location, args).await,
         Command::Demo(args) => {
             let store = wiring::open_store(&config, &location)?;
             cmd::demo::run(store, config.transform.clone(), args).await
@@ -125,7 +165,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let store = wiring::open_store(&config, &location)?;
             cmd::sign_url::run(store.as_ref(), &config.links, &config.gateway.listen, &location.dir, args).await
         }
-        Command::HashKey { .. } => unreachable!("answered above"),
+        Command::Links(cmd::links::LinksCommand::Status) => cmd::links::status(&location).await,
+        Command::Links(cmd::links::LinksCommand::Stop) => cmd::links::stop(&location).await,
+        Command::HashKey { .. } | Command::Links(cmd::links::LinksCommand::Serve { .. }) => unreachable!("answered above"),
     }
 }
 

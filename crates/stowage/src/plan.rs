@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use stowage_links::LinksConfig;
 use stowage_mcp::GatewayConfig;
-use stowage_mcp::config::{SkippedServer, UpstreamSpec};
+use stowage_mcp::config::{SkippedServer, TransportSpec, UpstreamSpec};
 use stowage_mcp::run::Mode;
 
 use crate::cmd::serve::ServeArgs;
@@ -24,6 +24,10 @@ pub struct Plan {
     pub upstreams: Vec<UpstreamSpec>,
     /// Configured entries that are not served, with why; the others are.
     pub skipped: Vec<SkippedServer>,
+    /// Served entries that will not start as things stand (a command that is not there): served
+    /// all the same, listed as unavailable until they start, and said by `serve` and
+    /// `check-config` in the same words.
+    pub warnings: Vec<String>,
     pub auth: Option<Arc<stowage_http::Authenticator>>,
     /// `[links]`, validated, with `public_url` set to the base links are minted on (over
     /// stdio: the one the loopback listener should take).
@@ -100,12 +104,14 @@ pub fn plan(config: &Config, store: &StoreLocation, args: &ServeArgs) -> anyhow:
         links_config.public_url = base.url.clone();
         (Mode::Http { listen: gateway.listen.clone() }, LinksPlan::Http(base))
     };
+    let warnings = found.specs.iter().filter_map(missing_command).collect();
     Ok(Plan {
         mode,
         hosts,
         gateway,
         upstreams: found.specs,
         skipped: found.skipped,
+        warnings,
         auth,
         links_config,
         links,
@@ -146,6 +152,31 @@ pub fn link_base(links: &LinksConfig, listen: &str, flag: Option<&str>) -> anyho
         );
     }
     Ok(LinkBase { url: url.trim_end_matches('/').to_owned(), origin })
+}
+
+/// The warning for a stdio upstream whose command cannot be found: it is served (as down, so
+/// the model sees it and why), and retried, since the user may install it while the host runs.
+fn missing_command(u: &UpstreamSpec) -> Option<String> {
+    let TransportSpec::Stdio { command, cwd, .. } = &u.transport else { return None };
+    (!command_exists(command, cwd.as_deref())).then(|| {
+        format!(
+            "server {:?}: {command} is not an executable file or on PATH; it is listed as unavailable (calls say why) and started again until it runs",
+            u.name
+        )
+    })
+}
+
+/// Whether `command` would be found: a path (relative to the entry's `cwd`, else ours) that is
+/// a file, or a name on `PATH`.
+fn command_exists(command: &str, cwd: Option<&std::path::Path>) -> bool {
+    let p = std::path::Path::new(command);
+    if p.components().count() > 1 {
+        return match cwd {
+            Some(dir) if p.is_relative() => dir.join(p).is_file(),
+            _ => p.is_file(),
+        };
+    }
+    std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(command).is_file()))
 }
 
 fn loopback_url(url: &str) -> bool {

@@ -56,9 +56,17 @@ args = ["600"]
     assert!(took < Duration::from_secs(5), "initialize + tools/list took {took:?}");
     let names: Vec<&str> = tools["result"]["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
     assert!(names.contains(&"local_echo"), "{names:?}");
-    // A call to the live upstream works; the dead ones are not in the list.
+    // A call to the live upstream works; the dead ones are each one stand-in (never listed,
+    // no catalog kept), answered at once; the hanging one is not listed yet.
     let r = rpc.call("local_echo", json!({"message": "still here"})).await;
     assert_eq!(r["result"]["content"][0]["text"], "still here", "{r}");
-    assert!(!names.iter().any(|n| n.starts_with("refused_") || n.starts_with("missing_") || n.starts_with("hanging_")), "{names:?}");
+    let dead: Vec<&str> = names.iter().copied().filter(|n| n.starts_with("refused_") || n.starts_with("missing_")).collect();
+    assert_eq!(dead, ["missing_unavailable", "refused_unavailable"], "{names:?}");
+    assert!(!names.iter().any(|n| n.starts_with("hanging_")), "{names:?}");
+    for (tool, why) in [("missing_unavailable", "/nonexistent/mcp-server"), ("refused_unavailable", "127.0.0.1")] {
+        let r = rpc.call(tool, json!({})).await;
+        let message = r["error"]["message"].as_str().unwrap_or_else(|| panic!("{tool}: {r}"));
+        assert!(message.contains("is unavailable") && message.contains(why), "{tool}: {r}");
+    }
     let _ = child.kill().await;
 }

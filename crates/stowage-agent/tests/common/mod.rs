@@ -86,6 +86,7 @@ pub async fn harness_with(script: Vec<Turn>, backend: Backend, config: impl FnOn
         in_process: None,
         default_session_mode: SessionMode::Shared,
         secret_env: Vec::new(),
+        state_dir: None,
     });
     assert_eq!(gateway.wait_ready(Duration::from_secs(20)).await, 1, "the fixture did not start");
     // Signed links served by the real download routes.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::Gateway;
+use super::{Gateway, last_seen};
 use crate::error::GatewayError;
 use crate::jsonrpc::Message;
 use crate::local_tools::resources as local_resources;
@@ -162,13 +162,21 @@ impl Gateway {
             }
         }
         fresh.output_schemas = compile_output_schemas(u.name(), &fresh.tools);
-        // Built, detected and published under the lists' lock: two upstreams listed at once
-        // must not publish out of order, or the later list's tools would vanish until its
-        // next refresh.
+        if complete {
+            self.keep_listing(index, &fresh);
+        }
+        self.set_lists(index, fresh);
+        complete
+    }
+
+    /// Replaces upstream `index`'s lists and rebuilds the catalog. Built, detected and
+    /// published under the lists' lock: two upstreams listed at once must not publish out of
+    /// order, or the later list's tools would vanish until its next refresh.
+    fn set_lists(&self, index: usize, lists: UpstreamLists) {
         let catalog = {
-            let mut lists = self.lists.lock();
-            lists[index] = fresh;
-            let mut catalog = Catalog::build(&lists, self.prefix, &self.config.separator);
+            let mut all = self.lists.lock();
+            all[index] = lists;
+            let mut catalog = Catalog::build(&all, self.prefix, &self.config.separator);
             self.chain_detected(&mut catalog, index);
             let catalog = Arc::new(catalog);
             *self.catalog.write() = catalog.clone();
@@ -180,7 +188,42 @@ impl Gateway {
         for r in &catalog.renamed_resources {
             tracing::info!(target: "stowage::router", "{r}");
         }
-        complete
+    }
+
+    /// Keeps a complete listing of upstream `index` in the state directory (when it changed),
+    /// off the runtime's workers: it is what the catalog shows while the upstream is down.
+    fn keep_listing(&self, index: usize, lists: &UpstreamLists) {
+        let Some(dir) = self.state_dir.clone() else { return };
+        let spec = self.upstreams[index].spec.clone();
+        if matches!(spec.transport, crate::config::TransportSpec::Demo) {
+            // In process: never down, so nothing to show in its place.
+            return;
+        }
+        let bytes = last_seen::encode(&spec, lists);
+        {
+            let mut kept = self.kept.lock();
+            if kept[index].as_ref() == Some(&bytes) {
+                return;
+            }
+            kept[index] = Some(bytes.clone());
+        }
+        tokio::task::spawn_blocking(move || last_seen::store(&dir, &spec, &bytes));
+    }
+
+    /// Upstream `index` went down without ever being listed (by this run or a kept catalog):
+    /// one stand-in tool says so. Returns whether the catalog changed.
+    fn show_standin(&self, index: usize, reason: &str) -> bool {
+        let u = &self.upstreams[index];
+        {
+            let lists = self.lists.lock();
+            let l = &lists[index];
+            if !(l.tools.is_empty() && l.prompts.is_empty() && l.resources.is_empty() && l.templates.is_empty()) {
+                return false;
+            }
+        }
+        tracing::info!(target: "stowage::upstream", upstream = %u.name(), "listed as unavailable until it starts: {reason}");
+        self.set_lists(index, last_seen::standin(u.name(), reason, self.prefix, &self.config.separator));
+        true
     }
 }
 
@@ -279,7 +322,7 @@ fn page(key: &str, items: Vec<Value>, next: Option<String>) -> Value {
     v
 }
 
-fn compile_output_schemas(upstream: &str, tools: &[Value]) -> std::collections::HashMap<String, Arc<OutputSchema>> {
+pub(super) fn compile_output_schemas(upstream: &str, tools: &[Value]) -> std::collections::HashMap<String, Arc<OutputSchema>> {
     let mut out = std::collections::HashMap::new();
     for t in tools {
         let (Some(name), Some(schema)) = (t.get("name").and_then(Value::as_str), t.get("outputSchema")) else { continue };
@@ -300,14 +343,31 @@ fn compile_output_schemas(upstream: &str, tools: &[Value]) -> std::collections::
 pub(super) async fn refresh_loop(gw: Weak<Gateway>, index: usize) {
     let mut first = true;
     let mut retry = RETRY_FIRST;
+    // Until its first listing, the upstream's going down is watched for: the catalog then shows
+    // what it listed last time, or a stand-in, and clients already answered hear of it.
+    let mut watch_down = true;
     loop {
         let Some(stale) = gw.upgrade().map(|g| g.upstreams[index].clone()) else { return };
         let shutdown = gw.upgrade().map(|g| g.shutdown.clone());
         let Some(shutdown) = shutdown else { return };
+        let mut health = stale.watch_health();
         tokio::select! {
             _ = stale.stale.wait() => {}
+            down = health.wait_for(|h| matches!(h, crate::upstream::Health::Down { .. })), if watch_down => {
+                watch_down = false;
+                let reason = match down.as_deref() {
+                    Ok(crate::upstream::Health::Down { reason }) => reason.clone(),
+                    _ => continue,
+                };
+                let Some(gw) = gw.upgrade() else { return };
+                if !gw.shutdown.is_cancelled() && gw.show_standin(index, &reason) && gw.has_clients() {
+                    gw.publish(&Message::notification("notifications/tools/list_changed", None));
+                }
+                continue;
+            }
             _ = shutdown.cancelled() => return,
         }
+        watch_down = false;
         tokio::time::sleep(DEBOUNCE).await;
         let Some(gw) = gw.upgrade() else { return };
         // It (re)connected or its lists changed: what it served before may have too.

@@ -150,6 +150,32 @@ impl Gateway {
         reply_id: Value,
         timeout: Duration,
     ) -> Message {
+        // A session that has not finished `initialize` has declared nothing yet.
+        let mut target = match target {
+            Attribution::Session(s) if method == "roots/list" && s.protocol.lock().is_none() => Attribution::Nobody,
+            t => t,
+        };
+        // Servers ask for roots as they start, before any client is there (server-everything
+        // does, on every connection): the request waits a little for the first client (a host
+        // that spawned the gateway is about to initialize), which answers it if it declares
+        // roots. Otherwise "no roots" is the true answer, where an error would only be logged
+        // by the server; a client that declares roots later makes the server ask again
+        // (`notifications/roots/list_changed`, see `client_initialized`).
+        if matches!(target, Attribution::Nobody) && method == "roots/list" && !self.any_client_initialized() {
+            let mut ready = self.clients_initialized.subscribe();
+            let _ = tokio::time::timeout(ROOTS_HOLD.min(timeout), ready.wait_for(|n| *n > 0)).await;
+            match self.sessions.only_one().filter(|s| s.protocol.lock().is_some() && missing_capability(s, method, None).is_none()) {
+                Some(s) => target = Attribution::Session(s),
+                None => {
+                    self.roots_owed.store(true, Ordering::SeqCst);
+                    crate::routes::dropped(
+                        "an upstream",
+                        "a roots/list request at start-up no client with roots can answer (answered: no roots)",
+                    );
+                    return Message::response(reply_id, &json!({"roots": []}));
+                }
+            }
+        }
         let session = match &target {
             Attribution::Call(t) => t.session.clone(),
             Attribution::Session(s) => s.clone(),
@@ -279,6 +305,26 @@ impl Gateway {
     }
 
     /// The client's roots changed: tell the upstream sessions it uses (that declared roots).
+    /// Whether any client has completed `initialize`.
+    fn any_client_initialized(&self) -> bool {
+        self.sessions.live().iter().any(|s| s.protocol.lock().is_some())
+    }
+
+    /// A client finished its handshake: if shared upstreams were told "no roots" before any
+    /// client was there and this one declares roots, they hear that the roots changed.
+    pub(super) fn client_initialized(&self, session: &Session) {
+        self.clients_initialized.send_modify(|n| *n += 1);
+        if missing_capability(session, "roots/list", None).is_some() || !self.roots_owed.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        let changed = Message::notification("notifications/roots/list_changed", None);
+        for u in self.upstreams.iter().filter(|u| u.mode.is_shared()) {
+            if let Some(c) = u.current().filter(|c| !c.is_stateless()) {
+                c.send(&changed);
+            }
+        }
+    }
+
     pub(super) fn roots_changed(&self, session: &Session, msg: &Message) {
         for u in &self.upstreams {
             let conn = if u.mode.is_shared() { u.current().filter(|c| !c.is_stateless()) } else { u.client_conn(&session.upstream_key()) };
@@ -288,6 +334,9 @@ impl Gateway {
         }
     }
 }
+
+/// How long an upstream's `roots/list` at start-up waits for a first client to answer it.
+const ROOTS_HOLD: Duration = Duration::from_secs(10);
 
 /// A read of a rewritten URI answers with the URI the client asked for.
 fn expose_contents_uri(reply: &mut Message, original: &str, exposed: &str) {

@@ -26,6 +26,7 @@ mod chain_hook;
 mod forward;
 mod handshake;
 mod inbound;
+mod last_seen;
 mod read_cache;
 mod reads;
 mod resource_tools;
@@ -34,6 +35,7 @@ mod tasks;
 
 pub use calls::{CallOptions, CallReport, ToolOutcome};
 pub use handshake::{HANDSHAKE_VERSIONS, MODERN_VERSIONS};
+pub use last_seen::STANDIN_TOOL;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -79,11 +81,23 @@ pub struct GatewayOptions {
     /// Environment variables that hold the gateway's secrets (link-signing keys, the JWT
     /// secret): never passed to an upstream, even one that inherits the environment.
     pub secret_env: Vec<String>,
+    /// Where the gateway keeps what it learned across runs: each upstream's last catalog, so
+    /// one that is down at start still shows its tools (see [`last_seen`]). `None`: nothing
+    /// is kept.
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 impl GatewayOptions {
     pub fn new(config: GatewayConfig, upstreams: Vec<UpstreamSpec>, shaper: Shaper) -> Self {
-        GatewayOptions { config, upstreams, shaper, in_process: None, default_session_mode: SessionMode::Shared, secret_env: Vec::new() }
+        GatewayOptions {
+            config,
+            upstreams,
+            shaper,
+            in_process: None,
+            default_session_mode: SessionMode::Shared,
+            secret_env: Vec::new(),
+            state_dir: None,
+        }
     }
 }
 
@@ -103,6 +117,8 @@ pub struct Gateway {
     ready: watch::Sender<usize>,
     /// Fresh signed links for the `artifact_url` tool.
     links: std::sync::OnceLock<stowage_http::LinkService>,
+    /// Links for people, when served elsewhere than `links` (see [`Gateway::set_people_link_service`]).
+    people_links: std::sync::OnceLock<stowage_http::LinkService>,
     /// The store the reader tools (`artifact_read`, `artifact_query`) read, as the caller.
     artifacts: std::sync::OnceLock<Arc<dyn stowage_store::ArtifactStore>>,
     /// MCP Apps: the viewer and its tools, for clients that declare the extension.
@@ -123,12 +139,22 @@ pub struct Gateway {
     fault: Mutex<Option<String>>,
     /// When the gateway started: the start-up grace is counted from here.
     started: std::time::Instant,
+    /// See [`GatewayOptions::state_dir`].
+    state_dir: Option<std::path::PathBuf>,
+    /// Per upstream: the catalog last written to `state_dir` (not written again unchanged).
+    kept: Mutex<Vec<Option<Vec<u8>>>>,
+    /// A shared upstream asked for roots before any client was there and was told "none":
+    /// the first client that declares roots makes it ask again (see `forward::ask_client`).
+    roots_owed: std::sync::atomic::AtomicBool,
+    /// Counts clients that finished their handshake: a roots request held until one does
+    /// waits on it.
+    clients_initialized: watch::Sender<u64>,
 }
 
 impl Gateway {
     /// Starts every upstream's supervisor and the gateway's own tasks.
     pub fn start(opts: GatewayOptions) -> Arc<Gateway> {
-        let GatewayOptions { config, upstreams: specs, shaper, in_process, default_session_mode, secret_env } = opts;
+        let GatewayOptions { config, upstreams: specs, shaper, in_process, default_session_mode, secret_env, state_dir } = opts;
         let shutdown = CancellationToken::new();
         let (initiated_tx, initiated_rx) = mpsc::channel(inbound::QUEUE);
         let backoff = (
@@ -163,11 +189,23 @@ impl Gateway {
                 Upstream::new(i, spec, mode, env.clone())
             })
             .collect();
-        let lists = upstreams.iter().map(|u| UpstreamLists { name: u.name().to_owned(), ..Default::default() }).collect();
+        // What each upstream listed last time, until it lists again: one that is down now still
+        // shows its tools (calls say why it is down).
+        let lists: Vec<UpstreamLists> = upstreams
+            .iter()
+            .map(|u| {
+                let kept = state_dir.as_deref().and_then(|d| last_seen::load(d, &u.spec));
+                let mut l = kept.unwrap_or_else(|| UpstreamLists { name: u.name().to_owned(), ..Default::default() });
+                l.output_schemas = catalog::compile_output_schemas(u.name(), &l.tools);
+                l
+            })
+            .collect();
+        let catalog = Catalog::build(&lists, prefix, &config.separator);
+        let kept = Mutex::new(vec![None; upstreams.len()]);
         let gw = Arc::new(Gateway {
             config,
             upstreams,
-            catalog: RwLock::new(Arc::new(Catalog::default())),
+            catalog: RwLock::new(Arc::new(catalog)),
             lists: Mutex::new(lists),
             sessions,
             routes,
@@ -178,6 +216,7 @@ impl Gateway {
             shutdown,
             ready: watch::channel(0).0,
             links: std::sync::OnceLock::new(),
+            people_links: std::sync::OnceLock::new(),
             artifacts: std::sync::OnceLock::new(),
             apps: std::sync::OnceLock::new(),
             hosts: std::sync::OnceLock::new(),
@@ -188,6 +227,10 @@ impl Gateway {
             tasks: Mutex::default(),
             fault: Mutex::new(None),
             started: std::time::Instant::now(),
+            state_dir,
+            kept,
+            roots_owed: std::sync::atomic::AtomicBool::new(false),
+            clients_initialized: watch::channel(0).0,
         });
         let scrubber: Arc<dyn crate::routes::Scrubber> = Arc::new(calls::GatewayScrubber(Arc::downgrade(&gw)));
         let _ = gw.routes.scrubber.set(scrubber);
@@ -232,6 +275,14 @@ impl Gateway {
     /// Enables the gateway's own `artifact_url` tool.
     pub fn set_link_service(&self, links: stowage_http::LinkService) {
         let _ = self.links.set(links);
+    }
+
+    /// Links handed to people (`artifact_url`, the links of artifact resources) when they are
+    /// served elsewhere than the routes of [`Gateway::set_link_service`]: a stdio gateway's
+    /// go to the store's link server, which outlives the gateway, while links for tools during
+    /// a call and upload links stay with the gateway's own routes.
+    pub fn set_people_link_service(&self, links: stowage_http::LinkService) {
+        let _ = self.people_links.set(links);
     }
 
     /// Enables the gateway's reader tools, `artifact_read` and `artifact_query`, over `store`
@@ -289,7 +340,7 @@ impl Gateway {
 
     /// The gateway's own tools, as far as they are enabled.
     pub(crate) fn local_tools(&self) -> crate::local_tools::LocalTools<'_> {
-        crate::local_tools::LocalTools { links: self.links.get(), store: self.artifacts.get() }
+        crate::local_tools::LocalTools { links: self.people_links.get().or(self.links.get()), store: self.artifacts.get() }
     }
 
     /// The signed-link service, when links are on.
@@ -442,6 +493,7 @@ impl Gateway {
                 }
             }
             "notifications/roots/list_changed" => self.roots_changed(session, &msg),
+            "notifications/initialized" => self.client_initialized(session),
             _ => {}
         }
     }

@@ -1,5 +1,5 @@
 //! Generated resource tools, for hosts that never show resources to the model: every upstream
-//! with resources gets `{server}{sep}resources_list`, `{server}{sep}resources_read` (`uri`) and
+//! that lists at least one resource or template gets `{server}{sep}resources_list`, `{server}{sep}resources_read` (`uri`) and
 //! `{server}{sep}resources_templates_list`, which answer with what the resource methods
 //! answer — reads already through the pipeline, so a blob comes back as a line with its
 //! reference and link, never as base64. `gateway.resources.generated_tools` turns them off.
@@ -28,14 +28,23 @@ const OPS: [(ResourceOp, &str); 3] =
     [(ResourceOp::List, "resources_list"), (ResourceOp::Read, "resources_read"), (ResourceOp::Templates, "resources_templates_list")];
 
 impl Gateway {
-    /// The generated tools' definitions, one set per upstream with resources.
+    /// Whether upstream `i` gets generated resource tools: it lists at least one resource or
+    /// template (FastMCP declares the capability with nothing behind it; three tools that can
+    /// only say "nothing here" would cost every `tools/list` about a kilobyte). Its listing may
+    /// be the one kept from its last run while it is down: its tools stay the same, and calls
+    /// say why they fail.
+    fn lists_resources(&self, catalog: &crate::router::Catalog, i: usize) -> bool {
+        catalog.resources.iter().any(|(k, _)| *k == i) || catalog.templates.iter().any(|(k, _)| *k == i)
+    }
+
+    /// The generated tools' definitions, one set per upstream that lists resources.
     pub(super) fn resource_tool_defs(&self) -> Vec<Value> {
         if !self.config.resources.generated_tools {
             return Vec::new();
         }
         let catalog = self.catalog();
         let mut defs = Vec::new();
-        for u in self.upstreams.iter().filter(|u| u.capability("resources")) {
+        for u in self.upstreams.iter().filter(|u| self.lists_resources(&catalog, u.index)) {
             for (op, suffix) in OPS {
                 let name = format!("{}{}{suffix}", u.name(), self.config.separator);
                 if catalog.tool(&name).is_some() {
@@ -53,7 +62,8 @@ impl Gateway {
         if !self.config.resources.generated_tools {
             return None;
         }
-        self.upstreams.iter().enumerate().filter(|(_, u)| u.capability("resources")).find_map(|(i, u)| {
+        let catalog = self.catalog();
+        self.upstreams.iter().enumerate().filter(|(i, _)| self.lists_resources(&catalog, *i)).find_map(|(i, u)| {
             let rest = name.strip_prefix(u.name())?.strip_prefix(self.config.separator.as_str())?;
             OPS.iter().find(|(_, s)| *s == rest).map(|(op, _)| (i, *op))
         })

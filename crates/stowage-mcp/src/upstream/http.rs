@@ -116,6 +116,46 @@ pub fn connect(
     Ok(Link { tx: out_tx, rx: in_rx, guard: Some(Box::new(guard)), http: Some(meta) })
 }
 
+/// Whether an HTTP upstream answers, for `check-config`: an `initialize` POST (the SSE
+/// transport: a GET of its stream) within `timeout`, with the entry's headers and TLS roots.
+/// `Ok` with what it said; `Err` with why it cannot be reached or refused. A session the probe
+/// opened is ended again with `DELETE`.
+pub async fn probe(
+    url: &str,
+    headers: &BTreeMap<String, String>,
+    ca_file: Option<&std::path::Path>,
+    sse: bool,
+    timeout: Duration,
+) -> Result<String, String> {
+    let (http, map) = client(headers, ca_file)?;
+    let req = if sse {
+        http.get(url).headers(map.clone()).header(ACCEPT, "text/event-stream")
+    } else {
+        let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": super::UPSTREAM_PROTOCOL, "capabilities": {},
+            "clientInfo": {"name": "stowage-check-config", "version": env!("CARGO_PKG_VERSION")}}});
+        http.post(url)
+            .headers(map.clone())
+            .header(ACCEPT, "application/json, text/event-stream")
+            .header(CONTENT_TYPE, "application/json")
+            .body(init.to_string())
+    };
+    let resp = match tokio::time::timeout(timeout, req.send()).await {
+        Err(_) => return Err(format!("no answer within {:.0}s", timeout.as_secs_f64())),
+        Ok(Err(e)) => return Err(send_error(&e)),
+        Ok(Ok(r)) => r,
+    };
+    let status = resp.status();
+    if let Some(sid) = resp.headers().get("mcp-session-id").cloned() {
+        let _ = tokio::time::timeout(timeout, http.delete(url).headers(map).header("mcp-session-id", sid).send()).await;
+    }
+    match status.as_u16() {
+        200..=299 => Ok(format!("answers (HTTP {})", status.as_u16())),
+        401 | 403 => Err(format!("refused with HTTP {status}: check its headers or bearer token")),
+        _ => Err(format!("answered HTTP {status}")),
+    }
+}
+
 /// The HTTP client and headers both HTTP transports use ([`super::sse`] too): rustls with the
 /// built-in roots plus the certificates in `ca_file`, and the configured headers, validated.
 pub(super) fn client(

@@ -162,6 +162,12 @@ impl Upstream {
         self.health.borrow().clone()
     }
 
+    /// Follows the control connection's health (the catalog shows a stand-in for an upstream
+    /// that goes down before it was ever listed).
+    pub fn watch_health(&self) -> watch::Receiver<Health> {
+        self.health.subscribe()
+    }
+
     /// Whether the upstream is past starting: its lists are in the catalog, or it is down.
     pub fn settled(&self) -> bool {
         self.listed.load(std::sync::atomic::Ordering::SeqCst) || matches!(self.health(), Health::Down { .. })
@@ -518,6 +524,17 @@ fn evict_one_idle(clients: &mut HashMap<String, Arc<OnceCell<Arc<Conn>>>>) -> bo
             true
         }
         None => false,
+    }
+}
+
+/// Whether `spec`'s upstream answers, without starting a gateway (what `check-config` asks of
+/// HTTP upstreams): `Ok` with what it said, `Err` with why not. `None` for transports that
+/// have nothing to reach (stdio children, the in-process demo).
+pub async fn probe(spec: &UpstreamSpec, timeout: Duration) -> Option<Result<String, String>> {
+    match &spec.transport {
+        TransportSpec::Http { url, headers, ca_file } => Some(http::probe(url, headers, ca_file.as_deref(), false, timeout).await),
+        TransportSpec::Sse { url, headers, ca_file } => Some(http::probe(url, headers, ca_file.as_deref(), true, timeout).await),
+        TransportSpec::Stdio { .. } | TransportSpec::Demo => None,
     }
 }
 

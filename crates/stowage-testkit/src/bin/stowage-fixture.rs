@@ -402,7 +402,7 @@ impl Handler for Fixture {
                     let ms = args.get("ms").and_then(Value::as_u64).unwrap_or(200);
                     let (peer, data) = (peer.clone(), message.clone());
                     tokio::spawn(async move {
-                        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                        tokio::time::sleep(Duration::from_millis(ms)).await;
                         peer.notify("notifications/message", json!({"level": "info", "logger": "fixture", "data": data}));
                     });
                     text_result(format!("will log {message} in {ms} ms"))

@@ -3,41 +3,64 @@
 //! entries it would not serve and why, where links point and which store it would use. For
 //! the shared backends it also connects to the database and the bucket, read-only, and checks
 //! that they are one store's, as `serve` does when it opens the store.
-//! Starts nothing and creates nothing, except with `--tools`: then it starts the upstreams,
-//! lists their tools and prints which inputs blob chaining detected as taking file bytes.
+//! Starts nothing and creates nothing (except with `--tools`, which starts the upstreams, lists
+//! their tools and prints which inputs blob chaining detected as taking file bytes). HTTP upstreams are probed (an `initialize`, within a
+//! few seconds; `--no-probe` skips it), since a down one is the first thing a user would want
+//! to hear about before a host starts the gateway.
+//!
+//! Errors (exit 1) are what `serve` refuses or leaves out; warnings (exit 0, or 1 with
+//! `--strict`) are what `serve` serves as unavailable: the same entries, in the same words, as
+//! `serve` prints at start.
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use stowage_mcp::config::{PrefixMode, TransportSpec};
+use clap::Args;
+use stowage_mcp::config::PrefixMode;
 use stowage_mcp::run::Mode;
 
 use super::serve::ServeArgs;
-use crate::config::Config;
+use crate::config::{Config, ConfigSource};
 use crate::plan::LinksPlan;
 use crate::wiring::StoreLocation;
 
-/// `stowage check-config`: `serve`'s flags, and what else to look at.
-#[derive(Debug, clap::Args)]
+/// How long the probe of one HTTP upstream may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+#[derive(Debug, Args)]
 pub struct CheckConfigArgs {
+    #[command(flatten)]
+    pub serve: ServeArgs,
+    /// Answer as `serve` would when started in DIR (as a host starts it, often in /): the
+    /// stowage.toml there and every relative path are looked up from it.
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
+    /// Do not probe HTTP upstreams (by default each gets an initialize request, 3 s at most).
+    #[arg(long)]
+    pub no_probe: bool,
+    /// Exit non-zero on warnings too (upstreams that are unreachable or whose command is missing).
+    #[arg(long)]
+    pub strict: bool,
     /// Also start the upstreams, list their tools and print, for each, the inputs that take
     /// file bytes (where a model may pass an artifact:// URI) and how each was detected;
     /// override a guess in [gateway.chaining.inputs].
     #[arg(long)]
     pub tools: bool,
-    #[command(flatten)]
-    pub serve: ServeArgs,
 }
 
-/// `config_file` is where `stowage.toml` came from (`None`: defaults). Exits non-zero when
-/// `serve` would refuse to start, or would start without an entry of the configuration.
-pub async fn run(config: &Config, config_file: Option<&Path>, store: &StoreLocation, args: CheckConfigArgs) -> anyhow::Result<()> {
-    let (tools, args) = (args.tools, args.serve);
+/// `source` is where `stowage.toml` came from. Exits non-zero when `serve` would refuse to
+/// start, or would start without an entry of the configuration (and, with `--strict`, when an
+/// upstream would start as unavailable).
+pub async fn run(config: &Config, source: &ConfigSource, store: &StoreLocation, cli: CheckConfigArgs) -> anyhow::Result<()> {
+    let (tools, args) = (cli.tools, cli.serve);
     let plan = crate::plan::plan(config, store, &args)?;
-    match config_file {
-        Some(p) => println!("config: {} (valid)", p.display()),
-        None => println!("config: none found, using defaults"),
+    match source.path() {
+        Some(_) => println!("config: {source} (valid)"),
+        None => println!("config: {source}"),
+    }
+    if let Some(dir) = &cli.cwd {
+        println!("working directory: {} (--cwd)", dir.display());
     }
     if let Some(p) = &args.mcp_config {
         println!("mcp servers: {}", p.display());
@@ -76,13 +99,28 @@ pub async fn run(config: &Config, config_file: Option<&Path>, store: &StoreLocat
     );
     println!("upstreams ({}):", plan.upstreams.len());
     let mut problems = 0;
-    for u in &plan.upstreams {
+    let mut warnings = 0;
+    let probes = if cli.no_probe {
+        Vec::new()
+    } else {
+        futures::future::join_all(plan.upstreams.iter().map(|u| stowage_mcp::probe_upstream(u, PROBE_TIMEOUT))).await
+    };
+    for (i, u) in plan.upstreams.iter().enumerate() {
         println!("  {} (timeout {}s)", u.describe(), u.request_timeout.as_secs());
-        if let TransportSpec::Stdio { command, .. } = &u.transport
-            && !command_exists(command)
-        {
-            problems += 1;
-            println!("    warning: {command} is not an executable file or on PATH");
+        if let Some(w) = plan.warnings.iter().find(|w| w.starts_with(&format!("server {:?}:", u.name))) {
+            warnings += 1;
+            println!("    warning: {w}");
+        }
+        match probes.get(i) {
+            Some(Some(Ok(what))) => println!("    probe: {what}"),
+            Some(Some(Err(why))) => {
+                warnings += 1;
+                println!(
+                    "    warning: server {:?} cannot be reached: {why}; serve lists its last known tools (or one stand-in) as unavailable until it answers",
+                    u.name
+                );
+            }
+            Some(None) | None => {}
         }
     }
     for s in &plan.skipped {
@@ -94,15 +132,12 @@ pub async fn run(config: &Config, config_file: Option<&Path>, store: &StoreLocat
     }
     store_check?;
     anyhow::ensure!(problems == 0, "{problems} server entr{} cannot be served as configured", if problems == 1 { "y" } else { "ies" });
-    Ok(())
-}
-
-fn command_exists(command: &str) -> bool {
-    let p = Path::new(command);
-    if p.components().count() > 1 {
-        return p.is_file();
+    if warnings > 0 {
+        let what = format!("{warnings} upstream{} would start as unavailable", if warnings == 1 { "" } else { "s" });
+        anyhow::ensure!(!cli.strict, "{what} (--strict)");
+        println!("{what}: serve starts, lists them as unavailable and keeps trying");
     }
-    std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(command).is_file()))
+    Ok(())
 }
 
 /// `--tools`: starts the planned upstreams (without a store: nothing is kept), waits for their
@@ -121,6 +156,8 @@ async fn print_tools(config: &Config, plan: &crate::plan::Plan) -> usize {
         in_process: Some(demo),
         default_session_mode: stowage_mcp::SessionMode::Shared,
         secret_env: super::serve::secret_env_vars(plan),
+        // Nothing is kept: a listing check leaves no saved catalog behind.
+        state_dir: None,
     });
     // Connected is not listed: wait for every upstream's lists too (or for it to be down).
     let wait = plan.gateway.request_timeout().min(Duration::from_secs(30));

@@ -12,7 +12,7 @@ use base64::Engine as _;
 use clap::Args;
 use serde_json::json;
 use sha2::{Digest, Sha256};
-use stowage_core::{ArtifactScope, human_size};
+use stowage_core::human_size;
 use stowage_store::{Access, ArtifactStore};
 use stowage_transform::{Pipeline, TransformConfig, TransformInput};
 
@@ -36,7 +36,8 @@ pub async fn run(store: Arc<dyn ArtifactStore>, config: TransformConfig, args: D
     });
     let raw = result.to_string();
 
-    let scope = ArtifactScope::session("demo");
+    // The local user's, as the gateway's: the model and the playground see the demo's PDF too.
+    let scope = super::local_scope(Some("demo".into()), None);
     let pipeline = Pipeline::new(config, crate::wiring::sink(store.clone()));
     let input = TransformInput::new("download_workbook", &scope);
     let out = pipeline.transform(&input, result).await.context("transform failed")?;

@@ -70,6 +70,8 @@ pub struct ServeContext<'a> {
     pub agent: &'a stowage_agent::AgentConfig,
     /// `[apps]`: the MCP Apps viewer and uploader.
     pub apps: &'a stowage_mcp::apps::AppsConfig,
+    /// Where `stowage.toml` came from, for the banner.
+    pub config_source: &'a crate::config::ConfigSource,
 }
 
 pub async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()> {
@@ -83,6 +85,10 @@ pub async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()> {
         // Not through tracing: a quiet STOWAGE_LOG must not hide it.
         eprintln!("stowage: warning: not serving {s}");
     }
+    // The same lines `check-config` prints for these entries.
+    for w in &plan.warnings {
+        eprintln!("stowage: warning: {w}");
+    }
     if plan.unauthenticated_exposure {
         let listen = &plan.gateway.listen;
         eprintln!(
@@ -95,19 +101,37 @@ pub async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()> {
     let agent_model = crate::cmd::agent::model_if_configured(ctx.agent).await?;
     let mut links = plan.links_config.clone();
     let mut links_listener = None;
+    // Over stdio, the links people get are served by the store's link server, which outlives
+    // this process (links minted for tools during a call, and upload links, stay here).
+    let mut link_server = None;
     if let LinksPlan::Loopback { wanted } = &plan.links {
-        let (listener, url) = bind_links_listener(wanted).await?;
+        link_server = ensure_link_server(&ctx, &links, wanted).await;
+        let (listener, url) = match &link_server {
+            Some(_) => bind_loopback("127.0.0.1:0").await?,
+            None => bind_links_listener(wanted).await?,
+        };
         links.public_url = url;
         links_listener = Some(listener);
     }
     let mut extra_routes = None;
     let mut link_service = None;
+    let mut people_links = None;
     let mut readiness = None;
     if plan.links != LinksPlan::Off {
         let ring = links.key_ring(&store_dir).context("cannot load the link-signing key")?;
         let signer = Arc::new(LinkSigner::new(ring, &links));
+        let people_signer = match &link_server {
+            Some(l) => {
+                let people = stowage_links::LinksConfig { public_url: l.state.url(), ..links.clone() };
+                let ring = links.key_ring(&store_dir).context("cannot load the link-signing key")?;
+                let s = Arc::new(LinkSigner::new(ring, &people));
+                people_links = Some(stowage_http::LinkService::new(ctx.store.clone(), s.clone()));
+                s
+            }
+            None => signer.clone(),
+        };
         if links.resource_link_uri == stowage_links::ResourceLinkUri::Signed {
-            shaper = shaper.with_links(Arc::new(crate::wiring::SignedLinks(signer.clone())));
+            shaper = shaper.with_links(Arc::new(crate::wiring::SignedLinks(people_signer)));
         }
         // One state: the link service opens the upload slots the routes accept, and /readyz
         // learns the gateway's upstreams once it runs.
@@ -174,8 +198,20 @@ pub async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()> {
         links_listener,
         readiness,
         store_label: ctx.store_location.describe(ctx.store_backend),
+        config_label: ctx.config_source.to_string(),
+        // An fs store's directory is this machine's and this user's; a shared backend's local
+        // directory is not where a fleet keeps state.
+        state_dir: (ctx.store_backend == crate::config::Backend::Fs).then(|| store_dir.clone()),
         auth: plan.auth,
         links: link_service,
+        people_links,
+        links_banner: link_server.as_ref().map(|l| {
+            format!(
+                "  download links: {}/artifacts/…  (served for this store by its link server, pid {}, after this session too: stowage links status)\n",
+                l.state.url(),
+                l.state.pid
+            )
+        }),
         artifacts: Some(ctx.store.clone()),
         skipped: plan.skipped.iter().map(|s| s.to_string()).collect(),
         on_gateway,
@@ -243,6 +279,63 @@ async fn collect_garbage(store: Arc<dyn ArtifactStore>, every: std::time::Durati
             }
         }
     }
+}
+
+/// Makes sure the store's link server runs and holds a lease on it while this gateway runs
+/// (see [`crate::link_server`]). `None` (said on stderr) when the store lives in this process
+/// only, or the server cannot be started or reused: links are then served by this process.
+async fn ensure_link_server(
+    ctx: &ServeContext<'_>,
+    links: &stowage_links::LinksConfig,
+    wanted: &str,
+) -> Option<crate::link_server::Leased> {
+    use crate::config::Backend;
+    if matches!(ctx.store_backend, Backend::Memory | Backend::Noop) {
+        // Its artifacts live in this process: its links cannot outlive it either.
+        return None;
+    }
+    let port = loopback_port(wanted).unwrap_or(8787);
+    let store_dir = &ctx.store_location.dir;
+    let hold = crate::link_server::hold_for(links.ttl);
+    let attempt = async {
+        let ring = links.key_ring(store_dir).context("cannot load the link-signing key")?;
+        let probe = crate::link_server::Probe::new(&ring);
+        crate::link_server::ensure(store_dir, ctx.config_source.path(), port, hold, &probe).await
+    };
+    match attempt.await {
+        Ok(leased) => {
+            if leased.state.port != port {
+                eprintln!(
+                    "stowage: 127.0.0.1:{port} is taken by another program; this store's download links are served on {} instead",
+                    leased.state.url()
+                );
+            }
+            tracing::debug!(target: "stowage::links", pid = leased.state.pid, port = leased.state.port, started = leased.started, until = leased.until, "link server");
+            crate::link_server::keep_leased(leased.state.clone(), hold);
+            Some(leased)
+        }
+        Err(e) => {
+            eprintln!("stowage: warning: download links are served by this process only and stop working when it exits: {e:#}");
+            None
+        }
+    }
+}
+
+/// The port of a loopback `http://` URL.
+fn loopback_port(url: &str) -> Option<u16> {
+    let u = url::Url::parse(url).ok()?;
+    let loopback = match u.host()? {
+        url::Host::Domain(d) => d == "localhost",
+        url::Host::Ipv4(ip) => ip.is_loopback(),
+        url::Host::Ipv6(ip) => ip.is_loopback(),
+    };
+    (u.scheme() == "http" && loopback).then(|| u.port_or_known_default()).flatten()
+}
+
+async fn bind_loopback(addr: &str) -> anyhow::Result<(tokio::net::TcpListener, String)> {
+    let listener = tokio::net::TcpListener::bind(addr).await.context("cannot bind a loopback port for download links")?;
+    let addr = listener.local_addr()?;
+    Ok((listener, format!("http://{addr}")))
 }
 
 /// The loopback listener for download links over stdio: `public_url`'s port when it is a

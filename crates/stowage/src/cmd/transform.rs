@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
-use stowage_core::{ArtifactScope, ArtifactSink};
+use stowage_core::ArtifactSink;
 use stowage_transform::{Pipeline, TransformConfig, TransformInput};
 
 #[derive(Debug, Args)]
@@ -71,7 +71,8 @@ pub async fn run(args: TransformArgs, mut config: TransformConfig, sink: Arc<dyn
         }
         None => None,
     };
-    let scope = ArtifactScope { session_id: args.session.clone(), trace_id: args.trace.clone(), ..Default::default() };
+    // The local user's, as the gateway's: what this stores, the model can read.
+    let scope = super::local_scope(args.session.clone(), args.trace.clone());
     let mut input = TransformInput::new(&args.tool, &scope);
     input.output_schema = schema.as_ref();
 
