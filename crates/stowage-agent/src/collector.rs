@@ -121,7 +121,12 @@ impl ArtifactCollector {
             let key = self.key_for(tool, call_id, &field);
             let value = self.value_of(r).await;
             if let Some(stream_id) = stream {
-                streamed.push(Streamed { stream_id: stream_id.clone(), artifact_type: artifact_type(&value), chunk: value.clone(), key: key.clone() });
+                streamed.push(Streamed {
+                    stream_id: stream_id.clone(),
+                    artifact_type: artifact_type(&value),
+                    chunk: value.clone(),
+                    key: key.clone(),
+                });
             }
             self.collected.insert(r.id.clone(), (tool.to_owned(), key.clone()));
             let entry = self.artifacts.entry(tool.to_owned()).or_insert_with(|| Value::Object(Map::new()));
@@ -278,7 +283,8 @@ pub fn produces_sources(schema: &Value) -> bool {
         if ["produces_sources", "x-produces-sources"].iter().any(|k| s.get(*k).and_then(Value::as_bool) == Some(true)) {
             return true;
         }
-        let defs = ["$defs", "definitions", "properties"].iter().filter_map(|k| s.get(*k).and_then(Value::as_object)).flat_map(|m| m.values());
+        let defs =
+            ["$defs", "definitions", "properties"].iter().filter_map(|k| s.get(*k).and_then(Value::as_object)).flat_map(|m| m.values());
         let items = ["items", "additionalProperties"].iter().filter_map(|k| s.get(*k)).filter(|v| v.is_object());
         let any = ["anyOf", "oneOf", "allOf"].iter().filter_map(|k| s.get(*k).and_then(Value::as_array)).flatten();
         defs.chain(items).chain(any).any(|c| walk(c, depth + 1))
@@ -404,7 +410,8 @@ mod tests {
         assert!(produces_sources(&schema));
         assert!(!produces_sources(&json!({"type": "object", "properties": {"a": {"type": "string"}}})));
         let mut c = ArtifactCollector::new(ArtifactScope::default(), 1024, None, None);
-        let hits: Vec<Value> = (0..300).map(|i| json!({"title": format!("Hit {i}"), "url": format!("https://kb/{i}"), "score": 0.5})).collect();
+        let hits: Vec<Value> =
+            (0..300).map(|i| json!({"title": format!("Hit {i}"), "url": format!("https://kb/{i}"), "score": 0.5})).collect();
         c.collect_sources(Some(&schema), Some(&json!({"result": hits})));
         c.collect_sources(Some(&schema), Some(&json!({"page": {"hits": [{"title": "Deep", "url": "https://kb/deep"}]}})));
         let (_, sources) = c.into_parts();

@@ -38,11 +38,44 @@ impl Vision {
                 let m = model.to_ascii_lowercase();
                 let m = m.rsplit('/').next().unwrap_or(&m);
                 const FAMILIES: &[&str] = &[
-                    "gpt-4o", "gpt-4.1", "gpt-4-turbo", "gpt-4-vision", "gpt-5", "chatgpt-4o", "o1", "o3", "o4", "claude-3", "claude-sonnet-4",
-                    "claude-opus-4", "claude-haiku-4", "claude-4", "gemini", "llava", "bakllava", "llama3.2-vision", "llama-3.2-11b-vision",
-                    "llama-3.2-90b-vision", "llama4", "llama-4", "qwen2-vl", "qwen2.5-vl", "qwen-vl", "qwen2.5vl", "qwen3-vl", "pixtral",
-                    "gemma3", "gemma-3", "minicpm-v", "moondream", "internvl", "phi-3.5-vision", "phi-4-multimodal", "granite3.2-vision",
-                    "mistral-small-3.1", "mistral-small3.1",
+                    "gpt-4o",
+                    "gpt-4.1",
+                    "gpt-4-turbo",
+                    "gpt-4-vision",
+                    "gpt-5",
+                    "chatgpt-4o",
+                    "o1",
+                    "o3",
+                    "o4",
+                    "claude-3",
+                    "claude-sonnet-4",
+                    "claude-opus-4",
+                    "claude-haiku-4",
+                    "claude-4",
+                    "gemini",
+                    "llava",
+                    "bakllava",
+                    "llama3.2-vision",
+                    "llama-3.2-11b-vision",
+                    "llama-3.2-90b-vision",
+                    "llama4",
+                    "llama-4",
+                    "qwen2-vl",
+                    "qwen2.5-vl",
+                    "qwen-vl",
+                    "qwen2.5vl",
+                    "qwen3-vl",
+                    "pixtral",
+                    "gemma3",
+                    "gemma-3",
+                    "minicpm-v",
+                    "moondream",
+                    "internvl",
+                    "phi-3.5-vision",
+                    "phi-4-multimodal",
+                    "granite3.2-vision",
+                    "mistral-small-3.1",
+                    "mistral-small3.1",
                 ];
                 FAMILIES.iter().any(|f| m.starts_with(f)) || m.contains("vision") || m.contains("-vl")
             }
@@ -168,7 +201,15 @@ mod tests {
         assert_eq!(v("vision = true"), Ok(Vision::On));
         assert_eq!(v("vision = false"), Ok(Vision::Off));
         assert!(v("vision = \"yes\"").unwrap_err().contains("\"auto\", true or false"));
-        for m in ["gpt-4o-mini", "claude-sonnet-4-5", "claude-3-5-haiku-latest", "llava:13b", "qwen2.5-vl-7b-instruct", "openai/gpt-4.1", "gemma3:12b"] {
+        for m in [
+            "gpt-4o-mini",
+            "claude-sonnet-4-5",
+            "claude-3-5-haiku-latest",
+            "llava:13b",
+            "qwen2.5-vl-7b-instruct",
+            "openai/gpt-4.1",
+            "gemma3:12b",
+        ] {
             assert!(Vision::Auto.enabled_for(m), "{m}");
         }
         for m in ["gpt-3.5-turbo", "qwen2.5:7b-instruct", "llama3.1:8b", "mistral-7b-instruct", "deepseek-r1"] {

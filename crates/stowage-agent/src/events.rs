@@ -58,7 +58,16 @@ pub enum AgentEvent {
     /// A piece of a streamed artifact (a `stream: true` field when its tool returns, or a
     /// tool's own `io.stowage/artifact_chunk` progress while it runs); `seq` counts per call
     /// and stream.
-    ArtifactChunk { stream_id: String, seq: u64, chunk: Value, done: bool, artifact_type: String, call_id: String, tool: String, key: String },
+    ArtifactChunk {
+        stream_id: String,
+        seq: u64,
+        chunk: Value,
+        done: bool,
+        artifact_type: String,
+        call_id: String,
+        tool: String,
+        key: String,
+    },
     /// The run's answer, and how the run went.
     Done(Box<FinalPayload>, Box<RunInfo>),
     /// The run failed; no `done` follows.
@@ -122,7 +131,8 @@ mod tests {
 
     #[test]
     fn events_are_the_seeds_shapes() {
-        let e = AgentEvent::Step { node: "fx_search".into(), status: StepStatus::Error, latency_ms: 1.5, thought: None, call_id: "c1".into() };
+        let e =
+            AgentEvent::Step { node: "fx_search".into(), status: StepStatus::Error, latency_ms: 1.5, thought: None, call_id: "c1".into() };
         assert_eq!(
             e.to_sse(),
             "event: step\ndata: {\"node\":\"fx_search\",\"status\":\"error\",\"latency_ms\":1.5,\"thought\":null,\"call_id\":\"c1\"}\n\n"

@@ -21,11 +21,11 @@ use std::sync::{Arc, OnceLock};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
+use axum::extract::Path;
 use axum::extract::{Extension, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
-use axum::extract::Path;
 use axum::routing::{delete, post};
 use futures::StreamExt;
 use serde::Deserialize;
@@ -71,11 +71,25 @@ pub fn router_with_heartbeat(
     heartbeat: std::time::Duration,
 ) -> Router {
     let state = RouteState { planner, heartbeat };
-    let mut r = Router::new().route("/agent/runs", post(run)).route("/agent/runs/{id}", delete(cancel)).with_state(state);
+    let mut runs = Router::new().route("/agent/runs", post(run)).with_state(state.clone());
+    // A DELETE has no body to be JSON; it cannot be sent cross-site without a CORS preflight
+    // this route never grants, and the Host and Origin lists still apply.
+    let mut cancels = Router::new().route("/agent/runs/{id}", delete(cancel)).with_state(state);
     if let Some(auth) = auth {
-        r = r.route_layer(middleware::from_fn_with_state(auth, require_auth));
+        runs = runs.route_layer(middleware::from_fn_with_state(auth.clone(), require_auth));
+        cancels = cancels.route_layer(middleware::from_fn_with_state(auth, require_auth));
     }
-    r.route_layer(middleware::from_fn_with_state(guard, guard_json_api))
+    let runs = runs.route_layer(middleware::from_fn_with_state(guard.clone(), guard_json_api));
+    let cancels = cancels.route_layer(middleware::from_fn_with_state(guard, guard_browser));
+    runs.merge(cancels)
+}
+
+/// The Host and Origin checks of [`guard_json_api`], for a request without a body.
+async fn guard_browser(State(guard): State<Arc<BrowserGuard>>, req: axum::extract::Request, next: middleware::Next) -> Response {
+    if let Some(why) = guard.refuse(&req) {
+        return error(StatusCode::FORBIDDEN, "forbidden", why);
+    }
+    next.run(req).await
 }
 
 #[derive(Clone)]
@@ -95,7 +109,11 @@ fn caller_of(identity: Option<Extension<Identity>>) -> Caller {
 /// The planner, when it is configured and its model answers.
 async fn ready(slot: &PlannerSlot) -> Result<Arc<Planner>, Response> {
     let Some(planner) = slot.get().cloned() else {
-        return Err(error(StatusCode::SERVICE_UNAVAILABLE, "agent_unavailable", "the agent is not configured: set [agent] base_url and model"));
+        return Err(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "agent_unavailable",
+            "the agent is not configured: set [agent] base_url and model",
+        ));
     };
     if let Err(e) = planner.ensure_model().await {
         return Err(error(StatusCode::SERVICE_UNAVAILABLE, e.code(), format!("the agent's model is not available: {e}")));

@@ -418,8 +418,9 @@ impl Planner {
         let system = self.system_prompt(&specs);
         let mut scope = session.scope.clone();
         scope.trace_id = Some(trace_id.to_owned());
-        let collector = ArtifactCollector::new(scope, self.config.inline_artifact_max_bytes, self.store.clone(), self.gateway.link_service().cloned())
-            .with_max_sources(self.config.max_sources);
+        let collector =
+            ArtifactCollector::new(scope, self.config.inline_artifact_max_bytes, self.store.clone(), self.gateway.link_service().cloned())
+                .with_max_sources(self.config.max_sources);
         let mut run = Run {
             trace_id,
             session,
@@ -510,9 +511,17 @@ impl Planner {
                                 crate::model::MAX_CALLS_PER_REPLY
                             )));
                         }
-                        run.last_observation = Some((call.name.clone(), content.text()));
+                        if stopped.is_none() {
+                            // The fallback quotes what a tool said, not that a call was cut off.
+                            run.last_observation = Some((call.name.clone(), content.text()));
+                        }
                         messages.push(if self.config.tool_calling {
-                            ChatMessage::ToolResult { call_id: call.id.clone(), name: run.names.api(&call.name).to_owned(), content, is_error }
+                            ChatMessage::ToolResult {
+                                call_id: call.id.clone(),
+                                name: run.names.api(&call.name).to_owned(),
+                                content,
+                                is_error,
+                            }
                         } else {
                             let status = if is_error { "error" } else { "ok" };
                             let mut parts = vec![Part::Text(format!("Observation from {} ({status}):", run.names.api(&call.name)))];
@@ -555,8 +564,10 @@ impl Planner {
                     run.fault = Some(Fault::Answer);
                     messages.push(ChatMessage::Assistant { text, tool_calls: Vec::new() });
                     messages.push(ChatMessage::User(
-                        format!("Your final answer is invalid: {why}. Answer again with only the JSON object described in the instructions.")
-                            .into(),
+                        format!(
+                            "Your final answer is invalid: {why}. Answer again with only the JSON object described in the instructions."
+                        )
+                        .into(),
                     ));
                 }
             }
@@ -584,7 +595,8 @@ impl Planner {
         // The answer's text that did not stream (a prose answer, a fallback) goes out now.
         let rest = payload.raw_answer.strip_prefix(run.streamed.as_str()).unwrap_or_default();
         if !rest.is_empty() {
-            let _ = events.send(AgentEvent::Chunk { stream_id: "answer".into(), seq: run.chunk_seq, text: rest.to_owned(), done: false }).await;
+            let _ =
+                events.send(AgentEvent::Chunk { stream_id: "answer".into(), seq: run.chunk_seq, text: rest.to_owned(), done: false }).await;
             run.chunk_seq += 1;
         }
         let _ = events.send(AgentEvent::Chunk { stream_id: "answer".into(), seq: run.chunk_seq, text: String::new(), done: true }).await;
@@ -722,7 +734,9 @@ impl Planner {
                 };
                 Action::Final { text: reply.text, answer }
             }
-            Some(other) => Action::Final { text: reply.text, answer: Err(format!("\"next_node\" must be a tool name or null, not {other}")) },
+            Some(other) => {
+                Action::Final { text: reply.text, answer: Err(format!("\"next_node\" must be a tool name or null, not {other}")) }
+            }
         }
     }
 

@@ -125,7 +125,8 @@ impl Drop for ModelStub {
 impl ModelStub {
     /// Starts the stub on a free loopback port with `script`.
     pub async fn start(script: Vec<Turn>) -> ModelStub {
-        let inner = Arc::new(Inner { script: Mutex::new(script.into()), models: Mutex::new(vec!["stub-model".into()]), ..Default::default() });
+        let inner =
+            Arc::new(Inner { script: Mutex::new(script.into()), models: Mutex::new(vec!["stub-model".into()]), ..Default::default() });
         let app = Router::new()
             .route("/v1/chat/completions", post(openai))
             .route("/v1/messages", post(anthropic))
@@ -248,9 +249,9 @@ async fn special(turn: &Turn, openai: bool) -> Option<Response> {
             )
                 .into_response(),
         ),
-        Turn::Raw { content_type, body } => {
-            Some(Response::builder().header(header::CONTENT_TYPE, content_type.as_str()).body(Body::from(body.clone())).expect("a response"))
-        }
+        Turn::Raw { content_type, body } => Some(
+            Response::builder().header(header::CONTENT_TYPE, content_type.as_str()).body(Body::from(body.clone())).expect("a response"),
+        ),
         Turn::Hang => std::future::pending().await,
         Turn::Endless => Some(sse(move |tx| async move {
             loop {
@@ -292,7 +293,13 @@ async fn openai(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
     let whole = matches!(turn, Turn::Whole(_)) || !wants_stream(&body);
     let reply = Reply::of(turn);
     if whole {
-        let finish = if reply.cut { "length" } else if reply.calls.is_empty() { "stop" } else { "tool_calls" };
+        let finish = if reply.cut {
+            "length"
+        } else if reply.calls.is_empty() {
+            "stop"
+        } else {
+            "tool_calls"
+        };
         let calls: Vec<Value> = reply
             .calls
             .iter()
@@ -332,7 +339,13 @@ async fn openai(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
                 send(&tx, None, &chunk(json!({"tool_calls": [{"index": i, "function": {"arguments": p}}]}), Value::Null)).await;
             }
         }
-        let finish = if reply.cut { "length" } else if reply.calls.is_empty() { "stop" } else { "tool_calls" };
+        let finish = if reply.cut {
+            "length"
+        } else if reply.calls.is_empty() {
+            "stop"
+        } else {
+            "tool_calls"
+        };
         send(&tx, None, &chunk(json!({}), json!(finish))).await;
         let usage = json!({"id": "chatcmpl-stub", "object": "chat.completion.chunk", "created": 0, "model": "stub-model", "choices": [],
                            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": out_tokens, "total_tokens": prompt_tokens + out_tokens}});
@@ -354,7 +367,13 @@ async fn anthropic(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: By
     let whole = matches!(turn, Turn::Whole(_)) || !wants_stream(&body);
     let reply = Reply::of(turn);
     if whole {
-        let stop = if reply.cut { "max_tokens" } else if reply.calls.is_empty() { "end_turn" } else { "tool_use" };
+        let stop = if reply.cut {
+            "max_tokens"
+        } else if reply.calls.is_empty() {
+            "end_turn"
+        } else {
+            "tool_use"
+        };
         let mut content = Vec::new();
         if !reply.text.is_empty() {
             content.push(json!({"type": "text", "text": reply.text}));
@@ -412,7 +431,13 @@ async fn anthropic(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: By
             send(&tx, Some(&k), &d).await;
             index += 1;
         }
-        let stop = if reply.cut { "max_tokens" } else if reply.calls.is_empty() { "end_turn" } else { "tool_use" };
+        let stop = if reply.cut {
+            "max_tokens"
+        } else if reply.calls.is_empty() {
+            "end_turn"
+        } else {
+            "tool_use"
+        };
         let (k, d) =
             ev("message_delta", json!({"delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": out_tokens}}));
         send(&tx, Some(&k), &d).await;

@@ -13,8 +13,8 @@ use tokio::sync::mpsc;
 
 use super::sse::SseReader;
 use super::{
-    Answer, ChatMessage, Content, Endpoint, FinishReason, MAX_CALLS_PER_REPLY, Model, ModelError, ModelReply, ModelRequest, Part,
-    ToolCall, check_size, parse_arguments, with_deadline,
+    Answer, ChatMessage, Content, Endpoint, FinishReason, MAX_CALLS_PER_REPLY, Model, ModelError, ModelReply, ModelRequest, Part, ToolCall,
+    check_size, parse_arguments, with_deadline,
 };
 
 /// The API version header every request carries.
@@ -44,14 +44,13 @@ fn blocks(c: &Content) -> Value {
     if !c.has_images() {
         return json!(c.text());
     }
-    let parts: Vec<Value> = c
-        .0
-        .iter()
-        .map(|p| match p {
-            Part::Text(t) => json!({"type": "text", "text": t}),
-            Part::Image(i) => json!({"type": "image", "source": {"type": "base64", "media_type": i.mime_type, "data": &*i.data}}),
-        })
-        .collect();
+    let parts: Vec<Value> =
+        c.0.iter()
+            .map(|p| match p {
+                Part::Text(t) => json!({"type": "text", "text": t}),
+                Part::Image(i) => json!({"type": "image", "source": {"type": "base64", "media_type": i.mime_type, "data": &*i.data}}),
+            })
+            .collect();
     Value::Array(parts)
 }
 
@@ -75,7 +74,10 @@ pub(crate) fn body(model: &str, req: &ModelRequest<'_>, stream: bool) -> Value {
             ChatMessage::ToolResult { call_id, content, is_error, .. } => {
                 let block = json!({"type": "tool_result", "tool_use_id": call_id, "content": blocks(content), "is_error": is_error});
                 match messages.last_mut() {
-                    Some(last) if last["role"] == "user" && last["content"].as_array().is_some_and(|c| c.iter().all(|b| b["type"] == "tool_result")) => {
+                    Some(last)
+                        if last["role"] == "user"
+                            && last["content"].as_array().is_some_and(|c| c.iter().all(|b| b["type"] == "tool_result")) =>
+                    {
                         last["content"].as_array_mut().expect("checked").push(block);
                     }
                     _ => messages.push(json!({"role": "user", "content": [block]})),
@@ -127,7 +129,12 @@ fn whole(v: &Value) -> ModelReply {
             Some("tool_use") if tools.len() < MAX_CALLS_PER_REPLY => tools.push(Some(Block::Tool {
                 id: b["id"].as_str().unwrap_or_default().to_owned(),
                 name: b["name"].as_str().unwrap_or_default().to_owned(),
-                json: b.get("input").map_or_else(String::new, Value::to_string),
+                // A server that could not parse the model's arguments sends them as a string.
+                json: match b.get("input") {
+                    Some(Value::String(raw)) => raw.clone(),
+                    Some(v) => v.to_string(),
+                    None => String::new(),
+                },
             })),
             Some("tool_use") => reply.dropped_calls += 1,
             _ => {}

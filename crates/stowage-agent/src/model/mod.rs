@@ -324,10 +324,10 @@ impl Endpoint {
             }
             _ => {}
         }
-        let list: Value = match resp.json().await {
-            Ok(v) => v,
+        let list: Value = match resp.bytes().await.ok().and_then(|b| serde_json::from_slice(&b).ok()) {
+            Some(v) => v,
             // An answer that is no model list: not ours to judge.
-            Err(_) => return Ok(()),
+            None => return Ok(()),
         };
         let ids: Vec<&str> = list.get("data").and_then(Value::as_array).into_iter().flatten().filter_map(|m| m["id"].as_str()).collect();
         if ids.is_empty() || ids.iter().any(|id| serves(id, &self.model)) {

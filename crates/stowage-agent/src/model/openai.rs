@@ -13,8 +13,8 @@ use tokio::sync::mpsc;
 
 use super::sse::SseReader;
 use super::{
-    Answer, ChatMessage, Content, Endpoint, FinishReason, MAX_CALLS_PER_REPLY, Model, ModelError, ModelReply, ModelRequest, Part,
-    ToolCall, check_size, parse_arguments, with_deadline,
+    Answer, ChatMessage, Content, Endpoint, FinishReason, MAX_CALLS_PER_REPLY, Model, ModelError, ModelReply, ModelRequest, Part, ToolCall,
+    check_size, parse_arguments, with_deadline,
 };
 
 /// The Chat Completions backend.
@@ -40,14 +40,13 @@ fn user_content(c: &Content) -> Value {
     if !c.has_images() {
         return json!(c.text());
     }
-    let parts: Vec<Value> = c
-        .0
-        .iter()
-        .map(|p| match p {
-            Part::Text(t) => json!({"type": "text", "text": t}),
-            Part::Image(i) => json!({"type": "image_url", "image_url": {"url": format!("data:{};base64,{}", i.mime_type, i.data)}}),
-        })
-        .collect();
+    let parts: Vec<Value> =
+        c.0.iter()
+            .map(|p| match p {
+                Part::Text(t) => json!({"type": "text", "text": t}),
+                Part::Image(i) => json!({"type": "image_url", "image_url": {"url": format!("data:{};base64,{}", i.mime_type, i.data)}}),
+            })
+            .collect();
     Value::Array(parts)
 }
 
