@@ -95,10 +95,7 @@ async fn tool_results_are_sent_in_each_wire_format() {
         ChatMessage::User("find it".into()),
         ChatMessage::Assistant {
             text: String::new(),
-            tool_calls: vec![
-                ToolCall::new("c1", "fx_search", json!({"q": "a"})),
-                ToolCall::new("c2", "fx_search", json!({"q": "b"})),
-            ],
+            tool_calls: vec![ToolCall::new("c1", "fx_search", json!({"q": "a"})), ToolCall::new("c2", "fx_search", json!({"q": "b"}))],
         },
         ChatMessage::ToolResult { call_id: "c1".into(), name: "fx_search".into(), content: "one".into(), is_error: false },
         ChatMessage::ToolResult { call_id: "c2".into(), name: "fx_search".into(), content: "error: boom".into(), is_error: true },
@@ -171,7 +168,8 @@ async fn the_start_up_check_names_the_fix_for_a_missing_version_path_and_an_unkn
         model::from_config(&cfg).unwrap().check().await.unwrap();
         stub.set_models(&["stub-model"]);
     }
-    let e = model::from_config(&AgentConfig { base_url: "localhost:11434/v1".into(), model: "m".into(), ..Default::default() }).err().unwrap();
+    let e =
+        model::from_config(&AgentConfig { base_url: "localhost:11434/v1".into(), model: "m".into(), ..Default::default() }).err().unwrap();
     assert!(e.to_string().contains("agent.base_url") && e.to_string().contains("http"), "{e}");
 }
 

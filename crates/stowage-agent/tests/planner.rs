@@ -182,9 +182,10 @@ async fn a_model_that_fails_after_a_tool_ran_ends_in_a_partial_payload_and_befor
         (Turn::Raw { content_type: "text/event-stream".into(), body: "data: {not json at all\n\n".into() }, "model_protocol_error"),
     ] {
         for backend in [Backend::Openai, Backend::Anthropic] {
-            let h =
-                harness_with(vec![tool("analyze_sales", json!({})), turn.clone()], backend, |c| c.request_timeout = Duration::from_millis(800))
-                    .await;
+            let h = harness_with(vec![tool("analyze_sales", json!({})), turn.clone()], backend, |c| {
+                c.request_timeout = Duration::from_millis(800)
+            })
+            .await;
             let (out, events) = h.run("ana", "Q4?", None).await;
             let out = out.unwrap();
             let p = &out.payload;

@@ -103,7 +103,12 @@ pub fn fastmcp_python() -> Option<std::path::PathBuf> {
 }
 
 /// A harness over the RFC's FastMCP tools; `None` when the peer is missing.
-pub async fn fastmcp_harness(script: Vec<Turn>, backend: Backend, signed_links: bool, config: impl FnOnce(&mut AgentConfig)) -> Option<(Harness, std::path::PathBuf)> {
+pub async fn fastmcp_harness(
+    script: Vec<Turn>,
+    backend: Backend,
+    signed_links: bool,
+    config: impl FnOnce(&mut AgentConfig),
+) -> Option<(Harness, std::path::PathBuf)> {
     let python = fastmcp_python()?;
     let marker = std::env::temp_dir().join(format!("stowage-agent-cancel-{}", uuid_like()));
     let h = harness_on(script, backend, signed_links, Upstream::FastMcp(python, marker.clone()), config).await;
