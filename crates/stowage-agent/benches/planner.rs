@@ -85,15 +85,33 @@ async fn main() {
     drop(h);
 
     // 4. The 10-step run, both ways.
-    for (label, signed) in [("cli (artifact:// URIs)", false), ("http (signed links in the shaper)", true)] {
-        let h = harness_full(ten_steps(), stowage_agent::Backend::Openai, signed, |c| c.max_steps = 10).await;
+    // With vision on, the images the tools returned go to the model as image parts: the
+    // largest request may grow by at most the image budget (`agent.max_image_bytes`).
+    for (label, signed, vision) in [
+        ("cli (artifact:// URIs)", false, false),
+        ("http (signed links in the shaper)", true, false),
+        ("cli, vision on", false, true),
+        ("http, vision on", true, true),
+    ] {
+        let h = harness_full(ten_steps(), stowage_agent::Backend::Openai, signed, |c| {
+            c.max_steps = 10;
+            c.vision = if vision { stowage_agent::Vision::On } else { stowage_agent::Vision::Off };
+        })
+        .await;
         let (out, _) = h.run("ana", "Ten tools", None).await;
         let payload = out.expect("a payload").payload;
         let sizes: Vec<usize> = h.sent().iter().map(String::len).collect();
         let max = sizes.iter().max().copied().unwrap_or(0);
         let tokens = h.sent().iter().filter(|b| b.contains("token=")).count();
+        // The base64 of the image parts in the largest request (data: URLs).
+        let image_bytes: usize = h
+            .sent()
+            .iter()
+            .find(|b| b.len() == max)
+            .map(|b| b.split("data:image/").skip(1).map(|rest| rest.split('"').next().unwrap_or_default().len()).sum())
+            .unwrap_or(0);
         println!(
-            "10-step run, {label}: {} requests, largest {max} bytes, sizes {sizes:?}, requests with a signed token: {tokens}, warnings {:?}",
+            "10-step run, {label}: {} requests, largest {max} bytes ({image_bytes} of them image data), sizes {sizes:?}, requests with a signed token: {tokens}, warnings {:?}",
             sizes.len(),
             payload.warnings
         );
