@@ -5,7 +5,10 @@
 //!    observations (the tool results as returned, penguiflow-style) would have sent;
 //! 2. planner overhead per step, model and tool time excluded, for observations under 1 MB:
 //!    p50 ≤ 2 ms;
-//! 3. the first `step` event within 5 ms of the model's tool-call reply.
+//! 3. the first `step` event within 5 ms of the model's tool-call reply;
+//! 4. (issue 32) the largest model request of a 10-step run over megabytes of mixed tool
+//!    output (PDFs, marked artifacts, a 20,000-row list, an image, a search), shaped without
+//!    links (as `stowage agent`) and with signed links (as `serve`).
 //!
 //! (2) and (3) use an in-process scripted model that answers at once and stamps when each
 //! reply is handed over, so only the planner's own work is between the stamps.
@@ -19,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use common::{Turn, harness};
+use common::{Turn, harness, harness_full};
 use serde_json::json;
 use stowage_agent::model::{Model, ModelReply, ModelRequest, ToolCall};
 use stowage_agent::{AgentEvent, ModelError, Planner, RunRequest};
@@ -81,12 +84,45 @@ async fn main() {
     println!("largest request: {max} bytes (budget 16384): {}", if max < 16 * 1024 { "ok" } else { "OVER" });
     drop(h);
 
+    // 4. The 10-step run, both ways.
+    // With vision on, the images the tools returned go to the model as image parts: the
+    // largest request may grow by at most the image budget (`agent.max_image_bytes`).
+    for (label, signed, vision) in [
+        ("cli (artifact:// URIs)", false, false),
+        ("http (signed links in the shaper)", true, false),
+        ("cli, vision on", false, true),
+        ("http, vision on", true, true),
+    ] {
+        let h = harness_full(ten_steps(), stowage_agent::Backend::Openai, signed, |c| {
+            c.max_steps = 10;
+            c.vision = if vision { stowage_agent::Vision::On } else { stowage_agent::Vision::Off };
+        })
+        .await;
+        let (out, _) = h.run("ana", "Ten tools", None).await;
+        let payload = out.expect("a payload").payload;
+        let sizes: Vec<usize> = h.sent().iter().map(String::len).collect();
+        let max = sizes.iter().max().copied().unwrap_or(0);
+        let tokens = h.sent().iter().filter(|b| b.contains("token=")).count();
+        // The base64 of the image parts in the largest request (data: URLs).
+        let image_bytes: usize = h
+            .sent()
+            .iter()
+            .find(|b| b.len() == max)
+            .map(|b| b.split("data:image/").skip(1).map(|rest| rest.split('"').next().unwrap_or_default().len()).sum())
+            .unwrap_or(0);
+        println!(
+            "10-step run, {label}: {} requests, largest {max} bytes ({image_bytes} of them image data), sizes {sizes:?}, requests with a signed token: {tokens}, warnings {:?}",
+            sizes.len(),
+            payload.warnings
+        );
+    }
+
     // 2 + 3. Planner overhead and first step latency, with an instant model.
     let steps = 40;
     let h = harness(vec![], |_| {}).await;
     let mut replies: VecDeque<ModelReply> = (0..steps)
         .map(|i| ModelReply {
-            tool_calls: vec![ToolCall { id: format!("c{i}"), name: "analyze_sales".into(), arguments: json!({"quarter": "Q4"}) }],
+            tool_calls: vec![ToolCall::new(format!("c{i}"), "analyze_sales", json!({"quarter": "Q4"}))],
             ..Default::default()
         })
         .collect();
@@ -102,7 +138,7 @@ async fn main() {
         }
         seen
     });
-    let req = RunRequest { query: "bench".into(), caller: common::caller("ana"), session: None };
+    let req = RunRequest::new("bench", common::caller("ana"));
     planner.run(req, tx).await.expect("a payload");
     let events = stamper.await.unwrap();
     let stamps = model.stamps.lock().unwrap().clone();
@@ -135,4 +171,22 @@ async fn main() {
         percentile(&mut first_step, 0.5),
         percentile(&mut first_step, 1.0)
     );
+}
+
+/// Ten tool calls over several megabytes of output, then the answer.
+fn ten_steps() -> Vec<Turn> {
+    let mut s = vec![
+        Turn::tool("get_view_pdf", json!({"bytes": 1_000_000})),
+        Turn::tool("analyze_sales", json!({"quarter": "Q1", "year": 2024})),
+        Turn::tool("get_rows_structured", json!({"n": 20_000})),
+        Turn::tool("get_view_pdf", json!({"bytes": 1_500_000})),
+        Turn::tool("analyze_sales", json!({"quarter": "Q2", "year": 2024})),
+        Turn::tool("get_image", json!({})),
+        Turn::tool("search_docs", json!({"q": "refunds"})),
+        Turn::tool("get_rows_structured", json!({"n": 30_000})),
+        Turn::tool("analyze_sales", json!({"quarter": "Q3", "year": 2024})),
+        Turn::tool("get_view_pdf", json!({"bytes": 2_000_000})),
+    ];
+    s.push(Turn::Text(json!({"raw_answer": "ten results"}).to_string()));
+    s
 }

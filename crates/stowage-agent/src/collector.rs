@@ -4,9 +4,16 @@
 //! and puts each value into the payload, per tool and field: inlined when it is at most
 //! `inline_artifact_max_bytes` of JSON or text, otherwise (and for every binary or
 //! pipeline-offloaded value) as its reference with a fresh signed link. It also gathers
-//! [`Source`]s from tools marked `produces_sources` / `x-produces-sources`.
+//! [`Source`]s from tools marked `produces_sources` / `x-produces-sources`: on the output
+//! schema, or on the model of its list items (Pydantic's `json_schema_extra` on the item class
+//! lands in `$defs`), read from the tool's original result (not the gateway's shortened copy)
+//! and capped at `agent.max_sources`.
+//!
+//! One artifact is collected once: the structured value and its text mirror (FastMCP's
+//! `{"result": …}` and its JSON text) are one blob, and so is the same value from a second
+//! call; the payload key of each field is fixed per call before its first chunk streams.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
@@ -24,76 +31,138 @@ pub struct Streamed {
     pub stream_id: String,
     pub chunk: Value,
     pub artifact_type: String,
+    /// The payload key it fills (`artifacts[tool][key]`).
+    pub key: String,
 }
 
 /// Collects one run's artifacts and sources.
 pub struct ArtifactCollector {
     artifacts: Map<String, Value>,
     sources: Vec<Source>,
+    /// Source dedup keys (URL, else title) seen so far.
+    source_keys: HashSet<String>,
+    max_sources: usize,
+    /// Sources found beyond `max_sources`.
+    sources_dropped: usize,
     inline_max: u64,
     store: Option<Arc<dyn ArtifactStore>>,
     links: Option<LinkService>,
     scope: ArtifactScope,
+    /// Artifacts collected, by id: (tool, key).
+    collected: HashMap<String, (String, String)>,
+    /// Keys given to a call's fields: (call id, field) → key.
+    keys: HashMap<(String, String), String>,
+    /// Keys given so far, per tool (whether or not their value has come).
+    given: HashSet<(String, String)>,
 }
 
 impl ArtifactCollector {
     /// A collector reading as `scope`'s owner (the run's caller, session and trace).
     pub fn new(scope: ArtifactScope, inline_max: u64, store: Option<Arc<dyn ArtifactStore>>, links: Option<LinkService>) -> Self {
-        ArtifactCollector { artifacts: Map::new(), sources: Vec::new(), inline_max, store, links, scope }
+        ArtifactCollector {
+            artifacts: Map::new(),
+            sources: Vec::new(),
+            source_keys: HashSet::new(),
+            max_sources: usize::MAX,
+            sources_dropped: 0,
+            inline_max,
+            store,
+            links,
+            scope,
+            collected: HashMap::new(),
+            keys: HashMap::new(),
+            given: HashSet::new(),
+        }
     }
 
-    /// Collects what one call of `tool` (with `output_schema`) stored; returns the values of
-    /// its `stream: true` fields, for `artifact_chunk` events.
-    pub async fn collect(&mut self, tool: &str, output_schema: Option<&Value>, records: &[ArtifactRecord]) -> Vec<Streamed> {
+    /// At most `n` sources (`agent.max_sources`).
+    pub fn with_max_sources(mut self, n: usize) -> Self {
+        self.max_sources = n;
+        self
+    }
+
+    /// The payload key `field` of call `call_id` (of `tool`) fills: the field's name for the
+    /// tool's first call that has it, `field_2`, `field_3`… for later ones. Fixed at the first
+    /// ask, so live chunks and the collected value agree.
+    pub fn key_for(&mut self, tool: &str, call_id: &str, field: &str) -> String {
+        if let Some(k) = self.keys.get(&(call_id.to_owned(), field.to_owned())) {
+            return k.clone();
+        }
+        let mut k = field.to_owned();
+        let mut n = 2;
+        while self.given.contains(&(tool.to_owned(), k.clone())) {
+            k = format!("{field}_{n}");
+            n += 1;
+        }
+        self.given.insert((tool.to_owned(), k.clone()));
+        self.keys.insert((call_id.to_owned(), field.to_owned()), k.clone());
+        k
+    }
+
+    /// Collects what call `call_id` of `tool` (with `output_schema`) stored; returns the
+    /// values of its `stream: true` fields, for `artifact_chunk` events.
+    pub async fn collect(&mut self, tool: &str, call_id: &str, output_schema: Option<&Value>, records: &[ArtifactRecord]) -> Vec<Streamed> {
         let streams = output_schema.map(stream_marks).unwrap_or_default();
         let mut streamed = Vec::new();
-        let mut seen: Vec<(String, String)> = Vec::new();
-        for r in records {
-            let key = field_key(r);
-            // The structured content and its JSON text mirror store the same value twice
-            // (one blob, two records): it is one artifact.
-            if seen.iter().any(|(k, id)| *k == key && *id == r.id) {
+        // The structured value before its text mirror: its key is the field's name.
+        let mut ordered: Vec<&ArtifactRecord> = records.iter().collect();
+        ordered.sort_by_key(|r| !r.pointer.starts_with("/structuredContent"));
+        for r in ordered {
+            let field = field_key(r);
+            let stream = (r.layer == Layer::SchemaField).then(|| streams.get(&field)).flatten();
+            // The same blob found twice (a text mirror, a second call): one artifact.
+            if let Some((first_tool, key)) = self.collected.get(&r.id) {
+                if let Some(stream_id) = stream {
+                    let chunk = self.artifacts.get(first_tool).and_then(|f| f.get(key)).cloned().unwrap_or(Value::Null);
+                    streamed.push(Streamed { stream_id: stream_id.clone(), artifact_type: artifact_type(&chunk), chunk, key: key.clone() });
+                }
                 continue;
             }
-            seen.push((key.clone(), r.id.clone()));
+            let key = self.key_for(tool, call_id, &field);
             let value = self.value_of(r).await;
-            if r.layer == Layer::SchemaField
-                && let Some(stream_id) = streams.get(&key)
-            {
-                streamed.push(Streamed { stream_id: stream_id.clone(), artifact_type: artifact_type(&value), chunk: value.clone() });
+            if let Some(stream_id) = stream {
+                streamed.push(Streamed {
+                    stream_id: stream_id.clone(),
+                    artifact_type: artifact_type(&value),
+                    chunk: value.clone(),
+                    key: key.clone(),
+                });
             }
+            self.collected.insert(r.id.clone(), (tool.to_owned(), key.clone()));
             let entry = self.artifacts.entry(tool.to_owned()).or_insert_with(|| Value::Object(Map::new()));
-            let fields = entry.as_object_mut().expect("an object");
-            let mut k = key.clone();
-            let mut n = 2;
-            while fields.get(&k).is_some_and(|v| !same_artifact(v, &r.id)) {
-                k = format!("{key}_{n}");
-                n += 1;
-            }
-            fields.insert(k, value);
+            entry.as_object_mut().expect("an object").insert(key, value);
         }
         streamed
     }
 
-    /// Adds the sources in `structured` when `output_schema` marks the tool as producing them.
-    pub fn collect_sources(&mut self, output_schema: Option<&Value>, structured: Option<&Value>) {
-        let (Some(schema), Some(structured)) = (output_schema, structured) else { return };
+    /// Adds the sources in `result` (a tool's structured result, as it came) when
+    /// `output_schema` marks the tool, or the model of its items, as producing them.
+    pub fn collect_sources(&mut self, output_schema: Option<&Value>, result: Option<&Value>) {
+        let (Some(schema), Some(result)) = (output_schema, result) else { return };
         if !produces_sources(schema) {
             return;
         }
         let mapping = source_fields(schema);
-        for item in source_items(structured) {
-            if let Some(s) = to_source(item, &mapping) {
-                let dup = self.sources.iter().any(|o| match (&o.url, &s.url) {
-                    (Some(a), Some(b)) => a == b,
-                    (None, None) => o.title == s.title,
-                    _ => false,
-                });
-                if !dup {
-                    self.sources.push(s);
-                }
+        let mut items = Vec::new();
+        source_items(result, &mut items, 0);
+        for item in items {
+            let Some(s) = to_source(item, &mapping) else { continue };
+            let key = s.url.clone().map_or_else(|| format!("title:{}", s.title), |u| format!("url:{u}"));
+            if self.source_keys.contains(&key) {
+                continue;
             }
+            if self.sources.len() >= self.max_sources {
+                self.sources_dropped += 1;
+                continue;
+            }
+            self.source_keys.insert(key);
+            self.sources.push(s);
         }
+    }
+
+    /// Sources found beyond `max_sources` (the payload says so in a warning).
+    pub fn sources_dropped(&self) -> usize {
+        self.sources_dropped
     }
 
     pub fn artifacts(&self) -> &Map<String, Value> {
@@ -158,10 +227,6 @@ impl ArtifactCollector {
     }
 }
 
-fn same_artifact(v: &Value, id: &str) -> bool {
-    v.pointer("/$artifact/id").and_then(Value::as_str) == Some(id)
-}
-
 /// The payload key of a record: the field's name (the last pointer segment, inside embedded
 /// JSON when there is some), or the parent and index for an array element (`content_1`).
 /// Not the filename: a field name is what the tool's schema promises, a filename is not.
@@ -204,14 +269,34 @@ pub fn stream_marks(schema: &Value) -> HashMap<String, String> {
     out
 }
 
-fn produces_sources(schema: &Value) -> bool {
-    ["produces_sources", "x-produces-sources"].iter().any(|k| schema.get(*k).and_then(Value::as_bool) == Some(true))
+/// The most levels of a schema or a result the source search walks.
+const MAX_DEPTH: usize = 8;
+
+/// Whether the tool produces sources: the mark on its output schema, or on any model in it
+/// (`$defs`, `items`, properties: Pydantic puts a list item class's `json_schema_extra` on
+/// its definition).
+pub fn produces_sources(schema: &Value) -> bool {
+    fn walk(s: &Value, depth: usize) -> bool {
+        if depth > MAX_DEPTH {
+            return false;
+        }
+        if ["produces_sources", "x-produces-sources"].iter().any(|k| s.get(*k).and_then(Value::as_bool) == Some(true)) {
+            return true;
+        }
+        let defs =
+            ["$defs", "definitions", "properties"].iter().filter_map(|k| s.get(*k).and_then(Value::as_object)).flat_map(|m| m.values());
+        let items = ["items", "additionalProperties"].iter().filter_map(|k| s.get(*k)).filter(|v| v.is_object());
+        let any = ["anyOf", "oneOf", "allOf"].iter().filter_map(|k| s.get(*k).and_then(Value::as_array)).flatten();
+        defs.chain(items).chain(any).any(|c| walk(c, depth + 1))
+    }
+    walk(schema, 0)
 }
 
-/// `source_field` marks anywhere in the schema: property name → `Source` field.
+/// `source_field` marks anywhere in the schema, `$defs` included: property name → `Source`
+/// field.
 fn source_fields(schema: &Value) -> HashMap<String, String> {
     fn walk(s: &Value, out: &mut HashMap<String, String>, depth: usize) {
-        if depth > 8 {
+        if depth > MAX_DEPTH {
             return;
         }
         if let Some(Value::Object(props)) = s.get("properties") {
@@ -222,8 +307,20 @@ fn source_fields(schema: &Value) -> HashMap<String, String> {
                 walk(p, out, depth + 1);
             }
         }
-        if let Some(items) = s.get("items") {
-            walk(items, out, depth + 1);
+        for k in ["$defs", "definitions"] {
+            for d in s.get(k).and_then(Value::as_object).into_iter().flat_map(|m| m.values()) {
+                walk(d, out, depth + 1);
+            }
+        }
+        for k in ["items", "additionalProperties"] {
+            if let Some(i) = s.get(k).filter(|v| v.is_object()) {
+                walk(i, out, depth + 1);
+            }
+        }
+        for k in ["anyOf", "oneOf", "allOf"] {
+            for c in s.get(k).and_then(Value::as_array).into_iter().flatten() {
+                walk(c, out, depth + 1);
+            }
         }
     }
     let mut out = HashMap::new();
@@ -231,14 +328,17 @@ fn source_fields(schema: &Value) -> HashMap<String, String> {
     out
 }
 
-/// The items a source-producing result holds: the result itself when it looks like one
-/// source, else the objects in its arrays (one level down).
-fn source_items(v: &Value) -> Vec<&Value> {
+/// The items a source-producing result holds, in order: an object that looks like one source
+/// (a title or url), else the objects of its arrays and nested objects, a few levels down.
+fn source_items<'a>(v: &'a Value, out: &mut Vec<&'a Value>, depth: usize) {
+    if depth > MAX_DEPTH {
+        return;
+    }
     match v {
-        Value::Array(items) => items.iter().filter(|i| i.is_object()).collect(),
-        Value::Object(m) if m.contains_key("title") || m.contains_key("url") => vec![v],
-        Value::Object(m) => m.values().filter_map(Value::as_array).flatten().filter(|i| i.is_object()).collect(),
-        _ => Vec::new(),
+        Value::Object(m) if m.contains_key("title") || m.contains_key("url") => out.push(v),
+        Value::Object(m) => m.values().for_each(|c| source_items(c, out, depth + 1)),
+        Value::Array(items) => items.iter().for_each(|c| source_items(c, out, depth + 1)),
+        _ => {}
     }
 }
 
@@ -273,7 +373,7 @@ mod tests {
                 "title": {"type": "string"}, "url": {"type": "string"}, "snippet": {"type": "string"},
                 "score": {"type": "number", "source_field": "relevance_score"}}}}}
         });
-        let mut c = ArtifactCollector::new(ArtifactScope::default(), 1024, None, None);
+        let mut c = ArtifactCollector::new(ArtifactScope::default(), 1024, None, None).with_max_sources(3);
         let page = json!({"results": [
             {"title": "A", "url": "https://a", "snippet": "a", "score": 0.9},
             {"title": "A again", "url": "https://a", "score": 0.5},
@@ -288,10 +388,36 @@ mod tests {
         );
         // A tool not marked produces no sources.
         c.collect_sources(Some(&json!({"type": "object"})), Some(&json!({"results": [{"title": "C", "url": "https://c"}]})));
+        c.collect_sources(Some(&schema), Some(&json!({"results": [{"title": "D", "url": "https://d"}]})));
+        assert_eq!(c.sources_dropped(), 1, "over max_sources");
         let (_, sources) = c.into_parts();
         let got: Vec<(&str, Option<&str>, Option<f64>)> =
             sources.iter().map(|s| (s.title.as_str(), s.url.as_deref(), s.relevance_score)).collect();
         assert_eq!(got, [("A", Some("https://a"), Some(0.9)), ("No url", None, None), ("B", Some("https://b"), None)]);
+    }
+
+    #[test]
+    fn the_mark_on_a_list_items_model_counts_and_nested_lists_are_read() {
+        // What FastMCP 4 declares for `-> list[Hit]` where Hit's Config has
+        // json_schema_extra = {"produces_sources": True} and score a source_field.
+        let schema = json!({
+            "type": "object", "x-fastmcp-wrap-result": true, "required": ["result"],
+            "properties": {"result": {"type": "array", "items": {"$ref": "#/$defs/Hit"}}},
+            "$defs": {"Hit": {"type": "object", "produces_sources": true, "properties": {
+                "title": {"type": "string"}, "url": {"type": "string"},
+                "score": {"type": "number", "source_field": "relevance_score"}}}}
+        });
+        assert!(produces_sources(&schema));
+        assert!(!produces_sources(&json!({"type": "object", "properties": {"a": {"type": "string"}}})));
+        let mut c = ArtifactCollector::new(ArtifactScope::default(), 1024, None, None);
+        let hits: Vec<Value> =
+            (0..300).map(|i| json!({"title": format!("Hit {i}"), "url": format!("https://kb/{i}"), "score": 0.5})).collect();
+        c.collect_sources(Some(&schema), Some(&json!({"result": hits})));
+        c.collect_sources(Some(&schema), Some(&json!({"page": {"hits": [{"title": "Deep", "url": "https://kb/deep"}]}})));
+        let (_, sources) = c.into_parts();
+        assert_eq!(sources.len(), 301);
+        assert_eq!(sources[7].relevance_score, Some(0.5));
+        assert_eq!(sources[300].title, "Deep");
     }
 
     #[test]

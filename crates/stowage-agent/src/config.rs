@@ -15,6 +15,101 @@ pub enum Backend {
     Anthropic,
 }
 
+/// Whether the model is shown images.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Vision {
+    /// On for the known vision model families ([`Vision::enabled_for`]).
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
+impl Vision {
+    /// Whether `model` is shown images: `Auto` knows the families that take them (GPT-4o,
+    /// GPT-4.1, GPT-5, o1/o3/o4, Claude 3 and later, Gemini, Llama 3.2 Vision and Llama 4,
+    /// Qwen-VL, LLaVA, Pixtral, Gemma 3, MiniCPM-V, Moondream, InternVL, and any name with
+    /// `vision` or `-vl`).
+    pub fn enabled_for(self, model: &str) -> bool {
+        match self {
+            Vision::On => true,
+            Vision::Off => false,
+            Vision::Auto => {
+                let m = model.to_ascii_lowercase();
+                let m = m.rsplit('/').next().unwrap_or(&m);
+                const FAMILIES: &[&str] = &[
+                    "gpt-4o",
+                    "gpt-4.1",
+                    "gpt-4-turbo",
+                    "gpt-4-vision",
+                    "gpt-5",
+                    "chatgpt-4o",
+                    "o1",
+                    "o3",
+                    "o4",
+                    "claude-3",
+                    "claude-sonnet-4",
+                    "claude-opus-4",
+                    "claude-haiku-4",
+                    "claude-4",
+                    "gemini",
+                    "llava",
+                    "bakllava",
+                    "llama3.2-vision",
+                    "llama-3.2-11b-vision",
+                    "llama-3.2-90b-vision",
+                    "llama4",
+                    "llama-4",
+                    "qwen2-vl",
+                    "qwen2.5-vl",
+                    "qwen-vl",
+                    "qwen2.5vl",
+                    "qwen3-vl",
+                    "pixtral",
+                    "gemma3",
+                    "gemma-3",
+                    "minicpm-v",
+                    "moondream",
+                    "internvl",
+                    "phi-3.5-vision",
+                    "phi-4-multimodal",
+                    "granite3.2-vision",
+                    "mistral-small-3.1",
+                    "mistral-small3.1",
+                ];
+                FAMILIES.iter().any(|f| m.starts_with(f)) || m.contains("vision") || m.contains("-vl")
+            }
+        }
+    }
+}
+
+impl Serialize for Vision {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Vision::Auto => s.serialize_str("auto"),
+            Vision::On => s.serialize_bool(true),
+            Vision::Off => s.serialize_bool(false),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Vision {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Bool(bool),
+            Str(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Bool(true) => Ok(Vision::On),
+            Raw::Bool(false) => Ok(Vision::Off),
+            Raw::Str(s) if s == "auto" => Ok(Vision::Auto),
+            Raw::Str(s) => Err(serde::de::Error::custom(format!("agent.vision must be \"auto\", true or false, not \"{s}\""))),
+        }
+    }
+}
+
 /// `[agent]` in `stowage.toml`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -47,6 +142,23 @@ pub struct AgentConfig {
     /// An artifact value up to this size is inlined in the payload; above it the payload
     /// carries its reference with a fresh signed link.
     pub inline_artifact_max_bytes: u64,
+    /// Streamed replies (`stream: true`); false asks for whole ones, for servers whose
+    /// streaming is broken. A plain JSON answer to a streamed request is read either way.
+    pub stream: bool,
+    /// Retries of a request answered 429 or 5xx, with backoff (`Retry-After` honoured up to
+    /// 30 s).
+    pub max_retries: u32,
+    /// Show the model the images tool results carry: `"auto"` (the known vision model
+    /// families), `true` or `false`.
+    pub vision: Vision,
+    /// The image budget of one model request: at most this many images (the newest; older
+    /// ones are replaced by their one-line description)…
+    pub max_images: usize,
+    /// …and at most this many bytes of them (base64).
+    pub max_image_bytes: u64,
+    /// The most sources one payload lists (the first ones, in the order the tools returned
+    /// them).
+    pub max_sources: usize,
 }
 
 impl Default for AgentConfig {
@@ -64,6 +176,45 @@ impl Default for AgentConfig {
             system_prompt: None,
             tool_calling: true,
             inline_artifact_max_bytes: 64 * 1024,
+            stream: true,
+            max_retries: 2,
+            vision: Vision::Auto,
+            max_images: 4,
+            max_image_bytes: 1024 * 1024,
+            max_sources: 500,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vision_is_auto_true_or_false() {
+        #[derive(Deserialize)]
+        struct T {
+            vision: Vision,
+        }
+        let v = |s: &str| toml::from_str::<T>(s).map(|t| t.vision).map_err(|e| e.to_string());
+        assert_eq!(v("vision = \"auto\""), Ok(Vision::Auto));
+        assert_eq!(v("vision = true"), Ok(Vision::On));
+        assert_eq!(v("vision = false"), Ok(Vision::Off));
+        assert!(v("vision = \"yes\"").unwrap_err().contains("\"auto\", true or false"));
+        for m in [
+            "gpt-4o-mini",
+            "claude-sonnet-4-5",
+            "claude-3-5-haiku-latest",
+            "llava:13b",
+            "qwen2.5-vl-7b-instruct",
+            "openai/gpt-4.1",
+            "gemma3:12b",
+        ] {
+            assert!(Vision::Auto.enabled_for(m), "{m}");
+        }
+        for m in ["gpt-3.5-turbo", "qwen2.5:7b-instruct", "llama3.1:8b", "mistral-7b-instruct", "deepseek-r1"] {
+            assert!(!Vision::Auto.enabled_for(m), "{m}");
+        }
+        assert!(Vision::On.enabled_for("x") && !Vision::Off.enabled_for("gpt-4o"));
     }
 }

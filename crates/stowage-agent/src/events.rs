@@ -1,10 +1,40 @@
 //! What a run tells while it runs: the seed's Appendix B events (`chunk`, `step`,
 //! `artifact_chunk`, `done`, `error`), each with its SSE event name and JSON data.
+//!
+//! Beyond the seed's fields: `step` and `artifact_chunk` carry the tool call's `call_id`
+//! (unique in the run: two calls of one tool are told apart), `artifact_chunk` the payload key
+//! it fills (`artifacts[tool][key]`), and `done` a `run` object (why the run ended, its steps
+//! and token usage) beside the payload's fields.
 
 use serde::Serialize;
 use serde_json::Value;
 
 use crate::payload::FinalPayload;
+
+/// How a run went: the `run` object of the `done` event.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RunInfo {
+    pub trace_id: String,
+    /// Why it ended: `answer` (the model's answer), `invalid_answer`, `max_steps`,
+    /// `max_wall_time`, `max_tokens`, `model_error`, `cancelled`.
+    pub finish_reason: String,
+    /// The model's own reason for its last reply (`stop`, `tool_calls`, `length`, …).
+    pub model_finish_reason: Option<String>,
+    /// Tool-calling steps taken.
+    pub steps: u32,
+    /// Tool calls made.
+    pub tool_calls: u32,
+    pub model_requests: u32,
+    pub usage: RunUsage,
+    pub duration_ms: u64,
+}
+
+/// Tokens the run spent, as the model reported them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RunUsage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
 
 /// How a step (one tool call) went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -20,15 +50,26 @@ pub enum StepStatus {
 /// One event of a run.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AgentEvent {
-    /// Answer tokens as the model streams them.
+    /// Answer text (`raw_answer`) as the model streams it: never the JSON around it, never a
+    /// thought.
     Chunk { stream_id: String, seq: u64, text: String, done: bool },
     /// Tool execution progress.
-    Step { node: String, status: StepStatus, latency_ms: f64, thought: Option<String> },
+    Step { node: String, status: StepStatus, latency_ms: f64, thought: Option<String>, call_id: String },
     /// A piece of a streamed artifact (a `stream: true` field when its tool returns, or a
-    /// tool's own `io.stowage/artifact_chunk` progress while it runs).
-    ArtifactChunk { stream_id: String, seq: u64, chunk: Value, done: bool, artifact_type: String },
-    /// The run's answer.
-    Done(Box<FinalPayload>),
+    /// tool's own `io.stowage/artifact_chunk` progress while it runs); `seq` counts per call
+    /// and stream.
+    ArtifactChunk {
+        stream_id: String,
+        seq: u64,
+        chunk: Value,
+        done: bool,
+        artifact_type: String,
+        call_id: String,
+        tool: String,
+        key: String,
+    },
+    /// The run's answer, and how the run went.
+    Done(Box<FinalPayload>, Box<RunInfo>),
     /// The run failed; no `done` follows.
     Error { error: String, code: String, trace_id: String },
 }
@@ -39,6 +80,7 @@ struct StepData<'a> {
     status: StepStatus,
     latency_ms: f64,
     thought: &'a Option<String>,
+    call_id: &'a str,
 }
 
 impl AgentEvent {
@@ -48,7 +90,7 @@ impl AgentEvent {
             AgentEvent::Chunk { .. } => "chunk",
             AgentEvent::Step { .. } => "step",
             AgentEvent::ArtifactChunk { .. } => "artifact_chunk",
-            AgentEvent::Done(_) => "done",
+            AgentEvent::Done(..) => "done",
             AgentEvent::Error { .. } => "error",
         }
     }
@@ -58,13 +100,14 @@ impl AgentEvent {
         use serde_json::json;
         match self {
             AgentEvent::Chunk { stream_id, seq, text, done } => json!({"stream_id": stream_id, "seq": seq, "text": text, "done": done}),
-            AgentEvent::Step { node, status, latency_ms, thought } => {
-                serde_json::to_value(StepData { node, status: *status, latency_ms: *latency_ms, thought }).expect("serialises")
+            AgentEvent::Step { node, status, latency_ms, thought, call_id } => {
+                serde_json::to_value(StepData { node, status: *status, latency_ms: *latency_ms, thought, call_id }).expect("serialises")
             }
-            AgentEvent::ArtifactChunk { stream_id, seq, chunk, done, artifact_type } => {
-                json!({"stream_id": stream_id, "seq": seq, "chunk": chunk, "done": done, "artifact_type": artifact_type})
-            }
-            AgentEvent::Done(p) => serde_json::to_value(p).expect("serialises"),
+            AgentEvent::ArtifactChunk { stream_id, seq, chunk, done, artifact_type, call_id, tool, key } => json!({
+                "stream_id": stream_id, "seq": seq, "chunk": chunk, "done": done, "artifact_type": artifact_type,
+                "call_id": call_id, "tool": tool, "key": key
+            }),
+            AgentEvent::Done(p, run) => done_json(p, run),
             AgentEvent::Error { error, code, trace_id } => json!({"error": error, "code": code, "trace_id": trace_id}),
         }
     }
@@ -75,14 +118,28 @@ impl AgentEvent {
     }
 }
 
+/// The `done` data: the payload's fields, plus `run`.
+pub fn done_json(p: &FinalPayload, run: &RunInfo) -> Value {
+    let mut v = serde_json::to_value(p).expect("serialises");
+    v["run"] = serde_json::to_value(run).expect("serialises");
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn events_are_the_seeds_shapes() {
-        let e = AgentEvent::Step { node: "fx_search".into(), status: StepStatus::Error, latency_ms: 1.5, thought: None };
-        assert_eq!(e.to_sse(), "event: step\ndata: {\"node\":\"fx_search\",\"status\":\"error\",\"latency_ms\":1.5,\"thought\":null}\n\n");
+        let e =
+            AgentEvent::Step { node: "fx_search".into(), status: StepStatus::Error, latency_ms: 1.5, thought: None, call_id: "c1".into() };
+        assert_eq!(
+            e.to_sse(),
+            "event: step\ndata: {\"node\":\"fx_search\",\"status\":\"error\",\"latency_ms\":1.5,\"thought\":null,\"call_id\":\"c1\"}\n\n"
+        );
+        let run = RunInfo { trace_id: "run-1".into(), finish_reason: "answer".into(), steps: 2, ..Default::default() };
+        let done = AgentEvent::Done(Box::new(FinalPayload::answer("hi")), Box::new(run)).data();
+        assert_eq!((done["raw_answer"].as_str(), done["run"]["steps"].as_u64()), (Some("hi"), Some(2)));
         let e = AgentEvent::Error { error: "boom".into(), code: "model_http_error".into(), trace_id: "run-1".into() };
         assert_eq!(e.data(), serde_json::json!({"error": "boom", "code": "model_http_error", "trace_id": "run-1"}));
     }

@@ -4,9 +4,11 @@
 //! How the parts fit: a [`Planner`] holds the [`stowage_mcp::Gateway`] and a [`Model`]
 //! (OpenAI-compatible Chat Completions or Anthropic Messages, both streamed). A run asks the
 //! model, calls the tools it picks through [`stowage_mcp::Gateway::call_tool`] (so the
-//! transform pipeline and the caller's scope apply exactly as for an MCP client), feeds the
-//! compact results back, and ends in a [`FinalPayload`]: the model's answer plus what the
-//! [`collector`] gathered (schema-marked artifacts, offloaded values as references, sources).
+//! transform pipeline and the caller's scope apply exactly as for an MCP client), feeds back
+//! what the gateway shaped for the planner's own host profile ([`observe`]), and ends in a
+//! [`FinalPayload`]: the model's answer plus what the [`collector`] gathered (schema-marked
+//! artifacts, offloaded values as references, sources) — or, when the run ends early, a
+//! partial payload with what was collected.
 //! What happens is told as [`AgentEvent`]s, which [`http::router`] serves as
 //! `text/event-stream` on `POST /agent/runs`.
 #![forbid(unsafe_code)]
@@ -16,11 +18,13 @@ pub mod config;
 pub mod events;
 pub mod http;
 pub mod model;
+pub mod observe;
 pub mod payload;
 pub mod planner;
+pub mod stream;
 pub use planner::{AgentError, Planner, RunOutcome, RunRequest};
 
-pub use config::{AgentConfig, Backend};
-pub use events::AgentEvent;
+pub use config::{AgentConfig, Backend, Vision};
+pub use events::{AgentEvent, RunInfo};
 pub use model::{Model, ModelError};
 pub use payload::{FinalPayload, Source, SuggestedAction, final_payload_schema};

@@ -91,49 +91,103 @@ pub fn final_payload_schema() -> Value {
 
 /// What the model may write in its final answer: the payload's model-authored fields.
 /// Artifacts and sources are collected by the planner, never written by the model.
-#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct ModelAnswer {
     pub raw_answer: String,
-    #[serde(default)]
     pub confidence: Option<f64>,
-    #[serde(default)]
     pub route: Option<String>,
-    #[serde(default)]
     pub suggested_actions: Vec<SuggestedAction>,
-    #[serde(default)]
     pub requires_followup: bool,
-    #[serde(default)]
     pub warnings: Vec<String>,
-    #[serde(default)]
     pub language: Option<String>,
-    #[serde(default)]
     pub extra: Map<String, Value>,
 }
 
+/// An answer read from a model's reply, and what had to be fixed to read it (one warning per
+/// fix, naming the field: they go into the payload's `warnings`).
+pub type Read = (ModelAnswer, Vec<String>);
+
 impl ModelAnswer {
-    /// Parses a final answer, naming what is wrong in one line (the repair round sends it
-    /// back to the model).
-    pub fn parse(text: &str) -> Result<ModelAnswer, String> {
-        let json = extract_json_object(text).ok_or_else(|| "the final answer is not a JSON object".to_owned())?;
-        Self::from_value(json)
+    /// Reads a final answer from the model's text. A JSON object with `raw_answer` is the
+    /// answer, its faults fixed with a warning each; prose (text that is not such an object) is
+    /// the `raw_answer` itself. Only a reply with no answer at all is an error, in one line
+    /// (the repair round sends it back to the model).
+    pub fn parse(text: &str) -> Result<Read, String> {
+        match extract_json_object(text) {
+            Some(v) if v.get("raw_answer").is_some() => Self::from_value(v),
+            Some(_) if is_only_json(text) => Err("the final answer has no \"raw_answer\" (required, a string)".to_owned()),
+            _ => {
+                let prose = text.trim();
+                if prose.is_empty() {
+                    return Err("the reply is empty: write the answer".to_owned());
+                }
+                Ok((ModelAnswer { raw_answer: prose.to_owned(), ..Default::default() }, Vec::new()))
+            }
+        }
     }
 
-    /// Validates an answer already parsed as JSON (the JSON-only action's `args`).
-    pub fn from_value(v: Value) -> Result<ModelAnswer, String> {
-        if v.get("raw_answer").is_none() {
-            return Err("the final answer has no \"raw_answer\" (required, a string)".to_owned());
+    /// Reads an answer already parsed as JSON (the JSON-only action's `args`): unknown keys are
+    /// dropped, wrong optional fields coerced or dropped, each with a warning; a missing or
+    /// empty `raw_answer` is the one error.
+    pub fn from_value(v: Value) -> Result<Read, String> {
+        let Value::Object(mut m) = v else { return Err("the final answer is not a JSON object".to_owned()) };
+        let mut w = Vec::new();
+        let raw_answer = match m.remove("raw_answer") {
+            Some(Value::String(s)) if !s.trim().is_empty() => s,
+            Some(Value::Number(n)) => {
+                w.push(format!("final answer: raw_answer {n} read as a string"));
+                n.to_string()
+            }
+            Some(Value::Bool(b)) => {
+                w.push(format!("final answer: raw_answer {b} read as a string"));
+                b.to_string()
+            }
+            Some(Value::String(_)) => return Err("\"raw_answer\" is empty".to_owned()),
+            Some(other) => return Err(format!("\"raw_answer\" must be a string, not {}", kind(&other))),
+            None => return Err("the final answer has no \"raw_answer\" (required, a string)".to_owned()),
+        };
+        let mut a = ModelAnswer { raw_answer, ..Default::default() };
+        for (key, value) in m {
+            match key.as_str() {
+                "confidence" => a.confidence = confidence(&value, &mut w),
+                "route" => match value {
+                    Value::String(s) if !s.trim().is_empty() => a.route = Some(s),
+                    Value::Null => {}
+                    other => w.push(format!("final answer: dropped route {} (a string)", short(&other))),
+                },
+                "requires_followup" => match value {
+                    Value::Bool(b) => a.requires_followup = b,
+                    Value::String(s) if s.eq_ignore_ascii_case("true") || s.eq_ignore_ascii_case("false") => {
+                        a.requires_followup = s.eq_ignore_ascii_case("true");
+                        w.push(format!("final answer: requires_followup \"{s}\" read as {}", a.requires_followup));
+                    }
+                    Value::Null => {}
+                    other => w.push(format!("final answer: dropped requires_followup {} (true or false)", short(&other))),
+                },
+                "warnings" => match value {
+                    Value::Array(items) => {
+                        for i in items {
+                            match i {
+                                Value::String(s) => a.warnings.push(s),
+                                other => w.push(format!("final answer: dropped warning {} (a string)", short(&other))),
+                            }
+                        }
+                    }
+                    Value::String(s) => a.warnings.push(s),
+                    Value::Null => {}
+                    other => w.push(format!("final answer: dropped warnings {} (a list of strings)", short(&other))),
+                },
+                "suggested_actions" => a.suggested_actions = actions(value, &mut w),
+                "language" => a.language = language(&value, &mut w),
+                "extra" => match value {
+                    Value::Object(e) => a.extra = e,
+                    Value::Null => {}
+                    other => w.push(format!("final answer: dropped extra {} (an object)", short(&other))),
+                },
+                _ => w.push(format!("final answer: dropped unknown key \"{key}\"")),
+            }
         }
-        let a: ModelAnswer = serde_json::from_value(v).map_err(|e| format!("the final answer does not match the schema: {e}"))?;
-        if a.raw_answer.trim().is_empty() {
-            return Err("\"raw_answer\" is empty".to_owned());
-        }
-        if let Some(c) = a.confidence
-            && !(0.0..=1.0).contains(&c)
-        {
-            return Err(format!("\"confidence\" must be between 0 and 1, not {c}"));
-        }
-        Ok(a)
+        Ok((a, w))
     }
 
     /// The payload this answer makes, before artifacts and sources are added.
@@ -149,6 +203,142 @@ impl ModelAnswer {
             warnings: self.warnings,
             language: self.language,
             extra: self.extra,
+        }
+    }
+}
+
+/// Whether the reply is nothing but a JSON object (possibly fenced): a structured answer that
+/// lacks its answer, not prose that happens to hold braces.
+fn is_only_json(text: &str) -> bool {
+    let t = text.trim();
+    let t = t.strip_prefix("```json").or_else(|| t.strip_prefix("```")).map(|s| s.trim_end().trim_end_matches("```").trim()).unwrap_or(t);
+    t.starts_with('{') && t.ends_with('}')
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// A value as a warning shows it: short.
+fn short(v: &Value) -> String {
+    let s = v.to_string();
+    if s.chars().count() > 40 { format!("{}…", s.chars().take(40).collect::<String>()) } else { s }
+}
+
+/// 0–1 as it is; a percentage (1 < c ≤ 100) read as a fraction; anything else dropped.
+fn confidence(v: &Value, w: &mut Vec<String>) -> Option<f64> {
+    let n = match v {
+        Value::Null => return None,
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => s.trim().trim_end_matches('%').trim().parse::<f64>().ok(),
+        _ => None,
+    };
+    match n {
+        Some(c) if (0.0..=1.0).contains(&c) => {
+            if v.is_string() {
+                w.push(format!("final answer: confidence {} read as {c}", short(v)));
+            }
+            Some(c)
+        }
+        Some(c) if c > 1.0 && c <= 100.0 => {
+            let f = (c / 100.0 * 1e6).round() / 1e6;
+            w.push(format!("final answer: confidence {} read as {f}", short(v)));
+            Some(f)
+        }
+        _ => {
+            w.push(format!("final answer: dropped confidence {} (a number from 0 to 1)", short(v)));
+            None
+        }
+    }
+}
+
+fn actions(v: Value, w: &mut Vec<String>) -> Vec<SuggestedAction> {
+    let items = match v {
+        Value::Array(items) => items,
+        Value::Null => return Vec::new(),
+        other => {
+            w.push(format!("final answer: dropped suggested_actions {} (a list)", short(&other)));
+            return Vec::new();
+        }
+    };
+    let mut out = Vec::new();
+    for (i, item) in items.into_iter().enumerate() {
+        let Value::Object(mut m) = item else {
+            w.push(format!("final answer: dropped suggested_actions[{i}] (an object with action_id and label)"));
+            continue;
+        };
+        let Some(action_id) = m.get("action_id").and_then(Value::as_str).filter(|s| !s.trim().is_empty()).map(str::to_owned) else {
+            w.push(format!("final answer: dropped suggested_actions[{i}]: no action_id"));
+            continue;
+        };
+        let label = match m.remove("label") {
+            Some(Value::String(l)) if !l.trim().is_empty() => l,
+            _ => {
+                w.push(format!("final answer: suggested_actions[{i}] ({action_id}) has no label; its action_id is used"));
+                action_id.clone()
+            }
+        };
+        let params = match m.remove("params") {
+            Some(Value::Object(p)) => p,
+            None | Some(Value::Null) => Map::new(),
+            Some(other) => {
+                w.push(format!("final answer: dropped suggested_actions[{i}].params {} (an object)", short(&other)));
+                Map::new()
+            }
+        };
+        for k in m.keys().filter(|k| *k != "action_id") {
+            w.push(format!("final answer: dropped unknown key \"{k}\" of suggested_actions[{i}]"));
+        }
+        out.push(SuggestedAction { action_id, label, params });
+    }
+    out
+}
+
+/// An ISO 639-1 code: as it is; a tag (`en-US`, `pt_BR`) or an English name (`Spanish`) read
+/// as its code, with a warning; anything else dropped.
+fn language(v: &Value, w: &mut Vec<String>) -> Option<String> {
+    let s = match v {
+        Value::Null => return None,
+        Value::String(s) => s.trim(),
+        other => {
+            w.push(format!("final answer: dropped language {} (an ISO 639-1 code such as \"en\")", short(other)));
+            return None;
+        }
+    };
+    let lower = s.to_ascii_lowercase();
+    if lower.len() == 2 && isolang::Language::from_639_1(&lower).is_some() {
+        if lower != s {
+            w.push(format!("final answer: language \"{s}\" read as \"{lower}\""));
+        }
+        return Some(lower);
+    }
+    let primary = lower.split(['-', '_']).next().unwrap_or_default();
+    let code = if primary.len() == 2 && isolang::Language::from_639_1(primary).is_some() {
+        Some(primary.to_owned())
+    } else if primary.len() == 3 {
+        isolang::Language::from_639_3(primary).and_then(|l| l.to_639_1()).map(str::to_owned)
+    } else {
+        let mut name = s.to_owned();
+        if let Some(first) = name.get_mut(0..1) {
+            first.make_ascii_uppercase();
+        }
+        isolang::Language::from_name(&name).and_then(|l| l.to_639_1()).map(str::to_owned)
+    };
+    match code {
+        Some(c) => {
+            w.push(format!("final answer: language \"{s}\" read as \"{c}\""));
+            Some(c)
+        }
+        None => {
+            w.push(format!("final answer: dropped language \"{s}\" (an ISO 639-1 code such as \"en\")"));
+            None
         }
     }
 }
@@ -200,21 +390,63 @@ mod tests {
     }
 
     #[test]
-    fn answers_are_validated_with_a_one_line_reason() {
-        let ok = ModelAnswer::parse("```json\n{\"raw_answer\": \"42\", \"confidence\": 0.9}\n```").unwrap();
-        assert_eq!((ok.raw_answer.as_str(), ok.confidence), ("42", Some(0.9)));
+    fn answers_are_read_leniently_and_only_a_missing_answer_is_an_error() {
+        let (ok, w) = ModelAnswer::parse("```json\n{\"raw_answer\": \"42\", \"confidence\": 0.9}\n```").unwrap();
+        assert_eq!((ok.raw_answer.as_str(), ok.confidence, w.len()), ("42", Some(0.9), 0));
         assert!(ModelAnswer::parse("Sure! {\"raw_answer\": \"x\"} hope this helps").is_ok());
+        // Prose is the answer.
+        let (a, w) = ModelAnswer::parse("The answer is 42.").unwrap();
+        assert_eq!((a.raw_answer.as_str(), w.len()), ("The answer is 42.", 0));
+        let (a, _) = ModelAnswer::parse("Totals: {\"q1\": 5} and more").unwrap();
+        assert!(a.raw_answer.starts_with("Totals"));
         for (text, why) in [
-            ("just prose", "not a JSON object"),
             ("{\"answer\": \"x\"}", "no \"raw_answer\""),
-            ("{\"raw_answer\": 3}", "does not match"),
-            ("{\"raw_answer\": \"x\", \"confidence\": 7}", "between 0 and 1"),
+            ("```json\n{\"answer\": \"x\"}\n```", "no \"raw_answer\""),
+            ("{\"raw_answer\": {}}", "must be a string"),
             ("{\"raw_answer\": \"  \"}", "empty"),
-            ("{\"raw_answer\": \"x\", \"artifacts\": {}}", "unknown field"),
+            ("  ", "empty"),
         ] {
             let e = ModelAnswer::parse(text).unwrap_err();
             assert!(e.contains(why), "{text}: {e}");
             assert!(!e.contains('\n'));
         }
+        let (a, w) = ModelAnswer::parse(
+            &json!({
+                "raw_answer": "Q4 grew", "thought": "done", "confidence": 92, "language": "Spanish", "route": 5,
+                "suggested_actions": [{"action_id": "export_csv"}, {"label": "no id"}, {"action_id": "x", "label": "X", "params": 3}],
+                "requires_followup": "false", "warnings": "stale", "artifacts": {}
+            })
+            .to_string(),
+        )
+        .unwrap();
+        assert_eq!(a.confidence, Some(0.92));
+        assert_eq!(a.language.as_deref(), Some("es"));
+        assert_eq!(a.route, None);
+        assert_eq!(a.warnings, ["stale"]);
+        assert_eq!(a.suggested_actions.len(), 2);
+        assert_eq!(a.suggested_actions[0].label, "export_csv");
+        let all = w.join("\n");
+        for needle in [
+            "dropped unknown key \"thought\"",
+            "dropped unknown key \"artifacts\"",
+            "confidence 92 read as 0.92",
+            "language \"Spanish\" read as \"es\"",
+            "dropped route 5",
+            "suggested_actions[0] (export_csv) has no label",
+            "dropped suggested_actions[1]: no action_id",
+            "dropped suggested_actions[2].params 3",
+            "requires_followup \"false\" read as false",
+        ] {
+            assert!(all.contains(needle), "{needle} not in:\n{all}");
+        }
+        let lang = |l: &str| ModelAnswer::from_value(json!({"raw_answer": "x", "language": l})).unwrap().0.language;
+        assert_eq!(lang("en-US"), Some("en".into()));
+        assert_eq!(lang("EN"), Some("en".into()));
+        assert_eq!(lang("deu"), Some("de".into()));
+        assert_eq!(lang("Klingonese"), None);
+        let conf = |c: Value| ModelAnswer::from_value(json!({"raw_answer": "x", "confidence": c})).unwrap().0.confidence;
+        assert_eq!(conf(json!("0.5")), Some(0.5));
+        assert_eq!(conf(json!(250)), None);
+        assert_eq!(conf(json!(-1)), None);
     }
 }

@@ -16,6 +16,7 @@ fn config(stub: &ModelStub, backend: Backend) -> AgentConfig {
         model: "stub-model".into(),
         backend,
         request_timeout: Duration::from_secs(2),
+        max_retries: 0,
         ..Default::default()
     }
 }
@@ -94,10 +95,7 @@ async fn tool_results_are_sent_in_each_wire_format() {
         ChatMessage::User("find it".into()),
         ChatMessage::Assistant {
             text: String::new(),
-            tool_calls: vec![
-                ToolCall { id: "c1".into(), name: "fx_search".into(), arguments: json!({"q": "a"}) },
-                ToolCall { id: "c2".into(), name: "fx_search".into(), arguments: json!({"q": "b"}) },
-            ],
+            tool_calls: vec![ToolCall::new("c1", "fx_search", json!({"q": "a"})), ToolCall::new("c2", "fx_search", json!({"q": "b"}))],
         },
         ChatMessage::ToolResult { call_id: "c1".into(), name: "fx_search".into(), content: "one".into(), is_error: false },
         ChatMessage::ToolResult { call_id: "c2".into(), name: "fx_search".into(), content: "error: boom".into(), is_error: true },
@@ -149,4 +147,53 @@ async fn the_start_up_check_tells_a_missing_or_unreachable_model_in_one_line() {
     let cfg = AgentConfig { api_key_env: "STOWAGE_TEST_SURELY_UNSET_KEY".into(), ..config(&stub, Backend::Openai) };
     let e = model::from_config(&cfg).err().unwrap();
     assert!(e.to_string().contains("STOWAGE_TEST_SURELY_UNSET_KEY"), "{e}");
+}
+
+#[tokio::test]
+async fn the_start_up_check_names_the_fix_for_a_missing_version_path_and_an_unknown_model() {
+    let stub = ModelStub::start(vec![]).await;
+    for backend in [Backend::Openai, Backend::Anthropic] {
+        // The server's root instead of its API path.
+        let cfg = AgentConfig { base_url: format!("http://{}", stub.addr), ..config(&stub, backend) };
+        let e = model::from_config(&cfg).unwrap().check().await.unwrap_err();
+        assert_eq!(e.code(), "model_misconfigured");
+        assert!(e.to_string().contains(&format!("set agent.base_url = \"http://{}/v1\"", stub.addr)), "{e}");
+        // A model the server does not list.
+        let cfg = AgentConfig { model: "gpt-9".into(), ..config(&stub, backend) };
+        let e = model::from_config(&cfg).unwrap().check().await.unwrap_err();
+        assert!(e.to_string().contains("model \"gpt-9\" is not served") && e.to_string().contains("stub-model"), "{e}");
+        // An alias of a listed model is served.
+        stub.set_models(&["claude-sonnet-4-5-20250929", "stub-model"]);
+        let cfg = AgentConfig { model: "claude-sonnet-4-5".into(), ..config(&stub, backend) };
+        model::from_config(&cfg).unwrap().check().await.unwrap();
+        stub.set_models(&["stub-model"]);
+    }
+    let e =
+        model::from_config(&AgentConfig { base_url: "localhost:11434/v1".into(), model: "m".into(), ..Default::default() }).err().unwrap();
+    assert!(e.to_string().contains("agent.base_url") && e.to_string().contains("http"), "{e}");
+}
+
+#[tokio::test]
+async fn whole_answers_garbage_and_many_calls_in_each_format() {
+    for backend in [Backend::Openai, Backend::Anthropic] {
+        let args = json!({"q": "x"});
+        let stub = ModelStub::start(vec![
+            Turn::Whole(Box::new(Turn::Tools { thought: "t".into(), calls: vec![("fx_search".into(), args.clone())] })),
+            Turn::RawTools { thought: String::new(), calls: vec![("fx_search".into(), "{\"q\": ".into())] },
+            Turn::Raw { content_type: "text/html".into(), body: "<html>502 Bad Gateway</html>".into() },
+            Turn::Tools { thought: String::new(), calls: (0..40).map(|i| ("fx_search".to_owned(), json!({"i": i}))).collect() },
+        ])
+        .await;
+        let history = vec![ChatMessage::User("hi".into())];
+        let reply = complete(&stub, backend, &history).await.0.unwrap();
+        assert_eq!((reply.text.as_str(), reply.tool_calls[0].arguments.clone()), ("t", args.clone()), "{backend:?}");
+        // Arguments that are not JSON are the call's fault, not an error.
+        let reply = complete(&stub, backend, &history).await.0.unwrap();
+        assert!(reply.tool_calls[0].invalid.as_deref().is_some_and(|w| w.contains("not valid JSON")), "{reply:?}");
+        let e = complete(&stub, backend, &history).await.0.unwrap_err();
+        assert_eq!(e.code(), "model_protocol_error");
+        assert!(e.to_string().contains("502 Bad Gateway"), "{e}");
+        let reply = complete(&stub, backend, &history).await.0.unwrap();
+        assert_eq!((reply.tool_calls.len(), reply.dropped_calls), (16, 24));
+    }
 }

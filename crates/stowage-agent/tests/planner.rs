@@ -18,13 +18,6 @@ fn tool(name: &str, args: Value) -> Turn {
     Turn::tool(name, args)
 }
 
-fn done_payload(events: &[AgentEvent]) -> Value {
-    match events.last() {
-        Some(AgentEvent::Done(p)) => serde_json::to_value(p).unwrap(),
-        other => panic!("the last event is not done: {other:?}"),
-    }
-}
-
 #[tokio::test]
 async fn appendix_a_end_to_end_with_placeholders_artifacts_and_events_in_order() {
     for backend in [Backend::Openai, Backend::Anthropic] {
@@ -67,13 +60,12 @@ async fn appendix_a_end_to_end_with_placeholders_artifacts_and_events_in_order()
         assert_eq!(a["raw_data"][3], json!({"day": 3, "product": "Widget Pro", "revenue": 1003.5}));
         assert_eq!(p["warnings"], json!([]));
         assert_eq!(p, done_payload(&events));
-        // The events, in order: the thought streams, the step starts, the chart streams (live
+        // The events, in order: the step starts (with the thought), the chart streams (live
         // from the tool's progress, then whole when it returns), the step ends, the answer
         // streams, done.
         assert_eq!(
             names(&events),
             [
-                "chunk",
                 "step:analyze_sales:started",
                 "artifact_chunk:sales_chart:0:false",
                 "artifact_chunk:sales_chart:1:true",
@@ -95,10 +87,8 @@ async fn appendix_a_end_to_end_with_placeholders_artifacts_and_events_in_order()
             }
             _ => unreachable!(),
         }
-        let text: String =
-            events.iter().filter_map(|e| if let AgentEvent::Chunk { text, .. } = e { Some(text.as_str()) } else { None }).collect();
-        assert!(text.starts_with("Let me analyze."), "{text}");
-        assert!(text.contains("raw_answer"));
+        // The chunks are the answer's text, not its JSON envelope nor the thought.
+        assert_eq!(chunk_text(&events), final_answer["raw_answer"].as_str().unwrap());
         let thoughts: Vec<Option<&str>> =
             events.iter().filter_map(|e| if let AgentEvent::Step { thought, .. } = e { Some(thought.as_deref()) } else { None }).collect();
         assert_eq!(thoughts, [Some("Let me analyze."), Some("Let me analyze.")]);
@@ -151,58 +141,76 @@ async fn sources_are_collected_from_marked_tools_and_deduplicated() {
 }
 
 #[tokio::test]
-async fn an_invalid_final_answer_gets_one_repair_round_then_the_fallback() {
-    let h = harness(vec![Turn::Text("The answer is 42.".into()), answer("42")], |_| {}).await;
+async fn a_missing_answer_gets_one_repair_round_then_the_fallback() {
+    let h = harness(vec![Turn::Text("{\"answer\": 42}".into()), answer("42")], |_| {}).await;
     let (out, _) = h.run("ana", "What is the answer?", None).await;
     let p = out.unwrap().payload;
     assert_eq!(p.raw_answer, "42");
     assert!(p.warnings.is_empty());
     let sent = h.sent();
     assert_eq!(sent.len(), 2);
-    assert!(sent[1].contains("Your final answer is invalid: the final answer is not a JSON object"), "{}", sent[1]);
+    assert!(sent[1].contains("Your final answer is invalid: the final answer has no \\\"raw_answer\\\""), "{}", sent[1]);
 
-    // Invalid twice: the fallback from the last observation, with a warning.
+    // Missing twice: a partial payload from the last observation, with a warning.
     let h = harness(
-        vec![tool("echo", json!({"message": "the total is 1234"})), Turn::Text("{\"answer\": 1}".into()), Turn::Text("still no".into())],
+        vec![
+            tool("echo", json!({"message": "the total is 1234"})),
+            Turn::Text("{\"answer\": 1}".into()),
+            Turn::Text("```json\n{\"total\": 1234}\n```".into()),
+        ],
         |_| {},
     )
     .await;
     let (out, events) = h.run("ana", "Total?", None).await;
-    let p = out.unwrap().payload;
+    let out = out.unwrap();
+    let p = out.payload;
     assert!(p.raw_answer.contains("the total is 1234") && p.raw_answer.contains("echo"), "{}", p.raw_answer);
+    assert_eq!(p.route.as_deref(), Some("partial"));
     assert_eq!(p.warnings.len(), 1);
-    assert!(p.warnings[0].starts_with("invalid_final_answer: the final answer is not a JSON object"), "{:?}", p.warnings);
-    assert!(h.sent()[2].contains("no \\\"raw_answer\\\""), "{}", h.sent()[2]);
-    assert!(matches!(events.last(), Some(AgentEvent::Done(_))));
+    assert!(p.warnings[0].starts_with("invalid_final_answer: the final answer has no \"raw_answer\""), "{:?}", p.warnings);
+    assert_eq!(out.run.finish_reason, "invalid_answer");
+    assert!(matches!(events.last(), Some(AgentEvent::Done(..))));
+    assert_eq!(chunk_text(&events), p.raw_answer, "the fallback's text is the answer's chunks");
 }
 
 #[tokio::test]
-async fn a_model_that_fails_ends_the_run_with_an_error_event_and_a_code() {
+async fn a_model_that_fails_after_a_tool_ran_ends_in_a_partial_payload_and_before_in_an_error() {
     for (turn, code) in [
         (Turn::Status(500, "internal".into()), "model_http_error"),
         (Turn::Hang, "model_timeout"),
         (Turn::DropAfter("{\"raw_answer\": \"half".into()), "model_stream_dropped"),
+        (Turn::Raw { content_type: "text/event-stream".into(), body: "data: {not json at all\n\n".into() }, "model_protocol_error"),
     ] {
-        let h = harness(vec![tool("analyze_sales", json!({})), turn], |c| c.request_timeout = Duration::from_millis(800)).await;
-        let (out, events) = h.run("ana", "Q4?", None).await;
-        let e = out.unwrap_err();
-        assert_eq!(e.code(), code, "{e}");
-        match events.last() {
-            Some(AgentEvent::Error { code: c, trace_id, error }) => {
-                assert_eq!(c, code);
-                assert!(trace_id.starts_with("run-"));
-                assert!(!error.contains('\n'), "{error}");
-            }
-            other => panic!("{other:?}"),
-        }
-        assert!(!events.iter().any(|e| matches!(e, AgentEvent::Done(_))), "no payload after a failure");
-        // What the tool stored is whole: every artifact the run made reads back with its sha256.
-        let page = h.store.list(stowage_store::ListQuery::default()).await.unwrap();
-        for item in page.items {
-            let bytes = h.store.get(&Access::Operator, &item.id).await.unwrap();
-            assert_eq!(bytes.len() as u64, item.size_bytes);
+        for backend in [Backend::Openai, Backend::Anthropic] {
+            let h = harness_with(vec![tool("analyze_sales", json!({})), turn.clone()], backend, |c| {
+                c.request_timeout = Duration::from_millis(800)
+            })
+            .await;
+            let (out, events) = h.run("ana", "Q4?", None).await;
+            let out = out.unwrap();
+            let p = &out.payload;
+            assert_eq!(p.route.as_deref(), Some("partial"), "{code}");
+            assert_eq!(p.warnings.len(), 1);
+            assert!(p.warnings[0].starts_with(&format!("{code}: ")) && !p.warnings[0].contains('\n'), "{:?}", p.warnings);
+            // What the tool returned is in the payload, whole.
+            assert_eq!(p.artifacts["analyze_sales"]["raw_data"].as_array().map(Vec::len), Some(847), "{code}");
+            assert_eq!(out.run.finish_reason, "model_error");
+            assert_eq!(done_payload(&events)["route"], "partial");
         }
     }
+    // Before any tool: nothing to keep, one error event with the code and trace id.
+    let h = harness(vec![Turn::Status(503, "overloaded".into())], |_| {}).await;
+    let (out, events) = h.run("ana", "Q4?", None).await;
+    assert_eq!(out.unwrap_err().code(), "model_http_error");
+    match events.last() {
+        Some(AgentEvent::Error { code, trace_id, error }) => {
+            assert_eq!(code, "model_http_error");
+            assert!(trace_id.starts_with("run-"));
+            assert!(error.contains("overloaded") && !error.contains('\n'), "{error}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(!events.iter().any(|e| matches!(e, AgentEvent::Done(..))), "no payload after a failure");
 }
 
 #[tokio::test]
@@ -238,8 +246,11 @@ async fn limits_end_the_run_with_a_payload_and_a_warning() {
     )
     .await;
     let (out, _) = h.run("ana", "Loop", None).await;
-    let p = out.unwrap().payload;
+    let out = out.unwrap();
+    assert_eq!((out.run.finish_reason.as_str(), out.run.steps), ("max_steps", 2));
+    let p = out.payload;
     assert_eq!(p.warnings, ["max_steps_reached"]);
+    assert_eq!(p.route.as_deref(), Some("partial"));
     assert!(p.raw_answer.contains("two"), "{}", p.raw_answer);
     assert_eq!(h.stub.requests().len(), 3);
 
@@ -329,6 +340,13 @@ async fn a_model_without_tool_calling_uses_the_json_action_format() {
     assert_eq!(p.artifacts["analyze_sales"]["raw_data"].as_array().unwrap().len(), 847);
     let first: Value = serde_json::from_str(&h.sent()[0]).unwrap();
     assert!(first.get("tools").is_none(), "no native tools offered");
+    // The history is plain messages: the model's own JSON as its text, the observation as a
+    // user message; no tool-call structures for a model that was given no tools.
+    let second: Value = serde_json::from_str(&h.sent()[1]).unwrap();
+    let msgs = second["messages"].as_array().unwrap();
+    assert!(msgs.iter().all(|m| m.get("tool_calls").is_none() && m["role"] != "tool"), "{second}");
+    assert!(msgs[2]["content"].as_str().unwrap().contains("\"next_node\":\"analyze_sales\""), "{}", msgs[2]);
+    assert_eq!(msgs[3]["role"], "user");
     assert!(first["messages"][0]["content"].as_str().unwrap().contains("- analyze_sales: "));
     assert!(h.sent()[1].contains("Observation from analyze_sales (ok)"));
     assert!(h.sent()[1].contains("<artifact:list size=847 items>"));

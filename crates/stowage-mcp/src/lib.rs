@@ -35,6 +35,8 @@ pub mod hosts;
 mod inputs;
 mod jsonrpc;
 mod local_tools;
+/// The gateway's tool that mints signed links (the planner leaves it out of its model's tools).
+pub use local_tools::ARTIFACT_URL_TOOL;
 /// Artifacts per `resources/list` page of the caller's artifacts (and the most one
 /// `artifact_list` answer holds).
 pub use local_tools::resources::PAGE as ARTIFACTS_PER_PAGE;

@@ -29,10 +29,26 @@ pub enum Turn {
     Text(String),
     /// Tool calls (name, arguments), optionally after some text (the thought).
     Tools { thought: String, calls: Vec<(String, Value)> },
+    /// Tool calls whose arguments are this raw text, valid JSON or not (what local models
+    /// send).
+    RawTools { thought: String, calls: Vec<(String, String)> },
+    /// The turn, stopped by the token limit (`finish_reason: "length"`, `stop_reason:
+    /// "max_tokens"`).
+    Cut(Box<Turn>),
+    /// The turn as one plain JSON answer, even to a streaming request.
+    Whole(Box<Turn>),
     /// An HTTP error with this body.
     Status(u16, String),
+    /// An HTTP error with a `Retry-After` header of this value.
+    RetryAfter(u16, String),
+    /// This body, as this content type (garbage, a broken stream).
+    Raw { content_type: String, body: String },
     /// Accept the request and never answer (a timeout).
     Hang,
+    /// Stream text forever, never ending the answer.
+    Endless,
+    /// Wait, then play the turn.
+    After(Duration, Box<Turn>),
     /// Stream this text, then break the connection before the end of the answer.
     DropAfter(String),
 }
@@ -40,6 +56,30 @@ pub enum Turn {
 impl Turn {
     pub fn tool(name: &str, args: Value) -> Turn {
         Turn::Tools { thought: String::new(), calls: vec![(name.to_owned(), args)] }
+    }
+}
+
+/// A reply to write, in either format.
+struct Reply {
+    text: String,
+    calls: Vec<(String, String)>,
+    cut: bool,
+    drop: bool,
+}
+
+impl Reply {
+    fn of(turn: Turn) -> Reply {
+        match turn {
+            Turn::Text(t) => Reply { text: t, calls: Vec::new(), cut: false, drop: false },
+            Turn::Tools { thought, calls } => {
+                Reply { text: thought, calls: calls.into_iter().map(|(n, a)| (n, a.to_string())).collect(), cut: false, drop: false }
+            }
+            Turn::RawTools { thought, calls } => Reply { text: thought, calls, cut: false, drop: false },
+            Turn::Cut(t) => Reply { cut: true, ..Reply::of(*t) },
+            Turn::Whole(t) | Turn::After(_, t) => Reply::of(*t),
+            Turn::DropAfter(t) => Reply { text: t, calls: Vec::new(), cut: false, drop: true },
+            other => unreachable!("not a reply: {other:?}"),
+        }
     }
 }
 
@@ -65,6 +105,8 @@ struct Inner {
     /// answers it.
     keyed: Mutex<Vec<(String, VecDeque<Turn>)>>,
     requests: Mutex<Vec<Recorded>>,
+    /// What `GET /v1/models` lists.
+    models: Mutex<Vec<String>>,
 }
 
 /// A running stub; it stops when dropped.
@@ -83,7 +125,8 @@ impl Drop for ModelStub {
 impl ModelStub {
     /// Starts the stub on a free loopback port with `script`.
     pub async fn start(script: Vec<Turn>) -> ModelStub {
-        let inner = Arc::new(Inner { script: Mutex::new(script.into()), ..Default::default() });
+        let inner =
+            Arc::new(Inner { script: Mutex::new(script.into()), models: Mutex::new(vec!["stub-model".into()]), ..Default::default() });
         let app = Router::new()
             .route("/v1/chat/completions", post(openai))
             .route("/v1/messages", post(anthropic))
@@ -118,14 +161,20 @@ impl ModelStub {
         self.inner.requests.lock().unwrap().clone()
     }
 
+    /// What `GET /v1/models` lists from now on.
+    pub fn set_models(&self, models: &[&str]) {
+        *self.inner.models.lock().unwrap() = models.iter().map(|m| (*m).to_owned()).collect();
+    }
+
     /// Turns not played yet.
     pub fn remaining(&self) -> usize {
         self.inner.script.lock().unwrap().len()
     }
 }
 
-async fn models() -> impl IntoResponse {
-    axum::Json(json!({"object": "list", "data": [{"id": "stub-model", "object": "model"}]}))
+async fn models(State(inner): State<Arc<Inner>>) -> impl IntoResponse {
+    let data: Vec<Value> = inner.models.lock().unwrap().iter().map(|m| json!({"id": m, "object": "model"})).collect();
+    axum::Json(json!({"object": "list", "data": data}))
 }
 
 fn next_turn(inner: &Inner, path: &str, headers: HeaderMap, body: &Bytes) -> Turn {
@@ -144,7 +193,17 @@ fn pieces(s: &str, n: usize) -> Vec<String> {
     chars.chunks(n.max(1)).map(|c| c.iter().collect()).collect()
 }
 
-type Tx = mpsc::Sender<Result<Bytes, std::io::Error>>;
+/// Where a streamed response is written, counting its events.
+struct Tx {
+    tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
+    sent: std::sync::atomic::AtomicUsize,
+}
+
+impl Tx {
+    async fn raw(&self, item: Result<Bytes, std::io::Error>) -> bool {
+        self.tx.send(item).await.is_ok()
+    }
+}
 
 /// A streamed `text/event-stream` response written by `write`.
 fn sse<F, Fut>(write: F) -> Response
@@ -153,7 +212,7 @@ where
     Fut: Future<Output = ()> + Send + 'static,
 {
     let (tx, rx) = mpsc::channel(16);
-    tokio::spawn(write(tx));
+    tokio::spawn(write(Tx { tx, sent: Default::default() }));
     let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
     Response::builder().header(header::CONTENT_TYPE, "text/event-stream").body(body).expect("a response")
 }
@@ -163,34 +222,99 @@ async fn send(tx: &Tx, event: Option<&str>, data: &str) {
         Some(e) => format!("event: {e}\ndata: {data}\n\n"),
         None => format!("data: {data}\n\n"),
     };
-    let _ = tx.send(Ok(Bytes::from(text))).await;
-    // A pause between events, so the client really reads a stream and not one buffer.
-    tokio::time::sleep(Duration::from_millis(1)).await;
+    tx.raw(Ok(Bytes::from(text))).await;
+    // A pause between events, so the client really reads a stream and not one buffer (but
+    // only for the first few hundred: a reply of 10,000 tool calls streams at once).
+    if tx.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 300 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
 }
 
 async fn break_connection(tx: &Tx) {
-    let _ = tx.send(Err(std::io::Error::other("the stub drops the stream on purpose"))).await;
+    tx.raw(Err(std::io::Error::other("the stub drops the stream on purpose"))).await;
 }
 
-fn error_or_hang(turn: &Turn) -> Option<Response> {
+/// Turns that are no reply: an error, a hang, a raw body, an endless stream.
+async fn special(turn: &Turn, openai: bool) -> Option<Response> {
     match turn {
         Turn::Status(code, body) => Some(
             (StatusCode::from_u16(*code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), axum::Json(json!({"error": {"message": body}})))
                 .into_response(),
         ),
+        Turn::RetryAfter(code, after) => Some(
+            (
+                StatusCode::from_u16(*code).unwrap_or(StatusCode::TOO_MANY_REQUESTS),
+                [(header::RETRY_AFTER, after.clone())],
+                axum::Json(json!({"error": {"message": "slow down"}})),
+            )
+                .into_response(),
+        ),
+        Turn::Raw { content_type, body } => Some(
+            Response::builder().header(header::CONTENT_TYPE, content_type.as_str()).body(Body::from(body.clone())).expect("a response"),
+        ),
+        Turn::Hang => std::future::pending().await,
+        Turn::Endless => Some(sse(move |tx| async move {
+            loop {
+                let data = if openai {
+                    json!({"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "la "}, "finish_reason": null}]})
+                } else {
+                    json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "la "}})
+                };
+                let event = if openai { None } else { Some("content_block_delta") };
+                let text = match event {
+                    Some(e) => format!("event: {e}\ndata: {data}\n\n"),
+                    None => format!("data: {data}\n\n"),
+                };
+                if !tx.raw(Ok(Bytes::from(text))).await {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })),
         _ => None,
     }
 }
 
+/// What the request asked for: a stream (the default) or one JSON answer.
+fn wants_stream(body: &Bytes) -> bool {
+    serde_json::from_slice::<Value>(body).ok().and_then(|v| v.get("stream").and_then(Value::as_bool)).unwrap_or(false)
+}
+
 async fn openai(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) -> Response {
-    let turn = next_turn(&inner, "/v1/chat/completions", headers, &body);
-    if let Some(r) = error_or_hang(&turn) {
+    let mut turn = next_turn(&inner, "/v1/chat/completions", headers, &body);
+    if let Turn::After(d, t) = turn {
+        tokio::time::sleep(d).await;
+        turn = *t;
+    }
+    if let Some(r) = special(&turn, true).await {
         return r;
     }
-    if matches!(turn, Turn::Hang) {
-        std::future::pending::<()>().await;
-    }
     let prompt_tokens = body.len() / 4;
+    let whole = matches!(turn, Turn::Whole(_)) || !wants_stream(&body);
+    let reply = Reply::of(turn);
+    if whole {
+        let finish = if reply.cut {
+            "length"
+        } else if reply.calls.is_empty() {
+            "stop"
+        } else {
+            "tool_calls"
+        };
+        let calls: Vec<Value> = reply
+            .calls
+            .iter()
+            .enumerate()
+            .map(|(i, (n, a))| json!({"id": format!("call_{i}"), "type": "function", "function": {"name": n, "arguments": a}}))
+            .collect();
+        let mut message = json!({"role": "assistant", "content": reply.text});
+        if !calls.is_empty() {
+            message["tool_calls"] = json!(calls);
+        }
+        return axum::Json(json!({"id": "chatcmpl-stub", "object": "chat.completion", "created": 0, "model": "stub-model",
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 7, "total_tokens": prompt_tokens + 7}}))
+        .into_response();
+    }
     sse(move |tx| async move {
         let chunk = |delta: Value, finish: Value| {
             json!({"id": "chatcmpl-stub", "object": "chat.completion.chunk", "created": 0, "model": "stub-model",
@@ -198,30 +322,30 @@ async fn openai(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
             .to_string()
         };
         send(&tx, None, &chunk(json!({"role": "assistant", "content": ""}), Value::Null)).await;
-        let (text, calls, drop) = match turn {
-            Turn::Text(t) => (t, Vec::new(), false),
-            Turn::Tools { thought, calls } => (thought, calls, false),
-            Turn::DropAfter(t) => (t, Vec::new(), true),
-            _ => unreachable!("answered above"),
-        };
         let mut out_tokens = 0;
-        for p in pieces(&text, 5) {
+        for p in pieces(&reply.text, 5) {
             out_tokens += 1;
             send(&tx, None, &chunk(json!({"content": p}), Value::Null)).await;
         }
-        if drop {
+        if reply.drop {
             break_connection(&tx).await;
             return;
         }
-        for (i, (name, args)) in calls.iter().enumerate() {
+        for (i, (name, args)) in reply.calls.iter().enumerate() {
             let head = json!({"tool_calls": [{"index": i, "id": format!("call_{i}"), "type": "function", "function": {"name": name, "arguments": ""}}]});
             send(&tx, None, &chunk(head, Value::Null)).await;
-            for p in pieces(&args.to_string(), 7) {
+            for p in pieces(args, 7) {
                 out_tokens += 1;
                 send(&tx, None, &chunk(json!({"tool_calls": [{"index": i, "function": {"arguments": p}}]}), Value::Null)).await;
             }
         }
-        let finish = if calls.is_empty() { "stop" } else { "tool_calls" };
+        let finish = if reply.cut {
+            "length"
+        } else if reply.calls.is_empty() {
+            "stop"
+        } else {
+            "tool_calls"
+        };
         send(&tx, None, &chunk(json!({}), json!(finish))).await;
         let usage = json!({"id": "chatcmpl-stub", "object": "chat.completion.chunk", "created": 0, "model": "stub-model", "choices": [],
                            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": out_tokens, "total_tokens": prompt_tokens + out_tokens}});
@@ -231,14 +355,38 @@ async fn openai(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
 }
 
 async fn anthropic(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) -> Response {
-    let turn = next_turn(&inner, "/v1/messages", headers, &body);
-    if let Some(r) = error_or_hang(&turn) {
+    let mut turn = next_turn(&inner, "/v1/messages", headers, &body);
+    if let Turn::After(d, t) = turn {
+        tokio::time::sleep(d).await;
+        turn = *t;
+    }
+    if let Some(r) = special(&turn, false).await {
         return r;
     }
-    if matches!(turn, Turn::Hang) {
-        std::future::pending::<()>().await;
-    }
     let input_tokens = body.len() / 4;
+    let whole = matches!(turn, Turn::Whole(_)) || !wants_stream(&body);
+    let reply = Reply::of(turn);
+    if whole {
+        let stop = if reply.cut {
+            "max_tokens"
+        } else if reply.calls.is_empty() {
+            "end_turn"
+        } else {
+            "tool_use"
+        };
+        let mut content = Vec::new();
+        if !reply.text.is_empty() {
+            content.push(json!({"type": "text", "text": reply.text}));
+        }
+        for (i, (n, a)) in reply.calls.iter().enumerate() {
+            // The API always sends input as an object; a raw text that is none is sent as a string.
+            let input = serde_json::from_str::<Value>(a).unwrap_or_else(|_| json!(a));
+            content.push(json!({"type": "tool_use", "id": format!("toolu_{i}"), "name": n, "input": input}));
+        }
+        return axum::Json(json!({"id": "msg_stub", "type": "message", "role": "assistant", "model": "stub-model", "content": content,
+            "stop_reason": stop, "stop_sequence": null, "usage": {"input_tokens": input_tokens, "output_tokens": 7}}))
+        .into_response();
+    }
     sse(move |tx| async move {
         let ev = |kind: &str, mut data: Value| {
             data["type"] = json!(kind);
@@ -249,23 +397,17 @@ async fn anthropic(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: By
         for (k, d) in [ev("message_start", start), ev("ping", json!({}))] {
             send(&tx, Some(&k), &d).await;
         }
-        let (text, calls, drop) = match turn {
-            Turn::Text(t) => (t, Vec::new(), false),
-            Turn::Tools { thought, calls } => (thought, calls, false),
-            Turn::DropAfter(t) => (t, Vec::new(), true),
-            _ => unreachable!("answered above"),
-        };
         let mut index = 0;
         let mut out_tokens = 0;
-        if !text.is_empty() {
+        if !reply.text.is_empty() {
             let (k, d) = ev("content_block_start", json!({"index": 0, "content_block": {"type": "text", "text": ""}}));
             send(&tx, Some(&k), &d).await;
-            for p in pieces(&text, 5) {
+            for p in pieces(&reply.text, 5) {
                 out_tokens += 1;
                 let (k, d) = ev("content_block_delta", json!({"index": 0, "delta": {"type": "text_delta", "text": p}}));
                 send(&tx, Some(&k), &d).await;
             }
-            if drop {
+            if reply.drop {
                 break_connection(&tx).await;
                 return;
             }
@@ -273,14 +415,14 @@ async fn anthropic(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: By
             send(&tx, Some(&k), &d).await;
             index += 1;
         }
-        for (i, (name, args)) in calls.iter().enumerate() {
+        for (i, (name, args)) in reply.calls.iter().enumerate() {
             let id = format!("toolu_{i}");
             let (k, d) = ev(
                 "content_block_start",
                 json!({"index": index, "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}),
             );
             send(&tx, Some(&k), &d).await;
-            for p in pieces(&args.to_string(), 7) {
+            for p in pieces(args, 7) {
                 out_tokens += 1;
                 let (k, d) = ev("content_block_delta", json!({"index": index, "delta": {"type": "input_json_delta", "partial_json": p}}));
                 send(&tx, Some(&k), &d).await;
@@ -289,7 +431,13 @@ async fn anthropic(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: By
             send(&tx, Some(&k), &d).await;
             index += 1;
         }
-        let stop = if calls.is_empty() { "end_turn" } else { "tool_use" };
+        let stop = if reply.cut {
+            "max_tokens"
+        } else if reply.calls.is_empty() {
+            "end_turn"
+        } else {
+            "tool_use"
+        };
         let (k, d) =
             ev("message_delta", json!({"delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": out_tokens}}));
         send(&tx, Some(&k), &d).await;

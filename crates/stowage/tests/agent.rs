@@ -79,10 +79,31 @@ async fn the_agent_command_fails_at_start_in_one_line_without_a_reachable_model(
     assert_eq!(out.status.code(), Some(1));
     assert!(err.starts_with(&format!("error: model at http://{free}/v1/models is unreachable")), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-    // serve too refuses to start with an unreachable model.
-    let out = s.command(&["serve", "--listen", "127.0.0.1:0"]).output().await.unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unreachable"));
+    // check-config checks the agent as serve does, and fails for it.
+    let out = s.command(&["check-config", "--mcp-config", &s.mcp()]).output().await.unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("agent: error: model at") && stdout.contains("unreachable"), "{stdout}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("error: the agent's model is not available: model at"), "{err}");
+    // serve starts all the same: a model that is down fails the agent's routes, not /mcp.
+    let srv = serve(&s).await;
+    let r = post_run(&srv.base, None, json!({"query": "hi"})).await;
+    assert_eq!(r.status(), 503);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "model_unreachable", "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("unreachable"), "{body}");
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                      "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let r = reqwest::Client::new()
+        .post(format!("{}/mcp", srv.base))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(init.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "/mcp is served while the model is down");
 }
 
 #[tokio::test]
@@ -237,7 +258,8 @@ async fn post_agent_runs_streams_the_events_behind_the_same_auth_as_mcp() {
 #[tokio::test]
 async fn a_model_failure_is_an_error_event_and_an_unconfigured_agent_answers_503() {
     let stub = ModelStub::start(vec![Turn::Status(500, "upstream overloaded".into())]).await;
-    let s = Setup::new(&agent_config(&stub));
+    // No retries: the first 500 is the answer the user gets.
+    let s = Setup::new(&format!("{}max_retries = 0\n", agent_config(&stub)));
     let srv = serve(&s).await;
     let evs = events(&post_run(&srv.base, None, json!({"query": "hi"})).await.text().await.unwrap());
     let (name, data) = evs.last().unwrap();

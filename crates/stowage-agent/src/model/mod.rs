@@ -1,10 +1,15 @@
 //! Model backends behind one trait, [`Model`]: the planner's conversation in our own types,
-//! sent in each API's wire format and read back from its token stream.
+//! sent in each API's wire format and read back, streamed or whole.
 //!
-//! Both backends stream (`stream: true`) and hand answer text to the caller as it arrives;
-//! tool calls are assembled from their fragments and returned whole.
+//! Both backends stream (`stream: true`) unless `agent.stream = false`, and read a plain JSON
+//! answer to a streaming request as the whole reply (servers that ignore `stream` do that).
+//! Answer text goes to the caller as it arrives; tool calls are assembled from their
+//! fragments and returned whole, with arguments that are not JSON kept as a fault for the
+//! planner's repair round rather than an error. A 429 or 5xx answer is retried with backoff,
+//! honouring `Retry-After`.
 
 mod anthropic;
+pub mod names;
 mod openai;
 mod sse;
 
@@ -20,6 +25,14 @@ pub use openai::OpenAiModel;
 
 use crate::config::{AgentConfig, Backend};
 
+/// The most tool calls one reply may carry that are read; later ones are counted
+/// ([`ModelReply::dropped_calls`]) and never run.
+pub const MAX_CALLS_PER_REPLY: usize = 16;
+/// The most bytes of text and tool-call arguments one reply may have.
+pub const MAX_REPLY_BYTES: usize = 4 * 1024 * 1024;
+/// The longest one `Retry-After` is waited for; a server asking for more is failed at once.
+const MAX_RETRY_WAIT: Duration = Duration::from_secs(30);
+
 /// One tool the model may call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolSpec {
@@ -33,15 +46,90 @@ pub struct ToolSpec {
 pub struct ToolCall {
     pub id: String,
     pub name: String,
+    /// The arguments; `{}` when they were not a JSON object (`invalid` says why).
     pub arguments: Value,
+    /// Why the arguments could not be used (not JSON, cut off, not an object): the planner
+    /// tells the model instead of calling the tool.
+    pub invalid: Option<String>,
+}
+
+impl ToolCall {
+    pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: Value) -> ToolCall {
+        ToolCall { id: id.into(), name: name.into(), arguments, invalid: None }
+    }
+}
+
+/// An image the model is shown (base64 data of a type both APIs take).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImagePart {
+    pub mime_type: String,
+    /// Base64, shared: a conversation's requests repeat it without copying.
+    pub data: Arc<str>,
+    /// The line that stands for it when it is not sent (a model without vision, over the
+    /// request's image budget).
+    pub label: String,
+}
+
+/// One part of a message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Part {
+    Text(String),
+    Image(ImagePart),
+}
+
+/// A message's parts, in order.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Content(pub Vec<Part>);
+
+impl From<&str> for Content {
+    fn from(s: &str) -> Content {
+        Content(vec![Part::Text(s.to_owned())])
+    }
+}
+
+impl From<String> for Content {
+    fn from(s: String) -> Content {
+        Content(vec![Part::Text(s)])
+    }
+}
+
+impl Content {
+    /// The whole content as text, each image as its label.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        for p in &self.0 {
+            let t = match p {
+                Part::Text(t) => t.as_str(),
+                Part::Image(i) => i.label.as_str(),
+            };
+            if !out.is_empty() && !t.is_empty() && !out.ends_with('\n') {
+                out.push('\n');
+            }
+            out.push_str(t);
+        }
+        out
+    }
+
+    pub fn images(&self) -> impl DoubleEndedIterator<Item = &ImagePart> {
+        self.0.iter().filter_map(|p| if let Part::Image(i) = p { Some(i) } else { None })
+    }
+
+    pub fn has_images(&self) -> bool {
+        self.images().next().is_some()
+    }
+
+    /// The parts with every image replaced by its label.
+    pub fn without_images(&self) -> Content {
+        Content::from(self.text())
+    }
 }
 
 /// One message of the conversation, independent of the wire format.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ChatMessage {
-    User(String),
+    User(Content),
     Assistant { text: String, tool_calls: Vec<ToolCall> },
-    ToolResult { call_id: String, name: String, content: String, is_error: bool },
+    ToolResult { call_id: String, name: String, content: Content, is_error: bool },
 }
 
 /// What one model request carries.
@@ -61,12 +149,52 @@ pub struct Usage {
     pub output_tokens: u64,
 }
 
+/// Why the model stopped, in both APIs' words.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum FinishReason {
+    /// The reply is complete (`stop`, `end_turn`, `stop_sequence`).
+    #[default]
+    Stop,
+    /// It asks for tools (`tool_calls`, `tool_use`).
+    ToolCalls,
+    /// Cut at `max_tokens` (`length`, `max_tokens`).
+    Length,
+    /// Refused or filtered (`content_filter`, `refusal`).
+    Filtered,
+    Other(String),
+}
+
+impl FinishReason {
+    pub fn parse(s: &str) -> FinishReason {
+        match s {
+            "stop" | "end_turn" | "stop_sequence" => FinishReason::Stop,
+            "tool_calls" | "tool_use" | "function_call" => FinishReason::ToolCalls,
+            "length" | "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
+            "content_filter" | "refusal" => FinishReason::Filtered,
+            other => FinishReason::Other(other.to_owned()),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::ToolCalls => "tool_calls",
+            FinishReason::Length => "length",
+            FinishReason::Filtered => "content_filter",
+            FinishReason::Other(s) => s,
+        }
+    }
+}
+
 /// The model's complete reply.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ModelReply {
     pub text: String,
     pub tool_calls: Vec<ToolCall>,
     pub usage: Usage,
+    pub finish: FinishReason,
+    /// Tool calls beyond [`MAX_CALLS_PER_REPLY`]: counted, never read or run.
+    pub dropped_calls: usize,
 }
 
 /// Why a model request failed; [`ModelError::code`] is the `error` event's code.
@@ -87,6 +215,10 @@ pub enum ModelError {
     KeyMissing(String),
     #[error("no model is configured: set agent.base_url and agent.model in stowage.toml")]
     NotConfigured,
+    /// The API answers, but not as configured (a base URL without its version path, a model
+    /// it does not serve): the message names the fix.
+    #[error("{0}")]
+    Misconfigured(String),
 }
 
 impl ModelError {
@@ -98,19 +230,25 @@ impl ModelError {
             ModelError::Dropped { .. } => "model_stream_dropped",
             ModelError::Protocol { .. } => "model_protocol_error",
             ModelError::KeyMissing(_) | ModelError::NotConfigured => "model_not_configured",
+            ModelError::Misconfigured(_) => "model_misconfigured",
         }
+    }
+
+    /// Worth another attempt: rate limited, or the server failed (not our request).
+    fn retryable(&self) -> bool {
+        matches!(self, ModelError::Status { status: 408 | 409 | 429 | 500 | 502 | 503 | 504 | 529, .. })
     }
 }
 
 /// A chat model.
 #[async_trait]
 pub trait Model: Send + Sync {
-    /// Sends the conversation and reads the streamed reply; answer text goes to `text` as it
-    /// arrives (the sender is dropped when the reply ends).
+    /// Sends the conversation and reads the reply; answer text goes to `text` as it arrives
+    /// (the sender is dropped when the reply ends).
     async fn complete(&self, req: &ModelRequest<'_>, text: mpsc::Sender<String>) -> Result<ModelReply, ModelError>;
 
-    /// Whether the model's API answers at all (`GET {base_url}/models`): called at start so a
-    /// wrong URL fails before the first question.
+    /// Whether the model's API serves this model (`GET {base_url}/models`): called at start,
+    /// so a wrong URL or model name fails before the first question, with the fix.
     async fn check(&self) -> Result<(), ModelError>;
 }
 
@@ -122,6 +260,14 @@ pub(crate) struct Endpoint {
     pub model: String,
     pub api_key: Option<String>,
     pub timeout: Duration,
+    pub stream: bool,
+    pub max_retries: u32,
+}
+
+/// An answer to read: a stream of events, or one JSON body.
+pub(crate) enum Answer {
+    Stream(sse::SseReader),
+    Whole(Value),
 }
 
 impl Endpoint {
@@ -140,36 +286,224 @@ impl Endpoint {
         ModelError::Unreachable { url: url.to_owned(), reason }
     }
 
-    /// `GET {base}/models`: any HTTP answer but a refused key means the API is there.
-    async fn check(&self, req: reqwest::RequestBuilder) -> Result<(), ModelError> {
-        let url = self.url("models");
-        let resp = tokio::time::timeout(self.timeout.min(Duration::from_secs(10)), req.send())
+    /// `GET {base}/models`: the API is there, takes the key, has its version path, and
+    /// serves the configured model. `build` makes the request for a URL (each backend's
+    /// headers).
+    async fn check(&self, build: impl Fn(&str) -> reqwest::RequestBuilder) -> Result<(), ModelError> {
+        let limit = self.timeout.min(Duration::from_secs(10));
+        let build = &build;
+        let get = |url: String| async move {
+            let resp = tokio::time::timeout(limit, build(&url).send())
+                .await
+                .map_err(|_| ModelError::Timeout { url: url.clone(), timeout: limit })?
+                .map_err(|e| self.unreachable(&url, &e))?;
+            Ok::<_, ModelError>((url, resp))
+        };
+        let (url, resp) = get(self.url("models")).await?;
+        let status = resp.status().as_u16();
+        match status {
+            401 | 403 => return Err(ModelError::Status { url, status, body: "the API key was refused (agent.api_key_env)".into() }),
+            404 => {
+                let base = self.base_url.trim_end_matches('/');
+                if !has_version_path(base) {
+                    // The usual mistake: the server's root instead of its API path.
+                    let with_v1 = format!("{base}/v1");
+                    let found = get(format!("{with_v1}/models")).await.is_ok_and(|(_, r)| r.status().is_success());
+                    let hint = if found { "the API answers there" } else { "OpenAI-compatible servers serve it under /v1" };
+                    return Err(ModelError::Misconfigured(format!(
+                        "agent.base_url {base} has no version path and {url} is not found: set agent.base_url = \"{with_v1}\" ({hint})"
+                    )));
+                }
+                // Some servers list no models; the first question will tell.
+                tracing::warn!(target: "stowage::agent", %url, "the model API does not list its models (404); the model name is not checked");
+                return Ok(());
+            }
+            s if !(200..300).contains(&s) => {
+                let body: String = resp.text().await.unwrap_or_default().chars().filter(|c| !c.is_control()).take(300).collect();
+                return Err(ModelError::Status { url, status, body });
+            }
+            _ => {}
+        }
+        let list: Value = match resp.bytes().await.ok().and_then(|b| serde_json::from_slice(&b).ok()) {
+            Some(v) => v,
+            // An answer that is no model list: not ours to judge.
+            None => return Ok(()),
+        };
+        let ids: Vec<&str> = list.get("data").and_then(Value::as_array).into_iter().flatten().filter_map(|m| m["id"].as_str()).collect();
+        if ids.is_empty() || ids.iter().any(|id| serves(id, &self.model)) {
+            return Ok(());
+        }
+        if list.get("has_more").and_then(Value::as_bool) == Some(true) {
+            return Ok(()); // a longer list than one page: the model may be on another
+        }
+        let shown: Vec<&str> = ids.iter().take(12).copied().collect();
+        let more = if ids.len() > shown.len() { format!(" and {} more", ids.len() - shown.len()) } else { String::new() };
+        Err(ModelError::Misconfigured(format!(
+            "model \"{}\" is not served at {}: set agent.model to one it lists ({}{more})",
+            self.model,
+            self.base_url,
+            shown.join(", ")
+        )))
+    }
+
+    /// POSTs `body` (rebuilt per attempt by `build`), retrying 429 and 5xx answers with
+    /// backoff (`Retry-After` / `retry-after-ms` when the server says), each attempt within the
+    /// request timeout; returns the answer to read.
+    async fn post(&self, url: &str, build: impl Fn() -> reqwest::RequestBuilder) -> Result<(Answer, tokio::time::Instant), ModelError> {
+        let mut attempt = 0u32;
+        loop {
+            let deadline = tokio::time::Instant::now() + self.timeout;
+            let sent = tokio::time::timeout_at(deadline, async {
+                let resp = build().send().await.map_err(|e| (self.unreachable(url, &e), None))?;
+                let status = resp.status();
+                if !status.is_success() {
+                    let wait = retry_after(resp.headers());
+                    let body = resp.text().await.unwrap_or_default();
+                    let body = error_message(&body);
+                    return Err((ModelError::Status { url: url.to_owned(), status: status.as_u16(), body }, wait));
+                }
+                Ok(resp)
+            })
             .await
-            .map_err(|_| ModelError::Timeout { url: url.clone(), timeout: self.timeout.min(Duration::from_secs(10)) })?
-            .map_err(|e| self.unreachable(&url, &e))?;
-        match resp.status().as_u16() {
-            401 | 403 => Err(ModelError::Status { url, status: resp.status().as_u16(), body: "the API key was refused".into() }),
-            _ => Ok(()),
+            .map_err(|_| ModelError::Timeout { url: url.to_owned(), timeout: self.timeout });
+            let err = match sent {
+                Ok(Ok(resp)) => return Ok((self.answer(url, resp, deadline).await?, deadline)),
+                Ok(Err((e, wait))) => (e, wait),
+                Err(e) => (e, None),
+            };
+            let (e, wait) = err;
+            if !e.retryable() || attempt >= self.max_retries {
+                return Err(e);
+            }
+            let backoff = Duration::from_millis(500 * 2u64.pow(attempt.min(4)));
+            let wait = wait.unwrap_or(backoff);
+            if wait > MAX_RETRY_WAIT {
+                return Err(e);
+            }
+            tracing::info!(target: "stowage::agent", url, attempt = attempt + 1, wait_ms = wait.as_millis() as u64, "retrying the model request: {e}");
+            tokio::time::sleep(wait).await;
+            attempt += 1;
         }
     }
 
-    /// POSTs `body`, checks the status, and returns the response to stream from.
-    async fn post(&self, url: &str, req: reqwest::RequestBuilder) -> Result<reqwest::Response, ModelError> {
-        let resp = req.send().await.map_err(|e| self.unreachable(url, &e))?;
-        let status = resp.status();
-        if !status.is_success() {
-            let body = resp.text().await.unwrap_or_default();
-            let body: String = body.chars().filter(|c| !c.is_control()).take(300).collect();
-            return Err(ModelError::Status { url: url.to_owned(), status: status.as_u16(), body });
+    /// The body as a stream of events, or as one JSON answer (a server that ignored
+    /// `stream: true`, or `stream = false`).
+    async fn answer(&self, url: &str, resp: reqwest::Response, deadline: tokio::time::Instant) -> Result<Answer, ModelError> {
+        let streamed = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.to_ascii_lowercase().starts_with("text/event-stream"));
+        if streamed {
+            return Ok(Answer::Stream(sse::SseReader::new(resp)));
         }
-        Ok(resp)
+        let body = tokio::time::timeout_at(deadline, read_capped(resp, MAX_REPLY_BYTES))
+            .await
+            .map_err(|_| ModelError::Timeout { url: url.to_owned(), timeout: self.timeout })?
+            .map_err(|reason| ModelError::Dropped { url: url.to_owned(), reason })?;
+        let v: Value = serde_json::from_slice(&body).map_err(|e| ModelError::Protocol {
+            url: url.to_owned(),
+            what: format!("the answer is neither an event stream nor JSON ({e}): {}", preview(&body)),
+        })?;
+        if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
+            let body = err.get("message").and_then(Value::as_str).map_or_else(|| err.to_string(), str::to_owned);
+            return Err(ModelError::Status { url: url.to_owned(), status: 500, body });
+        }
+        Ok(Answer::Whole(v))
     }
+}
+
+/// Whether a base URL ends in an API version segment (`/v1`, `/v1beta`, `/api/v2`).
+fn has_version_path(base: &str) -> bool {
+    let last = base.rsplit('/').next().unwrap_or("");
+    last.len() >= 2 && last.starts_with('v') && last[1..].starts_with(|c: char| c.is_ascii_digit())
+}
+
+/// Whether a listed model id serves the configured name: the same, or the name is an alias of
+/// it (`claude-sonnet-4-5` for `claude-sonnet-4-5-20250929`, `qwen2.5` for `qwen2.5:latest`,
+/// `x-latest` for any `x-…`).
+fn serves(id: &str, model: &str) -> bool {
+    if id == model {
+        return true;
+    }
+    if let Some(rest) = id.strip_prefix(model)
+        && (rest.starts_with('-') || rest.starts_with(':') || rest.starts_with('@'))
+    {
+        return true;
+    }
+    if let Some(stem) = model.strip_suffix("-latest") {
+        return id.starts_with(stem);
+    }
+    // A name given with its organisation (`Qwen/Qwen2.5-7B`) or a path that the server lists by
+    // its file name.
+    id.rsplit('/').next() == Some(model) || model.rsplit('/').next() == Some(id)
+}
+
+/// How long the server asks to wait: `retry-after-ms`, else `Retry-After` in seconds or as an
+/// HTTP date.
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok()).filter(|v| v.is_finite() && *v >= 0.0) {
+        return Some(Duration::from_secs_f64(ms / 1000.0));
+    }
+    let v = get("retry-after")?;
+    if let Ok(secs) = v.parse::<f64>()
+        && secs.is_finite()
+        && secs >= 0.0
+    {
+        return Some(Duration::from_secs_f64(secs));
+    }
+    let at = httpdate::parse_http_date(v).ok()?;
+    Some(at.duration_since(std::time::SystemTime::now()).unwrap_or_default())
+}
+
+/// One line of an error body: the API's `error.message` when it has one.
+fn error_message(body: &str) -> String {
+    let msg = serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|v| v.pointer("/error/message").and_then(Value::as_str).map(str::to_owned))
+        .unwrap_or_else(|| body.to_owned());
+    msg.chars().filter(|c| !c.is_control()).take(300).collect()
+}
+
+fn preview(body: &[u8]) -> String {
+    String::from_utf8_lossy(&body[..body.len().min(120)]).chars().filter(|c| !c.is_control()).collect()
+}
+
+async fn read_capped(resp: reqwest::Response, max: usize) -> Result<Vec<u8>, String> {
+    use futures::StreamExt;
+    let mut body = Vec::new();
+    let mut stream = resp.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| e.to_string())?;
+        if body.len() + chunk.len() > max {
+            return Err(format!("the answer is over {max} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 /// The configured model, or why there is none.
 pub fn from_config(config: &AgentConfig) -> Result<Arc<dyn Model>, ModelError> {
     if config.base_url.trim().is_empty() || config.model.trim().is_empty() {
         return Err(ModelError::NotConfigured);
+    }
+    match reqwest::Url::parse(&config.base_url) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+        Ok(u) => {
+            return Err(ModelError::Misconfigured(format!(
+                "agent.base_url {} must be an http or https URL, not {}: (e.g. http://127.0.0.1:11434/v1)",
+                config.base_url,
+                u.scheme()
+            )));
+        }
+        Err(e) => {
+            return Err(ModelError::Misconfigured(format!(
+                "agent.base_url \"{}\" is not a URL ({e}): give the API's base URL, e.g. http://127.0.0.1:11434/v1",
+                config.base_url
+            )));
+        }
     }
     let api_key = if config.api_key_env.is_empty() {
         None
@@ -180,24 +514,97 @@ pub fn from_config(config: &AgentConfig) -> Result<Arc<dyn Model>, ModelError> {
         .connect_timeout(Duration::from_secs(10))
         .build()
         .map_err(|e| ModelError::Unreachable { url: config.base_url.clone(), reason: e.to_string() })?;
-    let endpoint =
-        Endpoint { client, base_url: config.base_url.clone(), model: config.model.clone(), api_key, timeout: config.request_timeout };
+    let endpoint = Endpoint {
+        client,
+        base_url: config.base_url.clone(),
+        model: config.model.clone(),
+        api_key,
+        timeout: config.request_timeout,
+        stream: config.stream,
+        max_retries: config.max_retries,
+    };
     Ok(match config.backend {
         Backend::Openai => Arc::new(OpenAiModel::new(endpoint)),
         Backend::Anthropic => Arc::new(AnthropicModel::new(endpoint)),
     })
 }
 
-/// Runs one streamed request under the endpoint's timeout.
-async fn with_timeout<T>(endpoint: &Endpoint, url: &str, fut: impl Future<Output = Result<T, ModelError>>) -> Result<T, ModelError> {
-    tokio::time::timeout(endpoint.timeout, fut).await.map_err(|_| ModelError::Timeout { url: url.to_owned(), timeout: endpoint.timeout })?
+/// Reads one streamed reply by the request's deadline (its timeout counts from the attempt's
+/// first byte sent to the reply's last).
+async fn with_deadline<T>(
+    endpoint: &Endpoint,
+    url: &str,
+    deadline: tokio::time::Instant,
+    fut: impl Future<Output = Result<T, ModelError>>,
+) -> Result<T, ModelError> {
+    tokio::time::timeout_at(deadline, fut).await.map_err(|_| ModelError::Timeout { url: url.to_owned(), timeout: endpoint.timeout })?
 }
 
-/// Tool-call arguments assembled from fragments: `{}` when the model sent none.
-fn parse_arguments(url: &str, name: &str, text: &str) -> Result<Value, ModelError> {
+/// Tool-call arguments assembled from fragments: `{}` when the model sent none; not JSON, or
+/// not an object, is kept as the call's fault (the planner's repair round names it).
+fn parse_arguments(name: &str, text: &str, cut: bool) -> (Value, Option<String>) {
     if text.trim().is_empty() {
-        return Ok(Value::Object(Default::default()));
+        return (Value::Object(Default::default()), None);
     }
-    serde_json::from_str(text)
-        .map_err(|e| ModelError::Protocol { url: url.to_owned(), what: format!("the arguments of tool call {name} are not JSON: {e}") })
+    match serde_json::from_str::<Value>(text) {
+        Ok(v @ Value::Object(_)) => (v, None),
+        Ok(other) => (Value::Object(Default::default()), Some(format!("the arguments of {name} must be a JSON object, not {other}"))),
+        Err(e) => {
+            let why = if cut { "were cut off by the reply's token limit" } else { "are not valid JSON" };
+            let shown: String = text.chars().take(200).collect();
+            (Value::Object(Default::default()), Some(format!("the arguments of {name} {why} ({e}): {shown}")))
+        }
+    }
+}
+
+/// Text and arguments so far: over [`MAX_REPLY_BYTES`] the reply is refused.
+fn check_size(url: &str, reply: &ModelReply, pending: usize) -> Result<(), ModelError> {
+    let size = reply.text.len() + pending;
+    if size > MAX_REPLY_BYTES {
+        return Err(ModelError::Protocol { url: url.to_owned(), what: format!("the reply is over {MAX_REPLY_BYTES} bytes") });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aliases_and_version_paths() {
+        assert!(serves("gpt-4o", "gpt-4o"));
+        assert!(serves("claude-sonnet-4-5-20250929", "claude-sonnet-4-5"));
+        assert!(serves("qwen2.5:latest", "qwen2.5"));
+        assert!(serves("claude-3-5-sonnet-20241022", "claude-3-5-sonnet-latest"));
+        assert!(serves("/models/qwen.gguf", "qwen.gguf"));
+        assert!(!serves("gpt-4o-mini", "gpt-5"));
+        assert!(has_version_path("http://h/v1") && has_version_path("http://h/api/v1beta"));
+        assert!(!has_version_path("http://h:8000") && !has_version_path("http://h/api") && !has_version_path("http://h/v"));
+    }
+
+    #[test]
+    fn retry_after_in_seconds_milliseconds_or_a_date() {
+        let mut h = reqwest::header::HeaderMap::new();
+        h.insert("retry-after", "2".parse().unwrap());
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(2)));
+        h.insert("retry-after-ms", "250".parse().unwrap());
+        assert_eq!(retry_after(&h), Some(Duration::from_millis(250)));
+        let mut h = reqwest::header::HeaderMap::new();
+        let later = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(5));
+        h.insert("retry-after", later.parse().unwrap());
+        let d = retry_after(&h).unwrap();
+        assert!(d <= Duration::from_secs(5) && d >= Duration::from_secs(3), "{d:?}");
+        h.insert("retry-after", "soon".parse().unwrap());
+        assert_eq!(retry_after(&h), None);
+    }
+
+    #[test]
+    fn bad_arguments_are_a_fault_not_an_error() {
+        assert_eq!(parse_arguments("t", " ", false), (serde_json::json!({}), None));
+        let (v, why) = parse_arguments("echo", "{\"a\": 1", true);
+        assert_eq!(v, serde_json::json!({}));
+        assert!(why.unwrap().contains("cut off"));
+        let (_, why) = parse_arguments("echo", "[1]", false);
+        assert!(why.unwrap().contains("must be a JSON object"));
+    }
 }

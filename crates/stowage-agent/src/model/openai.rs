@@ -1,13 +1,21 @@
-//! OpenAI-compatible Chat Completions (`POST {base_url}/chat/completions`), streamed: `data:`
+//! OpenAI-compatible Chat Completions (`POST {base_url}/chat/completions`). Streamed: `data:`
 //! lines of `chat.completion.chunk`, tool-call arguments in fragments keyed by `index`, a last
-//! chunk with `usage`, then `data: [DONE]`. A body that ends before `[DONE]` was dropped.
+//! chunk with `usage`, then `data: [DONE]`; a body that ends before `[DONE]` was dropped.
+//! Whole (`stream = false`, or a server that answers JSON anyway): one `chat.completion`.
+//!
+//! Images: a user message's image parts are `image_url` parts with a `data:` URL. A `tool`
+//! message takes text only, so the images of a turn's tool results follow its tool messages
+//! in one user message that says which call they came from.
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::sse::SseReader;
-use super::{ChatMessage, Endpoint, Model, ModelError, ModelReply, ModelRequest, ToolCall, parse_arguments, with_timeout};
+use super::{
+    Answer, ChatMessage, Content, Endpoint, FinishReason, MAX_CALLS_PER_REPLY, Model, ModelError, ModelReply, ModelRequest, Part, ToolCall,
+    check_size, parse_arguments, with_deadline,
+};
 
 /// The Chat Completions backend.
 pub struct OpenAiModel {
@@ -27,12 +35,37 @@ impl OpenAiModel {
     }
 }
 
+/// A user message's content: a plain string when it is all text, else parts.
+fn user_content(c: &Content) -> Value {
+    if !c.has_images() {
+        return json!(c.text());
+    }
+    let parts: Vec<Value> =
+        c.0.iter()
+            .map(|p| match p {
+                Part::Text(t) => json!({"type": "text", "text": t}),
+                Part::Image(i) => json!({"type": "image_url", "image_url": {"url": format!("data:{};base64,{}", i.mime_type, i.data)}}),
+            })
+            .collect();
+    Value::Array(parts)
+}
+
 /// The request body.
-pub(crate) fn body(model: &str, req: &ModelRequest<'_>) -> Value {
+pub(crate) fn body(model: &str, req: &ModelRequest<'_>, stream: bool) -> Value {
     let mut messages = vec![json!({"role": "system", "content": req.system})];
+    // Images of the tool results since the last assistant message, sent after them.
+    let mut pending: Vec<Part> = Vec::new();
+    let flush = |messages: &mut Vec<Value>, pending: &mut Vec<Part>| {
+        if !pending.is_empty() {
+            messages.push(json!({"role": "user", "content": user_content(&Content(std::mem::take(pending)))}));
+        }
+    };
     for m in req.messages {
+        if !matches!(m, ChatMessage::ToolResult { .. }) {
+            flush(&mut messages, &mut pending);
+        }
         messages.push(match m {
-            ChatMessage::User(t) => json!({"role": "user", "content": t}),
+            ChatMessage::User(c) => json!({"role": "user", "content": user_content(c)}),
             ChatMessage::Assistant { text, tool_calls } if tool_calls.is_empty() => json!({"role": "assistant", "content": text}),
             ChatMessage::Assistant { text, tool_calls } => json!({
                 "role": "assistant",
@@ -42,16 +75,25 @@ pub(crate) fn body(model: &str, req: &ModelRequest<'_>) -> Value {
                     "function": {"name": c.name, "arguments": c.arguments.to_string()}
                 })).collect::<Vec<_>>(),
             }),
-            ChatMessage::ToolResult { call_id, content, .. } => json!({"role": "tool", "tool_call_id": call_id, "content": content}),
+            ChatMessage::ToolResult { call_id, name, content, .. } => {
+                if content.has_images() {
+                    pending.push(Part::Text(format!("The images of the result of {name} (call {call_id}):")));
+                    pending.extend(content.images().cloned().map(Part::Image));
+                }
+                json!({"role": "tool", "tool_call_id": call_id, "content": content.text()})
+            }
         });
     }
+    flush(&mut messages, &mut pending);
     let mut body = json!({
         "model": model,
         "messages": messages,
-        "stream": true,
-        "stream_options": {"include_usage": true},
+        "stream": stream,
         "max_tokens": req.max_tokens,
     });
+    if stream {
+        body["stream_options"] = json!({"include_usage": true});
+    }
     if !req.tools.is_empty() {
         body["tools"] = req
             .tools
@@ -69,76 +111,137 @@ struct PartialCall {
     arguments: String,
 }
 
+fn finish_calls(reply: &mut ModelReply, calls: Vec<PartialCall>) {
+    let cut = reply.finish == FinishReason::Length;
+    for (i, c) in calls.into_iter().enumerate().filter(|(_, c)| !c.name.is_empty()) {
+        let (arguments, invalid) = parse_arguments(&c.name, &c.arguments, cut);
+        let id = if c.id.is_empty() { format!("call_{i}") } else { c.id };
+        reply.tool_calls.push(ToolCall { id, name: c.name, arguments, invalid });
+    }
+}
+
+fn usage(reply: &mut ModelReply, u: &Value) {
+    reply.usage.input_tokens = u["prompt_tokens"].as_u64().unwrap_or(0);
+    reply.usage.output_tokens = u["completion_tokens"].as_u64().unwrap_or(0);
+}
+
+/// A whole `chat.completion`.
+fn whole(url: &str, v: &Value) -> Result<ModelReply, ModelError> {
+    let message = v
+        .pointer("/choices/0/message")
+        .ok_or_else(|| ModelError::Protocol { url: url.to_owned(), what: "the answer has no choices[0].message".into() })?;
+    let mut reply = ModelReply { text: message["content"].as_str().unwrap_or_default().to_owned(), ..Default::default() };
+    if let Some(f) = v.pointer("/choices/0/finish_reason").and_then(Value::as_str) {
+        reply.finish = FinishReason::parse(f);
+    }
+    if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+        usage(&mut reply, u);
+    }
+    let all = message["tool_calls"].as_array().map(Vec::as_slice).unwrap_or_default();
+    reply.dropped_calls = all.len().saturating_sub(MAX_CALLS_PER_REPLY);
+    let calls = all
+        .iter()
+        .take(MAX_CALLS_PER_REPLY)
+        .map(|tc| PartialCall {
+            id: tc["id"].as_str().unwrap_or_default().to_owned(),
+            name: tc.pointer("/function/name").and_then(Value::as_str).unwrap_or_default().to_owned(),
+            arguments: match tc.pointer("/function/arguments") {
+                Some(Value::String(s)) => s.clone(),
+                Some(other) => other.to_string(),
+                None => String::new(),
+            },
+        })
+        .collect();
+    finish_calls(&mut reply, calls);
+    Ok(reply)
+}
+
+async fn streamed(url: &str, mut events: SseReader, text: &mpsc::Sender<String>) -> Result<ModelReply, ModelError> {
+    let mut reply = ModelReply::default();
+    let mut calls: Vec<PartialCall> = Vec::new();
+    let mut pending = 0usize;
+    let mut seen_indexes = std::collections::HashSet::new();
+    loop {
+        let ev = match events.next().await {
+            Ok(Some(ev)) => ev,
+            Ok(None) => return Err(ModelError::Dropped { url: url.to_owned(), reason: "the body ended before [DONE]".into() }),
+            Err(e) => return Err(ModelError::Dropped { url: url.to_owned(), reason: e.0 }),
+        };
+        if ev.data.trim() == "[DONE]" {
+            break;
+        }
+        let chunk: Value = serde_json::from_str(&ev.data).map_err(|e| ModelError::Protocol {
+            url: url.to_owned(),
+            what: format!("a chunk is not JSON ({e}): {}", ev.data.chars().take(80).collect::<String>()),
+        })?;
+        if let Some(err) = chunk.get("error").filter(|e| !e.is_null()) {
+            let message = err.get("message").and_then(Value::as_str).unwrap_or("an error in the stream").to_owned();
+            return Err(ModelError::Status { url: url.to_owned(), status: 500, body: message });
+        }
+        if let Some(u) = chunk.get("usage").filter(|u| u.is_object()) {
+            usage(&mut reply, u);
+        }
+        if let Some(f) = chunk.pointer("/choices/0/finish_reason").and_then(Value::as_str) {
+            reply.finish = FinishReason::parse(f);
+        }
+        let Some(delta) = chunk.pointer("/choices/0/delta") else { continue };
+        if let Some(t) = delta.get("content").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+            reply.text.push_str(t);
+            // A caller that stopped listening does not stop the answer.
+            let _ = text.send(t.to_owned()).await;
+        }
+        for tc in delta.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
+            let i = tc.get("index").and_then(Value::as_u64).unwrap_or(calls.len().saturating_sub(1) as u64) as usize;
+            seen_indexes.insert(i);
+            if i >= MAX_CALLS_PER_REPLY {
+                // Counted, never stored: a reply of 10,000 calls costs no memory.
+                continue;
+            }
+            if calls.len() <= i {
+                calls.resize_with(i + 1, PartialCall::default);
+            }
+            let c = &mut calls[i];
+            if let Some(id) = tc.get("id").and_then(Value::as_str) {
+                c.id = id.to_owned();
+            }
+            if let Some(n) = tc.pointer("/function/name").and_then(Value::as_str) {
+                pending += n.len();
+                c.name.push_str(n);
+            }
+            if let Some(a) = tc.pointer("/function/arguments").and_then(Value::as_str) {
+                pending += a.len();
+                c.arguments.push_str(a);
+            }
+        }
+        check_size(url, &reply, pending)?;
+    }
+    reply.dropped_calls = seen_indexes.iter().filter(|i| **i >= MAX_CALLS_PER_REPLY).count();
+    finish_calls(&mut reply, calls);
+    Ok(reply)
+}
+
 #[async_trait]
 impl Model for OpenAiModel {
     async fn complete(&self, req: &ModelRequest<'_>, text: mpsc::Sender<String>) -> Result<ModelReply, ModelError> {
         let url = self.endpoint.url("chat/completions");
-        let body = body(&self.endpoint.model, req);
-        with_timeout(&self.endpoint, &url, async {
-            let resp = self
-                .endpoint
-                .post(&url, self.auth(self.endpoint.client.post(&url).header("content-type", "application/json").body(body.to_string())))
-                .await?;
-            let mut events = SseReader::new(resp);
-            let mut reply = ModelReply::default();
-            let mut calls: Vec<PartialCall> = Vec::new();
-            loop {
-                let ev = match events.next().await {
-                    Ok(Some(ev)) => ev,
-                    Ok(None) => return Err(ModelError::Dropped { url: url.clone(), reason: "the body ended".into() }),
-                    Err(e) => return Err(ModelError::Dropped { url: url.clone(), reason: e.0 }),
-                };
-                if ev.data.trim() == "[DONE]" {
-                    break;
+        let body = body(&self.endpoint.model, req, self.endpoint.stream).to_string();
+        let (answer, deadline) = self
+            .endpoint
+            .post(&url, || self.auth(self.endpoint.client.post(&url).header("content-type", "application/json").body(body.clone())))
+            .await?;
+        match answer {
+            Answer::Stream(events) => with_deadline(&self.endpoint, &url, deadline, streamed(&url, events, &text)).await,
+            Answer::Whole(v) => {
+                let reply = whole(&url, &v)?;
+                if !reply.text.is_empty() {
+                    let _ = text.send(reply.text.clone()).await;
                 }
-                let chunk: Value = serde_json::from_str(&ev.data)
-                    .map_err(|e| ModelError::Protocol { url: url.clone(), what: format!("a chunk is not JSON: {e}") })?;
-                if let Some(err) = chunk.get("error") {
-                    let message = err.get("message").and_then(Value::as_str).unwrap_or("an error in the stream").to_owned();
-                    return Err(ModelError::Status { url: url.clone(), status: 500, body: message });
-                }
-                if let Some(u) = chunk.get("usage").filter(|u| u.is_object()) {
-                    reply.usage.input_tokens = u["prompt_tokens"].as_u64().unwrap_or(0);
-                    reply.usage.output_tokens = u["completion_tokens"].as_u64().unwrap_or(0);
-                }
-                let Some(delta) = chunk.pointer("/choices/0/delta") else { continue };
-                if let Some(t) = delta.get("content").and_then(Value::as_str).filter(|t| !t.is_empty()) {
-                    reply.text.push_str(t);
-                    // A caller that stopped listening does not stop the answer.
-                    let _ = text.send(t.to_owned()).await;
-                }
-                for tc in delta.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
-                    let i = tc.get("index").and_then(Value::as_u64).unwrap_or(calls.len().saturating_sub(1) as u64) as usize;
-                    if i > 128 {
-                        return Err(ModelError::Protocol { url: url.clone(), what: format!("tool call index {i}") });
-                    }
-                    if calls.len() <= i {
-                        calls.resize_with(i + 1, PartialCall::default);
-                    }
-                    let c = &mut calls[i];
-                    if let Some(id) = tc.get("id").and_then(Value::as_str) {
-                        c.id = id.to_owned();
-                    }
-                    if let Some(n) = tc.pointer("/function/name").and_then(Value::as_str) {
-                        c.name.push_str(n);
-                    }
-                    if let Some(a) = tc.pointer("/function/arguments").and_then(Value::as_str) {
-                        c.arguments.push_str(a);
-                    }
-                }
+                Ok(reply)
             }
-            for (i, c) in calls.into_iter().enumerate().filter(|(_, c)| !c.name.is_empty()) {
-                let arguments = parse_arguments(&url, &c.name, &c.arguments)?;
-                let id = if c.id.is_empty() { format!("call_{i}") } else { c.id };
-                reply.tool_calls.push(ToolCall { id, name: c.name, arguments });
-            }
-            Ok(reply)
-        })
-        .await
+        }
     }
 
     async fn check(&self) -> Result<(), ModelError> {
-        let url = self.endpoint.url("models");
-        self.endpoint.check(self.auth(self.endpoint.client.get(url))).await
+        self.endpoint.check(|url| self.auth(self.endpoint.client.get(url))).await
     }
 }

@@ -67,18 +67,96 @@ pub async fn harness(script: Vec<Turn>, config: impl FnOnce(&mut AgentConfig)) -
 }
 
 pub async fn harness_with(script: Vec<Turn>, backend: Backend, config: impl FnOnce(&mut AgentConfig)) -> Harness {
+    harness_full(script, backend, false, config).await
+}
+
+/// Signed links in shaped answers, as `serve` mints them (what an HTTP run's model would be
+/// handed without the planner's own profile).
+struct SignedLinks(Arc<LinkSigner>);
+
+impl stowage_mcp::shape::LinkMinter for SignedLinks {
+    fn link(&self, artifact: &stowage_core::ArtifactRef) -> Option<(String, String)> {
+        let link = self.0.link_for(artifact, stowage_links::unix_now(), None);
+        let expires = link.expires_rfc3339();
+        (!expires.is_empty()).then_some((link.url, expires))
+    }
+}
+
+/// The harness; `signed_links`: the shaper mints signed links as `serve`'s does (an HTTP run),
+/// else answers carry `artifact://` URIs (as `stowage agent`'s).
+pub async fn harness_full(script: Vec<Turn>, backend: Backend, signed_links: bool, config: impl FnOnce(&mut AgentConfig)) -> Harness {
+    harness_on(script, backend, signed_links, Upstream::Fixture, config).await
+}
+
+/// The upstream a harness runs the planner over.
+pub enum Upstream {
+    /// The testkit's `stowage-fixture` (Rust, stdio).
+    Fixture,
+    /// `tests/fixtures/rfc_tools.py` on FastMCP 4.1.2 (Python, stdio): the RFC's tools as
+    /// Python authors write them. The argument is its cancellation marker file.
+    FastMcp(std::path::PathBuf, std::path::PathBuf),
+}
+
+/// The peers' Python with FastMCP, or `None` (the test skips loudly; under CI it fails).
+pub fn fastmcp_python() -> Option<std::path::PathBuf> {
+    stowage_testkit::require_peer("venv/bin/python")
+}
+
+/// A harness over the RFC's FastMCP tools; `None` when the peer is missing.
+pub async fn fastmcp_harness(
+    script: Vec<Turn>,
+    backend: Backend,
+    signed_links: bool,
+    config: impl FnOnce(&mut AgentConfig),
+) -> Option<(Harness, std::path::PathBuf)> {
+    let python = fastmcp_python()?;
+    let marker = std::env::temp_dir().join(format!("stowage-agent-cancel-{}", uuid_like()));
+    let h = harness_on(script, backend, signed_links, Upstream::FastMcp(python, marker.clone()), config).await;
+    Some((h, marker))
+}
+
+fn uuid_like() -> String {
+    format!("{}-{}", std::process::id(), std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos())
+}
+
+pub async fn harness_on(
+    script: Vec<Turn>,
+    backend: Backend,
+    signed_links: bool,
+    upstream: Upstream,
+    config: impl FnOnce(&mut AgentConfig),
+) -> Harness {
     init_log();
     let dir = tempfile::tempdir().unwrap();
-    let command = fixture_copy(dir.path()).display().to_string();
-    let spec = UpstreamSpec::new(
-        "fx",
-        TransportSpec::Stdio { command, args: vec![], env: Default::default(), cwd: None, inherit_env: false },
-        Duration::from_secs(20),
-    );
+    let spec = match upstream {
+        Upstream::Fixture => {
+            let command = fixture_copy(dir.path()).display().to_string();
+            UpstreamSpec::new(
+                "fx",
+                TransportSpec::Stdio { command, args: vec![], env: Default::default(), cwd: None, inherit_env: false },
+                Duration::from_secs(20),
+            )
+        }
+        Upstream::FastMcp(python, marker) => {
+            let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/rfc_tools.py");
+            UpstreamSpec::new(
+                "rfc",
+                TransportSpec::stdio(python.display().to_string(), vec![script.display().to_string(), marker.display().to_string()]),
+                Duration::from_secs(30),
+            )
+        }
+    };
     let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new(Default::default()));
     let sink = stowage_mcp::shape::with_dimensions(stowage_store::into_sink(store.clone()));
     let pipeline = stowage_transform::Pipeline::new(stowage_transform::TransformConfig::default(), sink);
-    let shaper = Shaper::new(Pipelines::new(Arc::new(pipeline)));
+    let mut shaper = Shaper::new(Pipelines::new(Arc::new(pipeline)));
+    // Signed links served by the real download routes.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let links = LinksConfig { public_url: format!("http://{}", listener.local_addr().unwrap()), ..Default::default() };
+    let signer = Arc::new(LinkSigner::new(KeyRing::new([("test", vec![7u8; 32])]).unwrap(), &links));
+    if signed_links {
+        shaper = shaper.with_links(Arc::new(SignedLinks(signer.clone())));
+    }
     let gateway = Gateway::start(GatewayOptions {
         config: GatewayConfig::default(),
         upstreams: vec![spec],
@@ -88,11 +166,7 @@ pub async fn harness_with(script: Vec<Turn>, backend: Backend, config: impl FnOn
         secret_env: Vec::new(),
         state_dir: None,
     });
-    assert_eq!(gateway.wait_ready(Duration::from_secs(20)).await, 1, "the fixture did not start");
-    // Signed links served by the real download routes.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let links = LinksConfig { public_url: format!("http://{}", listener.local_addr().unwrap()), ..Default::default() };
-    let signer = Arc::new(LinkSigner::new(KeyRing::new([("test", vec![7u8; 32])]).unwrap(), &links));
+    assert_eq!(gateway.wait_ready(Duration::from_secs(30)).await, 1, "the upstream did not start");
     let state = stowage_http::HttpState::new(store.clone(), signer);
     gateway.set_link_service(state.link_service());
     gateway.set_artifact_store(store.clone());
@@ -106,6 +180,8 @@ pub async fn harness_with(script: Vec<Turn>, backend: Backend, config: impl FnOn
         model: "stub-model".into(),
         backend,
         request_timeout: Duration::from_secs(3),
+        // Retries are their own test's business: a scripted error is played once.
+        max_retries: 0,
         ..Default::default()
     };
     config(&mut cfg);
@@ -127,7 +203,7 @@ impl Harness {
         session: Option<String>,
     ) -> (Result<RunOutcome, stowage_agent::AgentError>, Vec<AgentEvent>) {
         let (tx, mut rx) = mpsc::channel(4096);
-        let req = RunRequest { query: query.into(), caller: caller(user), session };
+        let req = RunRequest { query: query.into(), caller: caller(user), session, run_id: None };
         let out = self.planner.run(req, tx).await;
         let mut events = Vec::new();
         while let Ok(e) = rx.try_recv() {
@@ -165,4 +241,17 @@ pub fn answer(raw: &str) -> Turn {
 
 pub fn json_of(v: &Value) -> String {
     v.to_string()
+}
+
+/// The payload of the last event, which must be `done`.
+pub fn done_payload(events: &[AgentEvent]) -> Value {
+    match events.last() {
+        Some(AgentEvent::Done(p, _)) => serde_json::to_value(p).unwrap(),
+        other => panic!("the last event is not done: {other:?}"),
+    }
+}
+
+/// The answer text the `chunk` events carried.
+pub fn chunk_text(events: &[AgentEvent]) -> String {
+    events.iter().filter_map(|e| if let AgentEvent::Chunk { text, .. } = e { Some(text.as_str()) } else { None }).collect()
 }

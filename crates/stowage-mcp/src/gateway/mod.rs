@@ -397,6 +397,16 @@ impl Gateway {
         s
     }
 
+    /// A new in-process session whose answers are shaped under the host profile called
+    /// `profile` (e.g. [`crate::hosts::PLANNER_PROFILE`]), whatever `[hosts] adapt` says; the
+    /// default profile when there is none of that name.
+    pub fn open_session_as(&self, caller: Caller, profile: &str) -> Arc<Session> {
+        let s = self.open_session(SessionKind::InProcess, caller, None);
+        let p = self.hosts().by_name(profile).unwrap_or_else(|| self.hosts().default_profile());
+        *s.host.lock() = Some((format!("stowage-{profile}"), p));
+        s
+    }
+
     /// Ends `session`: what waits for its client fails at once, and its own upstream sessions
     /// are closed.
     pub fn close_session(&self, session: &Session) {

@@ -22,6 +22,9 @@ use wildmatch::WildMatch;
 
 /// The profile of every client no other profile matches.
 pub const DEFAULT_PROFILE: &str = "default";
+/// The profile of the agent planner's own sessions (`stowage-agent`): matched by no client,
+/// given by name ([`Hosts::by_name`], `Gateway::open_session_as`).
+pub const PLANNER_PROFILE: &str = "planner";
 
 /// Which parts of a tool result a host puts before its model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -61,6 +64,9 @@ pub struct HostProfile {
     pub max_images: Option<usize>,
     pub max_image_edge: Option<u32>,
     pub max_image_tokens: Option<u64>,
+    /// Whether references carry signed download links (when links are on). `false`: the
+    /// answer names `artifact://` URIs only, so no link token reaches the host's model.
+    pub signed_links: bool,
 }
 
 impl HostProfile {
@@ -79,6 +85,7 @@ impl HostProfile {
             max_images: None,
             max_image_edge: None,
             max_image_tokens: None,
+            signed_links: true,
         }
     }
 
@@ -100,6 +107,7 @@ impl HostProfile {
             || self.image_preview
             || self.max_images.is_some()
             || self.max_image_tokens.is_some()
+            || !self.signed_links
     }
 }
 
@@ -153,6 +161,21 @@ pub fn builtin() -> Vec<HostProfile> {
     let mut p = HostProfile::named("sdk", &["mcp", "langchain*", "agno*", "kiro*"]);
     p.resource_links = false;
     out.push(p);
+    // Stowage's own planner: one tool result is one observation in a model request, so its
+    // budget is sized for that (a 10-step run stays in the tens of kilobytes); references are
+    // `artifact://` URIs, never signed links (the payload carries those for people, and a
+    // link token in a model's context is a credential in a log); images as previews within a
+    // vision model's budget. Matched by no client: the planner opens its sessions under it.
+    let mut p = HostProfile::named(PLANNER_PROFILE, &[]);
+    p.max_text_bytes = Some(12_000);
+    p.max_tokens = Some(4_000);
+    p.max_error_chars = Some(4_000);
+    p.image_preview = true;
+    p.max_images = Some(4);
+    p.max_image_edge = Some(768);
+    p.max_image_tokens = Some(3_000);
+    p.signed_links = false;
+    out.push(p);
     out
 }
 
@@ -186,6 +209,8 @@ pub struct HostOverride {
     pub max_image_edge: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_image_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed_links: Option<bool>,
 }
 
 fn one_or_many<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
@@ -218,6 +243,9 @@ impl HostOverride {
         }
         if let Some(i) = self.image_preview {
             p.image_preview = i;
+        }
+        if let Some(l) = self.signed_links {
+            p.signed_links = l;
         }
     }
 }
@@ -384,12 +412,17 @@ mod tests {
             ("mcp", "sdk"),
             ("LangChain-MCP", "sdk"),
             ("some-agent", "default"),
+            ("planner", "default"),
         ] {
             assert_eq!(h.profile_for(Some(client)).name, profile, "{client}");
         }
         assert_eq!(h.profile_for(None).name, "default");
         assert!(!h.profile_for(None).adapts(), "the default profile keeps today's shape");
         assert!(h.profiles().all(|p| p.name == "default" || p.adapts()));
+        let planner = h.by_name(PLANNER_PROFILE).expect("the planner's profile");
+        assert!(!planner.signed_links && planner.max_tokens.is_some() && planner.image_preview);
+        let off = Hosts::new(&HostsConfig { adapt: false, profiles: Vec::new() }, &ImagePreviewConfig::default()).unwrap();
+        assert_eq!(off.by_name(PLANNER_PROFILE).unwrap().name, PLANNER_PROFILE, "named, not matched");
     }
 
     #[test]

@@ -186,6 +186,11 @@ impl Shaper {
         self.links.as_deref()
     }
 
+    /// The links `host`'s answers carry: none for a profile without signed links.
+    fn links_for(&self, host: &HostProfile) -> Option<&dyn LinkMinter> {
+        self.links.as_deref().filter(|_| host.signed_links)
+    }
+
     pub fn pipelines(&self) -> &Pipelines {
         &self.pipelines
     }
@@ -231,7 +236,7 @@ impl Shaper {
         let report = off.report.clone();
         let artifacts = contract::unique_assets(&off.items);
         let mut changed = !report.artifacts.is_empty() || !report.warnings.is_empty() || !report.withheld.is_empty();
-        let mut value = apply_contract(off, self.links.as_deref());
+        let mut value = apply_contract(off, self.links_for(job.host));
         // Only an answer the rewrite changed is checked: an untouched one is the upstream's as
         // it sent it, and small calls pay nothing.
         let check = match job.ctx.output_schema.as_deref() {
@@ -313,7 +318,7 @@ impl Shaper {
         draft.changed |= fitted.changed;
         draft.stored.extend(fitted.stored.iter().cloned());
         // Parts moved out after the contract are artifacts like the others: listed for hosts.
-        contract::record_stored(&mut draft.value, &draft.stored, self.links.as_deref());
+        contract::record_stored(&mut draft.value, &draft.stored, self.links_for(job.host));
         let m = fitted.after;
         let tokens_in = match (&draft.raw, draft.changed) {
             (_, false) => m.tokens(),

@@ -3,7 +3,9 @@
 //! steps go to stderr as progress. A missing or unreachable model fails at once, in one line.
 //!
 //! Payload links point at `links.public_url`: they work while `stowage serve` runs on the
-//! same store; `artifact://` URIs always work with `stowage artifacts get`.
+//! same store (the command says so on stderr when nothing answers there); `artifact://` URIs
+//! always work with `stowage artifacts get`. `--json` prints the payload with a `run` object
+//! (why it ended, steps, token usage), as the `done` event carries it.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -33,12 +35,14 @@ pub struct AgentArgs {
     pub json: bool,
 }
 
-/// The configured model after a reachability check, or `None` when `[agent]` names none.
-pub async fn model_if_configured(config: &AgentConfig) -> anyhow::Result<Option<Arc<dyn Model>>> {
+/// The configured model, or `None` when `[agent]` names none. A configuration that cannot
+/// work (half of it, a bad URL, an unset key variable) is an error here, for `serve`,
+/// `check-config` and `agent` alike; whether the model answers is [`Model::check`]'s.
+pub fn configured_model(config: &AgentConfig) -> anyhow::Result<Option<Arc<dyn Model>>> {
     if config.base_url.trim().is_empty() && config.model.trim().is_empty() {
         return Ok(None);
     }
-    Ok(Some(checked_model(config).await?))
+    Ok(Some(stowage_agent::model::from_config(config)?))
 }
 
 async fn checked_model(config: &AgentConfig) -> anyhow::Result<Arc<dyn Model>> {
@@ -68,8 +72,10 @@ pub async fn run(config: &Config, store: Arc<dyn ArtifactStore>, store_dir: &std
     config.links.validate().map_err(anyhow::Error::msg)?;
     let ring = config.links.key_ring(store_dir).context("cannot load the link-signing key")?;
     let signer = Arc::new(LinkSigner::new(ring, &config.links));
+    let links_base = config.links.public_url.clone();
     gw.set_link_service(stowage_http::LinkService::new(store.clone(), signer));
     gw.set_artifact_store(store.clone());
+    gw.set_hosts(Arc::new(stowage_mcp::hosts::Hosts::new(&config.hosts, &config.transform.image_preview)?));
     gw.wait_ready(Duration::from_secs(10)).await;
     for (name, why) in gw.unready_upstreams() {
         eprintln!("warning: upstream {name} is not available: {why}");
@@ -91,13 +97,18 @@ pub async fn run(config: &Config, store: Arc<dyn ArtifactStore>, store_dir: &std
             let _ = writeln!(err, "{line}");
         }
     });
-    let req = RunRequest { query: args.question, caller: Caller::local(), session: None };
+    let req = RunRequest::new(args.question, Caller::local());
     let outcome = planner.run(req, tx).await;
     let _ = progress.await;
     gw.shutdown();
     let outcome = outcome?;
+    if !outcome.payload.artifacts.is_empty() && !serving(&links_base).await {
+        eprintln!(
+            "note: the payload's download links point at {links_base}, where nothing answers now: run `stowage serve` on the same store, or fetch artifact:// URIs with `stowage artifacts get`"
+        );
+    }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&outcome.payload)?);
+        println!("{}", serde_json::to_string_pretty(&stowage_agent::events::done_json(&outcome.payload, &outcome.run))?);
     } else {
         println!("{}", outcome.payload.raw_answer);
         for w in &outcome.payload.warnings {
@@ -105,4 +116,12 @@ pub async fn run(config: &Config, store: Arc<dyn ArtifactStore>, store_dir: &std
         }
     }
     Ok(())
+}
+
+/// Whether something answers at the links' base URL (a `serve` on the same store).
+async fn serving(base: &str) -> bool {
+    let Ok(url) = url::Url::parse(base) else { return false };
+    let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else { return false };
+    let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
+    tokio::time::timeout(Duration::from_millis(500), tokio::net::TcpStream::connect((host, port))).await.is_ok_and(|r| r.is_ok())
 }

@@ -130,12 +130,28 @@ pub async fn run(config: &Config, source: &ConfigSource, store: &StoreLocation, 
     if tools {
         problems += print_tools(config, &plan).await;
     }
+    // The agent as serve checks it: a configuration that cannot work refuses to start there,
+    // a model that does not answer (or not as configured) leaves /agent/runs answering 503.
+    let mut agent_problem = None;
+    match crate::cmd::agent::configured_model(&config.agent)? {
+        None => println!("agent: off (no [agent] base_url and model)"),
+        Some(model) => match model.check().await {
+            Ok(()) => println!("agent: model {} at {} answers", config.agent.model, config.agent.base_url),
+            Err(e) => {
+                println!("agent: error: {e} (serve would start, with /agent/runs answering 503)");
+                agent_problem = Some(e);
+            }
+        },
+    }
     store_check?;
     anyhow::ensure!(problems == 0, "{problems} server entr{} cannot be served as configured", if problems == 1 { "y" } else { "ies" });
     if warnings > 0 {
         let what = format!("{warnings} upstream{} would start as unavailable", if warnings == 1 { "" } else { "s" });
         anyhow::ensure!(!cli.strict, "{what} (--strict)");
         println!("{what}: serve starts, lists them as unavailable and keeps trying");
+    }
+    if let Some(e) = agent_problem {
+        anyhow::bail!("the agent's model is not available: {e}");
     }
     Ok(())
 }

@@ -97,8 +97,19 @@ pub async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()> {
         tracing::warn!(%listen, "serving without authentication on a non-loopback address");
     }
     let mut shaper = crate::wiring::shaper(ctx.transform, &plan.gateway, ctx.store.clone());
-    // A configured model that cannot be reached fails here, not at the first question.
-    let agent_model = crate::cmd::agent::model_if_configured(ctx.agent).await?;
+    // A configuration that cannot work fails here; a model that does not answer fails only the
+    // agent's routes (503 with its error until it does), never the gateway.
+    let agent_model = crate::cmd::agent::configured_model(ctx.agent)?;
+    let agent_check = match &agent_model {
+        Some(m) => {
+            let checked = m.check().await;
+            if let Err(e) = &checked {
+                eprintln!("stowage: warning: the agent's model is not available, /agent/runs answers 503 until it is: {e}");
+            }
+            Some(checked)
+        }
+        None => None,
+    };
     let mut links = plan.links_config.clone();
     let mut links_listener = None;
     // Over stdio, the links people get are served by the store's link server, which outlives
@@ -172,7 +183,11 @@ pub async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()> {
         on_gateway = Some(Box::new(move |gw: &Arc<stowage_mcp::Gateway>| {
             let _ = gateway_slot.set(gw.clone());
             if let Some(model) = agent_model {
-                let _ = slot.set(Arc::new(stowage_agent::Planner::new(gw.clone(), model, config, Some(store))));
+                let planner = stowage_agent::Planner::new(gw.clone(), model, config, Some(store));
+                if let Some(checked) = &agent_check {
+                    planner.note_model_check(checked);
+                }
+                let _ = slot.set(Arc::new(planner));
             }
         }));
     }
