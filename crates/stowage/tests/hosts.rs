@@ -11,8 +11,7 @@
 //! bomb and a malformed PDF are clear errors.
 
 use std::path::PathBuf;
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine as _;
 use serde_json::{Value, json};
@@ -73,29 +72,7 @@ impl World {
 
     /// `stowage serve` over HTTP on a free port; ready when the fixture listed its tools.
     async fn serve(&self, config: &str) -> (tokio::process::Child, String) {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_stowage"))
-            .current_dir(self.dir.path())
-            .args(self.serve_args(config))
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--no-playground"])
-            .env("STOWAGE_LOG", "info,stowage::hosts=debug")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(self.path("serve.log")).unwrap())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let base = format!("http://127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(90);
-        while !reqwest::get(format!("{base}/readyz")).await.is_ok_and(|r| r.status() == 200) {
-            assert!(
-                Instant::now() < deadline,
-                "stowage serve did not come up:\n{}",
-                std::fs::read_to_string(self.path("serve.log")).unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        (child, format!("{base}/mcp"))
+        hosts_support::serve_http(self.dir.path(), self.serve_args(config), &[("STOWAGE_LOG", "info,stowage::hosts=debug")]).await
     }
 
     /// The Python client as `client` in `era` (`legacy` or `modern`) against `target` (an

@@ -14,8 +14,7 @@
 mod hosts_support;
 
 use std::path::PathBuf;
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hosts_support::{HOSTS, Host, Seen, fits};
 use serde_json::{Value, json};
@@ -70,28 +69,7 @@ impl World {
     }
 
     async fn serve(&self) -> (tokio::process::Child, String) {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_stowage"))
-            .current_dir(self.dir.path())
-            .args(self.serve_args())
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--no-playground"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(self.path("serve.log")).unwrap())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let base = format!("http://127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(90);
-        while !reqwest::get(format!("{base}/readyz")).await.is_ok_and(|r| r.status() == 200) {
-            assert!(
-                Instant::now() < deadline,
-                "stowage serve did not come up:\n{}",
-                std::fs::read_to_string(self.path("serve.log")).unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        (child, format!("{base}/mcp"))
+        hosts_support::serve_http(self.dir.path(), self.serve_args(), &[]).await
     }
 
     async fn client(&self, target: &[String], client: &str, era: &str) -> Value {
@@ -114,22 +92,6 @@ impl World {
         serde_json::from_slice(&out.stdout).unwrap()
     }
 }
-
-/// The default profile: an unknown client, no published limits.
-const DEFAULT: Host = Host {
-    client: "stowage-tests",
-    profile: "default",
-    max_result_bytes: None,
-    max_text_bytes: None,
-    max_lines: None,
-    max_tokens: None,
-    max_error_chars: None,
-    structured_only: false,
-    takes_links: true,
-    previews: false,
-    max_images: usize::MAX,
-    max_image_tokens: None,
-};
 
 /// The o200k tokens a host's model reads of `r`.
 fn tokens(host: &Host, r: &Value) -> u64 {
@@ -242,8 +204,7 @@ async fn every_profile(era: &str) {
     let Some(python) = python() else { return };
     let w = World::new(python);
     let (_serve, url) = w.serve().await;
-    let hosts: Vec<&Host> = std::iter::once(&DEFAULT).chain(HOSTS.iter()).collect();
-    for host in hosts {
+    for host in HOSTS.iter() {
         let o = w.client(std::slice::from_ref(&url), host.client, era).await;
         check(host, era, &o);
         check_pdf_page(&w, host, era, &o);
@@ -269,9 +230,10 @@ async fn without_links_a_reference_costs_at_most_80_tokens() {
     let mut stdio = vec!["--".to_owned(), env!("CARGO_BIN_EXE_stowage").to_owned()];
     stdio.extend(w.serve_args());
     stdio.extend(["--stdio".into(), "--no-links".into()]);
-    let o = w.client(&stdio, "stowage-tests", "modern").await;
+    let default = HOSTS.iter().find(|h| h.profile == "default").expect("the default profile's host");
+    let o = w.client(&stdio, default.client, "modern").await;
     let pdf = &o["answers"]["report_pdf"];
-    let cost = tokens(&DEFAULT, pdf);
+    let cost = tokens(default, pdf);
     assert!(cost <= 80, "the PDF's reference costs {cost} tokens without links: {}", Seen(pdf).text(false));
     assert!(!Seen(pdf).text(false).contains("http"), "no link without links");
 }

@@ -243,3 +243,33 @@ pub fn fits(host: &Host, name: &str, r: &Value) {
         assert!(*w.max(h) <= 768 && *bytes <= 96 * 1024, "{ctx}: a preview of {w}x{h}, {bytes} bytes");
     }
 }
+
+/// `stowage serve --listen 127.0.0.1:<free port> --no-playground` from `dir` with `args` (the
+/// global flags and `serve`'s), logging to `dir/serve.log`; returns it once `/readyz` answers
+/// 200 (its upstreams listed their tools) and the `/mcp` URL.
+pub async fn serve_http(dir: &std::path::Path, args: Vec<String>, env: &[(&str, &str)]) -> (tokio::process::Child, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let log = dir.join("serve.log");
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_stowage"))
+        .current_dir(dir)
+        .args(args)
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--no-playground"])
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    while !reqwest::get(format!("{base}/readyz")).await.is_ok_and(|r| r.status() == 200) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "stowage serve did not come up:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    (child, format!("{base}/mcp"))
+}
