@@ -46,5 +46,5 @@ pub use config::*;
 pub use error::TransformError;
 pub use layers::custom::{BoxError, CustomContext, CustomOutcome, CustomTransformer};
 pub use layers::hook::CommandHook;
-pub use pipeline::{Pipeline, TransformInput, TransformOutput};
+pub use pipeline::{Pipeline, TransformInput, TransformOutput, json_len};
 pub use report::{ArtifactRecord, Cut, Layer, LinkRecord, Partial, TransformReport, Warning, WarningKind, Withheld};

@@ -395,8 +395,9 @@ enum Custom {
     Final,
 }
 
-/// Length of the compact JSON of `v`, without building it.
-fn json_len(v: &Value) -> u64 {
+/// Length of the compact JSON of `v`, without building it (the gateway measures answers with it
+/// too).
+pub fn json_len(v: &Value) -> u64 {
     struct Count(u64);
     impl std::io::Write for Count {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {

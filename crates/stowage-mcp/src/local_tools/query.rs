@@ -273,8 +273,9 @@ fn cap(value: Value, budget: usize) -> (Value, Option<String>) {
     }
 }
 
+/// Length of the compact JSON of `v` (the shaper's count, as a `usize`), without building it.
 fn json_len(v: &Value) -> usize {
-    serde_json::to_vec(v).map_or(0, |b| b.len())
+    stowage_transform::json_len(v) as usize
 }
 
 #[cfg(test)]

@@ -512,22 +512,7 @@ fn error_preview(host: &HostProfile) -> usize {
     host.max_error_chars.map_or(ERROR_PREVIEW_CHARS, |c| c.saturating_sub(ERROR_PREVIEW_ROOM).max(1_000))
 }
 
-/// Length of the compact JSON of `v`, without building it.
-pub(crate) fn json_len(v: &Value) -> u64 {
-    struct Count(u64);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len() as u64;
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut c = Count(0);
-    serde_json::to_writer(&mut c, v).expect("counting never fails");
-    c.0
-}
+pub(crate) use stowage_transform::json_len;
 
 #[cfg(test)]
 mod tests;

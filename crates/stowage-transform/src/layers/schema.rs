@@ -418,21 +418,9 @@ pub fn typed_prefix(value: &Value, schemas: &[&Value], budget: usize) -> (Value,
     }
 }
 
-/// Length of the compact JSON of `v`, without building it.
+/// Length of the compact JSON of `v`, without building it ([`crate::json_len`] as a `usize`).
 fn json_len(v: &Value) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut c = Count(0);
-    serde_json::to_writer(&mut c, v).expect("counting never fails");
-    c.0
+    crate::json_len(v) as usize
 }
 
 /// `$ref` and combinators are followed at most this deep: a recursive schema (`"$ref": "#"`)
