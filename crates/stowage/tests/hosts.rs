@@ -78,22 +78,18 @@ impl World {
     /// The Python client as `client` in `era` (`legacy` or `modern`) against `target` (an
     /// `/mcp` URL, or `--` and a command for stdio), calling `tools`.
     async fn client(&self, target: &[String], client: &str, era: &str, tools: &str) -> Value {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/hosts_client.py");
-        let out = tokio::process::Command::new(&self.python)
-            .arg(script)
-            .args([client, era, tools])
-            .args(target)
-            .current_dir(self.dir.path())
-            .kill_on_drop(true)
-            .output();
-        let out = tokio::time::timeout(Duration::from_secs(240), out).await.expect("the client finished").unwrap();
-        assert!(
-            out.status.success(),
-            "the Python client failed as {client} ({era}):\n{}\n--- serve.log ---\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            std::fs::read_to_string(self.path("serve.log")).unwrap_or_default()
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
+        hosts_support::run_client(
+            &self.python,
+            "hosts_client.py",
+            client,
+            era,
+            &[tools],
+            target,
+            self.dir.path(),
+            &[],
+            Duration::from_secs(240),
+        )
+        .await
     }
 }
 

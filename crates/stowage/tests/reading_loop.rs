@@ -73,23 +73,21 @@ impl World {
     }
 
     async fn client(&self, target: &[String], client: &str, era: &str) -> Value {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/reading_client.py");
-        let out = tokio::process::Command::new(&self.python)
-            .arg(script)
-            .args([client, era, fixture().to_str().unwrap()])
-            .args(target)
-            .env("READING_FIXTURE_DIR", self.dir.path())
-            .current_dir(self.dir.path())
-            .kill_on_drop(true)
-            .output();
-        let out = tokio::time::timeout(Duration::from_secs(300), out).await.expect("the client finished").unwrap();
-        assert!(
-            out.status.success(),
-            "the Python client failed as {client} ({era}):\n{}\n--- serve.log ---\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            std::fs::read_to_string(self.path("serve.log")).unwrap_or_default()
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
+        let fixture = fixture();
+        let env = [("READING_FIXTURE_DIR", self.dir.path().as_os_str())];
+        let args = [fixture.to_str().unwrap()];
+        hosts_support::run_client(
+            &self.python,
+            "reading_client.py",
+            client,
+            era,
+            &args,
+            target,
+            self.dir.path(),
+            &env,
+            Duration::from_secs(300),
+        )
+        .await
     }
 }
 

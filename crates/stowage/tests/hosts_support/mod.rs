@@ -273,3 +273,39 @@ pub async fn serve_http(dir: &std::path::Path, args: Vec<String>, env: &[(&str, 
     }
     (child, format!("{base}/mcp"))
 }
+
+/// Runs `tests/peers/<script>` with the peers' Python as `client` in `era` (`legacy` or
+/// `modern`), with `args` after those two and then `target` (an `/mcp` URL, or `--` and a
+/// command for stdio), from `dir` with `env`, within `limit`; its stdout as JSON. A failure
+/// shows the client's stderr and `dir/serve.log`.
+#[allow(clippy::too_many_arguments)]
+pub async fn run_client(
+    python: &std::path::Path,
+    script: &str,
+    client: &str,
+    era: &str,
+    args: &[&str],
+    target: &[String],
+    dir: &std::path::Path,
+    env: &[(&str, &std::ffi::OsStr)],
+    limit: std::time::Duration,
+) -> Value {
+    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers").join(script);
+    let out = tokio::process::Command::new(python)
+        .arg(script)
+        .args([client, era])
+        .args(args)
+        .args(target)
+        .envs(env.iter().copied())
+        .current_dir(dir)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(limit, out).await.expect("the client finished").unwrap();
+    assert!(
+        out.status.success(),
+        "the Python client failed as {client} ({era}):\n{}\n--- serve.log ---\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
