@@ -209,7 +209,8 @@ pub enum SessionMode {
     /// right for stateless servers. What the server keeps per session is shared by all clients.
     Shared,
     /// Each client gets its own upstream session: a child process per client for stdio
-    /// servers, a session per client for HTTP ones. The default when `[auth]` is configured.
+    /// servers, a session per client for HTTP ones, as if each had connected directly. The
+    /// default of `stowage serve` over HTTP.
     PerClient,
 }
 
@@ -268,8 +269,8 @@ pub struct ServerConfig {
     pub tls_ca_file: Option<PathBuf>,
     /// Overrides `request_timeout_secs` for this server.
     pub request_timeout_secs: Option<u64>,
-    /// `shared` or `per_client`; default: `per_client` when `[auth]` is configured, else
-    /// `shared`.
+    /// `shared` or `per_client`; default: `per_client` over HTTP (a stdio gateway's one
+    /// client has the shared session to itself).
     pub session_mode: Option<SessionMode>,
     /// The largest request body this server (or a proxy in front of it) accepts, in bytes.
     /// Blob chaining refuses, before calling it, a call whose arguments would grow past it

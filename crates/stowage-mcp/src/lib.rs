@@ -54,7 +54,9 @@ pub use config::{GatewayConfig, ServerConfig, SessionMode, TransportSpec, Upstre
 pub use downstream::http::{router as http_router, router_with_auth as http_router_with_auth};
 pub use downstream::stdio::serve as serve_stdio;
 pub use error::GatewayError;
-pub use gateway::{CallOptions, CallReport, Gateway, GatewayOptions, HANDSHAKE_VERSIONS, MODERN_VERSIONS, ToolOutcome};
+pub use gateway::{
+    CallOptions, CallReport, ControlCapabilities, Gateway, GatewayOptions, HANDSHAKE_VERSIONS, MODERN_VERSIONS, ToolOutcome,
+};
 pub use outbox::Outbox;
 pub use session::{Caller, LOCAL_USER, Session, SessionKind};
 pub use upstream::{CallError, Health, InProcessFactory, InProcessPipes, probe as probe_upstream};

@@ -30,6 +30,29 @@ pub struct UpstreamLists {
     pub output_schemas: HashMap<String, Arc<OutputSchema>>,
 }
 
+/// What one client's own upstream sessions (`per_client` upstreams) listed: a server may
+/// offer a client tools and prompts by what it declared (server-everything lists its sampling
+/// tool only to a client that can sample), so the client sees these rather than what the
+/// gateway's control connection was offered.
+#[derive(Debug, Default)]
+pub struct OwnLists {
+    /// By upstream index.
+    pub by_upstream: HashMap<usize, OwnList>,
+    /// The catalog these make with every other upstream's lists, and the catalog generation it
+    /// was built on; `None` inside when they list what the catalog lists (the common case:
+    /// the client then shares the catalog, at no cost).
+    pub built: Option<(u64, Option<Arc<Catalog>>)>,
+}
+
+/// One upstream's tools and prompts as one client's own session listed them.
+#[derive(Debug, Clone, Default)]
+pub struct OwnList {
+    /// The connection they came from: a new one (the old one ended) lists again.
+    pub conn: u64,
+    pub tools: Vec<Value>,
+    pub prompts: Vec<Value>,
+}
+
 /// A tool or prompt as the client sees it.
 #[derive(Debug, Clone)]
 pub struct Exposed {

@@ -100,8 +100,14 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
         }
         Mode::Stdio => None,
     };
-    // A shared deployment (clients authenticate) keeps clients' upstream sessions apart.
-    let default_session_mode = if opts.auth.is_some() { SessionMode::PerClient } else { SessionMode::Shared };
+    // Every client gets its own upstream sessions, as if it had connected directly: its own
+    // capabilities, roots, log level, subscriptions and catalog. A stdio gateway has exactly
+    // one client: its shared sessions declare that client's capabilities, so they are its own
+    // without a second process per upstream.
+    let (default_session_mode, control_capabilities) = match &opts.mode {
+        Mode::Http { .. } => (SessionMode::PerClient, crate::gateway::ControlCapabilities::Any),
+        Mode::Stdio => (SessionMode::Shared, crate::gateway::ControlCapabilities::FirstClient),
+    };
     let gw = Gateway::start(GatewayOptions {
         config: opts.gateway.clone(),
         upstreams: opts.upstreams,
@@ -110,6 +116,7 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
         default_session_mode,
         secret_env: opts.secret_env,
         state_dir: opts.state_dir.clone(),
+        control_capabilities,
     });
     if let Some(links) = opts.links {
         gw.set_link_service(links);
@@ -149,15 +156,18 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
                 }
                 _ => None,
             };
-            // A host's `initialize` waits no longer than the start-up grace for a slow upstream
+            // The banner goes to stderr once start-up has settled, before the host's first
+            // answer: the upstreams connect at the host's `initialize` (declaring its
+            // capabilities), which waits no longer than the start-up grace for a slow upstream
             // and not at all for a dead one (one that comes up later is announced with
-            // list_changed): its first request would wait that long anyway, so the banner is
-            // printed first, and it is on stderr before the host's first answer. The signal
-            // handler is in place from the start, so a stop during the grace is clean too.
-            let serve = async {
-                gw.wait_startup().await;
-                let mut text = banner(&gw, &opts.mode, links_addr, &labels, &opts.skipped);
-                if let Some(line) = &opts.links_banner {
+            // list_changed). Without a host (someone at a terminal) it comes when the upstreams
+            // stop waiting for one. The signal handler is in place from the start, so a stop
+            // during start-up is clean too.
+            let (mode, labels, skipped, links_banner) =
+                (opts.mode.clone(), labels.clone(), opts.skipped.clone(), opts.links_banner.clone());
+            gw.on_startup(move |gw| {
+                let mut text = banner(gw, &mode, links_addr, &labels, &skipped);
+                if let Some(line) = &links_banner {
                     text = text
                         .lines()
                         .map(|l| if l.starts_with("  download links:") { line.trim_end().to_owned() } else { l.to_owned() })
@@ -166,8 +176,10 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
                         + "\n";
                 }
                 eprint!("{text}");
-                crate::downstream::stdio::serve(gw.clone(), tokio::io::stdin(), tokio::io::stdout()).await
-            };
+            });
+            let waiting = gw.clone();
+            tokio::spawn(async move { waiting.wait_startup().await });
+            let serve = crate::downstream::stdio::serve(gw.clone(), tokio::io::stdin(), tokio::io::stdout());
             tokio::select! {
                 r = serve => r.map_err(RunError::Stdio),
                 _ = shutdown_signal() => Ok(()),

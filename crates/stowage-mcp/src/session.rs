@@ -73,6 +73,9 @@ pub struct Session {
     pub host: Mutex<Option<(String, Arc<crate::hosts::HostProfile>)>>,
     /// Resources this client's own upstream sessions listed, by URI: where to read them.
     pub resource_routes: Mutex<HashMap<String, usize>>,
+    /// Tools and prompts this client's own upstream sessions listed (see
+    /// [`crate::router::OwnLists`]).
+    pub own_lists: Mutex<crate::router::OwnLists>,
     /// Whether the client is still there, as its transport can tell (see [`Session::present`]).
     presence: std::sync::OnceLock<Box<dyn Fn() -> bool + Send + Sync>>,
     closed: CancellationToken,
@@ -108,6 +111,7 @@ impl Session {
             subscriptions: Mutex::new(HashSet::new()),
             host: Mutex::new(None),
             resource_routes: Mutex::new(HashMap::new()),
+            own_lists: Mutex::default(),
             presence: std::sync::OnceLock::new(),
             closed: CancellationToken::new(),
         }
@@ -118,12 +122,17 @@ impl Session {
     }
 
     /// Which upstream session this client's requests use in `per_client` mode: its own, or,
-    /// for a stateless client, one per identity (a stateless request has no session to keep).
+    /// for a stateless client, one per identity and declared capabilities (a stateless
+    /// request has no session to keep, and what a server offers may depend on what the client
+    /// can do).
     pub fn upstream_key(&self) -> String {
         match self.kind {
             SessionKind::Stateless => {
                 let part = |p: &Option<String>| p.as_deref().map_or("-".to_owned(), |s| format!("{}:{s}", s.len()));
-                format!("user|{}|{}", part(&self.scope.tenant_id), part(&self.scope.user_id))
+                let caps = self.upstream_capabilities();
+                let caps: Vec<String> =
+                    ["sampling", "elicitation", "roots"].iter().filter_map(|k| caps.get(*k).map(|v| format!("{k}={v}"))).collect();
+                format!("user|{}|{}|{}", part(&self.scope.tenant_id), part(&self.scope.user_id), caps.join(";"))
             }
             _ => self.id.clone(),
         }
@@ -132,14 +141,7 @@ impl Session {
     /// The capabilities a client-session upstream connection declares: exactly those of the
     /// client behind it, so an upstream never asks it for what it cannot give.
     pub fn upstream_capabilities(&self) -> Value {
-        let caps = self.client_capabilities.lock().clone();
-        let mut out = serde_json::Map::new();
-        for key in ["sampling", "elicitation", "roots"] {
-            if let Some(v) = caps.get(key) {
-                out.insert(key.into(), v.clone());
-            }
-        }
-        Value::Object(out)
+        upstream_capabilities(&self.client_capabilities.lock())
     }
 
     /// How the transport tells whether the client is still there (HTTP: a stream open, a
@@ -294,6 +296,19 @@ impl Sessions {
     }
 }
 
+/// What an upstream session opened for a client declares: the client's own capabilities of
+/// those an upstream may use (sampling, elicitation, roots), so an upstream never asks it for
+/// what it cannot give, and offers what it would offer it directly.
+pub fn upstream_capabilities(client: &Value) -> Value {
+    let mut out = serde_json::Map::new();
+    for key in ["sampling", "elicitation", "roots"] {
+        if let Some(v) = client.get(key) {
+            out.insert(key.into(), v.clone());
+        }
+    }
+    Value::Object(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -310,10 +325,14 @@ mod tests {
     }
 
     #[test]
-    fn stateless_requests_of_one_identity_share_an_upstream_key() {
+    fn stateless_requests_of_one_identity_and_capabilities_share_an_upstream_key() {
         let who = Caller { tenant: Some("t".into()), user: Some("u".into()) };
         let a = Session::new(SessionKind::Stateless, who.clone(), None);
-        let b = Session::new(SessionKind::Stateless, who, None);
+        let b = Session::new(SessionKind::Stateless, who.clone(), None);
+        // One that can sample may be offered other tools: it has its own.
+        let sampler = Session::new(SessionKind::Stateless, who, None);
+        *sampler.client_capabilities.lock() = json!({"sampling": {}, "experimental": {}});
+        assert_ne!(a.upstream_key(), sampler.upstream_key());
         let c = Session::new(SessionKind::Stateless, Caller { tenant: Some("t".into()), user: Some("v".into()) }, None);
         assert_eq!(a.upstream_key(), b.upstream_key());
         assert_ne!(a.upstream_key(), c.upstream_key());

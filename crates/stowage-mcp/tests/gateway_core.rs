@@ -47,7 +47,11 @@ async fn a_call_to_a_dead_upstream_answers_at_once_with_its_last_failure() {
     let session = gw.open_session(SessionKind::InProcess, Caller::default(), None);
     // The dead upstream lists no tools; its prompts/resources route fails fast too.
     let started = Instant::now();
+    // A name it never listed is still its to answer: it is down, and the call says why.
     let e = gw.call_tool(&session, "ghost_anything", json!({}), CallOptions::default()).await.unwrap_err();
+    assert!(e.to_string().contains("upstream ghost is unavailable: cannot run /nonexistent/ghost-server"), "{e}");
+    // A name that names no upstream is the gateway's to refuse.
+    let e = gw.call_tool(&session, "nobody_anything", json!({}), CallOptions::default()).await.unwrap_err();
     assert!(matches!(e, GatewayError::UnknownTool(_)), "{e}");
     let unready = gw.unready_upstreams();
     assert_eq!(unready.len(), 1);
@@ -212,9 +216,10 @@ async fn in_process_calls_return_the_report_and_publish_events() {
         .unwrap();
     assert_eq!(out.result["content"][0]["text"], "sent 3");
     assert!(progress_rx.try_recv().is_err(), "get_view_pdf sent no progress");
-    // An upstream's refusal is a typed error.
+    // A tool the only upstream does not have is its to refuse, as it would refuse a client
+    // directly; the refusal is a typed error.
     let e = gw.call_tool(&session, "nope", json!({}), CallOptions::default()).await.unwrap_err();
-    assert!(matches!(e, GatewayError::UnknownTool(_)));
+    assert!(matches!(&e, GatewayError::Refused { tool, code: -32602, .. } if tool == "nope"), "{e}");
     gw.shutdown();
 }
 

@@ -700,3 +700,62 @@ async fn a_client_that_left_without_delete_does_not_take_session_messages_from_t
         gw.shutdown();
     }
 }
+
+/// How many `stowage-fixture` children this process has (the upstream sessions' processes).
+fn fixture_children() -> usize {
+    let mut n = 0;
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        for pid in children.split_whitespace() {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let exe = cmdline.split(|b| *b == 0).next().unwrap_or_default();
+            n += usize::from(String::from_utf8_lossy(exe).ends_with("stowage-fixture"));
+        }
+    }
+    n
+}
+
+/// With per-client upstream sessions (the default over HTTP), clients that leave without
+/// `DELETE` cost a bounded number of upstream sessions: 1,000 sessions are opened and
+/// abandoned, 200 of them after listing tools (which opens the client's own upstream
+/// session, a child process of the fixture), with `max_upstream_sessions = 8`. The upstream
+/// never has more than 8 client sessions (plus the gateway's own), the least recently used
+/// idle one making room, and a client that comes after them all, one that never sends
+/// `initialized`, lists and calls as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_abandoned_sessions_cost_bounded_upstream_sessions_and_affect_no_one() {
+    let config = stowage_mcp::config::GatewayConfig { max_upstream_sessions: 8, ..fast_config() };
+    let gw = common::start_gateway(
+        vec![fixture_spec("fx", None, Duration::from_secs(20))],
+        shaper(Arc::new(MemSink::default())),
+        config,
+        stowage_mcp::SessionMode::PerClient,
+    )
+    .await;
+    let url = format!("http://{}/mcp", stowage_mcp::run::spawn_http(gw.clone(), "127.0.0.1:0").await.unwrap());
+    let mut most = 0;
+    for i in 0..1000 {
+        let sid = initialize(&url).await;
+        if i % 5 == 0 {
+            let (status, _, msgs) = post(&url, Some(&sid), BOTH, rpc(2, "tools/list", json!({}))).await;
+            assert_eq!(status, 200);
+            assert!(msgs[0]["result"]["tools"].as_array().unwrap().iter().any(|t| t["name"] == "echo"), "{msgs:?}");
+            most = most.max(gw.upstreams[0].client_sessions());
+        }
+    }
+    assert_eq!(most, 8, "the cap is reached and held");
+    assert!(fixture_children() <= 9, "{} fixture processes", fixture_children());
+    // A client that never sends `initialized` is served like any other.
+    let init =
+        rpc(1, "initialize", json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}));
+    let (status, sid, _) = post(&url, None, BOTH, init).await;
+    assert_eq!(status, 200);
+    let sid = sid.unwrap();
+    let (_, _, msgs) = post(&url, Some(&sid), BOTH, rpc(2, "tools/list", json!({}))).await;
+    assert!(msgs[0]["result"]["tools"].as_array().unwrap().iter().any(|t| t["name"] == "echo"), "{msgs:?}");
+    let (_, _, msgs) =
+        post(&url, Some(&sid), BOTH, rpc(3, "tools/call", json!({"name": "echo", "arguments": {"message": "still here"}}))).await;
+    assert_eq!(msgs.last().unwrap()["result"]["content"][0]["text"], "still here", "{msgs:?}");
+    assert!(gw.upstreams[0].client_sessions() <= 8);
+    gw.shutdown();
+}

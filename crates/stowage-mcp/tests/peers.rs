@@ -271,6 +271,16 @@ async fn two_clients_are_kept_apart_as_if_they_had_connected_directly() {
             assert!(out.status.success(), "python clients failed ({mode}, {upstream:?}):\n{}", String::from_utf8_lossy(&out.stderr));
             let o: Value = serde_json::from_slice(&out.stdout).unwrap();
             let what = format!("{mode} over {}: {o}", if matches!(upstream, TransportSpec::Http { .. }) { "http" } else { "stdio" });
+            // Each is offered the tools the server offers a client like it: the sampling tool
+            // only to the clients that can sample, as server-everything does directly.
+            let tools = |who: &str| {
+                o[format!("{who}_tools")].as_array().unwrap().iter().map(|t| t.as_str().unwrap().to_owned()).collect::<Vec<_>>()
+            };
+            let (alice, carol) = (tools("alice"), tools("carol"));
+            let sampling = "trigger-sampling-request";
+            assert!(alice.iter().any(|t| t == sampling), "{what}");
+            assert!(!carol.iter().any(|t| t == sampling), "{what}");
+            assert!(carol.len() < alice.len() && carol.iter().all(|t| alice.contains(t)), "{what}");
             assert_eq!(o["alice_lists_it"], true, "{what}");
             assert_eq!(o["bob_lists_it"], false, "{what}");
             assert_eq!(o["alice_reads_it"], true, "{what}");
@@ -416,5 +426,63 @@ async fn kept_alive_calls_from_the_typescript_sdk_stay_close_to_direct() {
     // A debug build on a shared 2-core machine: a few milliseconds of our own work at most,
     // against 40 ms per call when the stall was there.
     assert!(gateway_ms < direct_ms + 10.0, "median per call: {gateway_ms:.2} ms through the gateway, {direct_ms:.2} ms direct");
+    gw.shutdown();
+}
+
+/// Starts `standalone_asker.js` (the TypeScript SDK) on a free port; returns it and its URL.
+async fn standalone_asker(peers: &std::path::Path) -> (tokio::process::Child, String) {
+    use tokio::io::AsyncBufReadExt;
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/standalone_asker.js");
+    let mut child = tokio::process::Command::new("node")
+        .arg(script)
+        .arg(peers)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(20), lines.next_line()).await.unwrap().unwrap().unwrap();
+    let port = serde_json::from_str::<Value>(&first).unwrap()["port"].as_u64().unwrap();
+    (child, format!("http://127.0.0.1:{port}/mcp"))
+}
+
+/// Runs `fresh_sessions.py` (N Python SDK clients at once) against `url`.
+async fn fresh_sessions(python: &std::path::Path, url: &str, n: usize) -> Vec<Value> {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/fresh_sessions.py");
+    let (py, url) = (python.to_owned(), url.to_owned());
+    let out =
+        tokio::task::spawn_blocking(move || Command::new(py).arg(script).arg(url).arg(n.to_string()).output().unwrap()).await.unwrap();
+    assert!(out.status.success(), "python clients failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A server that asks for sampling and logs on its standalone stream the moment a call
+/// starts (the TypeScript SDK's server, as the conformance suite's reference server does),
+/// behind the gateway's default per-client upstream sessions: 20 clients at once, each on a
+/// fresh session whose first call makes the server ask. Every call completes with its own
+/// client's answer and each client hears only its own log line, as they do connected
+/// directly (checked first). A request sent before a fresh upstream session's stream is open
+/// is lost by the server, and the call hangs until its timeout: the gateway opens the stream
+/// before it forwards the first request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fresh_upstream_sessions_find_their_standalone_stream_open() {
+    let (Some(python), Some(peers)) = (require(PYTHON), require("package.json")) else { return };
+    let peers = peers.parent().unwrap().to_owned();
+    let (_server, url) = standalone_asker(&peers).await;
+    let check = |seen: &[Value], how: &str| {
+        for (i, s) in seen.iter().enumerate() {
+            assert_eq!(s["text"], format!("sampled: answer-{i}"), "{how}: client {i}: {s}");
+            assert_eq!(s["logs"], json!([format!("asking: question-{i}")]), "{how}: client {i} hears its own log only: {s}");
+        }
+    };
+    check(&fresh_sessions(&python, &url, 5).await, "direct");
+    let spec = UpstreamSpec::new("asker", TransportSpec::Http { url, headers: Default::default(), ca_file: None }, Duration::from_secs(30));
+    let gw =
+        common::start_gateway(vec![spec], shaper(Arc::new(MemSink::default())), fast_config(), stowage_mcp::SessionMode::PerClient).await;
+    let addr = stowage_mcp::run::spawn_http(gw.clone(), "127.0.0.1:0").await.unwrap();
+    let seen = fresh_sessions(&python, &format!("http://{addr}/mcp"), 20).await;
+    assert_eq!(seen.len(), 20);
+    check(&seen, "through the gateway");
     gw.shutdown();
 }

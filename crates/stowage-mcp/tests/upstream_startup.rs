@@ -27,6 +27,7 @@ fn start_without_waiting(specs: Vec<UpstreamSpec>) -> Arc<Gateway> {
         default_session_mode: SessionMode::Shared,
         secret_env: Vec::new(),
         state_dir: None,
+        control_capabilities: Default::default(),
     })
 }
 

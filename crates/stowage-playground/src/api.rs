@@ -210,7 +210,7 @@ pub(crate) async fn tools(
     let session = api.session(&caller(identity), q.session.as_deref())?;
     let gw = api.gateway()?;
     gw.wait_startup().await;
-    Ok(Json(json!({"tools": gw.list_tools(&session)})))
+    Ok(Json(json!({"tools": gw.tools_for(&session).await})))
 }
 
 #[derive(Deserialize)]

@@ -207,6 +207,11 @@ async fn links_outlive_the_session_for_two_hosts_at_once_and_a_restart() {
         assert!(stderr.contains(&format!("config: {} (beside the --mcp-config file)", toml.display())), "{stderr}");
         assert!(stderr.contains(&format!("download links: http://127.0.0.1:{port}/artifacts/")), "{stderr}");
         assert!(stderr.contains("link server"), "{stderr}");
+        // The host declared no sampling: server-everything offers it what it offers such a
+        // client directly (the gateway's upstream session declared the host's capabilities),
+        // so no sampling tool it could not serve.
+        let tools: Vec<&str> = seen["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+        assert!(tools.contains(&"echo") && !tools.contains(&"trigger-sampling-request"), "{tools:?}");
         links.push(link);
     }
     // Both hosts have closed their sessions (their gateways are gone): the links download.

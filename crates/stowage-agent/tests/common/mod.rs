@@ -165,6 +165,7 @@ pub async fn harness_on(
         default_session_mode: SessionMode::Shared,
         secret_env: Vec::new(),
         state_dir: None,
+        control_capabilities: Default::default(),
     });
     assert_eq!(gateway.wait_ready(Duration::from_secs(30)).await, 1, "the upstream did not start");
     let state = stowage_http::HttpState::new(store.clone(), signer);

@@ -227,7 +227,12 @@ impl Gateway {
             return Ok(self.answered_here(&host, &scope, call, name, "stowage".into(), started, result).await);
         }
         // An upstream's own tool first; a generated resource tool only by a name none has.
-        let Some(tool) = self.catalog().tool(&name).cloned() else {
+        let found = self.catalog_for(session).tool(&name).cloned();
+        // A name no list has, but which names an upstream, is that upstream's to answer (an
+        // error result or a JSON-RPC error, as it would answer a client directly; a tool it
+        // has but did not list, it runs).
+        let found = found.or_else(|| (self.resource_tool(&name).is_none()).then(|| self.unlisted(&name)).flatten());
+        let Some(tool) = found else {
             let (u, op) = self.resource_tool(&name).ok_or_else(|| GatewayError::UnknownTool(name.clone()))?;
             let started = Instant::now();
             let args = params.get("arguments").cloned().unwrap_or(json!({}));

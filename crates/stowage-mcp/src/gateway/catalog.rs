@@ -13,7 +13,7 @@ use crate::jsonrpc::Message;
 use crate::local_tools::resources as local_resources;
 use crate::outbox::Outbox;
 use crate::output_schema::OutputSchema;
-use crate::router::{Catalog, UpstreamLists};
+use crate::router::{Catalog, OwnList, UpstreamLists};
 use crate::session::Session;
 use crate::upstream::result_value;
 
@@ -28,10 +28,11 @@ impl Gateway {
     /// The tools `session` may call: every upstream's, named as exposed, plus the gateway's own.
     /// For an MCP Apps client, also the viewer's tools, and the upstream tools
     /// `[apps] attach_viewer` names marked as shown in the viewer.
+    /// What it listed on its own upstream sessions so far counts (see [`Gateway::tools_for`]).
     pub fn list_tools(&self, session: &Session) -> Vec<Value> {
         let apps = self.apps_for(session);
         let mut tools: Vec<Value> = self
-            .catalog()
+            .catalog_for(session)
             .tools
             .iter()
             .map(|t| {
@@ -50,10 +51,139 @@ impl Gateway {
         tools
     }
 
-    /// The aggregated prompts, as their list result.
-    pub(super) fn list_prompts(&self) -> Value {
-        let prompts: Vec<Value> = self.catalog().prompts.iter().map(|p| p.def.clone()).collect();
+    /// The tools `session` may call, as `tools/list` answers: listed first on the client's own
+    /// session of every `per_client` upstream where it has not been (see [`Gateway::list_own`]).
+    pub async fn tools_for(self: &Arc<Self>, session: &Arc<Session>) -> Vec<Value> {
+        self.list_own(session).await;
+        self.list_tools(session)
+    }
+
+    /// The prompts `session` may get, as their list result.
+    pub(super) fn list_prompts(&self, session: &Session) -> Value {
+        let prompts: Vec<Value> = self.catalog_for(session).prompts.iter().map(|p| p.def.clone()).collect();
         json!({ "prompts": prompts })
+    }
+
+    /// Lists tools and prompts on `session`'s own upstream session of every `per_client`
+    /// upstream, where they were not listed yet on the connection that is open now (a client's
+    /// own session starts here, as it would if the client connected directly). An upstream
+    /// whose session cannot be had (it is down, or at its session cap) is shown as the
+    /// catalog lists it; its calls then say why.
+    pub(super) async fn list_own(self: &Arc<Self>, session: &Arc<Session>) {
+        let key = session.upstream_key();
+        for (i, u) in self.upstreams.iter().enumerate() {
+            if u.mode.is_shared() || u.current().is_none_or(|c| c.is_stateless()) || !(u.capability("tools") || u.capability("prompts")) {
+                continue;
+            }
+            let open = u.client_conn(&key).map(|c| c.id);
+            if open.is_some() && session.own_lists.lock().by_upstream.get(&i).map(|l| l.conn) == open {
+                continue;
+            }
+            match self.fetch_own(session, i).await {
+                Ok(list) => {
+                    let mut own = session.own_lists.lock();
+                    own.by_upstream.insert(i, list);
+                    own.built = None;
+                }
+                Err(e) => {
+                    tracing::debug!(target: "stowage::upstream", upstream = %u.name(), "listing on a client's own session failed: {e}")
+                }
+            }
+        }
+    }
+
+    /// Upstream `i`'s tools and prompts as `session`'s own upstream session lists them.
+    async fn fetch_own(self: &Arc<Self>, session: &Arc<Session>, i: usize) -> Result<OwnList, GatewayError> {
+        let u = &self.upstreams[i];
+        // Nobody listens for the requests' own notifications.
+        let outbox = Outbox::with_capacity(1).0;
+        let mut list = OwnList::default();
+        for (cap, method, key) in [("tools", "tools/list", "tools"), ("prompts", "prompts/list", "prompts")] {
+            if !u.capability(cap) {
+                continue;
+            }
+            let mut cursor: Option<String> = None;
+            for _page in 0..1000 {
+                let params = cursor.as_ref().map_or_else(|| json!({}), |c| json!({"cursor": c}));
+                let reply = self.forward(session, i, method, params, &outbox).await?;
+                let v = result_value(&reply).map_err(|e| GatewayError::Internal(format!("{method} from upstream {}: {e}", u.name())))?;
+                let into = if key == "tools" { &mut list.tools } else { &mut list.prompts };
+                into.extend(v.get(key).and_then(Value::as_array).into_iter().flatten().cloned());
+                cursor = v.get("nextCursor").and_then(Value::as_str).map(str::to_owned);
+                if cursor.is_none() {
+                    break;
+                }
+            }
+        }
+        list.conn = u.client_conn(&session.upstream_key()).map_or(0, |c| c.id);
+        Ok(list)
+    }
+
+    /// A tool or prompt name no list has, as the upstream it names would know it: with
+    /// prefixed names, the upstream whose `{server}{separator}` starts it (the longest such),
+    /// and the rest as its own name; without, the only upstream. `None` when no upstream is
+    /// named (the gateway then answers that it knows no such name).
+    pub(super) fn unlisted(&self, name: &str) -> Option<crate::router::Exposed> {
+        let (upstream, original) = if self.prefix {
+            let sep = &self.config.separator;
+            self.upstreams
+                .iter()
+                .enumerate()
+                .filter_map(|(i, u)| name.strip_prefix(u.name()).and_then(|r| r.strip_prefix(sep.as_str())).map(|rest| (i, rest)))
+                .filter(|(_, rest)| !rest.is_empty())
+                .min_by_key(|(_, rest)| rest.len())?
+        } else if self.upstreams.len() == 1 {
+            (0, name)
+        } else {
+            return None;
+        };
+        Some(crate::router::Exposed {
+            name: name.to_owned(),
+            upstream,
+            original: original.to_owned(),
+            def: json!({"name": name}),
+            output_schema: None,
+            blobs: None,
+            inputs: None,
+        })
+    }
+
+    /// The catalog as `session` sees it: the gateway's, with what its own upstream sessions
+    /// listed so far in place of their upstreams' entries (never lists anything itself). A
+    /// client whose sessions list what the catalog lists shares the catalog.
+    pub(super) fn catalog_for(&self, session: &Session) -> Arc<Catalog> {
+        let generation = self.generation.load(std::sync::atomic::Ordering::SeqCst);
+        let global = self.catalog();
+        let mut own = session.own_lists.lock();
+        if own.by_upstream.is_empty() {
+            return global;
+        }
+        if let Some((g, built)) = &own.built
+            && *g == generation
+        {
+            return built.clone().unwrap_or(global);
+        }
+        let mut lists = self.lists.lock().clone();
+        let mut differs = false;
+        for (&i, mine) in &own.by_upstream {
+            let Some(l) = lists.get_mut(i) else { continue };
+            if l.tools != mine.tools {
+                l.tools = mine.tools.clone();
+                l.output_schemas = compile_output_schemas(&l.name, &l.tools);
+                differs = true;
+            }
+            if l.prompts != mine.prompts {
+                l.prompts = mine.prompts.clone();
+                differs = true;
+            }
+        }
+        let built = differs.then(|| {
+            let mut catalog = Catalog::build(&lists, self.prefix, &self.config.separator);
+            self.chain_quietly(&mut catalog);
+            Arc::new(catalog)
+        });
+        own.built = Some((generation, built.clone()));
+        built.unwrap_or(global)
     }
 
     /// `resources/list` or `resources/templates/list` for `session`, a page at a time: the
@@ -180,6 +310,7 @@ impl Gateway {
             self.chain_detected(&mut catalog, index);
             let catalog = Arc::new(catalog);
             *self.catalog.write() = catalog.clone();
+            self.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             catalog
         };
         for c in &catalog.collisions {

@@ -27,4 +27,11 @@ impl Gateway {
             self.events.publish(GatewayEvent::InputsDetected { upstream, tools });
         }
     }
+
+    /// The same detection for one client's own catalog: what it came to was reported when
+    /// the gateway's catalog was built.
+    pub(super) fn chain_quietly(&self, catalog: &mut Catalog) {
+        let stdio = |i: usize| self.upstreams.get(i).is_some_and(|u| matches!(u.spec.transport, TransportSpec::Stdio { .. }));
+        crate::chaining::expose_inputs(catalog, &self.config.chaining, stdio, usize::MAX);
+    }
 }

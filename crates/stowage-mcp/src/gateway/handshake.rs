@@ -114,6 +114,16 @@ impl Gateway {
     }
 }
 
+/// The capabilities a handshake (`initialize` or `server/discover`) declares; `None` for any
+/// other request.
+pub(super) fn declared_capabilities(method: &str, params: &Value) -> Option<Value> {
+    match method {
+        "initialize" => Some(params.get("capabilities").cloned().unwrap_or(json!({}))),
+        "server/discover" => Some(params.pointer("/_meta/io.modelcontextprotocol~1clientCapabilities").cloned().unwrap_or(json!({}))),
+        _ => None,
+    }
+}
+
 pub(crate) fn is_modern_session(session: &Session) -> bool {
     session.protocol.lock().as_deref().is_some_and(|p| MODERN_VERSIONS.contains(&p))
 }

@@ -75,10 +75,15 @@ impl Gateway {
                 match &conn.role {
                     // The catalog comes from the control connection: every client's lists follow it.
                     ConnRole::Control => self.upstreams[conn.upstream].stale.mark_changed(),
-                    // A client's own upstream session changed its lists (a session resource): that
-                    // client alone is told, and lists them again from its own session.
+                    // A client's own upstream session changed its lists (a session resource, a
+                    // tool): that client alone is told, and lists them again from its own session.
                     ConnRole::Client { session: Some(s), .. } => {
                         if let Some(s) = s.upgrade() {
+                            if method != "notifications/resources/list_changed" {
+                                let mut own = s.own_lists.lock();
+                                own.by_upstream.remove(&conn.upstream);
+                                own.built = None;
+                            }
                             s.notify(&msg);
                         }
                     }

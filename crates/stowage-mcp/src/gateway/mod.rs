@@ -67,6 +67,27 @@ use crate::upstream::{InProcessFactory, Upstream, UpstreamEnv};
 /// upstreams that are a moment from ready.
 const STARTUP_GRACE: Duration = Duration::from_secs(3);
 
+/// How long a [`ControlCapabilities::FirstClient`] gateway waits for its client's handshake
+/// before its upstreams connect declaring every capability (someone typing at a terminal).
+const FIRST_CLIENT_WAIT: Duration = Duration::from_secs(5);
+
+/// What the upstreams' control connections declare as the client's capabilities. What a
+/// server offers can depend on them (server-everything lists its sampling tool only to a
+/// client that can sample), so a catalog is only exact for the client whose capabilities
+/// were declared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ControlCapabilities {
+    /// Every capability a client may offer: the control connection serves many clients (each
+    /// of a `per_client` upstream also gets its own session, declaring its own).
+    #[default]
+    Any,
+    /// The first client's own: a stdio gateway has exactly one client, so its shared upstream
+    /// sessions are that client's, as if it had connected directly, with no second process.
+    /// Upstreams connect at its handshake (or after [`FIRST_CLIENT_WAIT`] with every
+    /// capability, when none comes).
+    FirstClient,
+}
+
 /// Everything a gateway is built from.
 pub struct GatewayOptions {
     pub config: GatewayConfig,
@@ -75,8 +96,8 @@ pub struct GatewayOptions {
     pub shaper: Shaper,
     /// How to start in-process servers (the bundled demo), when one is configured.
     pub in_process: Option<InProcessFactory>,
-    /// The session mode of upstreams that do not set one: `per_client` when clients
-    /// authenticate (a shared deployment), else `shared`.
+    /// The session mode of upstreams that do not set one (`stowage serve`: `per_client` over
+    /// HTTP, `shared` for the one client of a stdio gateway).
     pub default_session_mode: SessionMode,
     /// Environment variables that hold the gateway's secrets (link-signing keys, the JWT
     /// secret): never passed to an upstream, even one that inherits the environment.
@@ -85,6 +106,8 @@ pub struct GatewayOptions {
     /// one that is down at start still shows its tools (see [`last_seen`]). `None`: nothing
     /// is kept.
     pub state_dir: Option<std::path::PathBuf>,
+    /// What control connections declare; see [`ControlCapabilities`].
+    pub control_capabilities: ControlCapabilities,
 }
 
 impl GatewayOptions {
@@ -97,6 +120,7 @@ impl GatewayOptions {
             default_session_mode: SessionMode::Shared,
             secret_env: Vec::new(),
             state_dir: None,
+            control_capabilities: ControlCapabilities::Any,
         }
     }
 }
@@ -106,6 +130,8 @@ pub struct Gateway {
     pub config: GatewayConfig,
     pub upstreams: Vec<Arc<Upstream>>,
     catalog: RwLock<Arc<Catalog>>,
+    /// Counts catalog rebuilds: a client's own catalog built on an older one is rebuilt.
+    generation: AtomicU64,
     lists: Mutex<Vec<UpstreamLists>>,
     sessions: Arc<Sessions>,
     routes: Arc<CallRoutes>,
@@ -137,8 +163,15 @@ pub struct Gateway {
     tasks: Mutex<tasks::Tasks>,
     /// A fault injected on purpose by a test (see [`Gateway::inject_panic`]).
     fault: Mutex<Option<String>>,
-    /// When the gateway started: the start-up grace is counted from here.
+    /// When the gateway started.
     started: std::time::Instant,
+    /// What control connections declare, once known (see [`ControlCapabilities`]), and when
+    /// it became known: the start-up grace is counted from there.
+    control_caps: watch::Sender<Option<Value>>,
+    upstreams_from: Mutex<std::time::Instant>,
+    /// Run once when start-up has settled, before the first handshake is answered (a stdio
+    /// gateway's banner).
+    on_startup: Mutex<Option<Box<dyn FnOnce(&Gateway) + Send>>>,
     /// See [`GatewayOptions::state_dir`].
     state_dir: Option<std::path::PathBuf>,
     /// Per upstream: the catalog last written to `state_dir` (not written again unchanged).
@@ -154,7 +187,21 @@ pub struct Gateway {
 impl Gateway {
     /// Starts every upstream's supervisor and the gateway's own tasks.
     pub fn start(opts: GatewayOptions) -> Arc<Gateway> {
-        let GatewayOptions { config, upstreams: specs, shaper, in_process, default_session_mode, secret_env, state_dir } = opts;
+        let GatewayOptions {
+            config,
+            upstreams: specs,
+            shaper,
+            in_process,
+            default_session_mode,
+            secret_env,
+            state_dir,
+            control_capabilities,
+        } = opts;
+        let control_caps = watch::channel(match control_capabilities {
+            ControlCapabilities::Any => Some(crate::upstream::client_capabilities()),
+            ControlCapabilities::FirstClient => None,
+        })
+        .0;
         let shutdown = CancellationToken::new();
         let (initiated_tx, initiated_rx) = mpsc::channel(inbound::QUEUE);
         let backoff = (
@@ -180,6 +227,7 @@ impl Gateway {
             secret_env,
             client_idle: Duration::from_secs(config.upstream_session_idle_secs.max(1)),
             max_client_sessions: config.max_upstream_sessions.max(1),
+            control_caps: control_caps.subscribe(),
         };
         let upstreams: Vec<_> = specs
             .into_iter()
@@ -206,6 +254,7 @@ impl Gateway {
             config,
             upstreams,
             catalog: RwLock::new(Arc::new(catalog)),
+            generation: AtomicU64::new(0),
             lists: Mutex::new(lists),
             sessions,
             routes,
@@ -227,6 +276,9 @@ impl Gateway {
             tasks: Mutex::default(),
             fault: Mutex::new(None),
             started: std::time::Instant::now(),
+            control_caps,
+            upstreams_from: Mutex::new(std::time::Instant::now()),
+            on_startup: Mutex::new(None),
             state_dir,
             kept,
             roots_owed: std::sync::atomic::AtomicBool::new(false),
@@ -266,10 +318,51 @@ impl Gateway {
     /// the gateway's start) is over: what requests that read the catalog wait for, and when
     /// the banner can say what runs.
     pub async fn wait_startup(&self) {
-        let grace = (self.started + STARTUP_GRACE).saturating_duration_since(std::time::Instant::now());
+        let from = self.upstreams_started().await;
+        let grace = (from + STARTUP_GRACE).saturating_duration_since(std::time::Instant::now());
         if !grace.is_zero() {
             self.wait_settled(grace).await;
         }
+        let hook = self.on_startup.lock().take();
+        if let Some(hook) = hook {
+            hook(self);
+        }
+    }
+
+    /// When the upstreams could start connecting: at the gateway's start, or, for a
+    /// [`ControlCapabilities::FirstClient`] gateway, at its client's handshake (or once
+    /// [`FIRST_CLIENT_WAIT`] passed without one: they then declare every capability).
+    async fn upstreams_started(&self) -> std::time::Instant {
+        let mut caps = self.control_caps.subscribe();
+        let deadline = tokio::time::Instant::from_std(self.started + FIRST_CLIENT_WAIT);
+        let known = tokio::select! {
+            c = tokio::time::timeout_at(deadline, caps.wait_for(Option::is_some)) => c.is_ok(),
+            _ = self.shutdown.cancelled() => true,
+        };
+        if !known {
+            tracing::debug!(target: "stowage::gateway", "no client said what it can do: upstreams declare every capability");
+            self.offer_control_capabilities(crate::upstream::client_capabilities());
+        }
+        *self.upstreams_from.lock()
+    }
+
+    /// A client's handshake said what it can do: a [`ControlCapabilities::FirstClient`]
+    /// gateway's upstreams connect declaring it (later clients change nothing).
+    fn offer_control_capabilities(&self, caps: Value) {
+        self.control_caps.send_if_modified(|c| {
+            if c.is_some() {
+                return false;
+            }
+            *c = Some(caps);
+            *self.upstreams_from.lock() = std::time::Instant::now();
+            true
+        });
+    }
+
+    /// Runs `hook` once start-up has settled (see [`Gateway::wait_startup`]), before the first
+    /// handshake is answered.
+    pub fn on_startup(&self, hook: impl FnOnce(&Gateway) + Send + 'static) {
+        *self.on_startup.lock() = Some(Box::new(hook));
     }
 
     /// Enables the gateway's own `artifact_url` tool.
@@ -535,6 +628,9 @@ impl Gateway {
         // Capabilities and lists come from the upstreams: a request that arrives while one is
         // on its first attempt waits for it a little (a down one holds nobody up).
         if method != "ping" {
+            if let Some(caps) = handshake::declared_capabilities(&method, &params) {
+                self.offer_control_capabilities(crate::session::upstream_capabilities(&caps));
+            }
             self.wait_startup().await;
         }
         match method.as_str() {
@@ -542,14 +638,18 @@ impl Gateway {
             "server/discover" => self.discover(session, &params, id),
             "ping" => ok(serde_json::json!({})),
             "subscriptions/listen" => self.listen(&id, &params, outbox).await,
-            "tools/list" => ok(serde_json::json!({"tools": self.list_tools(session)})),
-            "prompts/list" => ok(self.list_prompts()),
+            "tools/list" => ok(serde_json::json!({"tools": self.tools_for(session).await})),
+            "prompts/list" => {
+                self.list_own(session).await;
+                ok(self.list_prompts(session))
+            }
             "resources/list" => self.list_resources(session, "resources", &method, &params, outbox).await,
             "resources/templates/list" => self.list_resources(session, "resourceTemplates", &method, &params, outbox).await,
             "tools/call" => self.call_tool_message(session, params, outbox).await,
             "prompts/get" => {
                 let name = params.get("name").and_then(Value::as_str).unwrap_or("");
-                let p = self.catalog().prompt(name).cloned().ok_or_else(|| GatewayError::UnknownPrompt(name.to_owned()))?;
+                let p = self.catalog_for(session).prompt(name).cloned().or_else(|| self.unlisted(name));
+                let p = p.ok_or_else(|| GatewayError::UnknownPrompt(name.to_owned()))?;
                 let mut params = params;
                 params["name"] = Value::String(p.original);
                 let mut reply = self.forward(session, p.upstream, &method, params, outbox).await?;
@@ -580,7 +680,7 @@ impl Gateway {
         let target = match r.get("type").and_then(Value::as_str) {
             Some("ref/prompt") => {
                 let name = r.get("name").and_then(Value::as_str).unwrap_or("");
-                self.catalog().prompt(name).map(|p| (p.upstream, Some(p.original.clone())))
+                self.catalog_for(session).prompt(name).map(|p| (p.upstream, Some(p.original.clone())))
             }
             Some("ref/resource") => {
                 let uri = r.get("uri").and_then(Value::as_str).unwrap_or("");

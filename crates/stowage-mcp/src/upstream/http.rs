@@ -39,6 +39,8 @@ use crate::jsonrpc::{Message, code};
 
 /// Reconnections in a row that brought no new event before a stream is given up.
 pub const MAX_RESUMES: u32 = 5;
+/// How long the first request after the handshake waits for the standalone stream to open.
+const STREAM_OPEN_WAIT: Duration = Duration::from_secs(5);
 /// Reconnection delay when the server names none.
 const DEFAULT_RETRY: Duration = Duration::from_secs(1);
 
@@ -106,9 +108,14 @@ pub fn connect(
                 c.post(line, None).await;
             }
             if is_initialized && !get_opened {
+                // The standalone stream is open (or refused) before the first request goes
+                // out: a server that asks for sampling or elicitation on it as soon as a call
+                // starts must find it there, or its request is lost and the call hangs.
                 get_opened = true;
+                let (opened, is_open) = tokio::sync::oneshot::channel();
                 let c = c.clone();
-                tokio::spawn(async move { c.listen().await });
+                tokio::spawn(async move { c.listen(opened).await });
+                let _ = tokio::time::timeout(STREAM_OPEN_WAIT, is_open).await;
             }
         }
     });
@@ -329,7 +336,10 @@ impl Client {
     /// The optional GET stream for messages not tied to a request; 405 means "not offered".
     /// Reopened (resuming from its last event id) whenever the server ends it, until the
     /// connection goes away.
-    async fn listen(&self) {
+    /// `opened` is told once the server has answered the first GET (its headers, whatever the
+    /// status).
+    async fn listen(&self, opened: tokio::sync::oneshot::Sender<()>) {
+        let mut opened = Some(opened);
         let mut end = StreamEnd::default();
         let mut failures = 0;
         while !self.inbound.is_closed() && failures < MAX_RESUMES {
@@ -337,7 +347,11 @@ impl Client {
             if let Some(id) = &end.last_id {
                 req = req.header("last-event-id", id);
             }
-            let Ok(resp) = req.send().await else { return };
+            let sent = req.send().await;
+            if let Some(o) = opened.take() {
+                let _ = o.send(());
+            }
+            let Ok(resp) = sent else { return };
             if !resp.status().is_success() {
                 return;
             }

@@ -71,6 +71,10 @@ pub struct UpstreamEnv {
     /// Client-session connections: idle time before one is closed, and how many per upstream.
     pub client_idle: Duration,
     pub max_client_sessions: usize,
+    /// The capabilities control connections declare, once known: every capability a client
+    /// may offer, or (a gateway with exactly one client, over stdio) that client's own, set at
+    /// its handshake. Supervisors do not connect before it is set.
+    pub control_caps: watch::Receiver<Option<Value>>,
 }
 
 /// Where the control connection stands.
@@ -367,12 +371,21 @@ impl Upstream {
         let mut backoff = initial;
         let sweep_every = (self.env.client_idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
         let mut sweep = tokio::time::interval(sweep_every);
+        let mut caps = self.env.control_caps.clone();
+        let caps = tokio::select! {
+            c = caps.wait_for(Option::is_some) => c.ok().and_then(|c| c.clone()),
+            _ = self.env.shutdown.cancelled() => None,
+        };
+        let Some(caps) = caps else {
+            self.health.send_replace(Health::Down { reason: "the gateway is shutting down".into() });
+            return;
+        };
         loop {
             if self.env.shutdown.is_cancelled() {
                 break;
             }
             let started = Instant::now();
-            match self.connect(ConnRole::Control, client_capabilities()).await {
+            match self.connect(ConnRole::Control, caps.clone()).await {
                 Ok(conn) => {
                     tracing::info!(target: "stowage::upstream", upstream = %self.spec.name, "connected");
                     self.control.send_replace(Some(conn.clone()));

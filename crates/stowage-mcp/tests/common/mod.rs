@@ -69,6 +69,7 @@ pub async fn start_gateway(specs: Vec<UpstreamSpec>, shaper: Shaper, config: Gat
         default_session_mode: mode,
         secret_env: Vec::new(),
         state_dir: None,
+        control_capabilities: Default::default(),
     });
     let ready = gw.wait_ready(Duration::from_secs(20)).await;
     assert_eq!(ready, gw.upstreams.len(), "upstreams did not become ready");

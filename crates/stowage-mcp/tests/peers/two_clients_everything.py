@@ -1,7 +1,8 @@
 """Two official Python MCP clients at once through one `stowage serve` in front of
 @modelcontextprotocol/server-everything, as two different people would be: each must see its
 own session resources, logs, progress, sampling answers and roots, and nothing of the other's.
-Prints one JSON object of observations for the Rust test.
+A third client of Alice's, which cannot sample, is offered the tools server-everything offers
+such a client (no sampling tool), as it would be talking to the server directly. Prints one JSON object of observations for the Rust test.
 
 Usage: two_clients_everything.py URL MODE KEY_A KEY_B   (MODE: auto | legacy; KEY: an API key, or -)
 """
@@ -21,8 +22,8 @@ def text(result):
 
 
 class Person:
-    def __init__(self, name, url, mode, key):
-        self.name, self.url, self.mode, self.key = name, url, mode, key
+    def __init__(self, name, url, mode, key, samples=True):
+        self.name, self.url, self.mode, self.key, self.samples = name, url, mode, key, samples
         self.logs, self.sampled, self.foreign_progress, self.progress = [], [], 0, 0
 
     async def sampling(self, context, params):
@@ -44,9 +45,10 @@ class Person:
         kwargs = {} if self.mode == "auto" else {"mode": self.mode}
         headers = {} if self.key == "-" else {"Authorization": f"Bearer {self.key}"}
         transport = streamable_http_client(self.url, http_client=httpx2.AsyncClient(headers=headers, timeout=60))
+        sampling = {"sampling_callback": self.sampling} if self.samples else {}
         return Client(
             transport,
-            sampling_callback=self.sampling,
+            **sampling,
             list_roots_callback=self.roots,
             logging_callback=self.logging,
             log_level="debug" if self.mode == "auto" else None,
@@ -57,9 +59,12 @@ class Person:
 async def main():
     url, mode, key_a, key_b = sys.argv[1:5]
     a, b = Person("alice", url, mode, key_a), Person("bob", url, mode, key_b)
+    c = Person("carol", url, mode, key_a, samples=False)
     out = {}
-    async with a.client() as ca, b.client() as cb:
+    async with a.client() as ca, b.client() as cb, c.client() as cc:
         out["protocol"] = ca.protocol_version
+        out["alice_tools"] = sorted(t.name for t in (await ca.list_tools()).tools)
+        out["carol_tools"] = sorted(t.name for t in (await cc.list_tools()).tools)
         # Alice makes a session resource; Bob must neither list nor read it.
         data = "data:text/plain;base64," + base64.b64encode(b"alice's private notes " * 50).decode()
         made = await ca.call_tool("gzip-file-as-resource", {"name": "alice-secret.gz", "data": data, "outputType": "resourceLink"})

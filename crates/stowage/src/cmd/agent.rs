@@ -68,6 +68,7 @@ pub async fn run(config: &Config, store: Arc<dyn ArtifactStore>, store_dir: &std
         default_session_mode: SessionMode::Shared,
         secret_env: Vec::new(),
         state_dir: None,
+        control_capabilities: Default::default(),
     });
     config.links.validate().map_err(anyhow::Error::msg)?;
     let ring = config.links.key_ring(store_dir).context("cannot load the link-signing key")?;

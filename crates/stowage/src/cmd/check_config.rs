@@ -174,6 +174,7 @@ async fn print_tools(config: &Config, plan: &crate::plan::Plan) -> usize {
         secret_env: super::serve::secret_env_vars(plan),
         // Nothing is kept: a listing check leaves no saved catalog behind.
         state_dir: None,
+        control_capabilities: Default::default(),
     });
     // Connected is not listed: wait for every upstream's lists too (or for it to be down).
     let wait = plan.gateway.request_timeout().min(Duration::from_secs(30));
