@@ -394,9 +394,12 @@ impl Planner {
         self.gateway.wait_startup().await;
         // artifact_url mints signed links for people; the payload carries those, and a link
         // token has no business in a model's context.
+        // Listed as a client's tools/list is: on the run's own upstream sessions, so the model
+        // is offered what the servers offer this caller (one that cannot sample, say).
         let defs: Vec<Value> = self
             .gateway
-            .list_tools(&session)
+            .tools_for(&session)
+            .await
             .into_iter()
             .filter(|d| d.get("name").and_then(Value::as_str) != Some(stowage_mcp::ARTIFACT_URL_TOOL))
             .collect();

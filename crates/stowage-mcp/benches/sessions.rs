@@ -49,11 +49,10 @@ impl Client {
             self.session = Some(s.to_str().unwrap().to_owned());
         }
         let text = resp.text().await.unwrap();
-        if body.get("id").is_none() {
-            return None;
-        }
+        // A notification has no answer.
+        body.get("id")?;
         // A JSON body, or an SSE stream whose last data line is the answer.
-        let json = text.lines().filter_map(|l| l.strip_prefix("data:")).filter(|d| !d.trim().is_empty()).last().unwrap_or(&text);
+        let json = text.lines().filter_map(|l| l.strip_prefix("data:")).rfind(|d| !d.trim().is_empty()).unwrap_or(&text);
         Some(serde_json::from_str(json.trim()).unwrap())
     }
 

@@ -178,16 +178,6 @@ impl GatewayConfig {
     pub fn request_timeout(&self) -> Duration {
         Duration::from_secs(self.request_timeout_secs.max(1))
     }
-
-    /// The HTTP listener's timeouts.
-    pub fn http_timeouts(&self) -> crate::downstream::listener::HttpTimeouts {
-        let secs = |s: u64| Duration::from_secs(s.max(1));
-        crate::downstream::listener::HttpTimeouts {
-            headers: secs(self.http_header_timeout_secs),
-            body: secs(self.http_body_timeout_secs),
-            idle: secs(self.http_idle_timeout_secs),
-        }
-    }
 }
 
 /// When tool and prompt names get the `{server}{separator}` prefix.

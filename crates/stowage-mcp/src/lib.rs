@@ -48,6 +48,7 @@ mod routes;
 pub mod run;
 mod session;
 pub mod shape;
+mod tool_error;
 mod upstream;
 
 pub use config::{GatewayConfig, ServerConfig, SessionMode, TransportSpec, UpstreamSpec};

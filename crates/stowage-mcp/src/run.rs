@@ -151,7 +151,12 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
             let links_addr = match (opts.links_listener, opts.extra_routes) {
                 (Some(listener), Some(routes)) => {
                     let addr = listener.local_addr().ok();
-                    tokio::spawn(crate::downstream::listener::serve(listener, routes, gw.config.http_timeouts(), std::future::pending()));
+                    tokio::spawn(crate::downstream::listener::serve(
+                        listener,
+                        routes,
+                        crate::downstream::listener::HttpTimeouts::of(&gw.config),
+                        std::future::pending(),
+                    ));
                     addr
                 }
                 _ => None,
@@ -195,7 +200,9 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
             // Served at once (health, readiness and clients that retry need not wait for a slow
             // or dead upstream).
             spawn_banner(gw.clone(), opts.mode.clone(), Some(addr), labels.clone(), opts.skipped.clone(), opts.playground);
-            crate::downstream::listener::serve(listener, app, gw.config.http_timeouts(), shutdown_signal()).await.map_err(RunError::Serve)
+            crate::downstream::listener::serve(listener, app, crate::downstream::listener::HttpTimeouts::of(&gw.config), shutdown_signal())
+                .await
+                .map_err(RunError::Serve)
         }
     };
     gw.shutdown();
@@ -224,7 +231,8 @@ fn spawn_banner(gw: Arc<Gateway>, mode: Mode, addr: Option<SocketAddr>, labels: 
 /// routes served without a gateway (the binary's link server, which keeps a store's download
 /// links alive after the stdio gateway that minted them is gone).
 pub async fn serve_routes(listener: tokio::net::TcpListener, app: axum::Router, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
-    crate::downstream::listener::serve(listener, app, GatewayConfig::default().http_timeouts(), shutdown).await
+    crate::downstream::listener::serve(listener, app, crate::downstream::listener::HttpTimeouts::of(&GatewayConfig::default()), shutdown)
+        .await
 }
 
 /// Binds `listen` and serves the gateway's HTTP routes in the background (tests, benches).
@@ -241,7 +249,7 @@ pub async fn spawn_http_with(
 ) -> std::io::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
-    let timeouts = gw.config.http_timeouts();
+    let timeouts = crate::downstream::listener::HttpTimeouts::of(&gw.config);
     let mut app = crate::downstream::http::router_with_auth(gw, &addr.to_string(), auth);
     if let Some(extra) = extra {
         app = app.merge(extra);

@@ -2,17 +2,52 @@
 //! `check-config` prints it. Both go through [`plan`], so a configuration `check-config`
 //! accepts is one `serve` starts with (and `sign-url` mints links on the same base URL).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
+use clap::Args;
 use stowage_links::LinksConfig;
 use stowage_mcp::GatewayConfig;
 use stowage_mcp::config::{SkippedServer, TransportSpec, UpstreamSpec};
 use stowage_mcp::run::Mode;
 
-use crate::cmd::serve::ServeArgs;
 use crate::config::Config;
 use crate::wiring::StoreLocation;
+
+/// `stowage serve`'s arguments: what the plan is made from, beside the configuration.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Serve one client over stdin/stdout (for hosts that spawn a command) instead of HTTP.
+    #[arg(long)]
+    pub stdio: bool,
+    /// HTTP listen address (default: gateway.listen, 127.0.0.1:8787).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Base URL of download links: where clients reach this gateway, e.g.
+    /// https://stowage.example.com (default: links.public_url, else the listen address).
+    /// Needed with --listen 0.0.0.0 or [::].
+    #[arg(long, value_name = "URL")]
+    pub public_url: Option<String>,
+    /// A Claude Desktop / Cursor style JSON file with an "mcpServers" object.
+    #[arg(long, value_name = "FILE")]
+    pub mcp_config: Option<PathBuf>,
+    /// Listen on a non-loopback address without [auth] configured. Anyone who can reach the
+    /// port can then call your tools and read your artifacts: use only on a trusted network.
+    #[arg(long)]
+    pub allow_unauthenticated: bool,
+    /// Over --stdio, do not start the loopback listener for download links: results carry
+    /// artifact:// URIs only.
+    #[arg(long)]
+    pub no_links: bool,
+    /// Do not serve the web playground at / (HTTP only; it is on by default, behind the same
+    /// authentication as /mcp).
+    #[arg(long)]
+    pub no_playground: bool,
+    /// One stdio server to wrap, after `--`: `stowage serve -- npx -y some-mcp-server`.
+    #[arg(last = true, value_name = "CMD ARGS")]
+    pub command: Vec<String>,
+}
 
 /// Everything `serve` decided before starting anything.
 pub struct Plan {

@@ -103,3 +103,111 @@ fn dependencies_point_inward() {
         assert!(!uses(shipped, "stowage-testkit"), "{shipped} ships test support");
     }
 }
+
+/// The modules of `crate::…` that the code of `file` imports (comments and `#[cfg(test)]`
+/// parts aside; a `tests.rs` file is all test code).
+fn file_imports(file: &Path) -> BTreeSet<String> {
+    if file.extension().is_none_or(|e| e != "rs") || file.file_name().is_some_and(|n| n == "tests.rs") {
+        return BTreeSet::new();
+    }
+    let text = std::fs::read_to_string(file).unwrap();
+    let code = text.split("#[cfg(test)]").next().unwrap();
+    let mut out = BTreeSet::new();
+    for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
+        for part in line.split("crate::").skip(1) {
+            out.insert(part.chars().take_while(|c| c.is_ascii_lowercase() || *c == '_').collect());
+        }
+    }
+    out
+}
+
+/// What the files at `path` (a file, or a directory read recursively) import, each module
+/// with the first file that does.
+fn crate_imports(path: &Path) -> BTreeMap<String, PathBuf> {
+    let mut out = BTreeMap::new();
+    if path.is_dir() {
+        for entry in std::fs::read_dir(path).unwrap() {
+            for (m, p) in crate_imports(&entry.unwrap().path()) {
+                out.entry(m).or_insert(p);
+            }
+        }
+    } else {
+        out.extend(file_imports(path).into_iter().map(|m| (m, path.to_owned())));
+    }
+    out
+}
+
+/// ARCHITECTURE.md, "Who may import whom" in the gateway crate: the upstream layer (the
+/// transports and connections) knows nothing of the gateway above it. It hands what upstreams
+/// say up through its own `Uplink` trait and `Initiated` queue, which the gateway implements
+/// and reads, so routing, sessions' bookkeeping and events import it, never the other way.
+#[test]
+fn the_upstream_layer_imports_nothing_of_the_gateway_above_it() {
+    let allowed = ["config", "cpu_pool", "framing", "jsonrpc", "session"];
+    let imports = crate_imports(&root().join("crates/stowage-mcp/src/upstream"));
+    let wrong: Vec<String> =
+        imports.iter().filter(|(m, _)| !allowed.contains(&m.as_str())).map(|(m, p)| format!("crate::{m} in {}", p.display())).collect();
+    assert!(wrong.is_empty(), "the upstream layer may import only {allowed:?}: {wrong:?}");
+}
+
+/// A crate's top-level modules (under `src`) and the modules of the same crate each imports.
+fn module_graph(src: &Path) -> BTreeMap<String, BTreeMap<String, PathBuf>> {
+    let mut graph: BTreeMap<String, BTreeMap<String, PathBuf>> = BTreeMap::new();
+    for entry in std::fs::read_dir(src).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let imports = graph.entry(name.clone()).or_default();
+        for (m, p) in crate_imports(&path) {
+            if m != name {
+                imports.entry(m).or_insert(p);
+            }
+        }
+    }
+    graph
+}
+
+/// A cycle among `graph`'s modules, if there is one, as the path around it.
+fn a_cycle(graph: &BTreeMap<String, BTreeMap<String, PathBuf>>) -> Option<Vec<String>> {
+    fn visit<'a>(
+        m: &'a str,
+        graph: &'a BTreeMap<String, BTreeMap<String, PathBuf>>,
+        path: &mut Vec<&'a str>,
+        done: &mut BTreeSet<&'a str>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|p| *p == m) {
+            return Some(path[at..].iter().chain([&m]).map(|s| (*s).to_owned()).collect());
+        }
+        if done.contains(m) {
+            return None;
+        }
+        path.push(m);
+        for next in graph[m].keys().filter(|n| graph.contains_key(*n)) {
+            if let Some(cycle) = visit(next, graph, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.insert(m);
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph.keys().find_map(|m| visit(m, graph, &mut Vec::new(), &mut done))
+}
+
+/// ARCHITECTURE.md, "Who may import whom": within every crate, imports between its top-level
+/// modules point one way; no module reaches back, through others, to one that imports it.
+#[test]
+fn no_crate_has_an_import_circle_between_its_modules() {
+    for entry in std::fs::read_dir(root().join("crates")).unwrap() {
+        let src = entry.unwrap().path().join("src");
+        if !src.is_dir() {
+            continue;
+        }
+        let graph = module_graph(&src);
+        if let Some(cycle) = a_cycle(&graph) {
+            let how: Vec<String> =
+                cycle.windows(2).map(|w| format!("{} imports {} ({})", w[0], w[1], graph[&w[0]][&w[1]].display())).collect();
+            panic!("an import circle in {}: {}", src.display(), how.join("; "));
+        }
+    }
+}

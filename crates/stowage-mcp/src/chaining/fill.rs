@@ -22,7 +22,7 @@ use stowage_store::Access;
 use super::InputMode;
 use super::detect::{DetectedInput, Step, ToolInputs, media_type_allowed};
 use super::inputs::{InputEnv, Materialized, check_size, inline, lookup, materialize, scheme_of, store_error};
-use crate::local_tools::ToolError;
+use crate::tool_error::ToolError;
 
 /// The body limit of the upstream a call goes to.
 pub(crate) struct Limits<'a> {

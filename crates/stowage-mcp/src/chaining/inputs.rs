@@ -10,7 +10,7 @@ use stowage_links::LinkSigner;
 use stowage_store::{Access, ArtifactStore};
 
 use super::{ChainingConfig, InputMode, S3Buckets};
-use crate::local_tools::ToolError;
+use crate::tool_error::ToolError;
 
 /// What translating one call's inputs needs from the gateway.
 pub(crate) struct InputEnv<'a> {

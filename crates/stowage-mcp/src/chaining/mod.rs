@@ -47,7 +47,7 @@ pub(crate) use fill::Limits;
 pub(crate) use inputs::{InputEnv, Materialized, translate_inputs};
 pub(crate) use outputs::{OpenSlot, inject, translate_blobs};
 
-use crate::local_tools::ToolError;
+use crate::tool_error::ToolError;
 
 /// The chained inputs of one tool, as events and `check-config --tools` report them.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -55,35 +55,6 @@ pub struct DetectedTool {
     pub tool: String,
     #[serde(flatten)]
     pub inputs: ToolInputs,
-}
-
-/// The catalog hook: detects the chained inputs of every tool in `catalog` (except those that
-/// declare their blobs, or have a tool-wide rule) and shows the model what they take.
-/// `stdio(i)`: whether upstream `i` runs on this machine. Returns what upstream `index`'s
-/// tools came to, for the event and the log.
-pub(crate) fn expose_inputs(
-    catalog: &mut crate::router::Catalog,
-    config: &ChainingConfig,
-    stdio: impl Fn(usize) -> bool,
-    index: usize,
-) -> Vec<DetectedTool> {
-    let mut report = Vec::new();
-    for t in &mut catalog.tools {
-        let rule = config.inputs.get(&t.name);
-        if t.blobs.is_some() || detect::tool_rule(rule).is_some() {
-            continue;
-        }
-        let mut found = detect::detect(&t.def, stdio(t.upstream), config.auto, detect::property_rules(rule));
-        if found.is_empty() {
-            continue;
-        }
-        detect::llm_facing(&mut t.def, &mut found);
-        if t.upstream == index {
-            report.push(DetectedTool { tool: t.name.clone(), inputs: found.clone() });
-        }
-        t.inputs = Some(Arc::new(found));
-    }
-    report
 }
 
 impl DetectedTool {

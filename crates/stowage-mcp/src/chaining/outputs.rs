@@ -8,7 +8,7 @@ use stowage_http::{LinkService, SlotRequest, SlotState};
 
 use super::inputs::{InputEnv, resolve_link};
 use super::schema::{BlobFields, Shape};
-use crate::local_tools::ToolError;
+use crate::tool_error::ToolError;
 
 /// An upload slot opened for one output blob of a call.
 #[derive(Debug)]

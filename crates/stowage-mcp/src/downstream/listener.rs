@@ -41,6 +41,18 @@ pub struct HttpTimeouts {
     pub idle: Duration,
 }
 
+impl HttpTimeouts {
+    /// The listener's timeouts as `[gateway]` sets them.
+    pub fn of(config: &crate::config::GatewayConfig) -> HttpTimeouts {
+        let secs = |s: u64| Duration::from_secs(s.max(1));
+        HttpTimeouts {
+            headers: secs(config.http_header_timeout_secs),
+            body: secs(config.http_body_timeout_secs),
+            idle: secs(config.http_idle_timeout_secs),
+        }
+    }
+}
+
 /// How long requests in flight may finish after shutdown is asked for.
 const DRAIN: Duration = Duration::from_secs(5);
 

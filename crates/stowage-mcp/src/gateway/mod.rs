@@ -88,6 +88,31 @@ pub enum ControlCapabilities {
     FirstClient,
 }
 
+/// What runs once when start-up has settled (see [`Gateway::on_startup`]).
+type StartupHook = Box<dyn FnOnce(&Gateway) + Send>;
+
+/// The gateway's side of [`crate::upstream::Uplink`]: in-call notifications go to their
+/// client through the routes, health changes onto the event bus.
+struct GatewayUplink {
+    routes: Arc<CallRoutes>,
+    events: EventBus,
+}
+
+#[async_trait::async_trait]
+impl crate::upstream::Uplink for GatewayUplink {
+    async fn in_call(&self, conn: &crate::upstream::Conn, origin: crate::upstream::Origin, msg: Message) {
+        self.routes.deliver_scrubbed(conn, origin, msg).await;
+    }
+
+    fn health_changed(&self, upstream: &str, health: Result<(), String>) {
+        let upstream = upstream.to_owned();
+        self.events.publish(match health {
+            Ok(()) => crate::events::GatewayEvent::UpstreamUp { upstream },
+            Err(reason) => crate::events::GatewayEvent::UpstreamDown { upstream, reason },
+        });
+    }
+}
+
 /// Everything a gateway is built from.
 pub struct GatewayOptions {
     pub config: GatewayConfig,
@@ -171,7 +196,7 @@ pub struct Gateway {
     upstreams_from: Mutex<std::time::Instant>,
     /// Run once when start-up has settled, before the first handshake is answered (a stdio
     /// gateway's banner).
-    on_startup: Mutex<Option<Box<dyn FnOnce(&Gateway) + Send>>>,
+    on_startup: Mutex<Option<StartupHook>>,
     /// See [`GatewayOptions::state_dir`].
     state_dir: Option<std::path::PathBuf>,
     /// Per upstream: the catalog last written to `state_dir` (not written again unchanged).
@@ -218,8 +243,7 @@ impl Gateway {
         let events = EventBus::with_metrics();
         let env = UpstreamEnv {
             initiated: initiated_tx,
-            routes: routes.clone(),
-            events: events.clone(),
+            uplink: Arc::new(GatewayUplink { routes: routes.clone(), events: events.clone() }),
             shutdown: shutdown.clone(),
             max_message_bytes: config.max_message_bytes,
             backoff,

@@ -27,7 +27,7 @@ mod url;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use serde_json::{Value, json};
+use serde_json::Value;
 use stowage_core::{ArtifactId, ArtifactRef, ArtifactScope, cut_at_char, human_size};
 use stowage_http::{ApiError, LinkService};
 use stowage_store::{Access, ArtifactStore};
@@ -97,34 +97,7 @@ impl LocalTools<'_> {
     }
 }
 
-/// A tool error: its wire code (the seed's: `artifact_not_found`, `bad_request`, …) and a
-/// message that says what is wrong and how to fix it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{code}: {message}")]
-pub(crate) struct ToolError {
-    pub code: &'static str,
-    pub message: String,
-}
-
-impl ToolError {
-    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
-        ToolError { code: "bad_request", message: message.into() }
-    }
-
-    /// The CallToolResult: `isError`, one text block naming the code, no `structuredContent`
-    /// (which would have to match the tool's `outputSchema`).
-    pub fn into_result(self) -> Value {
-        json!({"content": [{"type": "text", "text": self.to_string()}], "isError": true})
-    }
-}
-
-impl From<ApiError> for ToolError {
-    /// The HTTP layer's mapping: another owner's id, an expired one and a missing one are the
-    /// same `artifact_not_found`, and storage failures carry no internals.
-    fn from(e: ApiError) -> Self {
-        ToolError { code: e.code, message: e.message }
-    }
-}
+pub(crate) use crate::tool_error::ToolError;
 
 /// The `id` argument: a bare id or an `artifact://` URI.
 fn id_argument(tool: &str, arguments: &Value) -> Result<String, ToolError> {
@@ -243,11 +216,5 @@ mod tests {
         for m in ["text/plain; charset=utf-8", "application/json", "image/svg+xml", "application/octet-stream", "text/csv"] {
             assert!(!is_binary_type(m), "{m}");
         }
-    }
-
-    #[test]
-    fn errors_have_no_structured_content() {
-        let e = ToolError::bad_request("x is wrong").into_result();
-        assert_eq!(e, json!({"content": [{"type": "text", "text": "bad_request: x is wrong"}], "isError": true}));
     }
 }

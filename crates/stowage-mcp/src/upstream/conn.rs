@@ -6,7 +6,7 @@
 //! client's id. Every connection has a process-unique [`Conn::id`] and a [`ConnRole`]: the
 //! upstream's control connection (catalog, shared-mode calls) or one client's own upstream
 //! session. Both, and the [`Origin`] of each inbound message, decide which client hears what
-//! the upstream says (see [`crate::routes`]).
+//! the upstream says (the gateway routes them; see `Uplink`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,7 +20,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::http::HttpMeta;
 use crate::jsonrpc::{Kind, Message, Raw, code};
-use crate::routes::CallRoutes;
 use crate::session::Session;
 
 /// Messages queued towards one upstream, and from it towards the gateway, before the sender
@@ -304,7 +303,7 @@ pub(crate) async fn read_loop(
     conn: Arc<Conn>,
     mut rx: mpsc::Receiver<Inbound>,
     initiated: mpsc::Sender<Initiated>,
-    routes: Arc<CallRoutes>,
+    uplink: Arc<dyn super::Uplink>,
 ) {
     let reason = loop {
         let item = tokio::select! {
@@ -355,7 +354,7 @@ pub(crate) async fn read_loop(
             }
             // In-call progress and logs go straight to their client (in order with the reply).
             Kind::Notification if matches!(msg.method.as_deref(), Some("notifications/progress" | "notifications/message")) => {
-                routes.deliver_scrubbed(&conn, origin, msg).await;
+                uplink.in_call(&conn, origin, msg).await;
             }
             Kind::Request | Kind::Notification => {
                 if initiated.send(Initiated { conn: conn.clone(), msg, origin }).await.is_err() {

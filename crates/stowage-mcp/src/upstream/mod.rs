@@ -37,9 +37,7 @@ use tokio::sync::{OnceCell, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{SessionMode, TransportSpec, UpstreamSpec};
-use crate::events::{EventBus, GatewayEvent};
 use crate::jsonrpc::{Message, code};
-use crate::routes::CallRoutes;
 use crate::session::Session;
 
 /// Protocol version the gateway asks upstreams for first.
@@ -53,14 +51,25 @@ pub type InProcessPipes = (Box<dyn tokio::io::AsyncRead + Send + Unpin>, Box<dyn
 /// How an in-process server (the bundled demo) is started, once per connection.
 pub type InProcessFactory = Arc<dyn Fn() -> InProcessPipes + Send + Sync>;
 
+/// What the upstream layer hands up to the gateway above it, besides the queue of what
+/// upstreams initiate ([`Initiated`]). The gateway implements it: connections and transports
+/// know nothing of routing or events, so dependencies point one way, from the gateway down.
+#[async_trait::async_trait]
+pub trait Uplink: Send + Sync {
+    /// An in-call notification (progress, a log line) from `conn`, delivered to its client in
+    /// order with the call's reply (the reader waits for it).
+    async fn in_call(&self, conn: &Conn, origin: Origin, msg: Message);
+    /// Upstream `upstream`'s control connection came up (`Ok`) or went down (`Err(reason)`).
+    fn health_changed(&self, upstream: &str, health: Result<(), String>);
+}
+
 /// What every upstream of one gateway shares.
 #[derive(Clone)]
 pub struct UpstreamEnv {
     /// Where upstream-initiated messages go.
     pub initiated: mpsc::Sender<Initiated>,
-    /// In-call notifications are delivered through this directly, in order with responses.
-    pub routes: Arc<CallRoutes>,
-    pub events: EventBus,
+    /// In-call notifications and health changes go up through this.
+    pub uplink: Arc<dyn Uplink>,
     pub shutdown: CancellationToken,
     pub max_message_bytes: usize,
     /// (first delay, longest delay) between restarts.
@@ -390,7 +399,7 @@ impl Upstream {
                     tracing::info!(target: "stowage::upstream", upstream = %self.spec.name, "connected");
                     self.control.send_replace(Some(conn.clone()));
                     self.health.send_replace(Health::Up);
-                    self.env.events.publish(GatewayEvent::UpstreamUp { upstream: self.spec.name.clone() });
+                    self.env.uplink.health_changed(&self.spec.name, Ok(()));
                     if conn.is_stateless() {
                         self.start_listen(&conn);
                     }
@@ -415,7 +424,7 @@ impl Upstream {
                     let reason = conn.end_reason().unwrap_or_else(|| "closed".into());
                     tracing::warn!(target: "stowage::upstream", upstream = %self.spec.name, "connection lost: {reason}; reconnecting");
                     self.health.send_replace(Health::Down { reason: reason.clone() });
-                    self.env.events.publish(GatewayEvent::UpstreamDown { upstream: self.spec.name.clone(), reason });
+                    self.env.uplink.health_changed(&self.spec.name, Err(reason));
                     if started.elapsed() > Duration::from_secs(30) {
                         backoff = initial;
                     }
@@ -425,7 +434,7 @@ impl Upstream {
                     tracing::warn!(target: "stowage::upstream", upstream = %self.spec.name, "cannot start: {e}; retrying in {backoff:?}");
                     let was_up = self.health.send_replace(Health::Down { reason: e.clone() }) == Health::Up;
                     if was_up || backoff == initial {
-                        self.env.events.publish(GatewayEvent::UpstreamDown { upstream: self.spec.name.clone(), reason: e });
+                        self.env.uplink.health_changed(&self.spec.name, Err(e));
                     }
                 }
             }
@@ -471,7 +480,7 @@ impl Upstream {
         let timeout = self.spec.request_timeout.min(Duration::from_secs(60));
         let link = self.open_link(timeout).await?;
         let (conn, rx) = Conn::new(self.index, &self.spec.name, role, link);
-        tokio::spawn(conn::read_loop(conn.clone(), rx, self.env.initiated.clone(), self.env.routes.clone()));
+        tokio::spawn(conn::read_loop(conn.clone(), rx, self.env.initiated.clone(), self.env.uplink.clone()));
         let fail = |e: CallError| match e {
             CallError::Closed { reason, .. } => format!("{reason} during start-up"),
             other => other.to_string(),
