@@ -21,7 +21,7 @@ use crate::blobs::FsBlobs;
 use crate::clock::{Clock, SystemClock};
 use crate::delegate::delegate_store;
 use crate::engine::{Engine, Settings};
-use crate::failpoint::{FailpointHook, Failpoints};
+use crate::failpoint::Failpoints;
 use crate::index::SqliteIndex;
 use crate::{Result, RetentionConfig};
 
@@ -53,7 +53,7 @@ impl FsStore {
             retention: RetentionConfig::default(),
             clock: Arc::new(SystemClock),
             gc_grace: DEFAULT_GC_GRACE,
-            failpoints: None,
+            failpoints: Failpoints::default(),
             isolation: Isolation::default(),
         }
     }
@@ -96,7 +96,7 @@ pub struct FsStoreBuilder {
     retention: RetentionConfig,
     clock: Arc<dyn Clock>,
     gc_grace: Duration,
-    failpoints: Option<FailpointHook>,
+    failpoints: Failpoints,
     isolation: Isolation,
 }
 
@@ -130,10 +130,11 @@ impl FsStoreBuilder {
         self
     }
 
-    /// Installs a failpoint hook (crash tests only).
+    /// Installs a failpoint hook (crash tests only: the `test-hooks` feature).
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
-    pub fn failpoints(mut self, hook: FailpointHook) -> Self {
-        self.failpoints = Some(hook);
+    pub fn failpoints(mut self, hook: crate::FailpointHook) -> Self {
+        self.failpoints = Failpoints::new(hook);
         self
     }
 
@@ -143,7 +144,7 @@ impl FsStoreBuilder {
             return Err(StoreError::backend("open store", dir.display().to_string(), "not a directory"));
         }
         crate::private::create_dir_all(&dir).map_err(|e| StoreError::backend("create store directory", dir.display().to_string(), e))?;
-        let failpoints = Failpoints::new(self.failpoints);
+        let failpoints = self.failpoints;
         let blobs = FsBlobs::open(&dir, failpoints.clone(), self.gc_grace)?;
         let index_path = dir.join("index.sqlite");
         crate::private::precreate_file(&index_path)

@@ -65,6 +65,7 @@ use bytes::Bytes;
 use tokio::io::AsyncRead;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+#[cfg(feature = "test-hooks")]
 #[doc(hidden)]
 pub use failpoint::{FailpointHook, PutStep};
 #[cfg(feature = "sqlite")]

@@ -166,7 +166,7 @@ impl SharedStore {
             isolation: Isolation::default(),
             credentials: None,
             index_ca_file: None,
-            failpoints: None,
+            failpoints: Failpoints::default(),
         }
     }
 
@@ -212,14 +212,15 @@ pub struct SharedStoreBuilder {
     isolation: Isolation,
     credentials: Option<(String, String)>,
     index_ca_file: Option<std::path::PathBuf>,
-    failpoints: Option<crate::FailpointHook>,
+    failpoints: Failpoints,
 }
 
 impl SharedStoreBuilder {
-    /// Installs a failpoint hook (crash tests only).
+    /// Installs a failpoint hook (crash tests only: the `test-hooks` feature).
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn failpoints(mut self, hook: crate::FailpointHook) -> Self {
-        self.failpoints = Some(hook);
+        self.failpoints = Failpoints::new(hook);
         self
     }
 
@@ -312,7 +313,7 @@ impl SharedStoreBuilder {
         let settings = Settings {
             config: self.retention,
             clock: self.clock,
-            failpoints: Failpoints::new(self.failpoints),
+            failpoints: self.failpoints,
             isolation: self.isolation,
             last_tick,
             grace: self.gc_grace,

@@ -136,6 +136,7 @@ pub struct Gateway {
     /// Which upstream (and identity) each task belongs to.
     tasks: Mutex<tasks::Tasks>,
     /// A fault injected on purpose by a test (see [`Gateway::inject_panic`]).
+    #[cfg(feature = "test-hooks")]
     fault: Mutex<Option<String>>,
     /// When the gateway started: the start-up grace is counted from here.
     started: std::time::Instant,
@@ -225,6 +226,7 @@ impl Gateway {
             read_cache: Default::default(),
             events,
             tasks: Mutex::default(),
+            #[cfg(feature = "test-hooks")]
             fault: Mutex::new(None),
             started: std::time::Instant::now(),
             state_dir,
@@ -428,6 +430,8 @@ impl Gateway {
     }
 
     /// Makes calls to `tool` panic, to test that one panic costs one request and nothing else.
+    /// Only with the `test-hooks` feature, which tests turn on and shipped builds never do.
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn inject_panic(&self, tool: Option<&str>) {
         *self.fault.lock() = tool.map(str::to_owned);
