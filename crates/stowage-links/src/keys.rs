@@ -32,6 +32,9 @@ pub enum KeyError {
     BadId(String),
     #[error("key file {path}: {detail}")]
     File { path: PathBuf, detail: String },
+    /// A configured key's secret (`secret_env` or `secret_file`) cannot be read or decoded.
+    #[error("secret of signing key {id:?} in {origin}: {detail}")]
+    Secret { id: String, origin: String, detail: String },
     #[error("cannot get random bytes for a new signing key: {0}")]
     Random(String),
 }

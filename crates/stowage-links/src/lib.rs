@@ -24,7 +24,7 @@ mod keys;
 mod token;
 
 pub use compact::{COMPACT_PREFIX, is_compact};
-pub use config::{KeySource, LinksConfig, MAX_TTL, MIN_TTL, ResourceLinkUri};
+pub use config::{KeySource, LinksConfig, LinksConfigError, MAX_TTL, MIN_TTL, ResourceLinkUri};
 pub use keys::{KEY_FILE_NAME, KeyError, KeyRing};
 pub use token::{Claims, Operation, TOKEN_PREFIX, TokenError};
 
