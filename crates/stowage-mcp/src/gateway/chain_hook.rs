@@ -3,6 +3,7 @@
 //! was not chained, and why) and published as an event.
 
 use super::Gateway;
+use crate::chaining::ToolEntry;
 use crate::config::TransportSpec;
 use crate::events::GatewayEvent;
 use crate::router::Catalog;
@@ -12,7 +13,14 @@ impl Gateway {
     /// lists were fetched) and reports upstream `index`'s.
     pub(super) fn chain_detected(&self, catalog: &mut Catalog, index: usize) {
         let stdio = |i: usize| self.upstreams.get(i).is_some_and(|u| matches!(u.spec.transport, TransportSpec::Stdio { .. }));
-        let tools = crate::chaining::expose_inputs(catalog, &self.config.chaining, stdio, index);
+        let entries = catalog.tools.iter_mut().map(|t| ToolEntry {
+            name: &t.name,
+            upstream: t.upstream,
+            declares_blobs: t.blobs.is_some(),
+            def: &mut t.def,
+            inputs: &mut t.inputs,
+        });
+        let tools = crate::chaining::expose_inputs(entries, &self.config.chaining, stdio, index);
         let Some(upstream) = self.upstreams.get(index).map(|u| u.name().to_owned()) else { return };
         for t in &tools {
             let chained: Vec<String> = t.inputs.inputs.iter().map(|d| format!("{} ({})", d.path, d.form)).collect();

@@ -169,7 +169,7 @@ impl Gateway {
         };
         let sessions = Arc::new(Sessions::default());
         let routes = Arc::new(CallRoutes::new(sessions.clone()));
-        let events = EventBus::with_metrics();
+        let events = EventBus::with_recorder(crate::metrics::record);
         let env = UpstreamEnv {
             initiated: initiated_tx,
             routes: routes.clone(),

@@ -17,6 +17,7 @@
 //! Their answers go through the shaper's host step and final limit, not through the transform
 //! pipeline again: they are already small, and a window must reach the model as it is.
 
+mod grep;
 mod hints;
 mod media;
 mod query;

@@ -44,26 +44,6 @@ impl Default for TypedContentConfig {
     }
 }
 
-/// Whether `map` is an image block the user keeps inline (`keep_images_under_bytes`): an
-/// `{"type": "image", "data": …}` block whose base64 decodes to fewer bytes than the limit.
-/// Decided from the base64's length, without decoding; later layers and the clamp skip it.
-pub(crate) fn is_kept_image(map: &Map<String, Value>, config: &TransformConfig) -> bool {
-    let limit = config.typed_content.keep_images_under_bytes;
-    if !config.typed_content.enabled || limit <= config.inline_binary_max_bytes.saturating_add(1) {
-        // Nothing above the inline threshold is kept, and below it nothing is offloaded.
-        return false;
-    }
-    if map.get("type").and_then(Value::as_str) != Some("image") {
-        return false;
-    }
-    let Some(data) = map.get("data").and_then(Value::as_str) else { return false };
-    // Base64 is 4 characters per 3 bytes: far over the limit is decided without a scan.
-    if (data.len() as u64) / 4 * 3 > limit.saturating_mul(2) {
-        return false;
-    }
-    shape(data).is_some_and(|sh| decoded_len(&sh) < limit)
-}
-
 /// Kept images lifted out of a result while the observation clamp measures it: the clamp
 /// limits text for the model, and a kept image's base64 is neither text nor the model's to
 /// read as such. Each `data` becomes a short placeholder the clamp never cuts (under 64
@@ -87,7 +67,7 @@ impl KeptImages {
 
     fn lift_in(&mut self, value: &mut Value, config: &TransformConfig) {
         match value {
-            Value::Object(map) if is_kept_image(map, config) => {
+            Value::Object(map) if super::base64::is_kept_image(map, config) => {
                 let placeholder = Value::String(format!("{KEPT_PLACEHOLDER}{}", self.data.len()));
                 if let Some(Value::String(d)) = map.insert("data".into(), placeholder) {
                     self.data.push(d);
@@ -161,7 +141,7 @@ fn walk(value: &mut Value, ptr: &mut String, in_array: bool, cx: &mut Cx<'_>) {
     match value {
         Value::Object(map) => {
             if let Some(kind) = kind_of(map) {
-                if is_kept_image(map, cx.config) {
+                if super::base64::is_kept_image(map, cx.config) {
                     return;
                 }
                 if let Some(off) = consider(map, &kind, ptr, in_array, cx) {
