@@ -48,6 +48,9 @@ mod routes;
 pub mod run;
 mod session;
 pub mod shape;
+// Its visibility is settled when the upstream layer gets its own trait for handing messages up
+// (ARCHITECTURE.md, "Who may import whom"): until then, not flagged item by item.
+#[allow(unreachable_pub)]
 mod upstream;
 
 pub use config::{GatewayConfig, ServerConfig, SessionMode, TransportSpec, UpstreamSpec};

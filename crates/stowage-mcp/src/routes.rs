@@ -69,7 +69,7 @@ pub trait Scrubber: Send + Sync {
 
 /// Payloads smaller than this cannot hold base64 over the inline threshold or a string past
 /// the size net: they go through untouched, on the fast path.
-pub const SCRUB_FROM: usize = 1024;
+pub(crate) const SCRUB_FROM: usize = 1024;
 
 pub struct CallRoutes {
     /// Set once at start (the gateway builds its shaper before its upstreams connect).
@@ -237,7 +237,7 @@ impl CallRoutes {
 }
 
 /// Counts (and logs at debug level) a message that went to nobody.
-pub fn dropped(upstream: &str, what: &str) {
+pub(crate) fn dropped(upstream: &str, what: &str) {
     metrics::counter!("stowage_messages_dropped_total", "reason" => "unattributed").increment(1);
     tracing::debug!(target: "stowage::gateway", upstream = %upstream, "dropped {what}");
 }

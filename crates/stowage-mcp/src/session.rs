@@ -85,7 +85,7 @@ impl std::fmt::Debug for Session {
 }
 
 /// A stable map key for a JSON-RPC id (1 and "1" stay distinct).
-pub fn id_key(id: &Id) -> String {
+pub(crate) fn id_key(id: &Id) -> String {
     id.to_string()
 }
 
@@ -258,7 +258,7 @@ impl Session {
 }
 
 /// Sends `line` to `outbox`, logging (rather than failing) when the client cannot take it.
-pub async fn deliver_or_log(outbox: &Outbox, line: Vec<u8>, what: &str) {
+pub(crate) async fn deliver_or_log(outbox: &Outbox, line: Vec<u8>, what: &str) {
     match outbox.deliver(line).await {
         Ok(()) | Err(OutboxError::Closed) => {}
         Err(e) => tracing::warn!(target: "stowage::gateway", "could not deliver {what}: {e}"),

@@ -10,8 +10,9 @@
 use std::sync::Arc;
 
 /// The steps of a filesystem put, in order (all but [`PutStep::Staged`], which every store
-/// passes).
+/// passes). Public for the tests' hooks; without `test-hooks` only the checks name it.
 #[doc(hidden)]
+#[cfg_attr(not(feature = "test-hooks"), allow(unreachable_pub))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PutStep {
     /// The bytes are staged and the engine is about to take its lock: the fs store's temp file

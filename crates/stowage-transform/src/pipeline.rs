@@ -70,11 +70,6 @@ impl<'a> TransformInput<'a> {
             preview_chars: None,
         }
     }
-
-    pub fn with_output_schema(mut self, schema: &'a Value) -> Self {
-        self.output_schema = Some(schema);
-        self
-    }
 }
 
 /// The rewritten result and what happened.

@@ -45,7 +45,12 @@ pub struct HttpTimeouts {
 const DRAIN: Duration = Duration::from_secs(5);
 
 /// Serves `app` on `listener` until `shutdown` resolves.
-pub async fn serve(listener: TcpListener, app: Router, timeouts: HttpTimeouts, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+pub(crate) async fn serve(
+    listener: TcpListener,
+    app: Router,
+    timeouts: HttpTimeouts,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
     let app = app.layer(tower_http::timeout::RequestBodyTimeoutLayer::new(timeouts.body));
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder.http1().timer(TokioTimer::new()).header_read_timeout(timeouts.headers).keep_alive(true);

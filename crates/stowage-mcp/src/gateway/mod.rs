@@ -35,7 +35,7 @@ mod tasks;
 
 pub use calls::{CallOptions, CallReport, ToolOutcome};
 pub use handshake::{HANDSHAKE_VERSIONS, MODERN_VERSIONS};
-pub use last_seen::STANDIN_TOOL;
+pub(crate) use last_seen::STANDIN_TOOL;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;

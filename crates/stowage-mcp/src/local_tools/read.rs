@@ -21,7 +21,7 @@ use super::grep::grep_argument;
 use super::{CPU_POOL_BYTES, READ_BUDGET_BYTES, ReadHints, ToolError, as_str, cut_at_char, id_argument, meta_of, text_of, usize_argument};
 
 /// The tool's name in `tools/list`. It is not namespaced: it belongs to the gateway.
-pub const ARTIFACT_READ_TOOL: &str = "artifact_read";
+pub(crate) const ARTIFACT_READ_TOOL: &str = "artifact_read";
 
 /// A matching line longer than this many bytes is cut (minified files are one long line).
 const MAX_MATCH_LINE_BYTES: usize = 400;

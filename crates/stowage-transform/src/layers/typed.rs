@@ -57,7 +57,7 @@ const KEPT_PLACEHOLDER: &str = "\u{1}stowage-kept-image:";
 
 impl KeptImages {
     /// Lifts every kept image's data out of `value` (nothing when the config keeps none).
-    pub fn lift(value: &mut Value, config: &TransformConfig) -> KeptImages {
+    pub(crate) fn lift(value: &mut Value, config: &TransformConfig) -> KeptImages {
         let mut kept = KeptImages::default();
         if config.typed_content.keep_images_under_bytes > config.inline_binary_max_bytes.saturating_add(1) {
             kept.lift_in(value, config);
@@ -79,13 +79,13 @@ impl KeptImages {
         }
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.data.is_empty()
     }
 
     /// Puts the lifted data back wherever its placeholder still is (a block the clamp dropped
     /// is simply gone). `keep` leaves a copy of the data here, for a second restore.
-    pub fn restore(&mut self, value: &mut Value, keep: bool) {
+    pub(crate) fn restore(&mut self, value: &mut Value, keep: bool) {
         match value {
             Value::String(s) => {
                 if let Some(i) = s.strip_prefix(KEPT_PLACEHOLDER).and_then(|n| n.parse::<usize>().ok())

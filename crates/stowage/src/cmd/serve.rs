@@ -25,7 +25,7 @@ use crate::plan::{LinksPlan, Plan};
 use crate::wiring::StoreLocation;
 
 #[derive(Debug, Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// Serve one client over stdin/stdout (for hosts that spawn a command) instead of HTTP.
     #[arg(long)]
     pub stdio: bool,
@@ -58,7 +58,7 @@ pub struct ServeArgs {
 }
 
 /// What `serve` needs besides its plan.
-pub struct ServeContext<'a> {
+pub(crate) struct ServeContext<'a> {
     pub transform: &'a TransformConfig,
     pub store: Arc<dyn ArtifactStore>,
     /// Where the store lives (the default link-signing key is kept there too).
@@ -74,7 +74,7 @@ pub struct ServeContext<'a> {
     pub config_source: &'a crate::config::ConfigSource,
 }
 
-pub async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()> {
+pub(crate) async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()> {
     let store_dir = ctx.store_location.dir.clone();
     // Walking a big store takes a while; serving does not wait for it.
     tokio::spawn(warn_if_store_is_loose(store_dir.clone()));
