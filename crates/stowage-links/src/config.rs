@@ -15,6 +15,7 @@ pub const MIN_TTL: Duration = Duration::from_secs(60);
 /// Longest link lifetime accepted: links are bearer credentials, so they stay short.
 pub const MAX_TTL: Duration = Duration::from_secs(3600);
 
+/// `[links]`: see the fields.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LinksConfig {
@@ -36,8 +37,10 @@ pub struct LinksConfig {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ResourceLinkUri {
+    /// The signed download link (works without an MCP client, expires).
     #[default]
     Signed,
+    /// The permanent `artifact://` URI (read through the gateway, never expires).
     Artifact,
 }
 

@@ -47,6 +47,7 @@ impl FsStore {
         Self::builder(dir).retention(retention).open()
     }
 
+    /// Options for opening a store at `dir`: retention, clock, gc grace, isolation.
     pub fn builder(dir: impl AsRef<Path>) -> FsStoreBuilder {
         FsStoreBuilder {
             dir: dir.as_ref().to_path_buf(),
@@ -58,14 +59,17 @@ impl FsStore {
         }
     }
 
+    /// The store directory.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
+    /// The retention the store was opened with.
     pub fn retention(&self) -> &RetentionConfig {
         self.engine.config()
     }
 
+    /// Which owner ids decide access.
     pub fn isolation(&self) -> Isolation {
         self.engine.isolation()
     }
@@ -101,6 +105,7 @@ pub struct FsStoreBuilder {
 }
 
 impl FsStoreBuilder {
+    /// The retention limits and expiry (default: [`RetentionConfig::default`]).
     pub fn retention(mut self, retention: RetentionConfig) -> Self {
         self.retention = retention;
         self
@@ -138,6 +143,7 @@ impl FsStoreBuilder {
         self
     }
 
+    /// Opens the store, creating the directory, the index and the blob tree if needed.
     pub fn open(self) -> Result<FsStore> {
         let dir = self.dir;
         if dir.exists() && !dir.is_dir() {

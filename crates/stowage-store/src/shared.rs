@@ -126,10 +126,16 @@ pub enum StoreCheck {
     /// blobs: the next start records it.
     Unclaimed,
     /// The index and this location's marker name the same store.
-    Matches { store_id: String },
+    Matches {
+        /// The store's id.
+        store_id: String,
+    },
     /// The index's location is this one and holds its blobs, but the marker is missing: the
     /// next start writes it again.
-    MarkerMissing { store_id: String },
+    MarkerMissing {
+        /// The store's id, as the index records it.
+        store_id: String,
+    },
 }
 
 impl std::fmt::Display for StoreCheck {
@@ -170,10 +176,12 @@ impl SharedStore {
         }
     }
 
+    /// The retention the store was opened with.
     pub fn retention(&self) -> &RetentionConfig {
         self.engine.config()
     }
 
+    /// Which owner ids decide access.
     pub fn isolation(&self) -> Isolation {
         self.engine.isolation()
     }
@@ -224,6 +232,7 @@ impl SharedStoreBuilder {
         self
     }
 
+    /// The retention limits and expiry.
     pub fn retention(mut self, retention: RetentionConfig) -> Self {
         self.retention = retention;
         self

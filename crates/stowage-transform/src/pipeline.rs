@@ -58,6 +58,8 @@ pub struct TransformInput<'a> {
 }
 
 impl<'a> TransformInput<'a> {
+    /// The input for a call of `tool_name` by `scope`, with the defaults: clamped, tokens
+    /// counted, a store failure fails the run.
     pub fn new(tool_name: &'a str, scope: &'a ArtifactScope) -> Self {
         TransformInput {
             tool_name,
@@ -75,7 +77,9 @@ impl<'a> TransformInput<'a> {
 /// The rewritten result and what happened.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TransformOutput {
+    /// The rewritten result.
     pub value: Value,
+    /// What each layer did.
     pub report: TransformReport,
 }
 
@@ -123,6 +127,7 @@ impl Pipeline {
         &self.sink
     }
 
+    /// The configuration it runs with.
     pub fn config(&self) -> &TransformConfig {
         &self.config
     }
