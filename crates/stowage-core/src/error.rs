@@ -9,29 +9,60 @@ use crate::ArtifactId;
 /// A boxed error from a backend (IO, SQLite, S3, …).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
+/// What a store (or a sink in front of one) can fail with; [`StoreError::code`] maps each to
+/// its wire code.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
     /// No artifact with this id is visible to the caller's owner. Deliberately the same for
     /// "never existed", "another owner's" and "already deleted", so nothing leaks.
     #[error("artifact {id} not found")]
-    NotFound { id: ArtifactId },
+    NotFound {
+        /// The id asked for.
+        id: ArtifactId,
+    },
 
     /// The artifact existed for this owner but its TTL has passed.
     #[error("artifact {id} expired at {expired_at}")]
-    Expired { id: ArtifactId, expired_at: String },
+    Expired {
+        /// The artifact's id.
+        id: ArtifactId,
+        /// When it expired (RFC 3339).
+        expired_at: String,
+    },
 
     /// A single artifact is larger than a configured limit.
     #[error("{what} is {size} bytes, over the {limit_name} limit of {limit} bytes; raise {limit_name} in stowage.toml or store less")]
-    TooLarge { what: String, size: u64, limit: u64, limit_name: &'static str },
+    TooLarge {
+        /// What was too large (`"artifact"`, `"upload"`, …).
+        what: String,
+        /// Its size in bytes.
+        size: u64,
+        /// The limit in bytes.
+        limit: u64,
+        /// The setting that holds the limit, named so the message says what to raise.
+        limit_name: &'static str,
+    },
 
     /// A per-session or per-trace budget is full and eviction is off or cannot free enough.
     #[error("{budget} is full: {detail}; raise the limit in stowage.toml, delete artifacts or enable lru eviction")]
-    QuotaExceeded { budget: String, detail: String },
+    QuotaExceeded {
+        /// Which budget (`"session s1's budget"`, …).
+        budget: String,
+        /// How full it is and what the put needed.
+        detail: String,
+    },
 
     /// Two different contents produced the same id (a sha256-prefix collision). Never aliased.
     #[error("artifact id {id} already names different content (sha256 {existing} vs {incoming})")]
-    IdCollision { id: ArtifactId, existing: String, incoming: String },
+    IdCollision {
+        /// The id both contents map to.
+        id: ArtifactId,
+        /// The stored content's sha256.
+        existing: String,
+        /// The new content's sha256.
+        incoming: String,
+    },
 
     /// The caller passed something unusable (a bad range, an empty stream when bytes were
     /// required, …).
@@ -41,8 +72,11 @@ pub enum StoreError {
     /// The backend failed. `op` names what was being done, `target` what it was done to.
     #[error("{op} {target}: {source}")]
     Backend {
+        /// What was being done (`"put"`, `"open store"`, …).
         op: &'static str,
+        /// What it was done to (an id, a path, a URL without credentials).
         target: String,
+        /// The backend's own error.
         #[source]
         source: BoxError,
     },

@@ -26,12 +26,16 @@ const DEFAULT_NAMESPACE: &str = "art";
 /// Why a string is not a valid artifact id.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IdError {
+    /// The empty string.
     #[error("artifact id is empty")]
     Empty,
+    /// Longer than 128 characters.
     #[error("artifact id is longer than {MAX_ID_LEN} characters")]
     TooLong,
+    /// A character that is not safe in paths, URLs and logs.
     #[error("artifact id {0:?} contains a character outside [A-Za-z0-9_.-]")]
     BadChar(String),
+    /// A string parsed as an `artifact://` URI that is not one.
     #[error("{0:?} is not an artifact:// uri")]
     NotAUri(String),
 }
@@ -75,6 +79,7 @@ impl ArtifactId {
         format!("{ARTIFACT_URI_SCHEME}{}", self.0)
     }
 
+    /// The id as text (`{namespace}_{16 hex}`).
     pub fn as_str(&self) -> &str {
         &self.0
     }

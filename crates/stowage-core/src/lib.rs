@@ -12,6 +12,7 @@
 //! - [`StoreError`]: the one error enum every store speaks;
 //! - [`normalize_media_type`]: the one rule for what media type an artifact may carry.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod error;
 mod id;

@@ -19,14 +19,26 @@ const MAX_CHARSET_LEN: usize = 40;
 /// Why a claimed media type was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MediaTypeError {
+    /// Longer than [`MAX_MEDIA_TYPE_LEN`] bytes.
     #[error("media type is {len} bytes, over the limit of {MAX_MEDIA_TYPE_LEN}; send a single short type/subtype")]
-    TooLong { len: usize },
+    TooLong {
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// Several types separated by commas.
     #[error("media type {0:?} is a list; send exactly one type/subtype")]
     List(String),
+    /// `*/*` or `image/*`: a pattern, not the content's type.
     #[error("media type {0:?} is a wildcard; send the concrete type of the content")]
     Wildcard(String),
+    /// Not `type/subtype` with valid parameters.
     #[error("media type {value:?} is not a valid type/subtype ({reason}); send one such as application/pdf")]
-    Invalid { value: String, reason: String },
+    Invalid {
+        /// The value as claimed.
+        value: String,
+        /// What the parser found wrong.
+        reason: String,
+    },
 }
 
 /// Parses a claimed media type and rebuilds it safely: `type/subtype` lowercased, plus

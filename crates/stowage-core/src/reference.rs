@@ -23,24 +23,31 @@ pub type Timestamp = time::OffsetDateTime;
 /// Optional fields are omitted when absent. It never carries the bytes themselves.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ArtifactRef {
+    /// The artifact's id.
     pub id: ArtifactId,
     /// Always `artifact://<id>`; kept in the JSON so that consumers need not build it.
     pub uri: String,
+    /// The recorded media type (normalized, or sniffed from the bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mime_type: Option<String>,
+    /// The stored size in bytes.
     pub size_bytes: u64,
+    /// The file name the producer gave, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filename: Option<String>,
     /// Lowercase hex sha256 of the stored bytes.
     pub sha256: String,
+    /// Whose it is (tenant, user, session) and the trace it was made in.
     #[serde(default, skip_serializing_if = "is_default_scope")]
     pub scope: ArtifactScope,
     /// Where the artifact came from (tool, pointer, …) and, for the NoOp store, the
     /// `truncated` marker and warning. Free-form but small.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub source: Map<String, Value>,
+    /// When it was first stored.
     #[serde(with = "time::serde::rfc3339")]
     pub created_at: Timestamp,
+    /// When it expires; `None` keeps it until evicted or deleted.
     #[serde(default, with = "time::serde::rfc3339::option", skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<Timestamp>,
 }

@@ -17,12 +17,17 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ArtifactScope {
+    /// The tenant (an organisation); budgets nest under it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant_id: Option<String>,
+    /// The user: with the tenant, the owner under `Isolation::User`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_id: Option<String>,
+    /// The session (one client connection); part of the owner under `Isolation::Session`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
+    /// The trace (one agent run or request chain): recorded for grouping and budgets, never
+    /// part of the owner.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
 }
@@ -33,16 +38,19 @@ impl ArtifactScope {
         ArtifactScope { session_id: Some(session_id.into()), ..Default::default() }
     }
 
+    /// The scope with `tenant_id` set.
     pub fn with_tenant(mut self, tenant_id: impl Into<String>) -> Self {
         self.tenant_id = Some(tenant_id.into());
         self
     }
 
+    /// The scope with `user_id` set.
     pub fn with_user(mut self, user_id: impl Into<String>) -> Self {
         self.user_id = Some(user_id.into());
         self
     }
 
+    /// The scope with `trace_id` set.
     pub fn with_trace(mut self, trace_id: impl Into<String>) -> Self {
         self.trace_id = Some(trace_id.into());
         self
@@ -100,8 +108,11 @@ impl std::str::FromStr for Isolation {
 /// must be equal, where an unset id differs from every set one.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Owner {
+    /// The tenant, as in [`ArtifactScope::tenant_id`].
     pub tenant_id: Option<String>,
+    /// The user, as in [`ArtifactScope::user_id`].
     pub user_id: Option<String>,
+    /// The session, as in [`ArtifactScope::session_id`].
     pub session_id: Option<String>,
 }
 

@@ -18,9 +18,11 @@ pub struct PutOptions {
     /// The media type; when `None`, stores sniff it from the bytes' magic numbers and fall back
     /// to `application/octet-stream`.
     pub mime_type: Option<String>,
+    /// The file name to record and offer on download.
     pub filename: Option<String>,
     /// The id namespace (`{namespace}_{sha256 prefix}`), usually the tool name. Default `art`.
     pub namespace: Option<String>,
+    /// Whose artifact it is, and the trace it belongs to.
     pub scope: ArtifactScope,
     /// Free-form provenance stored as [`ArtifactRef::source`].
     pub source: Map<String, Value>,
@@ -29,25 +31,30 @@ pub struct PutOptions {
 }
 
 impl PutOptions {
+    /// Options for `scope` and nothing else.
     pub fn scoped(scope: ArtifactScope) -> Self {
         PutOptions { scope, ..Default::default() }
     }
 
+    /// With the media type set.
     pub fn mime(mut self, mime: impl Into<String>) -> Self {
         self.mime_type = Some(mime.into());
         self
     }
 
+    /// With the file name set.
     pub fn filename(mut self, name: impl Into<String>) -> Self {
         self.filename = Some(name.into());
         self
     }
 
+    /// With the id namespace set.
     pub fn namespace(mut self, ns: impl Into<String>) -> Self {
         self.namespace = Some(ns.into());
         self
     }
 
+    /// With one more provenance entry.
     pub fn source_entry(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
         self.source.insert(key.into(), value.into());
         self

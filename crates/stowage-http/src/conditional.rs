@@ -32,7 +32,7 @@ pub(crate) struct Validators {
 }
 
 impl Validators {
-    pub fn of(meta: &ArtifactRef) -> Validators {
+    pub(crate) fn of(meta: &ArtifactRef) -> Validators {
         let secs = u64::try_from(meta.created_at.unix_timestamp()).unwrap_or(0);
         Validators { etag: format!("\"{}\"", meta.sha256), last_modified: SystemTime::UNIX_EPOCH + Duration::from_secs(secs) }
     }

@@ -74,7 +74,7 @@ impl ByteRange {
 }
 
 /// Resolves an optional header value against `len`.
-pub fn resolve(header: Option<&str>, len: u64) -> RangeRequest {
+pub(crate) fn resolve(header: Option<&str>, len: u64) -> RangeRequest {
     match header.and_then(parse_range) {
         None => RangeRequest::Full,
         Some(r) => r.resolve(len),

@@ -212,12 +212,12 @@ pub(crate) struct SlotClaim {
 }
 
 impl SlotClaim {
-    pub fn spec(&self) -> &SlotSpec {
+    pub(crate) fn spec(&self) -> &SlotSpec {
         &self.spec
     }
 
     /// The upload stored `artifact`: the slot is spent.
-    pub fn done(mut self, artifact: ArtifactRef) {
+    pub(crate) fn done(mut self, artifact: ArtifactRef) {
         self.done = true;
         if let Some(slot) = self.registry.lock().get_mut(&self.id) {
             slot.state = SlotState::Done(Box::new(artifact));
@@ -226,7 +226,7 @@ impl SlotClaim {
 
     /// The upload staged exactly the expected bytes: they wait in the slot. A slot discarded
     /// meanwhile keeps nothing (the file is dropped here).
-    pub fn staged(mut self, staged: Staged) {
+    pub(crate) fn staged(mut self, staged: Staged) {
         self.done = true;
         if let Some(slot) = self.registry.lock().get_mut(&self.id) {
             slot.state = SlotState::Staged;

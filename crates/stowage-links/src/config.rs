@@ -15,6 +15,7 @@ pub const MIN_TTL: Duration = Duration::from_secs(60);
 /// Longest link lifetime accepted: links are bearer credentials, so they stay short.
 pub const MAX_TTL: Duration = Duration::from_secs(3600);
 
+/// `[links]`: see the fields.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LinksConfig {
@@ -36,8 +37,10 @@ pub struct LinksConfig {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ResourceLinkUri {
+    /// The signed download link (works without an MCP client, expires).
     #[default]
     Signed,
+    /// The permanent `artifact://` URI (read through the gateway, never expires).
     Artifact,
 }
 
@@ -66,18 +69,42 @@ pub struct KeySource {
     pub secret_file: Option<PathBuf>,
 }
 
+/// What [`LinksConfig::validate`] finds wrong; each message names the key and how to fix it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LinksConfigError {
+    /// `links.ttl` outside [`MIN_TTL`]..=[`MAX_TTL`].
+    #[error("links.ttl is {}; it must be between 1m and 60m", humantime::format_duration(*ttl))]
+    Ttl {
+        /// The configured lifetime.
+        ttl: Duration,
+    },
+    /// `links.public_url` is not an http(s) URL.
+    #[error("links.public_url {url:?} must start with http:// or https://")]
+    PublicUrl {
+        /// The configured URL.
+        url: String,
+    },
+    /// A `[[links.keys]]` entry with both or neither of `secret_env` and `secret_file`.
+    #[error("links.keys {id:?}: set exactly one of secret_env and secret_file")]
+    KeySource {
+        /// The key's id.
+        id: String,
+    },
+}
+
 impl LinksConfig {
     /// Checks what serde cannot: the TTL range and the URL's shape.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), LinksConfigError> {
         if self.ttl < MIN_TTL || self.ttl > MAX_TTL {
-            return Err(format!("links.ttl is {}; it must be between 1m and 60m", humantime::format_duration(self.ttl)));
+            return Err(LinksConfigError::Ttl { ttl: self.ttl });
         }
         if !(self.public_url.starts_with("http://") || self.public_url.starts_with("https://")) {
-            return Err(format!("links.public_url {:?} must start with http:// or https://", self.public_url));
+            return Err(LinksConfigError::PublicUrl { url: self.public_url.clone() });
         }
         for k in &self.keys {
             if k.secret_env.is_some() == k.secret_file.is_some() {
-                return Err(format!("links.keys {:?}: set exactly one of secret_env and secret_file", k.id));
+                return Err(LinksConfigError::KeySource { id: k.id.clone() });
             }
         }
         Ok(())
@@ -101,13 +128,11 @@ impl LinksConfig {
                 (None, Some(path)) => (path.display().to_string(), std::fs::read_to_string(path).ok()),
                 (None, None) => (String::from("nowhere"), None),
             };
-            let text = text.ok_or_else(|| KeyError::File {
-                path: PathBuf::from(&origin),
-                detail: format!("secret of key {:?} is not readable", k.id),
-            })?;
-            let secret = B64.decode(text.trim().trim_end_matches('=')).map_err(|e| KeyError::File {
-                path: PathBuf::from(&origin),
-                detail: format!("secret of key {:?} is not base64url: {e}", k.id),
+            let text = text.ok_or_else(|| KeyError::Secret { id: k.id.clone(), origin: origin.clone(), detail: "not readable".into() })?;
+            let secret = B64.decode(text.trim().trim_end_matches('=')).map_err(|e| KeyError::Secret {
+                id: k.id.clone(),
+                origin: origin.clone(),
+                detail: format!("not base64url: {e}"),
             })?;
             keys.push((k.id.clone(), secret));
         }
@@ -157,6 +182,18 @@ mod tests {
             ..Default::default()
         };
         let err = c.key_ring(Path::new("/nonexistent")).unwrap_err().to_string();
-        assert!(err.contains("STOWAGE_TEST_NO_SUCH_VAR"), "{err}");
+        assert_eq!(err, r#"secret of signing key "k" in environment variable STOWAGE_TEST_NO_SUCH_VAR: not readable"#);
+    }
+
+    #[test]
+    fn each_mistake_names_its_key() {
+        let ttl = LinksConfig { ttl: Duration::from_secs(7200), ..Default::default() };
+        assert_eq!(ttl.validate().unwrap_err().to_string(), "links.ttl is 2h; it must be between 1m and 60m");
+        let url = LinksConfig { public_url: "gateway:8787".into(), ..Default::default() };
+        assert_eq!(url.validate(), Err(LinksConfigError::PublicUrl { url: "gateway:8787".into() }));
+        assert_eq!(url.validate().unwrap_err().to_string(), r#"links.public_url "gateway:8787" must start with http:// or https://"#);
+        let both = KeySource { id: "k".into(), secret_env: Some("V".into()), secret_file: Some("f".into()) };
+        let keys = LinksConfig { keys: vec![both], ..Default::default() };
+        assert_eq!(keys.validate().unwrap_err().to_string(), r#"links.keys "k": set exactly one of secret_env and secret_file"#);
     }
 }

@@ -20,18 +20,45 @@ pub const KEY_FILE_NAME: &str = "links.key";
 /// Shortest secret accepted: 32 bytes, the HMAC-SHA256 block-size recommendation's floor.
 const MIN_SECRET_LEN: usize = 32;
 
+/// Why a key ring cannot be built or loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
+    /// A ring needs at least one key.
     #[error("no signing key configured")]
     Empty,
+    /// A secret shorter than 32 bytes.
     #[error("signing key {id:?} is {len} bytes; use at least {MIN_SECRET_LEN} random bytes")]
-    TooShort { id: String, len: usize },
+    TooShort {
+        /// The key's id.
+        id: String,
+        /// Its secret's length in bytes.
+        len: usize,
+    },
+    /// Two keys with one id (a token names the key that signed it).
     #[error("signing key id {0:?} is used twice")]
     DuplicateId(String),
+    /// An id that cannot sit in a token.
     #[error("signing key id {0:?} must be 1-32 characters of [A-Za-z0-9_-]")]
     BadId(String),
+    /// The embedded default key file cannot be read, written or parsed.
     #[error("key file {path}: {detail}")]
-    File { path: PathBuf, detail: String },
+    File {
+        /// The key file.
+        path: PathBuf,
+        /// What went wrong.
+        detail: String,
+    },
+    /// A configured key's secret (`secret_env` or `secret_file`) cannot be read or decoded.
+    #[error("secret of signing key {id:?} in {origin}: {detail}")]
+    Secret {
+        /// The key's id.
+        id: String,
+        /// Where its secret was looked for (an environment variable or a file).
+        origin: String,
+        /// What went wrong.
+        detail: String,
+    },
+    /// The system's random source failed while making the default key.
     #[error("cannot get random bytes for a new signing key: {0}")]
     Random(String),
 }
@@ -114,6 +141,7 @@ impl KeyRing {
         }
     }
 
+    /// The keys' ids, newest (the signing key) first.
     pub fn key_ids(&self) -> Vec<&str> {
         self.keys.iter().map(|k| k.id.as_str()).collect()
     }

@@ -17,6 +17,7 @@
 //!
 //! Tokens carry ids only: never a filename, a prompt or any other user content.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod compact;
 mod config;
@@ -24,7 +25,7 @@ mod keys;
 mod token;
 
 pub use compact::{COMPACT_PREFIX, is_compact};
-pub use config::{KeySource, LinksConfig, MAX_TTL, MIN_TTL, ResourceLinkUri};
+pub use config::{KeySource, LinksConfig, LinksConfigError, MAX_TTL, MIN_TTL, ResourceLinkUri};
 pub use keys::{KEY_FILE_NAME, KeyError, KeyRing};
 pub use token::{Claims, Operation, TOKEN_PREFIX, TokenError};
 
@@ -41,6 +42,7 @@ pub fn upload_url(public_url: &str, slot: &str, token: &str) -> String {
 /// A link with its expiry, as handed to people and tools.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct SignedLink {
+    /// The full URL, token included.
     pub url: String,
     /// Unix seconds.
     pub expires_at: u64,
@@ -66,14 +68,17 @@ pub struct LinkSigner {
 }
 
 impl LinkSigner {
+    /// A signer with `ring`'s newest key, `config`'s public URL and TTL.
     pub fn new(ring: KeyRing, config: &LinksConfig) -> Self {
         LinkSigner { ring, public_url: config.public_url.trim_end_matches('/').to_owned(), ttl: config.ttl }
     }
 
+    /// The key ring (verifiers share it).
     pub fn ring(&self) -> &KeyRing {
         &self.ring
     }
 
+    /// The base URL links are built on, without a trailing `/`.
     pub fn public_url(&self) -> &str {
         &self.public_url
     }

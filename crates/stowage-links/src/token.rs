@@ -20,7 +20,9 @@ pub const TOKEN_PREFIX: &str = "v1.";
 /// What a token allows. A read token cannot write and a write token cannot read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Operation {
+    /// Download an artifact.
     Read,
+    /// Upload into a slot.
     Write,
 }
 
@@ -36,10 +38,13 @@ impl Operation {
 /// What a verified token says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claims {
+    /// The id of the key that signed it.
     pub key_id: String,
+    /// What it allows.
     pub operation: Operation,
     /// The artifact id (read) or upload slot id (write).
     pub target: String,
+    /// Whose artifact or slot it is.
     pub owner: Owner,
     /// Unix seconds after which the token is refused.
     pub expires_at: u64,
@@ -48,14 +53,22 @@ pub struct Claims {
 /// Why a token was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TokenError {
+    /// No `token` parameter.
     #[error("missing token: add ?token=… from a fresh link")]
     Missing,
+    /// Not in either token format.
     #[error("not a link token")]
     NotAToken,
+    /// A bad MAC, an unknown key, or a token for another target, operation or owner: all
+    /// one answer, so nothing is learnt from trying.
     #[error("token is not valid for this artifact")]
     Forbidden,
+    /// A valid token past its expiry.
     #[error("link expired; ask for a fresh link")]
-    Expired { expired_at: u64 },
+    Expired {
+        /// When it expired (Unix seconds).
+        expired_at: u64,
+    },
 }
 
 impl TokenError {

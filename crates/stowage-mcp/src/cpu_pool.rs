@@ -66,7 +66,7 @@ fn lower_priority() {
 
 /// Runs `f` on the pool and waits for it. A panic in `f` is resumed here, in the caller,
 /// where the gateway's per-request guard turns it into that request's error.
-pub async fn run<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+pub(crate) async fn run<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     let (tx, rx) = oneshot::channel();
     let job: Job = Box::new(move || {
         let _ = tx.send(std::panic::catch_unwind(AssertUnwindSafe(f)));

@@ -14,12 +14,12 @@ use bytes::BufMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Default upper bound on one message, in bytes.
-pub const DEFAULT_MAX_LINE_BYTES: usize = 1 << 30;
+pub(crate) const DEFAULT_MAX_LINE_BYTES: usize = 1 << 30;
 
 const READ_BUFFER_BYTES: usize = 1 << 20;
 
 /// How much of a refused line is kept in [`FrameError::TooLong`].
-pub const HEAD_BYTES: usize = 4096;
+pub(crate) const HEAD_BYTES: usize = 4096;
 
 fn too_long(limit: usize, line: &[u8]) -> FrameError {
     FrameError::TooLong { limit, head: line[..line.len().min(HEAD_BYTES)].to_vec() }
@@ -27,7 +27,7 @@ fn too_long(limit: usize, line: &[u8]) -> FrameError {
 
 /// Why a line could not be read.
 #[derive(Debug, thiserror::Error)]
-pub enum FrameError {
+pub(crate) enum FrameError {
     #[error("message is over the {limit} byte limit (max_message_bytes)")]
     TooLong {
         limit: usize,
@@ -40,7 +40,7 @@ pub enum FrameError {
 }
 
 /// Reads one message per line.
-pub struct LineReader<R> {
+pub(crate) struct LineReader<R> {
     inner: R,
     /// Read-ahead: bytes `start..end` are read but not yet returned.
     buf: Box<[u8]>,
@@ -50,12 +50,12 @@ pub struct LineReader<R> {
 }
 
 impl<R: AsyncRead + Unpin> LineReader<R> {
-    pub fn new(reader: R, max: usize) -> Self {
+    pub(crate) fn new(reader: R, max: usize) -> Self {
         LineReader { inner: reader, buf: vec![0; READ_BUFFER_BYTES].into_boxed_slice(), start: 0, end: 0, max }
     }
 
     /// The next non-empty line without its terminator, or `None` at end of input.
-    pub async fn next_line(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
+    pub(crate) async fn next_line(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
         loop {
             let Some(mut line) = self.read_line().await? else { return Ok(None) };
             while matches!(line.last(), Some(b'\n' | b'\r')) {
@@ -165,7 +165,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
 }
 
 /// Writes `line` and a newline, then flushes: a message is visible to the peer at once.
-pub async fn write_line<W: AsyncWrite + Unpin>(w: &mut W, line: &[u8]) -> std::io::Result<()> {
+pub(crate) async fn write_line<W: AsyncWrite + Unpin>(w: &mut W, line: &[u8]) -> std::io::Result<()> {
     w.write_all(line).await?;
     w.write_all(b"\n").await?;
     w.flush().await

@@ -28,18 +28,18 @@ use crate::jsonrpc::Message;
 use crate::outbox::{Outbox, RelayHandle};
 
 /// The client's answer to one input request: its result, or why there is none.
-pub type InputAnswer = Result<Value, String>;
+pub(crate) type InputAnswer = Result<Value, String>;
 
 /// An upstream's request for client input, on its way to the client.
 #[derive(Debug)]
-pub struct InputAsk {
+pub(crate) struct InputAsk {
     pub method: String,
     pub params: Value,
     pub reply: oneshot::Sender<InputAnswer>,
 }
 
 /// Where a call running inside an exchange sends its input requests.
-pub type InputTx = mpsc::Sender<InputAsk>;
+pub(crate) type InputTx = mpsc::Sender<InputAsk>;
 
 /// Input requests one call may have waiting for the client at once.
 const MAX_WAITING_ASKS: usize = 16;
@@ -51,14 +51,14 @@ tokio::task_local! {
 }
 
 /// The input channel of the call running on this task, if it runs inside an exchange.
-pub fn current() -> Option<InputTx> {
+pub(crate) fn current() -> Option<InputTx> {
     INPUTS.try_with(Clone::clone).ok()
 }
 
 type Outcome = Result<Message, GatewayError>;
 
 /// One interactive request in progress across the client's retries.
-pub struct Exchange {
+pub(crate) struct Exchange {
     task: JoinHandle<Outcome>,
     asks: mpsc::Receiver<InputAsk>,
     pending: HashMap<String, oneshot::Sender<InputAnswer>>,
@@ -79,10 +79,10 @@ impl Drop for Exchange {
 }
 
 /// Who may continue an exchange: the tenant and user of the session that started it.
-pub type Owner = (Option<String>, Option<String>);
+pub(crate) type Owner = (Option<String>, Option<String>);
 
 /// What one attempt of an interactive request comes to.
-pub enum Step {
+pub(crate) enum Step {
     /// The call finished: its response.
     Done(Outcome),
     /// The call needs input: the `input_required` result to send, and the exchange to keep
@@ -92,7 +92,7 @@ pub enum Step {
 
 impl Exchange {
     /// Starts `call` on its own task with an input channel and a relay for its messages.
-    pub fn start<F>(owner: Owner, outbox: &Outbox, call: impl FnOnce(Outbox) -> F) -> Exchange
+    pub(crate) fn start<F>(owner: Owner, outbox: &Outbox, call: impl FnOnce(Outbox) -> F) -> Exchange
     where
         F: Future<Output = Outcome> + Send + 'static,
     {
@@ -102,13 +102,13 @@ impl Exchange {
         Exchange { task, asks, pending: HashMap::new(), relay, owner, next_key: 1 }
     }
 
-    pub fn owner(&self) -> &Owner {
+    pub(crate) fn owner(&self) -> &Owner {
         &self.owner
     }
 
     /// Delivers the client's `inputResponses` to the upstream requests waiting for them, and
     /// points the call's messages at the retry's stream.
-    pub fn answer(&mut self, responses: Option<&serde_json::Map<String, Value>>, outbox: &Outbox) {
+    pub(crate) fn answer(&mut self, responses: Option<&serde_json::Map<String, Value>>, outbox: &Outbox) {
         self.relay.point_to(Some(outbox.clone()));
         for (key, reply) in self.pending.drain() {
             let answer = match responses.and_then(|r| r.get(&key)) {
@@ -121,7 +121,7 @@ impl Exchange {
 
     /// Runs until the call finishes or asks for input. Input requests that arrive together
     /// go to the client in one `input_required` result.
-    pub async fn step(mut self) -> Step {
+    pub(crate) async fn step(mut self) -> Step {
         let first = tokio::select! {
             r = &mut self.task => {
                 let out = r.unwrap_or_else(|e| Err(GatewayError::Internal(format!("the call failed: {e}"))));
@@ -146,13 +146,13 @@ impl Exchange {
 
 /// Exchanges waiting for the client's retry, by `requestState`.
 #[derive(Default)]
-pub struct Exchanges {
+pub(crate) struct Exchanges {
     waiting: Mutex<HashMap<String, Exchange>>,
 }
 
 impl Exchanges {
     /// Parks `exchange` under `state` until the client retries, or `ttl` passes.
-    pub fn park(self: &Arc<Self>, state: String, exchange: Exchange, ttl: Duration) {
+    pub(crate) fn park(self: &Arc<Self>, state: String, exchange: Exchange, ttl: Duration) {
         self.waiting.lock().insert(state.clone(), exchange);
         let me: Weak<Exchanges> = Arc::downgrade(self);
         tokio::spawn(async move {
@@ -165,7 +165,7 @@ impl Exchanges {
 
     /// Takes the exchange parked under `state`, if `owner` started it. Another identity's
     /// state is answered exactly like an unknown one, and stays parked.
-    pub fn take(&self, state: &str, owner: &Owner) -> Option<Exchange> {
+    pub(crate) fn take(&self, state: &str, owner: &Owner) -> Option<Exchange> {
         let mut waiting = self.waiting.lock();
         if waiting.get(state)?.owner() != owner {
             return None;
@@ -175,7 +175,7 @@ impl Exchanges {
 }
 
 /// Asks the client through the exchange's channel and waits for its answer.
-pub async fn ask(inputs: &InputTx, method: &str, params: Value, timeout: Duration) -> InputAnswer {
+pub(crate) async fn ask(inputs: &InputTx, method: &str, params: Value, timeout: Duration) -> InputAnswer {
     let (reply, answer) = oneshot::channel();
     inputs
         .send(InputAsk { method: method.to_owned(), params, reply })

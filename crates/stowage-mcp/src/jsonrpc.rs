@@ -18,22 +18,22 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 /// Standard JSON-RPC error codes, and the MCP ones the gateway produces.
-pub mod code {
-    pub const PARSE_ERROR: i64 = -32700;
-    pub const INVALID_REQUEST: i64 = -32600;
-    pub const METHOD_NOT_FOUND: i64 = -32601;
-    pub const INVALID_PARAMS: i64 = -32602;
-    pub const INTERNAL_ERROR: i64 = -32603;
+pub(crate) mod code {
+    pub(crate) const PARSE_ERROR: i64 = -32700;
+    pub(crate) const INVALID_REQUEST: i64 = -32600;
+    pub(crate) const METHOD_NOT_FOUND: i64 = -32601;
+    pub(crate) const INVALID_PARAMS: i64 = -32602;
+    pub(crate) const INTERNAL_ERROR: i64 = -32603;
     /// MCP: the requested resource does not exist.
-    pub const RESOURCE_NOT_FOUND: i64 = -32002;
+    pub(crate) const RESOURCE_NOT_FOUND: i64 = -32002;
     /// Implementation-defined range: the upstream server failed or is unreachable.
-    pub const UPSTREAM_UNAVAILABLE: i64 = -32000;
+    pub(crate) const UPSTREAM_UNAVAILABLE: i64 = -32000;
     /// Implementation-defined range: the request timed out waiting for the upstream.
-    pub const REQUEST_TIMEOUT: i64 = -32001;
+    pub(crate) const REQUEST_TIMEOUT: i64 = -32001;
 }
 
 /// A request id: a number or a string, kept exactly as the peer sent it.
-pub type Id = Value;
+pub(crate) type Id = Value;
 
 /// One JSON value kept as its compact-or-not text, valid by construction (see the module
 /// docs): made only by [`to_raw`], from a parser's accepted slice, or by [`Raw::parse`].
@@ -94,7 +94,7 @@ pub struct Message {
 
 /// Lines at least this long are parsed by [`Message::parse_owned`] without a copy of their
 /// largest payload.
-pub const IN_PLACE_FROM: usize = 1 << 20;
+pub(crate) const IN_PLACE_FROM: usize = 1 << 20;
 
 /// [`Message`] with its payloads borrowed from the line: same fields, same rules.
 #[derive(Deserialize)]
@@ -123,14 +123,14 @@ pub enum Kind {
 /// What a client sent: one message, or a batch (JSON-RPC arrays; MCP removed them in
 /// 2025-06-18, so each element is answered with an error of its own).
 #[derive(Debug)]
-pub enum Incoming {
+pub(crate) enum Incoming {
     One(Message),
     Batch(Vec<Value>),
 }
 
 impl Incoming {
     /// Parses what a client sent.
-    pub fn parse(bytes: &[u8]) -> Result<Incoming, serde_json::Error> {
+    pub(crate) fn parse(bytes: &[u8]) -> Result<Incoming, serde_json::Error> {
         if first_byte(bytes) == Some(b'[') {
             return serde_json::from_slice(bytes).map(Incoming::Batch);
         }
@@ -140,7 +140,7 @@ impl Incoming {
 
 /// The answers to a batch: an `invalid request` error per element that has an id (carrying
 /// that element's own id), nothing for notifications. `None` when nothing needs an answer.
-pub fn refuse_batch(items: &[Value]) -> Option<Vec<u8>> {
+pub(crate) fn refuse_batch(items: &[Value]) -> Option<Vec<u8>> {
     if items.is_empty() {
         return Some(Message::error(Value::Null, code::INVALID_REQUEST, "empty batch").to_line());
     }
@@ -258,10 +258,6 @@ impl Message {
         Message { jsonrpc: "2.0", id: Some(id), result: Some(to_raw(result)), ..Default::default() }
     }
 
-    pub fn response_raw(id: Id, result: Raw) -> Message {
-        Message { jsonrpc: "2.0", id: Some(id), result: Some(result), ..Default::default() }
-    }
-
     pub fn error(id: Id, code: i64, message: impl Into<String>) -> Message {
         let e = json!({"code": code, "message": message.into()});
         Message { jsonrpc: "2.0", id: Some(id), error: Some(to_raw(&e)), ..Default::default() }
@@ -307,7 +303,7 @@ impl Message {
 /// `None` when it needs none or is not an object. The object is not parsed into values: its
 /// top-level keys are found by skipping over its members, so a 50 MB result costs one fast
 /// scan, and its own text is kept byte for byte.
-pub fn with_default_keys(raw: &Raw, defaults: &[(&str, Value)]) -> Option<Raw> {
+pub(crate) fn with_default_keys(raw: &Raw, defaults: &[(&str, Value)]) -> Option<Raw> {
     let text = raw.get();
     let keys = top_level_keys(text)?;
     let missing: Vec<&(&str, Value)> = defaults.iter().filter(|(k, _)| !keys.iter().any(|have| have == k)).collect();
@@ -404,7 +400,7 @@ fn skip_value(b: &[u8], mut i: usize) -> Option<usize> {
 
 /// The id of a request whose text is cut off (a message over the size limit): `"id"` near the
 /// start, with a number or a simple string value.
-pub fn scan_request_id(head: &[u8]) -> Option<Value> {
+pub(crate) fn scan_request_id(head: &[u8]) -> Option<Value> {
     let text = String::from_utf8_lossy(&head[..head.len().min(4096)]);
     let at = text.find("\"id\"")?;
     let rest = text[at + 4..].trim_start().strip_prefix(':')?.trim_start();
@@ -417,7 +413,7 @@ pub fn scan_request_id(head: &[u8]) -> Option<Value> {
 }
 
 /// Serialises a value into raw JSON text.
-pub fn to_raw(v: &Value) -> Raw {
+pub(crate) fn to_raw(v: &Value) -> Raw {
     Raw(serde_json::to_string(v).expect("a json value serialises").into_boxed_str())
 }
 

@@ -52,7 +52,8 @@ pub fn render() -> String {
     }
 }
 
-/// Records one event (called by [`crate::events::EventBus::publish`]).
+/// Records one event: the gateway's event bus calls it for every event it publishes
+/// ([`crate::events::EventBus::with_recorder`]).
 pub(crate) fn record(e: &GatewayEvent) {
     match e {
         GatewayEvent::ToolCallFinished {

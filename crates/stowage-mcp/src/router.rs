@@ -130,6 +130,17 @@ impl Catalog {
         c
     }
 
+    /// The tools as chaining's detection sees them (see [`crate::chaining::ToolEntry`]).
+    pub(crate) fn entries(&mut self) -> impl Iterator<Item = crate::chaining::ToolEntry<'_>> {
+        self.tools.iter_mut().map(|t| crate::chaining::ToolEntry {
+            name: &t.name,
+            upstream: t.upstream,
+            declares_blobs: t.blobs.is_some(),
+            def: &mut t.def,
+            inputs: &mut t.inputs,
+        })
+    }
+
     pub fn tool(&self, name: &str) -> Option<&Exposed> {
         self.tool_index.get(name).map(|&i| &self.tools[i])
     }
@@ -161,13 +172,13 @@ impl Catalog {
 }
 
 /// Prefix of the URIs a collision rewrote.
-pub const COLLIDED_PREFIX: &str = "stowage-upstream://";
+pub(crate) const COLLIDED_PREFIX: &str = "stowage-upstream://";
 
 /// Everything but unreserved characters is encoded, so the original URI survives intact.
 const URI_ENCODE: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
 
 /// The URI clients see for `upstream`'s `uri` when another upstream listed it first.
-pub fn collided_uri(upstream: &str, uri: &str) -> String {
+pub(crate) fn collided_uri(upstream: &str, uri: &str) -> String {
     format!(
         "{COLLIDED_PREFIX}{}/{}",
         percent_encoding::utf8_percent_encode(upstream, URI_ENCODE),
@@ -176,7 +187,7 @@ pub fn collided_uri(upstream: &str, uri: &str) -> String {
 }
 
 /// The upstream name and original URI of a rewritten one; `None` for any other URI.
-pub fn split_collided(uri: &str) -> Option<(String, String)> {
+pub(crate) fn split_collided(uri: &str) -> Option<(String, String)> {
     let (server, original) = uri.strip_prefix(COLLIDED_PREFIX)?.split_once('/')?;
     let decode = |s: &str| percent_encoding::percent_decode_str(s).decode_utf8().ok().map(|c| c.into_owned());
     Some((decode(server)?, decode(original)?))

@@ -47,14 +47,14 @@ struct ActiveCall {
 
 /// The call a message belongs to.
 #[derive(Clone)]
-pub struct CallTarget {
+pub(crate) struct CallTarget {
     pub session: Arc<Session>,
     pub outbox: Outbox,
     pub inputs: Option<InputTx>,
 }
 
 /// Where an upstream-initiated message goes.
-pub enum Attribution {
+pub(crate) enum Attribution {
     Call(CallTarget),
     Session(Arc<Session>),
     Nobody,
@@ -63,15 +63,15 @@ pub enum Attribution {
 /// Takes the heavy parts out of a payload an upstream sends outside a result (log data,
 /// progress messages, error data) before it reaches a client: the same pipeline as results,
 /// under the receiving client's scope. Set by the gateway once it has its shaper.
-pub trait Scrubber: Send + Sync {
+pub(crate) trait Scrubber: Send + Sync {
     fn scrub<'a>(&'a self, session: &'a Session, upstream: &'a str, payload: Value) -> Pin<Box<dyn Future<Output = Value> + Send + 'a>>;
 }
 
 /// Payloads smaller than this cannot hold base64 over the inline threshold or a string past
 /// the size net: they go through untouched, on the fast path.
-pub const SCRUB_FROM: usize = 1024;
+pub(crate) const SCRUB_FROM: usize = 1024;
 
-pub struct CallRoutes {
+pub(crate) struct CallRoutes {
     /// Set once at start (the gateway builds its shaper before its upstreams connect).
     pub scrubber: OnceLock<Arc<dyn Scrubber>>,
     sessions: Arc<Sessions>,
@@ -83,7 +83,7 @@ pub struct CallRoutes {
 }
 
 impl CallRoutes {
-    pub fn new(sessions: Arc<Sessions>) -> CallRoutes {
+    pub(crate) fn new(sessions: Arc<Sessions>) -> CallRoutes {
         CallRoutes {
             scrubber: OnceLock::new(),
             sessions,
@@ -94,32 +94,32 @@ impl CallRoutes {
     }
 
     /// Registers the gateway's request `request` on connection `conn` as `session`'s call.
-    pub fn begin_call(&self, conn: u64, request: u64, session: &Arc<Session>, outbox: &Outbox, inputs: Option<InputTx>) {
+    pub(crate) fn begin_call(&self, conn: u64, request: u64, session: &Arc<Session>, outbox: &Outbox, inputs: Option<InputTx>) {
         self.calls.lock().insert((conn, request), ActiveCall { session: Arc::downgrade(session), outbox: outbox.clone(), inputs });
     }
 
-    pub fn end_call(&self, conn: u64, request: u64) {
+    pub(crate) fn end_call(&self, conn: u64, request: u64) {
         self.calls.lock().remove(&(conn, request));
     }
 
     /// Registers the gateway's token `mine` for the client's `original` token.
-    pub fn map_progress(&self, mine: String, original: Value, outbox: &Outbox) {
+    pub(crate) fn map_progress(&self, mine: String, original: Value, outbox: &Outbox) {
         self.progress.lock().insert(mine, (original, outbox.clone()));
     }
 
-    pub fn unmap_progress(&self, mine: &str) {
+    pub(crate) fn unmap_progress(&self, mine: &str) {
         self.progress.lock().remove(mine);
     }
 
     /// Remembers that `session` was asked the URL-mode elicitation `id`.
-    pub fn elicitation_sent(&self, id: &str, session: &Arc<Session>) {
+    pub(crate) fn elicitation_sent(&self, id: &str, session: &Arc<Session>) {
         let mut e = self.elicitations.lock();
         e.retain(|_, s| s.strong_count() > 0);
         e.insert(id.to_owned(), Arc::downgrade(session));
     }
 
     /// The session that was asked elicitation `id`; forgets it.
-    pub fn elicitation_owner(&self, id: &str) -> Option<Arc<Session>> {
+    pub(crate) fn elicitation_owner(&self, id: &str) -> Option<Arc<Session>> {
         self.elicitations.lock().remove(id)?.upgrade()
     }
 
@@ -141,7 +141,7 @@ impl CallRoutes {
     }
 
     /// Applies the module's rules 2–4 to a message with `method` that arrived on `conn`.
-    pub fn attribute(&self, conn: &Conn, origin: Origin, method: &str) -> Attribution {
+    pub(crate) fn attribute(&self, conn: &Conn, origin: Origin, method: &str) -> Attribution {
         match origin {
             Origin::Request(id) => {
                 if let Some(call) = self.call(conn.id, id) {
@@ -169,7 +169,7 @@ impl CallRoutes {
 
     /// [`Self::deliver`], scrubbing a large payload first (see [`Scrubber`]): still in order
     /// with the connection's other messages, since the reader waits for it.
-    pub async fn deliver_scrubbed(&self, conn: &Conn, origin: Origin, msg: Message) -> bool {
+    pub(crate) async fn deliver_scrubbed(&self, conn: &Conn, origin: Origin, msg: Message) -> bool {
         let method = msg.method.as_deref().unwrap_or_default();
         let small = msg.params.as_ref().is_none_or(|p| p.len() < SCRUB_FROM);
         let scrubber = self.scrubber.get().cloned();
@@ -203,7 +203,7 @@ impl CallRoutes {
     /// Delivers a notification that belongs to a client's call or session: progress and log
     /// messages. Returns false for what the gateway routes itself (list changes, resource
     /// updates, elicitation completions); what cannot be attributed is dropped and counted.
-    pub fn deliver(&self, conn: &Conn, origin: Origin, msg: &Message) -> bool {
+    pub(crate) fn deliver(&self, conn: &Conn, origin: Origin, msg: &Message) -> bool {
         match msg.method.as_deref() {
             Some("notifications/progress") => {
                 let mut p = msg.params_value();
@@ -237,7 +237,7 @@ impl CallRoutes {
 }
 
 /// Counts (and logs at debug level) a message that went to nobody.
-pub fn dropped(upstream: &str, what: &str) {
+pub(crate) fn dropped(upstream: &str, what: &str) {
     metrics::counter!("stowage_messages_dropped_total", "reason" => "unattributed").increment(1);
     tracing::debug!(target: "stowage::gateway", upstream = %upstream, "dropped {what}");
 }

@@ -88,7 +88,7 @@ impl std::fmt::Debug for Session {
 }
 
 /// A stable map key for a JSON-RPC id (1 and "1" stay distinct).
-pub fn id_key(id: &Id) -> String {
+pub(crate) fn id_key(id: &Id) -> String {
     id.to_string()
 }
 
@@ -260,7 +260,7 @@ impl Session {
 }
 
 /// Sends `line` to `outbox`, logging (rather than failing) when the client cannot take it.
-pub async fn deliver_or_log(outbox: &Outbox, line: Vec<u8>, what: &str) {
+pub(crate) async fn deliver_or_log(outbox: &Outbox, line: Vec<u8>, what: &str) {
     match outbox.deliver(line).await {
         Ok(()) | Err(OutboxError::Closed) => {}
         Err(e) => tracing::warn!(target: "stowage::gateway", "could not deliver {what}: {e}"),
@@ -270,26 +270,26 @@ pub async fn deliver_or_log(outbox: &Outbox, line: Vec<u8>, what: &str) {
 /// Every live session of a gateway, for what goes to all of them (list changes) and to find
 /// the single client of a shared upstream connection.
 #[derive(Default)]
-pub struct Sessions {
+pub(crate) struct Sessions {
     all: Mutex<Vec<Weak<Session>>>,
 }
 
 impl Sessions {
-    pub fn add(&self, s: &Arc<Session>) {
+    pub(crate) fn add(&self, s: &Arc<Session>) {
         let mut all = self.all.lock();
         all.retain(|w| w.upgrade().is_some_and(|s| !s.is_closed()));
         all.push(Arc::downgrade(s));
         metrics::gauge!("stowage_sessions").set(all.len() as f64);
     }
 
-    pub fn live(&self) -> Vec<Arc<Session>> {
+    pub(crate) fn live(&self) -> Vec<Arc<Session>> {
         self.all.lock().iter().filter_map(Weak::upgrade).filter(|s| !s.is_closed()).collect()
     }
 
     /// The one session with a stream of its own, if exactly one is live and present
     /// (stateless requests do not count: nothing can reach them outside their call; nor do
     /// clients that left without ending their session: see [`Session::present`]).
-    pub fn only_one(&self) -> Option<Arc<Session>> {
+    pub(crate) fn only_one(&self) -> Option<Arc<Session>> {
         let mut live = self.live().into_iter().filter(|s| !s.is_stateless() && s.present());
         let first = live.next()?;
         live.next().is_none().then_some(first)
@@ -299,7 +299,7 @@ impl Sessions {
 /// What an upstream session opened for a client declares: the client's own capabilities of
 /// those an upstream may use (sampling, elicitation, roots), so an upstream never asks it for
 /// what it cannot give, and offers what it would offer it directly.
-pub fn upstream_capabilities(client: &Value) -> Value {
+pub(crate) fn upstream_capabilities(client: &Value) -> Value {
     let mut out = serde_json::Map::new();
     for key in ["sampling", "elicitation", "roots"] {
         if let Some(v) = client.get(key) {

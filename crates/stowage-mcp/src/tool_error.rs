@@ -21,7 +21,7 @@ impl ToolError {
 
     /// The CallToolResult: `isError`, one text block naming the code, no `structuredContent`
     /// (which would have to match the tool's `outputSchema`).
-    pub fn into_result(self) -> Value {
+    pub(crate) fn into_result(self) -> Value {
         json!({"content": [{"type": "text", "text": self.to_string()}], "isError": true})
     }
 }

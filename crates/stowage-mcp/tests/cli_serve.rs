@@ -156,7 +156,7 @@ fn links_work_over_stdio_on_a_loopback_listener() {
 
 mod reqwest {
     /// A GET on a fresh runtime (the test itself is synchronous): status and body.
-    pub fn blocking_get(url: &str) -> (u16, Vec<u8>) {
+    pub(crate) fn blocking_get(url: &str) -> (u16, Vec<u8>) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
             let r = ::reqwest::get(url).await.unwrap();

@@ -24,7 +24,7 @@ use crate::error::MediaError;
 pub const DEFAULT_DECODE_BUDGET: u64 = 1 << 30;
 
 /// How long a decode waits for room before giving up.
-pub const WAIT: Duration = Duration::from_secs(30);
+pub(crate) const WAIT: Duration = Duration::from_secs(30);
 
 struct Budget {
     state: Mutex<State>,

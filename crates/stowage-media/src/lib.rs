@@ -25,6 +25,7 @@
 //! assert_eq!((out.mime_type, out.width, out.height), ("image/png", 768, 576));
 //! ```
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod budget;
 mod error;

@@ -25,7 +25,7 @@ use stowage_store::ArtifactStore;
 use crate::{GatewaySlot, PlaygroundOptions};
 
 /// The upstream's original text shown in the page is cut here; the whole of it is a download.
-pub const ORIGINAL_SHOWN_BYTES: usize = 1024 * 1024;
+pub(crate) const ORIGINAL_SHOWN_BYTES: usize = 1024 * 1024;
 /// How many calls' originals are kept for download, and how many bytes in all.
 const ORIGINALS_KEPT: usize = 32;
 const ORIGINALS_MAX_BYTES: usize = 256 * 1024 * 1024;

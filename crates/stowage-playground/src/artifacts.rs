@@ -19,7 +19,7 @@ use stowage_store::ListQuery;
 use crate::api::{Api, caller};
 
 /// The most items one page may ask for.
-pub const MAX_PAGE: usize = 500;
+pub(crate) const MAX_PAGE: usize = 500;
 const DEFAULT_PAGE: usize = 50;
 /// A kind filter scans at most this many records per request (its page may then come back
 /// short, with a cursor to go on from).

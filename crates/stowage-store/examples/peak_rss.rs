@@ -103,5 +103,5 @@ async fn main() -> anyhow_free::Result {
 
 /// The example's error type: anything printable, without pulling in anyhow.
 mod anyhow_free {
-    pub type Result = std::result::Result<(), Box<dyn std::error::Error>>;
+    pub(crate) type Result = std::result::Result<(), Box<dyn std::error::Error>>;
 }

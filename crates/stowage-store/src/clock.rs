@@ -10,6 +10,7 @@ use stowage_core::Timestamp;
 
 /// A source of the current time.
 pub trait Clock: Send + Sync + 'static {
+    /// The current time.
     fn now(&self) -> Timestamp;
 }
 
@@ -29,6 +30,7 @@ impl Clock for SystemClock {
 pub struct ManualClock(Arc<Mutex<Timestamp>>);
 
 impl ManualClock {
+    /// A clock at `start`.
     pub fn new(start: Timestamp) -> Self {
         ManualClock(Arc::new(Mutex::new(start)))
     }
@@ -39,11 +41,13 @@ impl ManualClock {
         Self::new(time::macros::datetime!(2026-01-01 00:00:00 UTC))
     }
 
+    /// Moves the time forward by `by`.
     pub fn advance(&self, by: Duration) {
         let mut t = self.0.lock().unwrap_or_else(|e| e.into_inner());
         *t += by;
     }
 
+    /// Sets the time to `to` (backwards too).
     pub fn set(&self, to: Timestamp) {
         *self.0.lock().unwrap_or_else(|e| e.into_inner()) = to;
     }

@@ -71,7 +71,7 @@ pub(crate) struct Settings {
 }
 
 impl<I: Index, B: Blobs> Engine<I, B> {
-    pub fn new(index: I, blobs: B, settings: Settings) -> Self {
+    pub(crate) fn new(index: I, blobs: B, settings: Settings) -> Self {
         let Settings { config, clock, failpoints, isolation, last_tick, grace } = settings;
         Engine {
             index,
@@ -87,23 +87,23 @@ impl<I: Index, B: Blobs> Engine<I, B> {
         }
     }
 
-    pub fn config(&self) -> &RetentionConfig {
+    pub(crate) fn config(&self) -> &RetentionConfig {
         &self.config
     }
 
-    pub fn isolation(&self) -> Isolation {
+    pub(crate) fn isolation(&self) -> Isolation {
         self.isolation
     }
 
     #[cfg_attr(not(all(feature = "postgres", feature = "s3")), allow(dead_code))]
-    pub fn blobs(&self) -> &B {
+    pub(crate) fn blobs(&self) -> &B {
         &self.blobs
     }
 
     /// The record behind a presigned URL: the same access and expiry checks as a read, and it
     /// counts as one for LRU.
     #[cfg_attr(not(all(feature = "postgres", feature = "s3")), allow(dead_code))]
-    pub async fn resolve_for_presign(&self, access: &Access, id: &ArtifactId) -> Result<Record> {
+    pub(crate) async fn resolve_for_presign(&self, access: &Access, id: &ArtifactId) -> Result<Record> {
         self.resolve_and_touch(access, id).await
     }
 

@@ -21,7 +21,7 @@ use crate::blobs::FsBlobs;
 use crate::clock::{Clock, SystemClock};
 use crate::delegate::delegate_store;
 use crate::engine::{Engine, Settings};
-use crate::failpoint::{FailpointHook, Failpoints};
+use crate::failpoint::Failpoints;
 use crate::index::SqliteIndex;
 use crate::{Result, RetentionConfig};
 
@@ -47,25 +47,29 @@ impl FsStore {
         Self::builder(dir).retention(retention).open()
     }
 
+    /// Options for opening a store at `dir`: retention, clock, gc grace, isolation.
     pub fn builder(dir: impl AsRef<Path>) -> FsStoreBuilder {
         FsStoreBuilder {
             dir: dir.as_ref().to_path_buf(),
             retention: RetentionConfig::default(),
             clock: Arc::new(SystemClock),
             gc_grace: DEFAULT_GC_GRACE,
-            failpoints: None,
+            failpoints: Failpoints::default(),
             isolation: Isolation::default(),
         }
     }
 
+    /// The store directory.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
+    /// The retention the store was opened with.
     pub fn retention(&self) -> &RetentionConfig {
         self.engine.config()
     }
 
+    /// Which owner ids decide access.
     pub fn isolation(&self) -> Isolation {
         self.engine.isolation()
     }
@@ -96,11 +100,12 @@ pub struct FsStoreBuilder {
     retention: RetentionConfig,
     clock: Arc<dyn Clock>,
     gc_grace: Duration,
-    failpoints: Option<FailpointHook>,
+    failpoints: Failpoints,
     isolation: Isolation,
 }
 
 impl FsStoreBuilder {
+    /// The retention limits and expiry (default: [`RetentionConfig::default`]).
     pub fn retention(mut self, retention: RetentionConfig) -> Self {
         self.retention = retention;
         self
@@ -130,20 +135,22 @@ impl FsStoreBuilder {
         self
     }
 
-    /// Installs a failpoint hook (crash tests only).
+    /// Installs a failpoint hook (crash tests only: the `test-hooks` feature).
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
-    pub fn failpoints(mut self, hook: FailpointHook) -> Self {
-        self.failpoints = Some(hook);
+    pub fn failpoints(mut self, hook: crate::FailpointHook) -> Self {
+        self.failpoints = Failpoints::new(hook);
         self
     }
 
+    /// Opens the store, creating the directory, the index and the blob tree if needed.
     pub fn open(self) -> Result<FsStore> {
         let dir = self.dir;
         if dir.exists() && !dir.is_dir() {
             return Err(StoreError::backend("open store", dir.display().to_string(), "not a directory"));
         }
         crate::private::create_dir_all(&dir).map_err(|e| StoreError::backend("create store directory", dir.display().to_string(), e))?;
-        let failpoints = Failpoints::new(self.failpoints);
+        let failpoints = self.failpoints;
         let blobs = FsBlobs::open(&dir, failpoints.clone(), self.gc_grace)?;
         let index_path = dir.join("index.sqlite");
         crate::private::precreate_file(&index_path)

@@ -34,6 +34,7 @@
 //! (tenant, user, session). A request for another owner's artifact is answered exactly like a
 //! request for an id that never existed.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod blobs;
 mod clock;
@@ -65,6 +66,7 @@ use bytes::Bytes;
 use tokio::io::AsyncRead;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+#[cfg(feature = "test-hooks")]
 #[doc(hidden)]
 pub use failpoint::{FailpointHook, PutStep};
 #[cfg(feature = "sqlite")]
@@ -122,6 +124,7 @@ pub enum Access {
 }
 
 impl Access {
+    /// Access as `scope`'s owner.
     pub fn owner_of(scope: &ArtifactScope) -> Self {
         Access::Owner(scope.owner())
     }
@@ -129,9 +132,11 @@ impl Access {
 
 /// A byte stream over (part of) an artifact, with its reference.
 pub struct ArtifactReader {
+    /// The artifact's reference.
     pub meta: ArtifactRef,
     /// The byte range the body yields, within `0..meta.size_bytes`.
     pub range: Range<u64>,
+    /// The bytes of `range`.
     pub body: Pin<Box<dyn AsyncRead + Send>>,
 }
 
@@ -160,6 +165,7 @@ pub struct ListQuery {
 /// One page of a listing, oldest first.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListPage {
+    /// The artifacts of this page.
     pub items: Vec<ArtifactRef>,
     /// Pass as [`ListQuery::cursor`] to get the next page; `None` on the last page.
     pub next: Option<String>,

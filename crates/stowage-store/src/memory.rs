@@ -32,6 +32,7 @@ pub struct MemoryStore {
 }
 
 impl MemoryStore {
+    /// A memory store with `retention` and the system clock.
     pub fn new(retention: RetentionConfig) -> Self {
         Self::builder().retention(retention).build()
     }
@@ -41,14 +42,17 @@ impl MemoryStore {
         Self::builder().retention(retention).clock(clock).build()
     }
 
+    /// Options for a memory store: retention, clock, isolation.
     pub fn builder() -> MemoryStoreBuilder {
         MemoryStoreBuilder { retention: RetentionConfig::default(), clock: Arc::new(SystemClock), isolation: Isolation::default() }
     }
 
+    /// The retention the store was built with.
     pub fn retention(&self) -> &RetentionConfig {
         self.engine.config()
     }
 
+    /// Which owner ids decide access.
     pub fn isolation(&self) -> Isolation {
         self.engine.isolation()
     }
@@ -62,11 +66,13 @@ pub struct MemoryStoreBuilder {
 }
 
 impl MemoryStoreBuilder {
+    /// The retention limits and expiry.
     pub fn retention(mut self, retention: RetentionConfig) -> Self {
         self.retention = retention;
         self
     }
 
+    /// Where the store reads the time (tests pass a [`crate::ManualClock`]).
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
@@ -78,6 +84,7 @@ impl MemoryStoreBuilder {
         self
     }
 
+    /// The store.
     pub fn build(self) -> MemoryStore {
         let settings = Settings {
             config: self.retention,

@@ -26,6 +26,7 @@ pub struct NoOpStore {
 }
 
 impl NoOpStore {
+    /// A store that keeps nothing (see the type).
     pub fn new() -> Self {
         Self::default()
     }

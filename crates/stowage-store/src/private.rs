@@ -95,6 +95,7 @@ fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
 /// A store entry whose mode gives its group or other users some access.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LooseEntry {
+    /// The entry, inside the store directory.
     pub path: PathBuf,
     /// The permission bits (`0o644`).
     pub mode: u32,
@@ -109,6 +110,7 @@ pub struct LooseEntry {
 /// was made by an older version or copied with its modes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PermissionReport {
+    /// The store directory checked.
     pub dir: PathBuf,
     /// The first loose entries found (at most ten), the store directory first.
     pub loose: Vec<LooseEntry>,

@@ -28,11 +28,11 @@ pub(crate) struct Record {
 }
 
 impl Record {
-    pub fn is_expired(&self, now: i64) -> bool {
+    pub(crate) fn is_expired(&self, now: i64) -> bool {
         self.expires_at.is_some_and(|at| at <= now)
     }
 
-    pub fn to_ref(&self) -> ArtifactRef {
+    pub(crate) fn to_ref(&self) -> ArtifactRef {
         ArtifactRef {
             id: self.id.clone(),
             uri: self.id.uri(),
@@ -47,7 +47,7 @@ impl Record {
         }
     }
 
-    pub fn expired_at_string(&self) -> String {
+    pub(crate) fn expired_at_string(&self) -> String {
         self.expires_at.map(from_nanos).and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok()).unwrap_or_default()
     }
 }

@@ -49,6 +49,7 @@ pub struct RetentionConfig {
     pub max_artifacts_per_session: u64,
     /// How many artifacts one trace may hold.
     pub max_artifacts_per_trace: u64,
+    /// Which artifacts a full budget evicts first, or none.
     pub cleanup_strategy: CleanupStrategy,
     /// How often `stowage serve` runs garbage collection (expired artifacts of every owner,
     /// orphaned blobs, crash leftovers). Puts only purge the putting owner's expired records;

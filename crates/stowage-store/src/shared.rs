@@ -126,10 +126,16 @@ pub enum StoreCheck {
     /// blobs: the next start records it.
     Unclaimed,
     /// The index and this location's marker name the same store.
-    Matches { store_id: String },
+    Matches {
+        /// The store's id.
+        store_id: String,
+    },
     /// The index's location is this one and holds its blobs, but the marker is missing: the
     /// next start writes it again.
-    MarkerMissing { store_id: String },
+    MarkerMissing {
+        /// The store's id, as the index records it.
+        store_id: String,
+    },
 }
 
 impl std::fmt::Display for StoreCheck {
@@ -166,14 +172,16 @@ impl SharedStore {
             isolation: Isolation::default(),
             credentials: None,
             index_ca_file: None,
-            failpoints: None,
+            failpoints: Failpoints::default(),
         }
     }
 
+    /// The retention the store was opened with.
     pub fn retention(&self) -> &RetentionConfig {
         self.engine.config()
     }
 
+    /// Which owner ids decide access.
     pub fn isolation(&self) -> Isolation {
         self.engine.isolation()
     }
@@ -212,17 +220,19 @@ pub struct SharedStoreBuilder {
     isolation: Isolation,
     credentials: Option<(String, String)>,
     index_ca_file: Option<std::path::PathBuf>,
-    failpoints: Option<crate::FailpointHook>,
+    failpoints: Failpoints,
 }
 
 impl SharedStoreBuilder {
-    /// Installs a failpoint hook (crash tests only).
+    /// Installs a failpoint hook (crash tests only: the `test-hooks` feature).
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn failpoints(mut self, hook: crate::FailpointHook) -> Self {
-        self.failpoints = Some(hook);
+        self.failpoints = Failpoints::new(hook);
         self
     }
 
+    /// The retention limits and expiry.
     pub fn retention(mut self, retention: RetentionConfig) -> Self {
         self.retention = retention;
         self
@@ -312,7 +322,7 @@ impl SharedStoreBuilder {
         let settings = Settings {
             config: self.retention,
             clock: self.clock,
-            failpoints: Failpoints::new(self.failpoints),
+            failpoints: self.failpoints,
             isolation: self.isolation,
             last_tick,
             grace: self.gc_grace,

@@ -59,9 +59,11 @@ impl ClampConfig {
 /// One `observation_clamped` event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ClampEvent {
+    /// The tool whose observation was clamped.
     pub tool: String,
-    /// Characters of JSON before and after.
+    /// Characters of JSON before.
     pub original_chars: usize,
+    /// Characters of JSON after.
     pub clamped_chars: usize,
     /// True when the observation went to an artifact, false when it was truncated.
     pub stored: bool,

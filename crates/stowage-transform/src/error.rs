@@ -7,6 +7,7 @@
 
 use stowage_core::StoreError;
 
+/// Why a transform failed; a failure leaves nothing half-written in the result.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TransformError {
@@ -17,6 +18,7 @@ pub enum TransformError {
         what: String,
         /// RFC 6901 pointer of the value in the original result (see the report docs).
         pointer: String,
+        /// Why the sink refused it.
         #[source]
         source: StoreError,
     },

@@ -36,6 +36,32 @@ enum Segment {
     Any,
 }
 
+/// Why a rule path does not parse; the message names the path as written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FieldPathError {
+    /// `pages[0` with no `]`.
+    #[error("unclosed '[' in field path {path:?}")]
+    Unclosed {
+        /// The path as written.
+        path: String,
+    },
+    /// `pages[0]x`: something other than `[` or the end after a `]`.
+    #[error("unexpected {after:?} after ']' in field path {path:?}")]
+    AfterBracket {
+        /// The path as written.
+        path: String,
+        /// What follows the `]`.
+        after: String,
+    },
+    /// An empty path, `a..b` or `/a//b`.
+    #[error("field path {path:?} has an empty segment")]
+    EmptySegment {
+        /// The path as written.
+        path: String,
+    },
+}
+
 /// A compiled rule path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldPath {
@@ -44,7 +70,7 @@ pub struct FieldPath {
 
 impl FieldPath {
     /// Parses a JSON Pointer (leading `/`) or a dot path; `*` is a wildcard segment.
-    pub fn parse(path: &str) -> Result<Self, String> {
+    pub fn parse(path: &str) -> Result<Self, FieldPathError> {
         let raw: Vec<String> = if let Some(rest) = path.strip_prefix('/') {
             rest.split('/').map(|t| t.replace("~1", "/").replace("~0", "~")).collect()
         } else {
@@ -56,12 +82,12 @@ impl FieldPath {
                     out.push(rest[..open].to_owned());
                     rest = &rest[open..];
                     while let Some(inner) = rest.strip_prefix('[') {
-                        let close = inner.find(']').ok_or_else(|| format!("unclosed '[' in field path {path:?}"))?;
+                        let close = inner.find(']').ok_or_else(|| FieldPathError::Unclosed { path: path.to_owned() })?;
                         out.push(inner[..close].to_owned());
                         rest = &inner[close + 1..];
                     }
                     if !rest.is_empty() {
-                        return Err(format!("unexpected {rest:?} after ']' in field path {path:?}"));
+                        return Err(FieldPathError::AfterBracket { path: path.to_owned(), after: rest.to_owned() });
                     }
                 } else {
                     out.push(rest.to_owned());
@@ -70,7 +96,7 @@ impl FieldPath {
             out
         };
         if raw.is_empty() || raw.iter().any(String::is_empty) {
-            return Err(format!("field path {path:?} has an empty segment"));
+            return Err(FieldPathError::EmptySegment { path: path.to_owned() });
         }
         let segments = raw.into_iter().map(|s| if s == "*" { Segment::Any } else { Segment::Key(s) }).collect();
         Ok(FieldPath { segments })

@@ -58,6 +58,8 @@ pub struct TransformInput<'a> {
 }
 
 impl<'a> TransformInput<'a> {
+    /// The input for a call of `tool_name` by `scope`, with the defaults: clamped, tokens
+    /// counted, a store failure fails the run.
     pub fn new(tool_name: &'a str, scope: &'a ArtifactScope) -> Self {
         TransformInput {
             tool_name,
@@ -70,17 +72,14 @@ impl<'a> TransformInput<'a> {
             preview_chars: None,
         }
     }
-
-    pub fn with_output_schema(mut self, schema: &'a Value) -> Self {
-        self.output_schema = Some(schema);
-        self
-    }
 }
 
 /// The rewritten result and what happened.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TransformOutput {
+    /// The rewritten result.
     pub value: Value,
+    /// What each layer did.
     pub report: TransformReport,
 }
 
@@ -128,6 +127,7 @@ impl Pipeline {
         &self.sink
     }
 
+    /// The configuration it runs with.
     pub fn config(&self) -> &TransformConfig {
         &self.config
     }

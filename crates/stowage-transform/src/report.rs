@@ -35,14 +35,21 @@ pub enum Layer {
 /// One stored artifact.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ArtifactRecord {
+    /// The artifact id.
     pub id: String,
+    /// `artifact://<id>`.
     pub uri: String,
     /// Where the value was in the original result (see the module docs).
     pub pointer: String,
+    /// The recorded media type.
     pub mime_type: Option<String>,
+    /// Stored size in bytes.
     pub size_bytes: u64,
+    /// Lowercase hex sha256 of the bytes.
     pub sha256: String,
+    /// The layer that offloaded it.
     pub layer: Layer,
+    /// The file name recorded with it, if any.
     pub filename: Option<String>,
     /// The one-line summary the model reads.
     pub summary: String,
@@ -64,7 +71,9 @@ pub struct ArtifactRecord {
 /// How much of an offloaded array (items) or object (keys) was kept in place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Partial {
+    /// Items or keys kept in place.
     pub kept: usize,
+    /// Items or keys the value had.
     pub total: usize,
 }
 
@@ -73,16 +82,22 @@ pub struct Partial {
 pub struct Cut {
     /// Where the prefix is, as a report pointer into the original result.
     pub pointer: String,
+    /// Items or keys kept in place.
     pub kept: usize,
+    /// Items or keys the value had.
     pub total: usize,
 }
 
 /// A `resource_link` kept as a lazy reference (L1).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LinkRecord {
+    /// Where the link is in the original result.
     pub pointer: String,
+    /// The link's URI.
     pub uri: String,
+    /// The media type the link declares.
     pub mime_type: Option<String>,
+    /// The size the link declares.
     pub size_bytes: Option<u64>,
 }
 
@@ -101,12 +116,15 @@ pub enum WarningKind {
 /// Something a layer could not do; the result still came back.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Warning {
+    /// The layer that could not.
     pub layer: Layer,
     #[serde(default)]
+    /// What kind of failure, for callers that act on it.
     pub kind: WarningKind,
     /// Where, when it is about one value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pointer: Option<String>,
+    /// One line saying what happened.
     pub message: String,
 }
 
@@ -119,12 +137,16 @@ pub struct TransformReport {
     pub bytes_out: u64,
     /// o200k_base tokens of the input, or an estimate when `tokens_estimated`.
     pub tokens_in: u64,
+    /// o200k_base tokens of the output, or an estimate when `tokens_estimated`.
     pub tokens_out: u64,
     /// True when a side was too large to count exactly and its count is `bytes / 4`-style
     /// estimate (see [`crate::tokens`]).
     pub tokens_estimated: bool,
+    /// What was stored, in order.
     pub artifacts: Vec<ArtifactRecord>,
+    /// `resource_link`s kept as lazy references (L1).
     pub links: Vec<LinkRecord>,
+    /// What layers could not do.
     pub warnings: Vec<Warning>,
     /// Whether the final observation clamp changed the result.
     pub clamped: bool,
@@ -142,6 +164,7 @@ pub struct Withheld {
     pub pointer: String,
     /// What it was (`image/png binary`, `text`, …).
     pub what: String,
+    /// Its size in bytes.
     pub size_bytes: u64,
     /// The line the result carries in its place.
     pub reason: String,

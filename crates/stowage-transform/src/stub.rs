@@ -74,10 +74,12 @@ impl TemplateVars {
         TemplateVars { vars }
     }
 
+    /// Sets `{key}` to `value`.
     pub fn set(&mut self, key: &str, value: impl Into<Value>) {
         self.vars.insert(key.to_owned(), value.into());
     }
 
+    /// `{key}` as text, if set.
     pub fn get(&self, key: &str) -> Option<String> {
         match self.vars.get(key)? {
             Value::String(s) => Some(s.clone()),

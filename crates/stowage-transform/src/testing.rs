@@ -49,6 +49,7 @@ pub struct MemorySink {
 }
 
 impl MemorySink {
+    /// An empty sink with no limit.
     pub fn new() -> Arc<Self> {
         Arc::new(MemorySink::default())
     }
@@ -63,6 +64,7 @@ impl MemorySink {
         self.items.lock().expect("not poisoned").clone()
     }
 
+    /// The bytes stored under `id`.
     pub fn get(&self, id: &str) -> Option<Bytes> {
         self.items.lock().expect("not poisoned").get(id).map(|(_, b)| b.clone())
     }

@@ -73,7 +73,7 @@ struct FoldedTwin {
 impl Docs {
     /// Splits `root` into documents, parsing JSON found in strings of at least `min_len` bytes.
     /// `index`, if any, came from the parse of `root`, which must be unchanged since.
-    pub fn expand(root: Value, min_len: usize, index: Option<StringIndex>) -> Docs {
+    pub(crate) fn expand(root: Value, min_len: usize, index: Option<StringIndex>) -> Docs {
         let mut docs = vec![Doc { value: root, parent: None, prefix: String::new(), original: None, changed: false, depth: 0, index }];
         let mut twins = Vec::new();
         let mut i = 0;
@@ -102,7 +102,7 @@ impl Docs {
     }
 
     /// Puts every embedded document back into its parent string, innermost first.
-    pub fn collapse(mut self) -> Value {
+    pub(crate) fn collapse(mut self) -> Value {
         while self.docs.len() > 1 {
             let doc = self.docs.pop().expect("len > 1");
             let (parent, ptr) = doc.parent.expect("embedded docs have parents");
@@ -134,14 +134,14 @@ impl Docs {
     }
 
     /// The report pointer of `ptr` in document `doc`.
-    pub fn report_pointer(&self, doc: usize, ptr: &str) -> String {
+    pub(crate) fn report_pointer(&self, doc: usize, ptr: &str) -> String {
         format!("{}{}", self.docs[doc].prefix, ptr)
     }
 
     /// For a document embedded (directly or not) in the text of a content block of the root
     /// result, the pointer of that block's array and its index: where a `resource_link` for an
     /// artifact found inside goes.
-    pub fn content_block_of(&self, mut doc: usize) -> Option<(String, usize)> {
+    pub(crate) fn content_block_of(&self, mut doc: usize) -> Option<(String, usize)> {
         loop {
             let (parent, ptr) = self.docs[doc].parent.as_ref()?;
             if *parent == 0 {
@@ -235,14 +235,14 @@ pub(crate) enum Payload {
 
 impl Payload {
     /// Decoded bytes, with their digest if one was computed.
-    pub fn new(bytes: Vec<u8>, sha256: Option<[u8; 32]>) -> Payload {
+    pub(crate) fn new(bytes: Vec<u8>, sha256: Option<[u8; 32]>) -> Payload {
         match sha256 {
             Some(d) => Payload::Digested(bytes.into(), d),
             None => Payload::Bytes(bytes.into()),
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match self {
             Payload::Bytes(b) | Payload::Digested(b, _) => b.len(),
             Payload::Text(t) => t.len(),
@@ -310,7 +310,7 @@ pub(crate) struct StoreCtx<'a> {
 
 impl StoreCtx<'_> {
     /// Stores a payload with this run's scope and namespace, handing over its sha256 if known.
-    pub async fn put(
+    pub(crate) async fn put(
         &self,
         payload: Payload,
         mime: Option<String>,

@@ -16,14 +16,14 @@ use stowage_transform::TransformConfig;
 
 /// The store directory of earlier versions, relative to the working directory: still
 /// worth a hint when one is found there (see [`crate::wiring::store_location`]).
-pub const LEGACY_STORE_DIR: &str = ".stowage";
+pub(crate) const LEGACY_STORE_DIR: &str = ".stowage";
 /// The config file's name in each place it is looked for (see [`ConfigSearch`]).
-pub const DEFAULT_CONFIG_FILE: &str = "stowage.toml";
+pub(crate) const DEFAULT_CONFIG_FILE: &str = "stowage.toml";
 
 /// The whole `stowage.toml`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Config {
+pub(crate) struct Config {
     #[serde(default)]
     pub store: StoreConfig,
     #[serde(default)]
@@ -50,7 +50,7 @@ pub struct Config {
 /// `[store]`: where artifacts live.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct StoreConfig {
+pub(crate) struct StoreConfig {
     /// Which backend: `fs` (blobs on disk + embedded SQLite index); `s3`, `gcs` or `azure`
     /// (blobs in an S3, Google Cloud Storage or Azure Blob Storage bucket, records in
     /// PostgreSQL: several instances share them); `memory` (lost on exit) or `noop` (keeps
@@ -97,7 +97,7 @@ impl Default for StoreConfig {
 /// SQLite file in its directory).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct IndexConfig {
+pub(crate) struct IndexConfig {
     /// `postgres://user@host:port/database` (a password is better in `PGPASSWORD`-style
     /// secrets management than here, but the URL accepts one). Required by `backend = "s3"`.
     pub url: String,
@@ -118,7 +118,7 @@ impl Default for IndexConfig {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Backend {
+pub(crate) enum Backend {
     Fs,
     S3,
     Gcs,
@@ -130,7 +130,7 @@ pub enum Backend {
 impl Backend {
     /// The object store of the shared backends (`s3`, `gcs`, `azure`: blobs in a bucket,
     /// records in PostgreSQL); `None` for the single-machine ones.
-    pub fn provider(self) -> Option<stowage_store::Provider> {
+    pub(crate) fn provider(self) -> Option<stowage_store::Provider> {
         match self {
             Backend::S3 => Some(stowage_store::Provider::S3),
             Backend::Gcs => Some(stowage_store::Provider::Gcs),
@@ -140,7 +140,7 @@ impl Backend {
     }
 
     /// Its name in `[store] backend`.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Backend::Fs => "fs",
             Backend::S3 => "s3",
@@ -155,7 +155,7 @@ impl Backend {
 /// Where `stowage.toml` came from: said by the banner, `check-config` and the debug log, so a
 /// config that is not the one a user edited is never a mystery.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ConfigSource {
+pub(crate) enum ConfigSource {
     /// `--config FILE`.
     Flag(PathBuf),
     /// `STOWAGE_CONFIG`.
@@ -172,7 +172,7 @@ pub enum ConfigSource {
 
 impl ConfigSource {
     /// The file read, if any.
-    pub fn path(&self) -> Option<&Path> {
+    pub(crate) fn path(&self) -> Option<&Path> {
         match self {
             ConfigSource::Flag(p) | ConfigSource::Env(p) | ConfigSource::BesideMcpConfig(p) | ConfigSource::ConfigDir(p) => Some(p),
             ConfigSource::WorkingDir(p) => Some(p),
@@ -199,7 +199,7 @@ impl std::fmt::Display for ConfigSource {
 
 /// What [`Config::find`] searches: the explicit choices, then the places a user keeps the file.
 #[derive(Debug, Clone, Default)]
-pub struct ConfigSearch {
+pub(crate) struct ConfigSearch {
     /// `--config FILE`: must exist.
     pub flag: Option<PathBuf>,
     /// `STOWAGE_CONFIG` (empty counts as unset): must exist.
@@ -215,7 +215,7 @@ pub struct ConfigSearch {
 
 impl ConfigSearch {
     /// The search as this process would run it, for a command that may name an `--mcp-config`.
-    pub fn from_process(flag: Option<PathBuf>, mcp_config: Option<&Path>) -> anyhow::Result<ConfigSearch> {
+    pub(crate) fn from_process(flag: Option<PathBuf>, mcp_config: Option<&Path>) -> anyhow::Result<ConfigSearch> {
         let env = std::env::var_os("STOWAGE_CONFIG").filter(|v| !v.is_empty()).map(PathBuf::from);
         let cwd = std::env::current_dir().context("cannot read the working directory")?;
         Ok(ConfigSearch { flag, env, mcp_config: mcp_config.map(Path::to_path_buf), config_dir: dirs::config_dir(), cwd })
@@ -224,7 +224,7 @@ impl ConfigSearch {
     /// The file `find` reads and where it came from: the first of `--config`,
     /// `STOWAGE_CONFIG`, beside `--mcp-config`, the config directory, the working directory
     /// that exists (the first two must exist when given).
-    pub fn locate(&self) -> anyhow::Result<ConfigSource> {
+    pub(crate) fn locate(&self) -> anyhow::Result<ConfigSource> {
         let absolute = |p: &Path| if p.is_absolute() { p.to_path_buf() } else { self.cwd.join(p) };
         if let Some(p) = &self.flag {
             return Ok(ConfigSource::Flag(existing(p, &absolute(p), "--config", &self.cwd)?));
@@ -270,7 +270,7 @@ fn existing(given: &Path, path: &Path, given_as: &str, cwd: &Path) -> anyhow::Re
 impl Config {
     /// Finds `stowage.toml` as [`ConfigSearch::locate`] says and reads it; the defaults when
     /// there is none. Returns the config and where it came from.
-    pub fn find(search: &ConfigSearch) -> anyhow::Result<(Config, ConfigSource)> {
+    pub(crate) fn find(search: &ConfigSearch) -> anyhow::Result<(Config, ConfigSource)> {
         let source = search.locate()?;
         let Some(path) = source.path() else { return Ok((Config::default(), source)) };
         let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
@@ -279,7 +279,7 @@ impl Config {
     }
 
     /// Parses config text; errors name `origin`, the line and the key.
-    pub fn parse(text: &str, origin: &Path) -> anyhow::Result<Config> {
+    pub(crate) fn parse(text: &str, origin: &Path) -> anyhow::Result<Config> {
         match toml::from_str::<Config>(text) {
             Ok(c) => Ok(c),
             Err(e) => {

@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 /// How often a gateway renews its lease on the link server.
-pub const RENEW_EVERY: Duration = Duration::from_secs(10);
+pub(crate) const RENEW_EVERY: Duration = Duration::from_secs(10);
 /// How long a gateway waits for a server it started to say it is ready.
 const START_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long a gateway waits for another gateway that is starting the server.
@@ -49,12 +49,12 @@ const MAX_LOG_BYTES: u64 = 1 << 20;
 
 /// The files of a store's link server: `<store>/links/…`.
 #[derive(Debug, Clone)]
-pub struct Files {
+pub(crate) struct Files {
     pub dir: PathBuf,
 }
 
 impl Files {
-    pub fn of(store_dir: &Path) -> Files {
+    pub(crate) fn of(store_dir: &Path) -> Files {
         Files { dir: store_dir.join("links") }
     }
     fn state(&self) -> PathBuf {
@@ -66,7 +66,7 @@ impl Files {
     fn start_lock(&self) -> PathBuf {
         self.dir.join("start.lock")
     }
-    pub fn log(&self) -> PathBuf {
+    pub(crate) fn log(&self) -> PathBuf {
         self.dir.join("server.log")
     }
 
@@ -84,7 +84,7 @@ impl Files {
     }
 
     /// What the state file says, if there is one that parses.
-    pub fn read_state(&self) -> Option<State> {
+    pub(crate) fn read_state(&self) -> Option<State> {
         serde_json::from_slice(&std::fs::read(self.state()).ok()?).ok()
     }
 
@@ -104,7 +104,7 @@ impl Files {
     }
 
     /// Whether a server holds this store's alive lock right now.
-    pub fn server_alive(&self) -> bool {
+    pub(crate) fn server_alive(&self) -> bool {
         let Ok(file) = std::fs::File::options().read(true).write(true).open(self.alive_lock()) else { return false };
         match file.try_lock() {
             Ok(()) => {
@@ -126,7 +126,7 @@ fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
 
 /// `server.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct State {
+pub(crate) struct State {
     /// Random, made at the server's start: what a gateway checks the server on the port by.
     pub id: String,
     pub pid: u32,
@@ -137,7 +137,7 @@ pub struct State {
 }
 
 impl State {
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 }
@@ -145,7 +145,7 @@ impl State {
 /// The ports a store's link server tries, in order: the configured one, then three derived
 /// from the store's directory (below the Linux ephemeral range, so rarely taken by outgoing
 /// connections), then any free port (0).
-pub fn candidate_ports(wanted: u16, store_dir: &Path) -> Vec<u16> {
+pub(crate) fn candidate_ports(wanted: u16, store_dir: &Path) -> Vec<u16> {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(store_dir.as_os_str().as_encoded_bytes());
     let mut ports = vec![wanted];
@@ -162,7 +162,7 @@ pub fn candidate_ports(wanted: u16, store_dir: &Path) -> Vec<u16> {
 
 /// A server the gateway holds a lease on.
 #[derive(Debug, Clone)]
-pub struct Leased {
+pub(crate) struct Leased {
     pub state: State,
     /// Whether this gateway started it (else it reused one).
     pub started: bool,
@@ -173,7 +173,13 @@ pub struct Leased {
 /// Makes sure this store's link server runs (reusing it, or starting it) and takes a lease on
 /// it for `hold`. `probe_token`: a read token for `probe_id` signed with this gateway's keys;
 /// the server must find it valid (and the artifact missing), else it signs with other keys.
-pub async fn ensure(store_dir: &Path, config_file: Option<&Path>, wanted: u16, hold: Duration, probe: &Probe) -> anyhow::Result<Leased> {
+pub(crate) async fn ensure(
+    store_dir: &Path,
+    config_file: Option<&Path>,
+    wanted: u16,
+    hold: Duration,
+    probe: &Probe,
+) -> anyhow::Result<Leased> {
     let files = Files::of(store_dir);
     files.create()?;
     let start_lock = files.open_lock(&files.start_lock())?;
@@ -201,12 +207,12 @@ pub async fn ensure(store_dir: &Path, config_file: Option<&Path>, wanted: u16, h
 /// A link the server must accept as signed by its own keys: a read token for an artifact
 /// that does not exist, which a server with the same keys answers `artifact_not_found`.
 #[derive(Debug, Clone)]
-pub struct Probe {
+pub(crate) struct Probe {
     pub path_and_query: String,
 }
 
 impl Probe {
-    pub fn new(ring: &stowage_links::KeyRing) -> Probe {
+    pub(crate) fn new(ring: &stowage_links::KeyRing) -> Probe {
         let id = "linkprobe_0000000000000000";
         let owner = stowage_core::Owner { user_id: Some(stowage_mcp::LOCAL_USER.into()), ..Default::default() };
         let token = ring.mint(stowage_links::Operation::Read, id, &owner, stowage_links::unix_now() + 600);
@@ -242,7 +248,7 @@ async fn check(client: &reqwest::Client, state: &State, hold: Duration, probe: &
 }
 
 /// Takes (or extends) a lease of `hold` on the server; returns its end (Unix seconds).
-pub async fn renew(client: &reqwest::Client, state: &State, hold: Duration) -> anyhow::Result<u64> {
+pub(crate) async fn renew(client: &reqwest::Client, state: &State, hold: Duration) -> anyhow::Result<u64> {
     let resp: Until = client
         .post(format!("{}{CONTROL}/lease", state.url()))
         .json(&json!({"id": state.id, "hold_secs": hold.as_secs()}))
@@ -256,7 +262,7 @@ pub async fn renew(client: &reqwest::Client, state: &State, hold: Duration) -> a
 }
 
 /// Asks the server to stop (`stowage links stop`).
-pub async fn stop(state: &State) -> anyhow::Result<()> {
+pub(crate) async fn stop(state: &State) -> anyhow::Result<()> {
     http_client()
         .post(format!("{}{CONTROL}/stop", state.url()))
         .json(&json!({"id": state.id}))
@@ -268,17 +274,17 @@ pub async fn stop(state: &State) -> anyhow::Result<()> {
 }
 
 /// What the server says about itself.
-pub async fn identity(state: &State) -> anyhow::Result<Identity> {
+pub(crate) async fn identity(state: &State) -> anyhow::Result<Identity> {
     Ok(http_client().get(format!("{}{CONTROL}", state.url())).send().await?.error_for_status()?.json().await?)
 }
 
-pub fn http_client() -> reqwest::Client {
+pub(crate) fn http_client() -> reqwest::Client {
     // Loopback only, short: a server that does not answer within this is not one to rely on.
     reqwest::Client::builder().timeout(Duration::from_secs(5)).no_proxy().build().unwrap_or_default()
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Identity {
+pub(crate) struct Identity {
     pub id: String,
     pub pid: u32,
     /// Unix seconds it runs until at least.
@@ -379,7 +385,7 @@ fn detach(_: &mut std::process::Command) {}
 
 /// Renews the lease every [`RENEW_EVERY`] while the gateway runs. A server that stops
 /// answering is said once (its links stop working); the gateway goes on.
-pub fn keep_leased(state: State, hold: Duration) {
+pub(crate) fn keep_leased(state: State, hold: Duration) {
     tokio::spawn(async move {
         let client = http_client();
         let mut warned = false;
@@ -401,43 +407,43 @@ pub fn keep_leased(state: State, hold: Duration) {
 
 /// The server's lease: it runs until the latest end any gateway asked for.
 #[derive(Debug)]
-pub struct Lease {
+pub(crate) struct Lease {
     until: std::sync::Mutex<u64>,
     clock: fn() -> u64,
 }
 
 impl Lease {
     /// A lease until `clock() + hold`.
-    pub fn new(hold: Duration, clock: fn() -> u64) -> Lease {
+    pub(crate) fn new(hold: Duration, clock: fn() -> u64) -> Lease {
         Lease { until: std::sync::Mutex::new(clock() + hold.as_secs()), clock }
     }
 
     /// Extends the lease to at least `hold` from now; returns its end.
-    pub fn extend(&self, hold: Duration) -> u64 {
+    pub(crate) fn extend(&self, hold: Duration) -> u64 {
         let mut until = self.until.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         *until = (*until).max((self.clock)() + hold.as_secs());
         *until
     }
 
-    pub fn until(&self) -> u64 {
+    pub(crate) fn until(&self) -> u64 {
         *self.until.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Seconds left (0: over).
-    pub fn left(&self) -> u64 {
+    pub(crate) fn left(&self) -> u64 {
         self.until().saturating_sub((self.clock)())
     }
 }
 
 /// The hold a gateway asks for: the links' TTL (what it may mint at its last renewal stays
 /// valid that long) plus three renewal periods (a renewal may come late).
-pub fn hold_for(ttl: Duration) -> Duration {
+pub(crate) fn hold_for(ttl: Duration) -> Duration {
     ttl + RENEW_EVERY * 3
 }
 
 /// `stowage links serve`: the server itself. Says `ready PORT ID` (or `error: …`) on stdout,
 /// then serves until its lease ends or it is told to stop.
-pub async fn serve(config: &crate::config::Config, location: &crate::wiring::StoreLocation, ports: &[u16]) -> anyhow::Result<()> {
+pub(crate) async fn serve(config: &crate::config::Config, location: &crate::wiring::StoreLocation, ports: &[u16]) -> anyhow::Result<()> {
     match start(config, location, ports).await {
         Ok(running) => running.await,
         Err(e) => {

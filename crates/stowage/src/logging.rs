@@ -22,7 +22,7 @@ use tracing_subscriber::layer::{Context, Filter, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 
 /// How long an identical warning is counted instead of logged again.
-pub const WINDOW: Duration = Duration::from_secs(5);
+pub(crate) const WINDOW: Duration = Duration::from_secs(5);
 /// Distinct warnings tracked at once; past it, warnings pass unaggregated.
 const MAX_TRACKED: usize = 256;
 
@@ -33,7 +33,7 @@ const MAX_TRACKED: usize = 256;
 /// reads, often set machine-wide: Stowage's own wins when both are set), else the default.
 /// A filter that does not parse is said on stderr, not silently replaced. Colour only when
 /// stderr is a terminal: hosts capture it into log files, where escape codes are noise.
-pub fn init(serving: bool) {
+pub(crate) fn init(serving: bool) {
     use std::io::IsTerminal;
     let default = if serving { "warn,stowage::call=info,stowage::upstream=info,stowage::links=info" } else { "warn" };
     let chosen =
@@ -80,7 +80,7 @@ fn escaped_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + 
 }
 
 /// `text` with every control character written as a visible escape.
-pub fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     if !text.chars().any(char::is_control) {
         return text.to_owned();
     }

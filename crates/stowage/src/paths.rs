@@ -8,7 +8,7 @@ use std::path::{Component, Path, PathBuf};
 
 /// Refuses a path that starts with `~` (`~/x`, `~user/x`): no shell expanded it, and taken as
 /// written it names a directory called `~` in the working directory.
-pub fn refuse_unexpanded(given_as: &str, path: &Path, cwd: &Path) -> anyhow::Result<()> {
+pub(crate) fn refuse_unexpanded(given_as: &str, path: &Path, cwd: &Path) -> anyhow::Result<()> {
     let first = path.components().next();
     let tilde = matches!(first, Some(Component::Normal(c)) if c.to_string_lossy().starts_with('~'));
     if tilde {
@@ -30,7 +30,7 @@ pub fn refuse_unexpanded(given_as: &str, path: &Path, cwd: &Path) -> anyhow::Res
 
 /// A file argument that must exist: `~` refused as above, and a relative path that does not
 /// exist named with the working directory it was looked for in.
-pub fn existing_file(given_as: &str, path: &Path) -> anyhow::Result<()> {
+pub(crate) fn existing_file(given_as: &str, path: &Path) -> anyhow::Result<()> {
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("?"));
     refuse_unexpanded(given_as, path, &cwd)?;
     if path.is_relative() && !path.exists() {

@@ -17,7 +17,7 @@ use crate::wiring::StoreLocation;
 
 /// `stowage serve`'s arguments: what the plan is made from, beside the configuration.
 #[derive(Debug, Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// Serve one client over stdin/stdout (for hosts that spawn a command) instead of HTTP.
     #[arg(long)]
     pub stdio: bool,
@@ -50,7 +50,7 @@ pub struct ServeArgs {
 }
 
 /// Everything `serve` decided before starting anything.
-pub struct Plan {
+pub(crate) struct Plan {
     pub mode: Mode,
     /// `[[hosts]]` over the built-in host profiles, with `[transform.image_preview]`.
     pub hosts: Arc<stowage_mcp::hosts::Hosts>,
@@ -78,7 +78,7 @@ pub struct Plan {
 
 /// Where download links point.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LinksPlan {
+pub(crate) enum LinksPlan {
     /// Served on the HTTP listener itself, at this base.
     Http(LinkBase),
     /// Over stdio: a loopback listener of this process, on this URL's port when it is free
@@ -90,14 +90,14 @@ pub enum LinksPlan {
 
 /// The base URL links are minted on, and which setting gave it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LinkBase {
+pub(crate) struct LinkBase {
     pub url: String,
     pub origin: &'static str,
 }
 
 /// Validates the configuration and the `serve` arguments exactly as `serve` needs them.
 /// Reads key files and environment variables; creates nothing.
-pub fn plan(config: &Config, store: &StoreLocation, args: &ServeArgs) -> anyhow::Result<Plan> {
+pub(crate) fn plan(config: &Config, store: &StoreLocation, args: &ServeArgs) -> anyhow::Result<Plan> {
     let env = |var: &str| std::env::var(var).ok();
     let found = stowage_mcp::config::collect_upstreams_reporting(&config.gateway, args.mcp_config.as_deref(), &args.command, &env)?;
     let auth = stowage_http::Authenticator::new(&config.auth)?;
@@ -161,7 +161,7 @@ pub fn plan(config: &Config, store: &StoreLocation, args: &ServeArgs) -> anyhow:
 /// else the default. Never an address nobody can connect to (`0.0.0.0`, `[::]`): that is an
 /// error saying how to name the gateway instead. Used by `serve`, `check-config` and
 /// `sign-url`, so all three agree.
-pub fn link_base(links: &LinksConfig, listen: &str, flag: Option<&str>) -> anyhow::Result<LinkBase> {
+pub(crate) fn link_base(links: &LinksConfig, listen: &str, flag: Option<&str>) -> anyhow::Result<LinkBase> {
     let default = LinksConfig::default().public_url;
     let (url, origin) = match flag {
         Some(url) => (url.to_owned(), "--public-url"),

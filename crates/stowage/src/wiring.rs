@@ -11,7 +11,7 @@ use crate::config::{Backend, Config, LEGACY_STORE_DIR};
 
 /// Where the store directory (and the default link-signing key) lives, and who said so.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoreLocation {
+pub(crate) struct StoreLocation {
     /// Absolute, so that banners and `check-config` name one place whatever the working
     /// directory.
     pub dir: PathBuf,
@@ -19,7 +19,7 @@ pub struct StoreLocation {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StoreOrigin {
+pub(crate) enum StoreOrigin {
     /// `--store DIR` or `STOWAGE_STORE`.
     Flag,
     /// `store.dir` in stowage.toml.
@@ -32,14 +32,14 @@ pub enum StoreOrigin {
 /// command uses the same one, so `stowage artifacts ls` finds what `stowage serve --stdio`
 /// stored for a host that started it anywhere. Local rather than roaming on Windows: a store
 /// of tool outputs has no business syncing between machines.
-pub fn default_store_dir() -> anyhow::Result<PathBuf> {
+pub(crate) fn default_store_dir() -> anyhow::Result<PathBuf> {
     dirs::data_local_dir().map(|d| d.join("stowage")).context(
         "cannot find this platform's data directory for the default store (is HOME set?): pass --store DIR or set store.dir in stowage.toml",
     )
 }
 
 /// `--store` first, then `store.dir`, then [`default_store_dir`].
-pub fn store_location(config: &Config, flag: Option<PathBuf>) -> anyhow::Result<StoreLocation> {
+pub(crate) fn store_location(config: &Config, flag: Option<PathBuf>) -> anyhow::Result<StoreLocation> {
     let (dir, origin) = match (flag, &config.store.dir) {
         (Some(dir), _) => (dir, StoreOrigin::Flag),
         (None, Some(dir)) => (dir.clone(), StoreOrigin::Config),
@@ -52,7 +52,7 @@ pub fn store_location(config: &Config, flag: Option<PathBuf>) -> anyhow::Result<
 impl StoreLocation {
     /// One line for the banner and `check-config`: which store, where, why there, and how to
     /// list it.
-    pub fn describe(&self, backend: Backend) -> String {
+    pub(crate) fn describe(&self, backend: Backend) -> String {
         match backend {
             Backend::Fs => {
                 let dir = self.dir.display();
@@ -75,7 +75,7 @@ impl StoreLocation {
     /// Before the platform data directory was the default, the store was `./.stowage`. When
     /// the default is in use and such a store sits in the working directory, say where it
     /// went, once, on stderr: otherwise its artifacts would seem to have vanished.
-    pub fn hint_about_legacy_store(&self, backend: Backend) {
+    pub(crate) fn hint_about_legacy_store(&self, backend: Backend) {
         let legacy = Path::new(LEGACY_STORE_DIR);
         if backend == Backend::Fs && self.origin == StoreOrigin::Default && legacy.join("blobs").is_dir() {
             eprintln!(
@@ -86,7 +86,7 @@ impl StoreLocation {
     }
 }
 
-pub fn open_store(config: &Config, location: &StoreLocation) -> anyhow::Result<Arc<dyn ArtifactStore>> {
+pub(crate) fn open_store(config: &Config, location: &StoreLocation) -> anyhow::Result<Arc<dyn ArtifactStore>> {
     let isolation = Isolation::from_isolate_sessions(config.store.isolate_sessions);
     check_backend_keys(config)?;
     Ok(match config.store.backend {
@@ -194,7 +194,7 @@ fn shared_builder(config: &Config, isolation: Isolation) -> anyhow::Result<stowa
 /// What `check-config` says about the shared store: connects to its database and bucket,
 /// changing nothing, and reports whether they are one store's (the same check `serve` runs
 /// when it opens the store, where a mismatch refuses to start). `None` for the other backends.
-pub async fn check_shared_store(config: &Config) -> anyhow::Result<Option<stowage_store::StoreCheck>> {
+pub(crate) async fn check_shared_store(config: &Config) -> anyhow::Result<Option<stowage_store::StoreCheck>> {
     if config.store.backend.provider().is_none() {
         return Ok(None);
     }
@@ -211,14 +211,14 @@ fn one_cause(context: String, e: stowage_store::StoreError) -> anyhow::Error {
 }
 
 /// The store as the pipeline's sink.
-pub fn sink(store: Arc<dyn ArtifactStore>) -> Arc<dyn stowage_core::ArtifactSink> {
+pub(crate) fn sink(store: Arc<dyn ArtifactStore>) -> Arc<dyn stowage_core::ArtifactSink> {
     stowage_store::into_sink(store)
 }
 
 /// The shaper every command that answers shapes with (`serve`, `agent`): `[transform]` for
 /// every upstream and `[gateway.servers.NAME.transform]` for those with their own, storing in
 /// `store`. Links are added by the caller that serves them.
-pub fn shaper(
+pub(crate) fn shaper(
     transform: &stowage_transform::TransformConfig,
     gateway: &stowage_mcp::GatewayConfig,
     store: Arc<dyn ArtifactStore>,
@@ -227,7 +227,7 @@ pub fn shaper(
 }
 
 /// Signed, expiring download links for shaped answers, capped at the artifact's expiry.
-pub struct SignedLinks(pub Arc<stowage_links::LinkSigner>);
+pub(crate) struct SignedLinks(pub Arc<stowage_links::LinkSigner>);
 
 impl stowage_mcp::shape::LinkMinter for SignedLinks {
     fn link(&self, artifact: &stowage_core::ArtifactRef) -> Option<(String, String)> {

@@ -26,12 +26,12 @@ pub(crate) struct SseReader {
 pub(crate) struct BodyError(pub String);
 
 impl SseReader {
-    pub fn new(resp: reqwest::Response) -> Self {
+    pub(crate) fn new(resp: reqwest::Response) -> Self {
         SseReader { body: resp.bytes_stream().boxed(), buf: BytesMut::new(), ended: false }
     }
 
     /// The next event; `Ok(None)` at a clean end of the body.
-    pub async fn next(&mut self) -> Result<Option<SseEvent>, BodyError> {
+    pub(crate) async fn next(&mut self) -> Result<Option<SseEvent>, BodyError> {
         loop {
             if let Some(ev) = self.take_event() {
                 return Ok(Some(ev));

@@ -14,10 +14,10 @@ use stowage_mcp::config::{GatewayConfig, TransportSpec, UpstreamSpec};
 use stowage_mcp::shape::{Pipelines, Shaper};
 use stowage_mcp::{Caller, Gateway, GatewayOptions, SessionMode};
 use stowage_store::{ArtifactStore, MemoryStore};
-pub use stowage_testkit::model_stub::{ModelStub, Turn};
+pub(crate) use stowage_testkit::model_stub::{ModelStub, Turn};
 use tokio::sync::mpsc;
 
-pub struct Harness {
+pub(crate) struct Harness {
     pub gateway: Arc<Gateway>,
     pub store: Arc<dyn ArtifactStore>,
     pub stub: ModelStub,
@@ -62,11 +62,11 @@ fn fixture_copy(dir: &std::path::Path) -> std::path::PathBuf {
     panic!("the fixture binary has no analyze_sales tool");
 }
 
-pub async fn harness(script: Vec<Turn>, config: impl FnOnce(&mut AgentConfig)) -> Harness {
+pub(crate) async fn harness(script: Vec<Turn>, config: impl FnOnce(&mut AgentConfig)) -> Harness {
     harness_with(script, Backend::Openai, config).await
 }
 
-pub async fn harness_with(script: Vec<Turn>, backend: Backend, config: impl FnOnce(&mut AgentConfig)) -> Harness {
+pub(crate) async fn harness_with(script: Vec<Turn>, backend: Backend, config: impl FnOnce(&mut AgentConfig)) -> Harness {
     harness_full(script, backend, false, config).await
 }
 
@@ -84,12 +84,17 @@ impl stowage_mcp::shape::LinkMinter for SignedLinks {
 
 /// The harness; `signed_links`: the shaper mints signed links as `serve`'s does (an HTTP run),
 /// else answers carry `artifact://` URIs (as `stowage agent`'s).
-pub async fn harness_full(script: Vec<Turn>, backend: Backend, signed_links: bool, config: impl FnOnce(&mut AgentConfig)) -> Harness {
+pub(crate) async fn harness_full(
+    script: Vec<Turn>,
+    backend: Backend,
+    signed_links: bool,
+    config: impl FnOnce(&mut AgentConfig),
+) -> Harness {
     harness_on(script, backend, signed_links, Upstream::Fixture, config).await
 }
 
 /// The upstream a harness runs the planner over.
-pub enum Upstream {
+pub(crate) enum Upstream {
     /// The testkit's `stowage-fixture` (Rust, stdio).
     Fixture,
     /// `tests/fixtures/rfc_tools.py` on FastMCP 4.1.2 (Python, stdio): the RFC's tools as
@@ -98,12 +103,12 @@ pub enum Upstream {
 }
 
 /// The peers' Python with FastMCP, or `None` (the test skips loudly; under CI it fails).
-pub fn fastmcp_python() -> Option<std::path::PathBuf> {
+pub(crate) fn fastmcp_python() -> Option<std::path::PathBuf> {
     stowage_testkit::require_peer("venv/bin/python")
 }
 
 /// A harness over the RFC's FastMCP tools; `None` when the peer is missing.
-pub async fn fastmcp_harness(
+pub(crate) async fn fastmcp_harness(
     script: Vec<Turn>,
     backend: Backend,
     signed_links: bool,
@@ -119,7 +124,7 @@ fn uuid_like() -> String {
     format!("{}-{}", std::process::id(), std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos())
 }
 
-pub async fn harness_on(
+pub(crate) async fn harness_on(
     script: Vec<Turn>,
     backend: Backend,
     signed_links: bool,
@@ -191,13 +196,13 @@ pub async fn harness_on(
     Harness { gateway, store, stub, planner, _fixture_dir: dir, _links_server: links_server }
 }
 
-pub fn caller(user: &str) -> Caller {
+pub(crate) fn caller(user: &str) -> Caller {
     Caller { tenant: Some("acme".into()), user: Some(user.into()) }
 }
 
 impl Harness {
     /// Runs `query` for `user`, returning the outcome and every event in order.
-    pub async fn run(
+    pub(crate) async fn run(
         &self,
         user: &str,
         query: &str,
@@ -214,13 +219,13 @@ impl Harness {
     }
 
     /// The bodies the model was sent, as text.
-    pub fn sent(&self) -> Vec<String> {
+    pub(crate) fn sent(&self) -> Vec<String> {
         self.stub.requests().iter().map(|r| r.body.clone()).collect()
     }
 }
 
 /// The events' names, with consecutive `chunk`s folded into one.
-pub fn names(events: &[AgentEvent]) -> Vec<String> {
+pub(crate) fn names(events: &[AgentEvent]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for e in events {
         let n = match e {
@@ -236,16 +241,16 @@ pub fn names(events: &[AgentEvent]) -> Vec<String> {
     out
 }
 
-pub fn answer(raw: &str) -> Turn {
+pub(crate) fn answer(raw: &str) -> Turn {
     Turn::Text(serde_json::json!({"raw_answer": raw}).to_string())
 }
 
-pub fn json_of(v: &Value) -> String {
+pub(crate) fn json_of(v: &Value) -> String {
     v.to_string()
 }
 
 /// The payload of the last event, which must be `done`.
-pub fn done_payload(events: &[AgentEvent]) -> Value {
+pub(crate) fn done_payload(events: &[AgentEvent]) -> Value {
     match events.last() {
         Some(AgentEvent::Done(p, _)) => serde_json::to_value(p).unwrap(),
         other => panic!("the last event is not done: {other:?}"),
@@ -253,6 +258,6 @@ pub fn done_payload(events: &[AgentEvent]) -> Value {
 }
 
 /// The answer text the `chunk` events carried.
-pub fn chunk_text(events: &[AgentEvent]) -> String {
+pub(crate) fn chunk_text(events: &[AgentEvent]) -> String {
     events.iter().filter_map(|e| if let AgentEvent::Chunk { text, .. } = e { Some(text.as_str()) } else { None }).collect()
 }

@@ -28,7 +28,7 @@ const VIEW_MAX: usize = 20;
 /// The most bytes one `artifact_fetch` returns, and one `artifact_viewer_asset` part: base64
 /// and JSON around them keep the result under 1 MB, which some hosts (and SDK clients'
 /// stream readers) allow a tool result at most.
-pub const FETCH_BYTES: usize = 512 * 1024;
+pub(super) const FETCH_BYTES: usize = 512 * 1024;
 
 fn app_only(mut def: Value) -> Value {
     def["_meta"] = json!({"ui": {"resourceUri": VIEWER_URI, "visibility": ["app"]}});

@@ -30,7 +30,7 @@ use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 use crate::local_tools::ToolError;
 
 /// The most bytes one chunk carries (decoded).
-pub const CHUNK_BYTES: usize = 1024 * 1024;
+pub(super) const CHUNK_BYTES: usize = 1024 * 1024;
 /// Uploads one owner may have open at once.
 const OPEN_PER_OWNER: usize = 8;
 /// How often abandoned uploads are looked for.
@@ -95,7 +95,7 @@ fn refused(message: impl Into<String>) -> ToolError {
 }
 
 impl Uploads {
-    pub fn new(ttl: Duration) -> Uploads {
+    pub(crate) fn new(ttl: Duration) -> Uploads {
         Uploads { ttl, open: Mutex::default() }
     }
 
@@ -105,7 +105,7 @@ impl Uploads {
         self.open.lock().retain(|_, u| u.try_lock().map_or(true, |u| u.expires > now));
     }
 
-    pub async fn begin(
+    pub(crate) async fn begin(
         &self,
         scope: &ArtifactScope,
         isolation: Isolation,
@@ -215,7 +215,7 @@ impl Uploads {
     }
 
     /// Appends `data` (base64) at `offset`; returns (received, total).
-    pub async fn chunk(&self, owner: &str, handle: &str, offset: u64, data: &str) -> Result<(u64, u64), ToolError> {
+    pub(crate) async fn chunk(&self, owner: &str, handle: &str, offset: u64, data: &str) -> Result<(u64, u64), ToolError> {
         let upload = self.get(owner, handle)?;
         let mut u = upload.lock().await;
         if u.owner != owner {
@@ -263,7 +263,7 @@ impl Uploads {
 
     /// Stores what arrived as the caller's artifact, if it is exactly what was declared.
     /// The upload ends either way.
-    pub async fn commit(
+    pub(crate) async fn commit(
         &self,
         owner: &str,
         handle: &str,

@@ -57,6 +57,51 @@ pub struct DetectedTool {
     pub inputs: ToolInputs,
 }
 
+/// One exposed tool as detection sees it, lent by the caller from its catalog: chaining knows
+/// these fields and nothing else of the router (which uses chaining's schema functions, so the
+/// dependency points one way).
+pub(crate) struct ToolEntry<'a> {
+    /// The name the model sees.
+    pub name: &'a str,
+    /// The index of the upstream that serves it.
+    pub upstream: usize,
+    /// Whether it declares its blob fields (then nothing is detected).
+    pub declares_blobs: bool,
+    /// Its definition as exposed; detection shows the model what the inputs take here.
+    pub def: &'a mut Value,
+    /// Where the detected inputs go.
+    pub inputs: &'a mut Option<Arc<ToolInputs>>,
+}
+
+/// The catalog hook: detects the chained inputs of every tool in `tools` (except those that
+/// declare their blobs, or have a tool-wide rule) and shows the model what they take.
+/// `stdio(i)`: whether upstream `i` runs on this machine. Returns what upstream `index`'s
+/// tools came to, for the event and the log.
+pub(crate) fn expose_inputs<'a>(
+    tools: impl IntoIterator<Item = ToolEntry<'a>>,
+    config: &ChainingConfig,
+    stdio: impl Fn(usize) -> bool,
+    index: usize,
+) -> Vec<DetectedTool> {
+    let mut report = Vec::new();
+    for t in tools {
+        let rule = config.inputs.get(t.name);
+        if t.declares_blobs || detect::tool_rule(rule).is_some() {
+            continue;
+        }
+        let mut found = detect::detect(t.def, stdio(t.upstream), config.auto, detect::property_rules(rule));
+        if found.is_empty() {
+            continue;
+        }
+        detect::llm_facing(t.def, &mut found);
+        if t.upstream == index {
+            report.push(DetectedTool { tool: t.name.to_owned(), inputs: found.clone() });
+        }
+        *t.inputs = Some(Arc::new(found));
+    }
+    report
+}
+
 impl DetectedTool {
     /// One line per chained input and note, as `check-config --tools` prints them:
     /// `content_base64: base64 (its name; sets mime_type)`.

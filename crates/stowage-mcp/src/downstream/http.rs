@@ -52,7 +52,7 @@ use crate::outbox::Outbox;
 use crate::session::{Caller, Session, SessionKind};
 
 /// Requests of one session handled at once; more get an error at once.
-pub const MAX_IN_FLIGHT: usize = 64;
+pub(crate) const MAX_IN_FLIGHT: usize = 64;
 
 use super::streams::{Attached, ReplayBudget, ResumeSettings, StreamHub, event_id};
 

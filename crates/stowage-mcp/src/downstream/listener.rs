@@ -32,7 +32,7 @@ use tower::Service;
 
 /// How long connections may take or sit idle.
 #[derive(Debug, Clone, Copy)]
-pub struct HttpTimeouts {
+pub(crate) struct HttpTimeouts {
     /// From the first byte of a request (or an idle keep-alive connection) to its last header.
     pub headers: Duration,
     /// Between two chunks of a request body.
@@ -43,7 +43,7 @@ pub struct HttpTimeouts {
 
 impl HttpTimeouts {
     /// The listener's timeouts as `[gateway]` sets them.
-    pub fn of(config: &crate::config::GatewayConfig) -> HttpTimeouts {
+    pub(crate) fn of(config: &crate::config::GatewayConfig) -> HttpTimeouts {
         let secs = |s: u64| Duration::from_secs(s.max(1));
         HttpTimeouts {
             headers: secs(config.http_header_timeout_secs),
@@ -57,7 +57,12 @@ impl HttpTimeouts {
 const DRAIN: Duration = Duration::from_secs(5);
 
 /// Serves `app` on `listener` until `shutdown` resolves.
-pub async fn serve(listener: TcpListener, app: Router, timeouts: HttpTimeouts, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+pub(crate) async fn serve(
+    listener: TcpListener,
+    app: Router,
+    timeouts: HttpTimeouts,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
     let app = app.layer(tower_http::timeout::RequestBodyTimeoutLayer::new(timeouts.body));
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder.http1().timer(TokioTimer::new()).header_read_timeout(timeouts.headers).keep_alive(true);

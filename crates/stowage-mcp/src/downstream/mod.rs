@@ -4,7 +4,7 @@
 //! - [`http`]: Streamable HTTP at `/mcp` (sessions via `Mcp-Session-Id`, SSE responses,
 //!   stateless 2026-07-28 requests), plus `/metrics`, with DNS-rebinding protection.
 
-pub mod http;
-pub mod listener;
-pub mod stdio;
-pub mod streams;
+pub(crate) mod http;
+pub(crate) mod listener;
+pub(crate) mod stdio;
+pub(crate) mod streams;

@@ -22,10 +22,10 @@ use crate::outbox::Outbox;
 use crate::session::{Caller, SessionKind, deliver_or_log};
 
 /// Requests of one stdio client handled at once.
-pub const MAX_IN_FLIGHT: usize = 64;
+pub(crate) const MAX_IN_FLIGHT: usize = 64;
 
 /// How long requests still running when the client closes its input may take to answer.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Serves one client until its input closes.
 pub async fn serve<R, W>(gw: Arc<Gateway>, reader: R, mut writer: W) -> std::io::Result<()>

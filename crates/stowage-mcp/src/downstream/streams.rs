@@ -39,11 +39,11 @@ const ATTACHED_CAPACITY: usize = 64;
 
 /// One SSE event: its sequence number on its stream and its JSON text (empty for the
 /// priming event).
-pub type Frame = (u64, Bytes);
+pub(crate) type Frame = (u64, Bytes);
 
 /// Resumption settings, from `[gateway]`.
 #[derive(Debug, Clone, Copy)]
-pub struct ResumeSettings {
+pub(crate) struct ResumeSettings {
     /// How long a stream waits for its client to reconnect before its request is cancelled,
     /// and how long a stream whose client went away stays replayable.
     pub window: Duration,
@@ -54,7 +54,7 @@ pub struct ResumeSettings {
 /// The bytes every stream of a router may keep for replay, together. Streams are charged in
 /// the order they started buffering; over the budget, the oldest one's buffer is dropped
 /// whole (resuming it is then refused as evicted) until the total fits again.
-pub struct ReplayBudget {
+pub(crate) struct ReplayBudget {
     max_total: usize,
     total: AtomicUsize,
     /// Streams holding buffered bytes, oldest first, by their charge number.
@@ -63,13 +63,13 @@ pub struct ReplayBudget {
 }
 
 impl ReplayBudget {
-    pub fn new(max_total: usize) -> Arc<ReplayBudget> {
+    pub(crate) fn new(max_total: usize) -> Arc<ReplayBudget> {
         Arc::new(ReplayBudget { max_total, total: AtomicUsize::new(0), order: Mutex::default(), next: AtomicU64::new(0) })
     }
 
     /// Bytes buffered for replay right now, over all streams.
     #[cfg(test)]
-    pub fn used(&self) -> usize {
+    pub(crate) fn used(&self) -> usize {
         self.total.load(Ordering::Relaxed)
     }
 
@@ -91,7 +91,7 @@ impl ReplayBudget {
 type Order = Mutex<BTreeMap<u64, Weak<Mutex<StreamState>>>>;
 
 /// A session's SSE streams.
-pub struct StreamHub {
+pub(crate) struct StreamHub {
     settings: ResumeSettings,
     budget: Arc<ReplayBudget>,
     next: AtomicU64,
@@ -139,7 +139,7 @@ impl StreamState {
 }
 
 /// The receiving half handed to an HTTP response: buffered frames first, then live ones.
-pub struct Attached {
+pub(crate) struct Attached {
     rx: mpsc::Receiver<Frame>,
     /// Where to report a whole delivery.
     origin: Option<Origin>,
@@ -163,7 +163,7 @@ impl Attached {
     /// The next frame; `None` once the stream has ended or another attachment took it over.
     /// When this attachment took the stream's last frame, the stream was delivered whole and
     /// is forgotten at once: nothing is left to replay.
-    pub async fn recv(&mut self) -> Option<Frame> {
+    pub(crate) async fn recv(&mut self) -> Option<Frame> {
         let frame = self.rx.recv().await;
         if frame.is_none()
             && let Some(origin) = self.origin.take()
@@ -183,7 +183,7 @@ impl Attached {
 
 /// Why a `Last-Event-ID` cannot be honoured.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ResumeError {
+pub(crate) enum ResumeError {
     #[error("Last-Event-ID {0:?} is not an event id of this session")]
     Malformed(String),
     #[error("stream of event {0:?} has ended and its replay window has passed; re-send the request")]
@@ -193,7 +193,7 @@ pub enum ResumeError {
 }
 
 impl StreamHub {
-    pub fn new(settings: ResumeSettings, budget: Arc<ReplayBudget>) -> StreamHub {
+    pub(crate) fn new(settings: ResumeSettings, budget: Arc<ReplayBudget>) -> StreamHub {
         StreamHub { settings, budget, next: AtomicU64::new(0), streams: Mutex::new(HashMap::new()) }
     }
 
@@ -202,7 +202,7 @@ impl StreamHub {
     /// from before anything else arrives). `cancel` is aborted if the client stays away
     /// longer than the resume window; without it (the standalone stream) the stream simply
     /// waits to be re-attached.
-    pub fn open(self: &Arc<Self>, rx: OutboxRx, priming: bool, cancel: Option<AbortHandle>) -> (u64, Attached) {
+    pub(crate) fn open(self: &Arc<Self>, rx: OutboxRx, priming: bool, cancel: Option<AbortHandle>) -> (u64, Attached) {
         let number = self.next.fetch_add(1, Ordering::Relaxed);
         let state = Arc::new(Mutex::new(StreamState { next_seq: 1, cancel: cancel.clone(), ..Default::default() }));
         let (tx, attached) = mpsc::channel(ATTACHED_CAPACITY);
@@ -218,7 +218,7 @@ impl StreamHub {
 
     /// Re-attaches to the stream of `last_event_id`: frames after it that are still buffered
     /// come first, then live ones. A previously attached receiver is detached.
-    pub fn resume(self: &Arc<Self>, last_event_id: &str) -> Result<(u64, Attached), ResumeError> {
+    pub(crate) fn resume(self: &Arc<Self>, last_event_id: &str) -> Result<(u64, Attached), ResumeError> {
         let (number, seq) = parse_event_id(last_event_id).ok_or_else(|| ResumeError::Malformed(last_event_id.to_owned()))?;
         let state = self.streams.lock().get(&number).cloned().ok_or_else(|| ResumeError::Gone(last_event_id.to_owned()))?;
         let mut s = state.lock();
@@ -237,7 +237,7 @@ impl StreamHub {
     /// Attaches a fresh receiver to stream `number` (the standalone stream, on a `GET`
     /// without `Last-Event-ID`): frames no client was attached for come first. With
     /// `priming`, an empty frame carrying the id to resume from leads.
-    pub fn reattach(self: &Arc<Self>, number: u64, priming: bool) -> Option<Attached> {
+    pub(crate) fn reattach(self: &Arc<Self>, number: u64, priming: bool) -> Option<Attached> {
         let state = self.streams.lock().get(&number).cloned()?;
         let mut s = state.lock();
         let (tx, rx) = mpsc::channel(ATTACHED_CAPACITY + s.buffer.len() + 1);
@@ -254,7 +254,7 @@ impl StreamHub {
     }
 
     /// Ends every stream and cancels every request still running on one (the session ended).
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         let streams: Vec<_> = self.streams.lock().drain().map(|(_, s)| s).collect();
         for state in streams {
             let mut s = state.lock();
@@ -270,7 +270,7 @@ impl StreamHub {
     }
 
     /// Whether any stream has a client attached or a request still running.
-    pub fn busy(&self) -> bool {
+    pub(crate) fn busy(&self) -> bool {
         self.streams.lock().values().any(|s| {
             let s = s.lock();
             !s.done && s.sink.as_ref().is_some_and(|t| !t.is_closed())
@@ -279,7 +279,7 @@ impl StreamHub {
 
     /// How many streams are kept (running, or replayable).
     #[cfg(test)]
-    pub fn kept(&self) -> usize {
+    pub(crate) fn kept(&self) -> usize {
         self.streams.lock().len()
     }
 
@@ -311,7 +311,7 @@ impl StreamState {
 }
 
 /// The SSE id of frame `seq` on stream `number`.
-pub fn event_id(number: u64, seq: u64) -> String {
+pub(crate) fn event_id(number: u64, seq: u64) -> String {
     format!("{number}-{seq}")
 }
 

@@ -200,6 +200,7 @@ impl Gateway {
         if trace.is_some() {
             scope.trace_id = trace;
         }
+        #[cfg(feature = "test-hooks")]
         if self.fault.lock().as_deref() == Some(name.as_str()) {
             panic!("fault injected on purpose in tool {name}");
         }

@@ -12,7 +12,7 @@ impl Gateway {
     /// lists were fetched) and reports upstream `index`'s.
     pub(super) fn chain_detected(&self, catalog: &mut Catalog, index: usize) {
         let stdio = |i: usize| self.upstreams.get(i).is_some_and(|u| matches!(u.spec.transport, TransportSpec::Stdio { .. }));
-        let tools = expose_inputs(catalog, &self.config.chaining, stdio, index);
+        let tools = crate::chaining::expose_inputs(catalog.entries(), &self.config.chaining, stdio, index);
         let Some(upstream) = self.upstreams.get(index).map(|u| u.name().to_owned()) else { return };
         for t in &tools {
             let chained: Vec<String> = t.inputs.inputs.iter().map(|d| format!("{} ({})", d.path, d.form)).collect();
@@ -32,36 +32,6 @@ impl Gateway {
     /// the gateway's catalog was built.
     pub(super) fn chain_quietly(&self, catalog: &mut Catalog) {
         let stdio = |i: usize| self.upstreams.get(i).is_some_and(|u| matches!(u.spec.transport, TransportSpec::Stdio { .. }));
-        expose_inputs(catalog, &self.config.chaining, stdio, usize::MAX);
+        crate::chaining::expose_inputs(catalog.entries(), &self.config.chaining, stdio, usize::MAX);
     }
-}
-
-/// The catalog hook: detects the chained inputs of every tool in `catalog` (except those that
-/// declare their blobs, or have a tool-wide rule) and shows the model what they take.
-/// `stdio(i)`: whether upstream `i` runs on this machine. Returns what upstream `index`'s
-/// tools came to, for the event and the log.
-fn expose_inputs(
-    catalog: &mut Catalog,
-    config: &crate::chaining::ChainingConfig,
-    stdio: impl Fn(usize) -> bool,
-    index: usize,
-) -> Vec<crate::chaining::DetectedTool> {
-    let mut report = Vec::new();
-    for t in &mut catalog.tools {
-        let rule = config.inputs.get(&t.name);
-        if t.blobs.is_some() || crate::chaining::detect::tool_rule(rule).is_some() {
-            continue;
-        }
-        let mut found =
-            crate::chaining::detect::detect(&t.def, stdio(t.upstream), config.auto, crate::chaining::detect::property_rules(rule));
-        if found.is_empty() {
-            continue;
-        }
-        crate::chaining::detect::llm_facing(&mut t.def, &mut found);
-        if t.upstream == index {
-            report.push(crate::chaining::DetectedTool { tool: t.name.clone(), inputs: found.clone() });
-        }
-        t.inputs = Some(std::sync::Arc::new(found));
-    }
-    report
 }

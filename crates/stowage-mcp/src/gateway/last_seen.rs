@@ -26,7 +26,7 @@ use crate::config::UpstreamSpec;
 use crate::router::UpstreamLists;
 
 /// The stand-in tool's own name (prefixed like any tool of the upstream).
-pub const STANDIN_TOOL: &str = "unavailable";
+pub(crate) const STANDIN_TOOL: &str = "unavailable";
 
 /// One upstream's lists as kept on disk.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -35,7 +35,7 @@ mod tasks;
 
 pub use calls::{CallOptions, CallReport, ToolOutcome};
 pub use handshake::{HANDSHAKE_VERSIONS, MODERN_VERSIONS};
-pub use last_seen::STANDIN_TOOL;
+pub(crate) use last_seen::STANDIN_TOOL;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -187,6 +187,7 @@ pub struct Gateway {
     /// Which upstream (and identity) each task belongs to.
     tasks: Mutex<tasks::Tasks>,
     /// A fault injected on purpose by a test (see [`Gateway::inject_panic`]).
+    #[cfg(feature = "test-hooks")]
     fault: Mutex<Option<String>>,
     /// When the gateway started.
     started: std::time::Instant,
@@ -240,7 +241,7 @@ impl Gateway {
         };
         let sessions = Arc::new(Sessions::default());
         let routes = Arc::new(CallRoutes::new(sessions.clone()));
-        let events = EventBus::with_metrics();
+        let events = EventBus::with_recorder(crate::metrics::record);
         let env = UpstreamEnv {
             initiated: initiated_tx,
             uplink: Arc::new(GatewayUplink { routes: routes.clone(), events: events.clone() }),
@@ -298,6 +299,7 @@ impl Gateway {
             read_cache: Default::default(),
             events,
             tasks: Mutex::default(),
+            #[cfg(feature = "test-hooks")]
             fault: Mutex::new(None),
             started: std::time::Instant::now(),
             control_caps,
@@ -545,6 +547,8 @@ impl Gateway {
     }
 
     /// Makes calls to `tool` panic, to test that one panic costs one request and nothing else.
+    /// Only with the `test-hooks` feature, which tests turn on and shipped builds never do.
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn inject_panic(&self, tool: Option<&str>) {
         *self.fault.lock() = tool.map(str::to_owned);

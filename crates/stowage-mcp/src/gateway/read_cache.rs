@@ -48,7 +48,7 @@ pub(super) struct ReadCache {
 
 impl ReadCache {
     /// A fresh entry for `key`, if there is one.
-    pub fn get(&self, key: &CacheKey) -> Option<OffloadedRead> {
+    pub(super) fn get(&self, key: &CacheKey) -> Option<OffloadedRead> {
         let mut entries = self.entries.lock();
         match entries.get(key) {
             Some(e) if e.expires > Instant::now() => Some(e.read.clone()),
@@ -61,13 +61,13 @@ impl ReadCache {
     }
 
     /// The URI's generation now: pass it to [`Self::put`] with the read that starts now.
-    pub fn generation(&self, upstream: usize, uri: &str) -> u64 {
+    pub(super) fn generation(&self, upstream: usize, uri: &str) -> u64 {
         self.generations.lock().get(&(upstream, uri.to_owned())).copied().unwrap_or(0)
     }
 
     /// Keeps `read` for `ttl`, unless an update of its URI arrived since `generation` was
     /// taken (the read may predate it) or `ttl` is zero.
-    pub fn put(&self, key: CacheKey, read: OffloadedRead, ttl: Duration, generation: u64) {
+    pub(super) fn put(&self, key: CacheKey, read: OffloadedRead, ttl: Duration, generation: u64) {
         if ttl.is_zero() || self.generation(key.upstream, &key.uri) != generation {
             return;
         }
@@ -85,7 +85,7 @@ impl ReadCache {
     }
 
     /// Drops every entry of `uri` on `upstream` (an update notification); returns how many.
-    pub fn invalidate(&self, upstream: usize, uri: &str) -> usize {
+    pub(super) fn invalidate(&self, upstream: usize, uri: &str) -> usize {
         *self.generations.lock().entry((upstream, uri.to_owned())).or_default() += 1;
         let mut entries = self.entries.lock();
         let before = entries.len();
@@ -94,7 +94,7 @@ impl ReadCache {
     }
 
     /// Drops everything of `upstream` (it restarted: what it served may have changed).
-    pub fn forget_upstream(&self, upstream: usize) {
+    pub(super) fn forget_upstream(&self, upstream: usize) {
         self.generations.lock().retain(|(u, _), g| {
             if *u == upstream {
                 *g += 1;

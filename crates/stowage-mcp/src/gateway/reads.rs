@@ -23,7 +23,7 @@ use crate::shape::read::{OffloadedRead, ReadError, ReadKind};
 use crate::shape::{CallContext, Draft};
 
 /// `_meta` key on a `resource_link` the gateway tried to read for the model and could not.
-pub const FETCH_ERROR_META_KEY: &str = "io.stowage/fetch_error";
+pub(super) const FETCH_ERROR_META_KEY: &str = "io.stowage/fetch_error";
 
 impl Gateway {
     /// Shapes a successful `resources/read` or `prompts/get` reply from `upstream` in place;

@@ -161,7 +161,7 @@ async fn read_pdf(
         Some(v) => return Err(ToolError::bad_request(format!("artifact_read: \"pages\" must be like \"2\", \"1-3\" or \"4-\", not {v}"))),
     };
     let offset = super::usize_argument(super::ARTIFACT_READ_TOOL, arguments, "offset")?.unwrap_or(0);
-    let grep = super::read::grep_argument(arguments)?;
+    let grep = super::grep::grep_argument(arguments)?;
     let bytes = bytes_of(store, scope, &meta).await?;
     // A window needs the text up to its end; grep searches further (bounded all the same).
     let max_chars = if grep.is_some() { PDF_GREP_CHARS } else { offset.saturating_add(hints.text_budget * 2).min(PDF_GREP_CHARS) };

@@ -17,6 +17,7 @@
 //! Their answers go through the shaper's host step and final limit, not through the transform
 //! pipeline again: they are already small, and a window must reach the model as it is.
 
+mod grep;
 mod hints;
 mod media;
 mod query;
@@ -33,13 +34,13 @@ use stowage_http::{ApiError, LinkService};
 use stowage_store::{Access, ArtifactStore};
 
 pub(crate) use hints::ReadHints;
-pub use query::ARTIFACT_QUERY_TOOL;
-pub use read::ARTIFACT_READ_TOOL;
-pub use resources::ARTIFACT_LIST_TOOL;
+pub(crate) use query::ARTIFACT_QUERY_TOOL;
+pub(crate) use read::ARTIFACT_READ_TOOL;
+pub(crate) use resources::ARTIFACT_LIST_TOOL;
 pub use url::ARTIFACT_URL_TOOL;
 
 /// The most bytes of artifact content one reader-tool answer carries.
-pub const READ_BUDGET_BYTES: usize = 24_000;
+pub(crate) const READ_BUDGET_BYTES: usize = 24_000;
 
 /// Artifacts at least this large are scanned or parsed on the CPU pool, not on a runtime
 /// worker (the gateway's rule for heavy work).
@@ -60,7 +61,7 @@ impl LocalTools<'_> {
 
     /// The definitions added to every tool list: `artifact_url` while signed links are
     /// available, the readers while a store keeps artifacts.
-    pub fn defs(&self) -> Vec<Value> {
+    pub(crate) fn defs(&self) -> Vec<Value> {
         let mut defs = Vec::new();
         if self.links.is_some() {
             defs.push(url::def());
@@ -74,7 +75,7 @@ impl LocalTools<'_> {
     }
 
     /// Whether `name` is one of the tools [`Self::defs`] lists.
-    pub fn handles(&self, name: &str) -> bool {
+    pub(crate) fn handles(&self, name: &str) -> bool {
         match name {
             ARTIFACT_URL_TOOL => self.links.is_some(),
             ARTIFACT_READ_TOOL | ARTIFACT_QUERY_TOOL | ARTIFACT_LIST_TOOL => self.readers().is_some(),
@@ -85,7 +86,7 @@ impl LocalTools<'_> {
     /// Answers a call to one of them for the session owning `scope`; always a
     /// CallToolResult. `None` when `name` is not one of them (see [`Self::handles`]).
     /// `hints`: what the caller's host takes in one answer (the image edge, the text budget).
-    pub async fn call(&self, name: &str, scope: &ArtifactScope, arguments: &Value, hints: ReadHints) -> Option<Value> {
+    pub(crate) async fn call(&self, name: &str, scope: &ArtifactScope, arguments: &Value, hints: ReadHints) -> Option<Value> {
         let result = match name {
             ARTIFACT_URL_TOOL => url::call(self.links?, scope, arguments).await,
             ARTIFACT_READ_TOOL => read::call(self.readers()?, scope, arguments, hints).await,

@@ -16,7 +16,7 @@ use stowage_store::ArtifactStore;
 use super::{CPU_POOL_BYTES, READ_BUDGET_BYTES, ReadHints, ToolError, as_str, cut_at_char, id_argument, read_text};
 
 /// The tool's name in `tools/list`. It is not namespaced: it belongs to the gateway.
-pub const ARTIFACT_QUERY_TOOL: &str = "artifact_query";
+pub(crate) const ARTIFACT_QUERY_TOOL: &str = "artifact_query";
 
 pub(super) fn def() -> Value {
     json!({

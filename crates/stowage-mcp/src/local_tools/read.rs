@@ -12,21 +12,19 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use regex::{Regex, RegexBuilder};
+use regex::Regex;
 use serde_json::{Map, Value, json};
 use stowage_core::ArtifactScope;
 use stowage_store::ArtifactStore;
 
+use super::grep::grep_argument;
 use super::{CPU_POOL_BYTES, READ_BUDGET_BYTES, ReadHints, ToolError, as_str, cut_at_char, id_argument, meta_of, text_of, usize_argument};
 
 /// The tool's name in `tools/list`. It is not namespaced: it belongs to the gateway.
-pub const ARTIFACT_READ_TOOL: &str = "artifact_read";
+pub(crate) const ARTIFACT_READ_TOOL: &str = "artifact_read";
 
 /// A matching line longer than this many bytes is cut (minified files are one long line).
 const MAX_MATCH_LINE_BYTES: usize = 400;
-
-/// Compiled regexes larger than this are refused: a pattern is the model's input.
-const REGEX_SIZE_LIMIT: usize = 1 << 20;
 
 pub(super) fn def() -> Value {
     json!({
@@ -106,21 +104,6 @@ fn parse(arguments: &Value) -> Result<Request, ToolError> {
     }
     let grep = grep_argument(arguments)?;
     Ok(Request { offset, length, grep })
-}
-
-/// The `grep` argument, compiled.
-pub(super) fn grep_argument(arguments: &Value) -> Result<Option<Regex>, ToolError> {
-    Ok(match arguments.get("grep") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(p)) if !p.is_empty() => Some(RegexBuilder::new(p).size_limit(REGEX_SIZE_LIMIT).build().map_err(|e| {
-            // The regex crate's message spans lines (the pattern, a caret, the reason).
-            let why = e.to_string().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ");
-            ToolError::bad_request(format!(
-                "artifact_read: \"grep\" is not a valid regex ({why}); escape special characters like ( [ . * with \\"
-            ))
-        })?),
-        Some(v) => return Err(ToolError::bad_request(format!("artifact_read: \"grep\" must be a non-empty regex string, not {v}"))),
-    })
 }
 
 pub(super) async fn call(

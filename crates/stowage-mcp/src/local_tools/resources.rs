@@ -21,11 +21,11 @@ use super::{ToolError, usize_argument};
 use crate::config::ResourcesConfig;
 
 /// The tool's name in `tools/list` (the gateway's own, not namespaced).
-pub const ARTIFACT_LIST_TOOL: &str = "artifact_list";
+pub(crate) const ARTIFACT_LIST_TOOL: &str = "artifact_list";
 
 /// `_meta` key a client sets on `resources/read` to get an artifact's bytes even when they are
 /// over the inline limit (up to the cap).
-pub const INLINE_META_KEY: &str = "io.stowage/inline";
+pub(crate) const INLINE_META_KEY: &str = "io.stowage/inline";
 
 /// Prefix of a `resources/list` cursor that pages through artifacts.
 const CURSOR_PREFIX: &str = "artifacts:";

@@ -53,7 +53,7 @@ pub(crate) struct Budget {
 impl Budget {
     /// `profile`'s budget (its error limit for an `isError` answer) within the observation
     /// limit `chars`.
-    pub fn of(profile: &HostProfile, is_error: bool, chars: Option<usize>) -> Budget {
+    pub(crate) fn of(profile: &HostProfile, is_error: bool, chars: Option<usize>) -> Budget {
         let error = if is_error { profile.max_error_chars } else { None };
         let text = match (profile.max_text_bytes, error) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -68,11 +68,11 @@ impl Budget {
         }
     }
 
-    pub fn token_budget(&self) -> Option<u64> {
+    pub(crate) fn token_budget(&self) -> Option<u64> {
         (self.tokens != u64::MAX).then_some(self.tokens)
     }
 
-    pub fn fits(&self, m: &Measure) -> bool {
+    pub(crate) fn fits(&self, m: &Measure) -> bool {
         m.result_bytes <= self.result_bytes
             && m.result_chars <= self.result_chars
             && m.text_bytes <= self.text_bytes

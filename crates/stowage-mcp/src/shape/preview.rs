@@ -26,7 +26,7 @@ const MIN_EDGE: u32 = 112;
 const MAX_SOURCE_BYTES: u64 = 64 * 1024 * 1024;
 
 /// The longest edge each of `n` previews may have under `profile` and `config`.
-pub fn preview_edge(n: usize, profile: &HostProfile, config: &ImagePreviewConfig) -> u32 {
+pub(super) fn preview_edge(n: usize, profile: &HostProfile, config: &ImagePreviewConfig) -> u32 {
     let mut edge = config.max_edge.min(profile.max_image_edge.unwrap_or(u32::MAX));
     if let Some(budget) = profile.max_image_tokens
         && n > 0
@@ -42,7 +42,7 @@ pub fn preview_edge(n: usize, profile: &HostProfile, config: &ImagePreviewConfig
 
 /// Adds a preview after each offloaded image's link (or line) in `result`, as far as the
 /// profile's image budget goes. Returns how many were added.
-pub async fn add_previews(
+pub(super) async fn add_previews(
     result: &mut Value,
     report: &TransformReport,
     profile: &HostProfile,

@@ -24,7 +24,7 @@ use crate::session::Session;
 
 /// Messages queued towards one upstream, and from it towards the gateway, before the sender
 /// waits: a stalled upstream or a slow gateway costs bounded memory.
-pub const LINK_CAPACITY: usize = 64;
+pub(crate) const LINK_CAPACITY: usize = 64;
 
 /// Which stream of the upstream a message arrived on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,7 +40,7 @@ pub enum Origin {
 
 /// What a transport delivers.
 #[derive(Debug)]
-pub enum Inbound {
+pub(crate) enum Inbound {
     Line(Vec<u8>, Origin),
     /// A message over `max_message_bytes`, dropped; `head` is its start, to find its id.
     TooLong {
@@ -51,7 +51,7 @@ pub enum Inbound {
 }
 
 /// A live transport: lines out, lines in, and whatever must stay alive with it.
-pub struct Link {
+pub(crate) struct Link {
     pub tx: mpsc::Sender<Vec<u8>>,
     pub rx: mpsc::Receiver<Inbound>,
     pub guard: Option<Box<dyn std::any::Any + Send + Sync>>,
@@ -395,7 +395,7 @@ fn scan_id(line: &[u8]) -> Option<u64> {
 }
 
 /// The `result` of a reply, or its error as a string.
-pub fn result_value(reply: &Message) -> Result<Value, String> {
+pub(crate) fn result_value(reply: &Message) -> Result<Value, String> {
     if let Some(e) = &reply.error {
         return Err(e.get().to_owned());
     }

@@ -38,7 +38,7 @@ use super::{Inbound, LINK_CAPACITY, Link, Origin};
 use crate::jsonrpc::{Message, code};
 
 /// Reconnections in a row that brought no new event before a stream is given up.
-pub const MAX_RESUMES: u32 = 5;
+pub(crate) const MAX_RESUMES: u32 = 5;
 /// How long the first request after the handshake waits for the standalone stream to open.
 const STREAM_OPEN_WAIT: Duration = Duration::from_secs(5);
 /// Reconnection delay when the server names none.
@@ -60,7 +60,7 @@ struct StreamEnd {
 
 /// Per-connection HTTP state the handshake fills in.
 #[derive(Debug, Default)]
-pub struct HttpMeta {
+pub(crate) struct HttpMeta {
     pub session_id: Mutex<Option<String>>,
     pub protocol_version: Mutex<Option<String>>,
 }
@@ -77,7 +77,7 @@ struct Client {
 
 /// Builds a link to `url`, trusting the certificates in `ca_file` besides the built-in roots.
 /// Nothing is sent until the first message.
-pub fn connect(
+pub(crate) fn connect(
     name: &str,
     url: &str,
     headers: &BTreeMap<String, String>,
@@ -127,7 +127,7 @@ pub fn connect(
 /// transport: a GET of its stream) within `timeout`, with the entry's headers and TLS roots.
 /// `Ok` with what it said; `Err` with why it cannot be reached or refused. A session the probe
 /// opened is ended again with `DELETE`.
-pub async fn probe(
+pub(crate) async fn probe(
     url: &str,
     headers: &BTreeMap<String, String>,
     ca_file: Option<&std::path::Path>,
@@ -471,7 +471,7 @@ pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
 
 /// One parsed SSE event.
 #[derive(Debug, PartialEq, Eq)]
-pub enum SseEvent {
+pub(crate) enum SseEvent {
     /// The joined `data:` lines of an event of the default type, `message` (what carries
     /// JSON-RPC messages on both HTTP transports).
     Data(Vec<u8>),
@@ -488,7 +488,7 @@ pub enum SseEvent {
 /// `retry` still count. An event whose data passes `max_bytes` is dropped as it streams in
 /// (only its head is kept), so a hostile server cannot make the gateway hold it.
 #[derive(Debug)]
-pub struct SseParser {
+pub(crate) struct SseParser {
     /// An incomplete line carried over from the previous chunk.
     partial: Vec<u8>,
     /// The incomplete line passed the size limit: the rest of it is skipped.
@@ -513,7 +513,7 @@ impl Default for SseParser {
 }
 
 impl SseParser {
-    pub fn new(max_bytes: usize) -> Self {
+    pub(crate) fn new(max_bytes: usize) -> Self {
         SseParser {
             partial: Vec::new(),
             skipping: false,
@@ -527,7 +527,7 @@ impl SseParser {
         }
     }
 
-    pub fn feed(&mut self, chunk: &[u8]) -> Vec<SseEvent> {
+    pub(crate) fn feed(&mut self, chunk: &[u8]) -> Vec<SseEvent> {
         let mut out = Vec::new();
         let mut rest = chunk;
         while let Some(nl) = memchr::memchr(b'\n', rest) {

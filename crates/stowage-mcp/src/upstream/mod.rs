@@ -20,11 +20,12 @@
 //! request timeout); only an upstream that has not finished starting yet is waited for.
 
 mod conn;
-pub mod http;
-pub mod sse;
-pub mod stdio;
+pub(crate) mod http;
+pub(crate) mod sse;
+pub(crate) mod stdio;
 
-pub use conn::{CallError, Conn, ConnRole, Inbound, Initiated, LINK_CAPACITY, Link, Origin, result_value};
+pub use conn::CallError;
+pub(crate) use conn::{Conn, ConnRole, Inbound, Initiated, LINK_CAPACITY, Link, Origin, result_value};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -41,9 +42,9 @@ use crate::jsonrpc::{Message, code};
 use crate::session::Session;
 
 /// Protocol version the gateway asks upstreams for first.
-pub const UPSTREAM_PROTOCOL: &str = "2025-11-25";
+pub(crate) const UPSTREAM_PROTOCOL: &str = "2025-11-25";
 /// The stateless revision, used when an upstream has no `initialize`.
-pub const STATELESS_PROTOCOL: &str = "2026-07-28";
+pub(crate) const STATELESS_PROTOCOL: &str = "2026-07-28";
 
 /// The pipe ends of an in-process server: (what it writes, what it reads).
 pub type InProcessPipes = (Box<dyn tokio::io::AsyncRead + Send + Unpin>, Box<dyn tokio::io::AsyncWrite + Send + Unpin>);
@@ -562,6 +563,6 @@ pub async fn probe(spec: &UpstreamSpec, timeout: Duration) -> Option<Result<Stri
 
 /// Capabilities the control connection declares: everything a client may offer, since the
 /// clients behind it may support any of them (a request one cannot serve gets an error).
-pub fn client_capabilities() -> Value {
+pub(crate) fn client_capabilities() -> Value {
     json!({"sampling": {}, "elicitation": {"form": {}, "url": {}}, "roots": {"listChanged": true}})
 }

@@ -32,7 +32,7 @@ const POST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Opens the SSE stream at `url` and waits (up to `wait`) for its `endpoint` event, then
 /// returns a link that POSTs messages there and reads replies from the stream.
-pub async fn connect(
+pub(crate) async fn connect(
     name: &str,
     url: &str,
     headers: &BTreeMap<String, String>,

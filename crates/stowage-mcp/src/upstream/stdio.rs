@@ -26,11 +26,11 @@ use super::{Inbound, LINK_CAPACITY, Link, Origin};
 use crate::framing::{FrameError, LineReader, write_line};
 
 /// The most of one stderr line that reaches the log.
-pub const STDERR_LINE_BYTES: usize = 4096;
+pub(crate) const STDERR_LINE_BYTES: usize = 4096;
 
 /// Kills the child's whole process group when dropped.
 #[derive(Debug)]
-pub struct ChildGuard {
+pub(crate) struct ChildGuard {
     pgid: Option<Pid>,
 }
 
@@ -47,12 +47,12 @@ impl Drop for ChildGuard {
 /// find its tools, its home, its locale and a temp dir — the same kind of set MCP hosts give
 /// the servers they start. Everything else (API keys, the link-signing secret, cloud
 /// credentials) stays with the gateway unless the server's config passes it in `env`.
-pub const BASE_ENV: &[&str] =
+pub(crate) const BASE_ENV: &[&str] =
     &["PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "TEMP", "TMP", "TERM"];
 
 /// The environment of a child: the base set (or, with `inherit`, all of `ours` except
 /// `secrets`), then the configured `env` on top.
-pub fn child_env(
+pub(crate) fn child_env(
     ours: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
     configured: &BTreeMap<String, String>,
     inherit: bool,
@@ -71,7 +71,7 @@ pub fn child_env(
 
 /// Starts `command` and returns a link to it.
 #[allow(clippy::too_many_arguments)]
-pub fn spawn(
+pub(crate) fn spawn(
     name: &str,
     command: &str,
     args: &[String],
@@ -154,7 +154,7 @@ fn enlarge_pipe(pipe: &impl std::os::fd::AsFd, name: &str) {
 
 /// A link over any byte pipe pair (an in-process duplex for the demo). With `eof`, the caller
 /// reports the close itself (a child's waiter, with the exit status).
-pub fn pipe_link<R, W>(reader: R, writer: W, max_message_bytes: usize, eof: Option<tokio::sync::oneshot::Sender<()>>) -> Link
+pub(crate) fn pipe_link<R, W>(reader: R, writer: W, max_message_bytes: usize, eof: Option<tokio::sync::oneshot::Sender<()>>) -> Link
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,

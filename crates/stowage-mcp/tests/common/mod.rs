@@ -10,9 +10,9 @@ use stowage_core::ArtifactSink;
 use stowage_mcp::config::{GatewayConfig, TransportSpec, UpstreamSpec};
 use stowage_mcp::shape::{Pipelines, Shaper};
 use stowage_mcp::{Gateway, GatewayOptions, InProcessFactory, SessionMode};
-pub use stowage_testkit::{MemSink, RpcClient, ServerRequestHandler, fixture_bin};
+pub(crate) use stowage_testkit::{MemSink, RpcClient, ServerRequestHandler, fixture_bin};
 
-pub fn fixture_spec(name: &str, log: Option<&std::path::Path>, timeout: Duration) -> UpstreamSpec {
+pub(crate) fn fixture_spec(name: &str, log: Option<&std::path::Path>, timeout: Duration) -> UpstreamSpec {
     let mut env = std::collections::BTreeMap::new();
     if let Some(l) = log {
         env.insert("STOWAGE_FIXTURE_LOG".to_owned(), l.display().to_string());
@@ -22,14 +22,14 @@ pub fn fixture_spec(name: &str, log: Option<&std::path::Path>, timeout: Duration
 }
 
 /// The production shaper: the transform pipeline with default settings.
-pub fn shaper(sink: Arc<dyn ArtifactSink>) -> Shaper {
+pub(crate) fn shaper(sink: Arc<dyn ArtifactSink>) -> Shaper {
     let pipeline =
         stowage_transform::Pipeline::new(stowage_transform::TransformConfig::default(), stowage_mcp::shape::with_dimensions(sink));
     Shaper::new(Pipelines::new(Arc::new(pipeline)))
 }
 
 /// A tool result shaped as an unknown client (the default profile) gets it.
-pub async fn shape(shaper: &Shaper, ctx: &stowage_mcp::shape::CallContext, result: &serde_json::Value) -> serde_json::Value {
+pub(crate) async fn shape(shaper: &Shaper, ctx: &stowage_mcp::shape::CallContext, result: &serde_json::Value) -> serde_json::Value {
     let host = stowage_mcp::hosts::HostProfile::default_profile();
     let preview = stowage_transform::ImagePreviewConfig::default();
     let job = stowage_mcp::shape::Job { ctx, host: &host, store: None, preview: &preview };
@@ -37,7 +37,7 @@ pub async fn shape(shaper: &Shaper, ctx: &stowage_mcp::shape::CallContext, resul
 }
 
 /// The bundled demo server, in-process.
-pub fn demo() -> InProcessFactory {
+pub(crate) fn demo() -> InProcessFactory {
     Arc::new(|| {
         let (from_server, to_server) = stowage_demo::spawn_in_process();
         (Box::new(from_server), Box::new(to_server))
@@ -45,21 +45,21 @@ pub fn demo() -> InProcessFactory {
 }
 
 /// Logs to stderr when `STOWAGE_TEST_LOG` is set (e.g. `STOWAGE_TEST_LOG=debug`).
-pub fn init_log() {
+pub(crate) fn init_log() {
     if let Ok(filter) = std::env::var("STOWAGE_TEST_LOG") {
         let _ =
             tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::new(filter)).with_writer(std::io::stderr).try_init();
     }
 }
 
-pub fn fast_config() -> GatewayConfig {
+pub(crate) fn fast_config() -> GatewayConfig {
     init_log();
     GatewayConfig { restart_backoff_initial_ms: 50, restart_backoff_max_ms: 200, resume_window_ms: 300, ..Default::default() }
 }
 
 /// Starts a gateway with `shaper` in front of `specs` and waits until every upstream listed
 /// its tools.
-pub async fn start_gateway(specs: Vec<UpstreamSpec>, shaper: Shaper, config: GatewayConfig, mode: SessionMode) -> Arc<Gateway> {
+pub(crate) async fn start_gateway(specs: Vec<UpstreamSpec>, shaper: Shaper, config: GatewayConfig, mode: SessionMode) -> Arc<Gateway> {
     stowage_mcp::metrics::install();
     let gw = Gateway::start(GatewayOptions {
         config,
@@ -77,7 +77,7 @@ pub async fn start_gateway(specs: Vec<UpstreamSpec>, shaper: Shaper, config: Gat
 }
 
 /// A client connected to an in-process gateway over a pipe (the stdio downstream).
-pub struct Client {
+pub(crate) struct Client {
     pub rpc: RpcClient,
     pub gateway: Arc<Gateway>,
     /// Every tool's outputSchema, as this client was told by tools/list (fetched once).
@@ -95,7 +95,7 @@ impl Client {
     /// `tools/call`, checked as a validating client checks it: a result of a tool that
     /// declares an outputSchema must validate against it (see [`assert_matches_output_schema`]).
     /// Every test that calls tools through this client gets the check.
-    pub async fn call(&self, tool: &str, args: serde_json::Value) -> serde_json::Value {
+    pub(crate) async fn call(&self, tool: &str, args: serde_json::Value) -> serde_json::Value {
         let response = self.rpc.call(tool, args).await;
         let schemas = self
             .schemas
@@ -115,7 +115,7 @@ impl Client {
         response
     }
 
-    pub async fn start(
+    pub(crate) async fn start(
         specs: Vec<UpstreamSpec>,
         sink: Arc<dyn ArtifactSink>,
         config: GatewayConfig,
@@ -124,7 +124,7 @@ impl Client {
         Client::start_with_shaper_and_handler(specs, shaper(sink), config, on_request).await
     }
 
-    pub async fn start_with_shaper(specs: Vec<UpstreamSpec>, rw: Shaper, config: GatewayConfig) -> Client {
+    pub(crate) async fn start_with_shaper(specs: Vec<UpstreamSpec>, rw: Shaper, config: GatewayConfig) -> Client {
         Client::start_with_shaper_and_handler(specs, rw, config, None).await
     }
 
@@ -139,7 +139,11 @@ impl Client {
     }
 
     /// Connects one more stdio client to `gateway`, declaring `capabilities`.
-    pub async fn connect(gateway: Arc<Gateway>, on_request: Option<ServerRequestHandler>, capabilities: serde_json::Value) -> Client {
+    pub(crate) async fn connect(
+        gateway: Arc<Gateway>,
+        on_request: Option<ServerRequestHandler>,
+        capabilities: serde_json::Value,
+    ) -> Client {
         let (client_end, gw_end) = tokio::io::duplex(1 << 20);
         let (gr, gwr) = tokio::io::split(gw_end);
         tokio::spawn(stowage_mcp::serve_stdio(gateway.clone(), gr, gwr));
@@ -152,12 +156,12 @@ impl Client {
 }
 
 /// Reads a fixture log (one received method per line).
-pub fn read_log(path: &std::path::Path) -> String {
+pub(crate) fn read_log(path: &std::path::Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
 
 /// Waits until `cond` holds, up to `secs`.
-pub async fn eventually(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
+pub(crate) async fn eventually(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = std::time::Instant::now() + Duration::from_secs(secs);
     while std::time::Instant::now() < deadline {
         if cond() {
@@ -170,14 +174,14 @@ pub async fn eventually(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
 
 /// `Some(path)` of a peer installed by `scripts/gateway-peers.sh`; otherwise skips loudly,
 /// or panics under `CI` (see [`stowage_testkit::require_peer`]).
-pub fn require_peer(rel: &str) -> Option<std::path::PathBuf> {
+pub(crate) fn require_peer(rel: &str) -> Option<std::path::PathBuf> {
     stowage_testkit::require_peer(rel)
 }
 
 /// What the Python SDK and the Inspector check of a `tools/call` result whose tool declares
 /// `schema` as its outputSchema: unless it is an `isError` result, it has structuredContent
 /// and that validates (with the `jsonschema` crate, as the gateway itself checks).
-pub fn assert_matches_output_schema(schema: &serde_json::Value, result: &serde_json::Value) {
+pub(crate) fn assert_matches_output_schema(schema: &serde_json::Value, result: &serde_json::Value) {
     if result.get("isError") == Some(&serde_json::Value::Bool(true)) {
         return;
     }
@@ -190,7 +194,7 @@ pub fn assert_matches_output_schema(schema: &serde_json::Value, result: &serde_j
 
 /// The signed-link routes over `store` on a loopback port: their base URL, and the link
 /// service (sharing the routes' upload slots) to hand the gateway.
-pub async fn serve_links(store: Arc<dyn stowage_store::ArtifactStore>) -> (String, stowage_http::LinkService) {
+pub(crate) async fn serve_links(store: Arc<dyn stowage_store::ArtifactStore>) -> (String, stowage_http::LinkService) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let links = stowage_links::LinksConfig { public_url: base.clone(), ..Default::default() };

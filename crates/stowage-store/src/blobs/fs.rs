@@ -231,7 +231,7 @@ impl FsBlobs {
     /// Uses (creating if needed) `<dir>/blobs` and `<dir>/tmp`, takes this store's owner lock,
     /// and removes the temp files of processes that are gone (what is merely old is gc's to
     /// judge and report).
-    pub fn open(dir: &Path, failpoints: Failpoints, temp_grace: Duration) -> Result<Self> {
+    pub(crate) fn open(dir: &Path, failpoints: Failpoints, temp_grace: Duration) -> Result<Self> {
         let blobs_dir = dir.join("blobs");
         let tmp_dir = dir.join("tmp");
         for d in [&blobs_dir, &tmp_dir] {

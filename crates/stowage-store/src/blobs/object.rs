@@ -194,7 +194,7 @@ fn temp_owner(name: &str) -> Option<i32> {
 
 impl ObjectBlobs {
     /// Blobs under `prefix` in `bucket`; `scheme` (`s3`, `gs`, `az`) only names it in messages.
-    pub fn new(store: Arc<dyn Bucket>, scheme: &str, bucket: &str, prefix: &str, grace: Duration, journal: Arc<Journal>) -> Self {
+    pub(crate) fn new(store: Arc<dyn Bucket>, scheme: &str, bucket: &str, prefix: &str, grace: Duration, journal: Arc<Journal>) -> Self {
         let bucket_url = format!("{scheme}://{bucket}");
         let target = if prefix.is_empty() { bucket_url.clone() } else { format!("{bucket_url}/{prefix}") };
         ObjectBlobs {
@@ -214,7 +214,7 @@ impl ObjectBlobs {
     }
 
     /// The store id in the location's marker, `None` when there is none.
-    pub async fn read_marker(&self) -> Result<Option<String>> {
+    pub(crate) async fn read_marker(&self) -> Result<Option<String>> {
         let key = self.marker_key();
         let fail = self.fail("read store marker", &key);
         let got = match timed(CALL_TIMEOUT, self.store.get(&key)).await {
@@ -230,7 +230,7 @@ impl ObjectBlobs {
     }
 
     /// Writes the location's marker naming `store_id`.
-    pub async fn write_marker(&self, store_id: &str) -> Result<()> {
+    pub(crate) async fn write_marker(&self, store_id: &str) -> Result<()> {
         let key = self.marker_key();
         let marker = Marker {
             store_id: store_id.to_owned(),
@@ -242,12 +242,12 @@ impl ObjectBlobs {
     }
 
     /// Which store these blobs belong to, once established: gc then verifies the marker.
-    pub fn set_store_id(&self, store_id: String) {
+    pub(crate) fn set_store_id(&self, store_id: String) {
         let _ = self.store_id.set(store_id);
     }
 
     /// Whether the blob is at its content address with this size (a HEAD).
-    pub async fn has_blob(&self, sha256: &str, size: u64) -> Result<bool> {
+    pub(crate) async fn has_blob(&self, sha256: &str, size: u64) -> Result<bool> {
         Ok(self.head_size(&self.key(sha256)).await? == Some(size))
     }
 
@@ -316,13 +316,13 @@ impl ObjectBlobs {
 
     /// A presigned GET URL for the blob, valid for `expires_in`, made with this instance's
     /// credentials (no request is sent).
-    pub async fn presign_get(&self, sha256: &str, expires_in: Duration) -> Result<String> {
+    pub(crate) async fn presign_get(&self, sha256: &str, expires_in: Duration) -> Result<String> {
         let key = self.key(sha256);
         let url = self.store.signed_url(Method::GET, &key, expires_in).await.map_err(self.fail("presign blob", &key))?;
         Ok(url.to_string())
     }
 
-    pub fn target(&self) -> &str {
+    pub(crate) fn target(&self) -> &str {
         &self.target
     }
 }

@@ -64,7 +64,7 @@ impl std::fmt::Debug for Ticket {
 
 impl Ticket {
     /// A record names the blob now: the row only has to go, off the put's path.
-    pub fn recorded(mut self) {
+    pub(crate) fn recorded(mut self) {
         self.recorded = true;
     }
 }
@@ -100,7 +100,7 @@ const RECONNECT_MAX: Duration = Duration::from_secs(5);
 impl Journal {
     /// Takes a liveness key (random; another if a live instance holds it) and its lock, and
     /// keeps the lock held (reconnecting after a database outage) until `stop` is cancelled.
-    pub async fn start(index: PgIndex, stop: CancellationToken) -> Result<Arc<Self>> {
+    pub(crate) async fn start(index: PgIndex, stop: CancellationToken) -> Result<Arc<Self>> {
         let mut tries = 0;
         let (instance, client) = loop {
             let key = random_key();
@@ -123,12 +123,12 @@ impl Journal {
         Ok(journal)
     }
 
-    pub fn instance(&self) -> i32 {
+    pub(crate) fn instance(&self) -> i32 {
         self.instance
     }
 
     /// Names `sha256` as about to be published by a put of this instance.
-    pub async fn begin(self: &Arc<Self>, sha256: &str) -> Result<Ticket> {
+    pub(crate) async fn begin(self: &Arc<Self>, sha256: &str) -> Result<Ticket> {
         let put_id = self.next_put.fetch_add(1, Ordering::Relaxed);
         lock(&self.in_flight).insert(put_id);
         // From here the ticket removes the id again however this ends.
@@ -139,7 +139,7 @@ impl Journal {
     }
 
     /// Which of `keys` are instances still running (this one included).
-    pub async fn live(&self, keys: &[i32]) -> Result<HashSet<i32>> {
+    pub(crate) async fn live(&self, keys: &[i32]) -> Result<HashSet<i32>> {
         let mut live = self.index.live_instances(keys).await?;
         live.insert(self.instance);
         Ok(live)
@@ -148,7 +148,7 @@ impl Journal {
     /// Resolves every publish that did not end (this instance's not in flight, and those of
     /// instances that are gone): under the decision lock, the blob is deleted unless a record
     /// uses it, then the row goes. Returns the bytes freed.
-    pub async fn settle<F, Fut>(&self, delete_blob: F) -> Result<u64>
+    pub(crate) async fn settle<F, Fut>(&self, delete_blob: F) -> Result<u64>
     where
         F: Fn(String) -> Fut,
         Fut: Future<Output = Result<u64>>,
@@ -177,7 +177,7 @@ impl Journal {
     }
 
     /// Waits until a put ends without its record.
-    pub async fn woken(&self) {
+    pub(crate) async fn woken(&self) {
         self.wake.notified().await;
     }
 }

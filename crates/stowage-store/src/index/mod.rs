@@ -65,12 +65,12 @@ pub(crate) struct Group {
 
 impl Group {
     /// The scope's ids this group compares, outermost first.
-    pub fn ids(&self) -> impl Iterator<Item = &Option<String>> {
+    pub(crate) fn ids(&self) -> impl Iterator<Item = &Option<String>> {
         let s = &self.scope;
         [&s.tenant_id, &s.user_id, &s.session_id, &s.trace_id].into_iter().take(self.level as usize)
     }
 
-    pub fn contains(&self, r: &Record) -> bool {
+    pub(crate) fn contains(&self, r: &Record) -> bool {
         let theirs = [&r.scope.tenant_id, &r.scope.user_id, &r.scope.session_id, &r.scope.trace_id];
         self.ids().zip(theirs).all(|(mine, theirs)| mine == theirs)
     }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 /// Skips (returns `None`) with a loud message, or panics under `CI`, where nothing may be
 /// skipped.
-pub fn missing<T>(what: &str) -> Option<T> {
+pub(crate) fn missing<T>(what: &str) -> Option<T> {
     let msg = format!("{what} is not installed; run scripts/storage-peers.sh");
     if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false") {
         panic!("{msg}");
@@ -22,14 +22,14 @@ pub fn missing<T>(what: &str) -> Option<T> {
     None
 }
 
-pub fn peers_dir() -> PathBuf {
+pub(crate) fn peers_dir() -> PathBuf {
     let dir = std::env::var_os("STOWAGE_PEERS_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/peers"));
     dir.canonicalize().unwrap_or(dir)
 }
 
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
@@ -56,7 +56,7 @@ fn is_root() -> bool {
 }
 
 /// A PostgreSQL cluster in a temp directory, trusting local connections, on a free port.
-pub struct Postgres {
+pub(crate) struct Postgres {
     dir: tempfile::TempDir,
     bin: PathBuf,
     pub port: u16,
@@ -67,18 +67,18 @@ pub struct Postgres {
 impl Postgres {
     /// Finds the newest PostgreSQL under /usr/lib/postgresql and starts a cluster (as the
     /// `postgres` user when running as root: PostgreSQL refuses to run as root).
-    pub fn start() -> Option<Postgres> {
+    pub(crate) fn start() -> Option<Postgres> {
         Self::start_inner(false)
     }
 
     /// [`Postgres::start`] with TLS on, serving a certificate for 127.0.0.1 from a fresh CA
     /// ([`Postgres::ca_file`]).
-    pub fn start_tls() -> Option<Postgres> {
+    pub(crate) fn start_tls() -> Option<Postgres> {
         Self::start_inner(true)
     }
 
     /// The CA that signed the TLS cluster's certificate.
-    pub fn ca_file(&self) -> PathBuf {
+    pub(crate) fn ca_file(&self) -> PathBuf {
         self.dir.path().join("ca.crt")
     }
 
@@ -131,7 +131,7 @@ impl Postgres {
     }
 
     /// Starts the cluster again after [`Postgres::stop`] (a database outage that ends).
-    pub fn start_again(&self) {
+    pub(crate) fn start_again(&self) {
         let data = self.dir.path().join("data");
         let log = self.dir.path().join("postgres.log");
         self.run("pg_ctl", &["-D", data.to_str().unwrap(), "-o", &self.opts, "-l", log.to_str().unwrap(), "-w", "-t", "60", "start"]);
@@ -156,17 +156,17 @@ impl Postgres {
     }
 
     /// A URL to a fresh database of this cluster.
-    pub fn create_database(&self, name: &str) -> String {
+    pub(crate) fn create_database(&self, name: &str) -> String {
         self.run("createdb", &["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "postgres", name]);
         self.url(name)
     }
 
-    pub fn url(&self, db: &str) -> String {
+    pub(crate) fn url(&self, db: &str) -> String {
         format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)
     }
 
     /// Runs SQL through psql (to break things on purpose).
-    pub fn psql(&self, db: &str, sql: &str) -> String {
+    pub(crate) fn psql(&self, db: &str, sql: &str) -> String {
         let out = Command::new(self.bin.join("psql"))
             .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "postgres", "-d", db, "-At", "-c", sql])
             .output()
@@ -175,7 +175,7 @@ impl Postgres {
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.stop_with("immediate");
     }
 
@@ -183,7 +183,7 @@ impl Postgres {
     /// but what was committed is written out first). The test cluster runs with
     /// `synchronous_commit=off`, so an immediate stop may also lose the last commits, which a
     /// production database does not.
-    pub fn stop_fast(&self) {
+    pub(crate) fn stop_fast(&self) {
         self.stop_with("fast");
     }
 
@@ -212,7 +212,7 @@ impl Drop for Postgres {
 
 /// Which object-store server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BucketKind {
+pub(crate) enum BucketKind {
     /// moto: the whole S3 API, no signature checks.
     Moto,
     /// s3rver: S3 that checks signatures and presigned expiry (credentials S3RVER/S3RVER).
@@ -223,11 +223,11 @@ pub enum BucketKind {
 }
 
 /// Azurite's well-known development account (public, documented by Microsoft).
-pub const AZURITE_ACCOUNT: &str = "devstoreaccount1";
-pub const AZURITE_KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+pub(crate) const AZURITE_ACCOUNT: &str = "devstoreaccount1";
+pub(crate) const AZURITE_KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
 
 /// A local object-store server with one bucket (container, on Azurite).
-pub struct BucketServer {
+pub(crate) struct BucketServer {
     child: Child,
     _dir: tempfile::TempDir,
     pub port: u16,
@@ -236,7 +236,7 @@ pub struct BucketServer {
 }
 
 impl BucketServer {
-    pub fn start(kind: BucketKind, bucket: &str) -> Option<BucketServer> {
+    pub(crate) fn start(kind: BucketKind, bucket: &str) -> Option<BucketServer> {
         let peers = peers_dir();
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
@@ -309,7 +309,7 @@ impl BucketServer {
 
     /// The endpoint the store is configured with: the server's root, or on Azurite the
     /// account's URL (the emulator puts the account in the path).
-    pub fn endpoint(&self) -> String {
+    pub(crate) fn endpoint(&self) -> String {
         match self.kind {
             BucketKind::Azurite => format!("http://127.0.0.1:{}/{AZURITE_ACCOUNT}", self.port),
             BucketKind::Moto | BucketKind::S3rver => format!("http://127.0.0.1:{}", self.port),
@@ -317,7 +317,7 @@ impl BucketServer {
     }
 
     /// Access key id and secret (account name and key, on Azurite).
-    pub fn credentials(&self) -> (&'static str, &'static str) {
+    pub(crate) fn credentials(&self) -> (&'static str, &'static str) {
         match self.kind {
             BucketKind::Moto => ("testing", "testing"),
             BucketKind::S3rver => ("S3RVER", "S3RVER"),
@@ -325,7 +325,7 @@ impl BucketServer {
         }
     }
 
-    pub fn location(&self, prefix: &str) -> stowage_store::BucketLocation {
+    pub(crate) fn location(&self, prefix: &str) -> stowage_store::BucketLocation {
         let azure = self.kind == BucketKind::Azurite;
         stowage_store::BucketLocation {
             provider: if azure { stowage_store::Provider::Azure } else { stowage_store::Provider::S3 },
@@ -337,12 +337,12 @@ impl BucketServer {
     }
 
     /// One unsigned HTTP/1.1 request; the status line and body.
-    pub fn raw(&self, method: &str, path: &str) -> (String, String) {
+    pub(crate) fn raw(&self, method: &str, path: &str) -> (String, String) {
         raw_http(self.port, method, path)
     }
 
     /// Stops the server (to test an unreachable bucket).
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -355,14 +355,14 @@ impl Drop for BucketServer {
 }
 
 /// One HTTP/1.1 request on loopback without a client library: the status line and body.
-pub fn raw_http(port: u16, method: &str, path_and_query: &str) -> (String, String) {
+pub(crate) fn raw_http(port: u16, method: &str, path_and_query: &str) -> (String, String) {
     let text = raw_response(port, method, path_and_query);
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     (head.lines().next().unwrap_or("").to_owned(), body.to_owned())
 }
 
 /// One HTTP/1.1 request on loopback: the whole response, headers and body.
-pub fn raw_response(port: u16, method: &str, path_and_query: &str) -> String {
+pub(crate) fn raw_response(port: u16, method: &str, path_and_query: &str) -> String {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     write!(s, "{method} {path_and_query} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
@@ -374,7 +374,7 @@ pub fn raw_response(port: u16, method: &str, path_and_query: &str) -> String {
 /// What a [`BucketProxy`] does with the requests it gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
-pub enum ProxyMode {
+pub(crate) enum ProxyMode {
     /// Forwards every request to the bucket server.
     Pass = 0,
     /// Answers PUT, POST and DELETE with S3's 403 `AccessDenied` (a bucket policy or a
@@ -388,14 +388,14 @@ pub enum ProxyMode {
 /// requests on, refusing writes and hanging: what a real bucket does when a policy changes
 /// or a load balancer in front of it stalls. One request per connection (`Connection: close`
 /// both ways), which every S3 client copes with.
-pub struct BucketProxy {
+pub(crate) struct BucketProxy {
     pub port: u16,
     mode: std::sync::Arc<std::sync::atomic::AtomicU8>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl BucketProxy {
-    pub fn start(upstream: u16) -> BucketProxy {
+    pub(crate) fn start(upstream: u16) -> BucketProxy {
         use std::sync::Arc;
         use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -416,11 +416,11 @@ impl BucketProxy {
         BucketProxy { port, mode, stop }
     }
 
-    pub fn set(&self, mode: ProxyMode) {
+    pub(crate) fn set(&self, mode: ProxyMode) {
         self.mode.store(mode as u8, std::sync::atomic::Ordering::SeqCst);
     }
 
-    pub fn endpoint(&self) -> String {
+    pub(crate) fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 }

@@ -187,6 +187,28 @@ pub(crate) fn decode_prefix(shape: &Shape<'_>) -> Option<Vec<u8>> {
     engine(shape.alphabet).decode(&chars).ok()
 }
 
+/// Whether `map` is an image block the user keeps inline (`keep_images_under_bytes`): an
+/// `{"type": "image", "data": …}` block whose base64 decodes to fewer bytes than the limit.
+/// Decided from the base64's length, without decoding; later layers and the clamp skip it.
+/// Here rather than in `typed.rs` (whose setting it reads) because it is a question about
+/// base64, and `typed.rs` already depends on this module.
+pub(crate) fn is_kept_image(map: &Map<String, Value>, config: &TransformConfig) -> bool {
+    let limit = config.typed_content.keep_images_under_bytes;
+    if !config.typed_content.enabled || limit <= config.inline_binary_max_bytes.saturating_add(1) {
+        // Nothing above the inline threshold is kept, and below it nothing is offloaded.
+        return false;
+    }
+    if map.get("type").and_then(Value::as_str) != Some("image") {
+        return false;
+    }
+    let Some(data) = map.get("data").and_then(Value::as_str) else { return false };
+    // Base64 is 4 characters per 3 bytes: far over the limit is decided without a scan.
+    if (data.len() as u64) / 4 * 3 > limit.saturating_mul(2) {
+        return false;
+    }
+    shape(data).is_some_and(|sh| decoded_len(&sh) < limit)
+}
+
 /// Decodes the whole value. No size cap: a cap that is not a multiple of 4 once made a Python
 /// implementation store every base64 over ~5 MB as text.
 pub(crate) fn decode_all(shape: &Shape<'_>) -> Result<Vec<u8>, base64::DecodeError> {
@@ -514,7 +536,7 @@ fn walk(value: &mut Value, ptr: &mut String, cx: &mut Cx<'_>) {
             }
         }
         // An image the user keeps inline (`keep_images_under_bytes`) is meant for the client.
-        Value::Object(map) if crate::layers::typed::is_kept_image(map, cx.config) => {}
+        Value::Object(map) if is_kept_image(map, cx.config) => {}
         Value::Object(map) => {
             let keys: Vec<String> =
                 map.iter().filter(|(_, v)| v.as_str().is_some_and(|s| s.len() >= min)).map(|(k, _)| k.clone()).collect();

@@ -36,7 +36,9 @@ pub enum CustomOutcome {
 
 /// What a transformer knows about the call.
 pub struct CustomContext<'a> {
+    /// The tool whose result this is.
     pub tool_name: &'a str,
+    /// Whose call it is (artifacts stored go to this owner).
     pub scope: &'a ArtifactScope,
     /// The pipeline's sink, for transformers that store things themselves.
     pub sink: &'a dyn ArtifactSink,
@@ -50,6 +52,8 @@ pub trait CustomTransformer: Send + Sync {
         "custom transformer"
     }
 
+    /// Rewrites `value` (the whole result), or leaves it; an error becomes a warning and the
+    /// result goes on unchanged.
     async fn transform(&self, ctx: &CustomContext<'_>, value: &Value) -> Result<CustomOutcome, BoxError>;
 }
 

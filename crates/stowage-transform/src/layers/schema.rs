@@ -440,6 +440,7 @@ pub struct SchemaView<'a> {
 }
 
 impl<'a> SchemaView<'a> {
+    /// A view of the schema `root` (its local `$ref`s resolve against it).
     pub fn new(root: &'a Value) -> Self {
         SchemaView { root }
     }

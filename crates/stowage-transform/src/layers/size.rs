@@ -92,7 +92,7 @@ impl StringWalk<'_> {
                 }
             }
             // An image the user keeps inline (`keep_images_under_bytes`) is not text.
-            Value::Object(map) if crate::layers::typed::is_kept_image(map, self.config) => {}
+            Value::Object(map) if crate::layers::base64::is_kept_image(map, self.config) => {}
             Value::Object(map) => {
                 for (k, item) in map.iter_mut() {
                     push_key(ptr, k);
@@ -183,7 +183,7 @@ fn containers(value: &mut Value, ptr: &mut String, doc: usize, config: &Transfor
     let size = match value {
         // A kept image is an image block for the client, not JSON for the model: it neither
         // makes its container large nor is offloaded with it.
-        Value::Object(map) if crate::layers::typed::is_kept_image(map, config) => return KEPT_IMAGE_SIZE,
+        Value::Object(map) if crate::layers::base64::is_kept_image(map, config) => return KEPT_IMAGE_SIZE,
         Value::Array(items) => {
             let mut total = 2;
             for (i, item) in items.iter_mut().enumerate() {

@@ -44,26 +44,6 @@ impl Default for TypedContentConfig {
     }
 }
 
-/// Whether `map` is an image block the user keeps inline (`keep_images_under_bytes`): an
-/// `{"type": "image", "data": …}` block whose base64 decodes to fewer bytes than the limit.
-/// Decided from the base64's length, without decoding; later layers and the clamp skip it.
-pub(crate) fn is_kept_image(map: &Map<String, Value>, config: &TransformConfig) -> bool {
-    let limit = config.typed_content.keep_images_under_bytes;
-    if !config.typed_content.enabled || limit <= config.inline_binary_max_bytes.saturating_add(1) {
-        // Nothing above the inline threshold is kept, and below it nothing is offloaded.
-        return false;
-    }
-    if map.get("type").and_then(Value::as_str) != Some("image") {
-        return false;
-    }
-    let Some(data) = map.get("data").and_then(Value::as_str) else { return false };
-    // Base64 is 4 characters per 3 bytes: far over the limit is decided without a scan.
-    if (data.len() as u64) / 4 * 3 > limit.saturating_mul(2) {
-        return false;
-    }
-    shape(data).is_some_and(|sh| decoded_len(&sh) < limit)
-}
-
 /// Kept images lifted out of a result while the observation clamp measures it: the clamp
 /// limits text for the model, and a kept image's base64 is neither text nor the model's to
 /// read as such. Each `data` becomes a short placeholder the clamp never cuts (under 64
@@ -77,7 +57,7 @@ const KEPT_PLACEHOLDER: &str = "\u{1}stowage-kept-image:";
 
 impl KeptImages {
     /// Lifts every kept image's data out of `value` (nothing when the config keeps none).
-    pub fn lift(value: &mut Value, config: &TransformConfig) -> KeptImages {
+    pub(crate) fn lift(value: &mut Value, config: &TransformConfig) -> KeptImages {
         let mut kept = KeptImages::default();
         if config.typed_content.keep_images_under_bytes > config.inline_binary_max_bytes.saturating_add(1) {
             kept.lift_in(value, config);
@@ -87,7 +67,7 @@ impl KeptImages {
 
     fn lift_in(&mut self, value: &mut Value, config: &TransformConfig) {
         match value {
-            Value::Object(map) if is_kept_image(map, config) => {
+            Value::Object(map) if super::base64::is_kept_image(map, config) => {
                 let placeholder = Value::String(format!("{KEPT_PLACEHOLDER}{}", self.data.len()));
                 if let Some(Value::String(d)) = map.insert("data".into(), placeholder) {
                     self.data.push(d);
@@ -99,13 +79,13 @@ impl KeptImages {
         }
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.data.is_empty()
     }
 
     /// Puts the lifted data back wherever its placeholder still is (a block the clamp dropped
     /// is simply gone). `keep` leaves a copy of the data here, for a second restore.
-    pub fn restore(&mut self, value: &mut Value, keep: bool) {
+    pub(crate) fn restore(&mut self, value: &mut Value, keep: bool) {
         match value {
             Value::String(s) => {
                 if let Some(i) = s.strip_prefix(KEPT_PLACEHOLDER).and_then(|n| n.parse::<usize>().ok())
@@ -161,7 +141,7 @@ fn walk(value: &mut Value, ptr: &mut String, in_array: bool, cx: &mut Cx<'_>) {
     match value {
         Value::Object(map) => {
             if let Some(kind) = kind_of(map) {
-                if is_kept_image(map, cx.config) {
+                if super::base64::is_kept_image(map, cx.config) {
                     return;
                 }
                 if let Some(off) = consider(map, &kind, ptr, in_array, cx) {

@@ -23,7 +23,7 @@ use stowage_store::ArtifactStore;
 use crate::config::Config;
 
 #[derive(Debug, Args)]
-pub struct AgentArgs {
+pub(crate) struct AgentArgs {
     /// The question to answer.
     pub question: String,
     /// A Claude Desktop / Cursor style JSON file with an "mcpServers" object (added to
@@ -38,7 +38,7 @@ pub struct AgentArgs {
 /// The configured model, or `None` when `[agent]` names none. A configuration that cannot
 /// work (half of it, a bad URL, an unset key variable) is an error here, for `serve`,
 /// `check-config` and `agent` alike; whether the model answers is [`Model::check`]'s.
-pub fn configured_model(config: &AgentConfig) -> anyhow::Result<Option<Arc<dyn Model>>> {
+pub(crate) fn configured_model(config: &AgentConfig) -> anyhow::Result<Option<Arc<dyn Model>>> {
     if config.base_url.trim().is_empty() && config.model.trim().is_empty() {
         return Ok(None);
     }
@@ -51,7 +51,12 @@ async fn checked_model(config: &AgentConfig) -> anyhow::Result<Arc<dyn Model>> {
     Ok(model)
 }
 
-pub async fn run(config: &Config, store: Arc<dyn ArtifactStore>, store_dir: &std::path::Path, args: AgentArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(
+    config: &Config,
+    store: Arc<dyn ArtifactStore>,
+    store_dir: &std::path::Path,
+    args: AgentArgs,
+) -> anyhow::Result<()> {
     let model = checked_model(&config.agent).await?;
     let upstreams = stowage_mcp::config::collect_upstreams(&config.gateway, args.mcp_config.as_deref(), &[])?;
     // The same shaper `serve` builds: [transform] and every server's own table.

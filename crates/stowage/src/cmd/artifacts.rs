@@ -14,7 +14,7 @@ use stowage_store::{Access, ArtifactStore, ListQuery};
 use tokio::io::AsyncWriteExt;
 
 #[derive(Debug, Subcommand)]
-pub enum ArtifactsCommand {
+pub(crate) enum ArtifactsCommand {
     /// Store a file and print its ArtifactRef as JSON.
     Put(PutArgs),
     /// Write an artifact's bytes to stdout, or to a file with -o.
@@ -59,7 +59,7 @@ pub enum ArtifactsCommand {
 }
 
 #[derive(Debug, Args)]
-pub struct PutArgs {
+pub(crate) struct PutArgs {
     /// The file to store.
     pub file: PathBuf,
     /// Media type; sniffed from the bytes when not given.
@@ -81,7 +81,7 @@ pub struct PutArgs {
     pub ttl: Option<Duration>,
 }
 
-pub async fn run(store: &dyn ArtifactStore, cmd: ArtifactsCommand) -> anyhow::Result<()> {
+pub(crate) async fn run(store: &dyn ArtifactStore, cmd: ArtifactsCommand) -> anyhow::Result<()> {
     match cmd {
         ArtifactsCommand::Put(args) => put(store, args).await,
         ArtifactsCommand::Get { id, output } => get(store, &parse_id(&id)?, output.as_deref()).await,

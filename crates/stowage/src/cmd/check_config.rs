@@ -29,7 +29,7 @@ use crate::wiring::StoreLocation;
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
 #[derive(Debug, Args)]
-pub struct CheckConfigArgs {
+pub(crate) struct CheckConfigArgs {
     #[command(flatten)]
     pub serve: ServeArgs,
     /// Answer as `serve` would when started in DIR (as a host starts it, often in /): the
@@ -52,7 +52,7 @@ pub struct CheckConfigArgs {
 /// `source` is where `stowage.toml` came from. Exits non-zero when `serve` would refuse to
 /// start, or would start without an entry of the configuration (and, with `--strict`, when an
 /// upstream would start as unavailable).
-pub async fn run(config: &Config, source: &ConfigSource, store: &StoreLocation, cli: CheckConfigArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(config: &Config, source: &ConfigSource, store: &StoreLocation, cli: CheckConfigArgs) -> anyhow::Result<()> {
     let (tools, args) = (cli.tools, cli.serve);
     let plan = crate::plan::plan(config, store, &args)?;
     match source.path() {

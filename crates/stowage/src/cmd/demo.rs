@@ -17,13 +17,13 @@ use stowage_store::{Access, ArtifactStore};
 use stowage_transform::{Pipeline, TransformConfig, TransformInput};
 
 #[derive(Debug, Args)]
-pub struct DemoArgs {
+pub(crate) struct DemoArgs {
     /// Size of the generated PDF in bytes (default ~375 KB, ~500 KB as base64).
     #[arg(long, default_value_t = 375_000)]
     pub pdf_bytes: usize,
 }
 
-pub async fn run(store: Arc<dyn ArtifactStore>, config: TransformConfig, args: DemoArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(store: Arc<dyn ArtifactStore>, config: TransformConfig, args: DemoArgs) -> anyhow::Result<()> {
     let pdf = stowage_demo::samples::pdf(args.pdf_bytes, "Sales Dashboard");
     let tool_json = json!({
         "content": base64::engine::general_purpose::STANDARD.encode(&pdf),

@@ -10,7 +10,7 @@ use crate::link_server::{self, Files};
 use crate::wiring::StoreLocation;
 
 #[derive(Debug, Subcommand)]
-pub enum LinksCommand {
+pub(crate) enum LinksCommand {
     /// Where this store's download links are served, by which process, and until when.
     Status,
     /// Stop this store's link server now (its links stop working; the next stdio gateway
@@ -31,7 +31,7 @@ pub enum LinksCommand {
     },
 }
 
-pub async fn status(location: &StoreLocation) -> anyhow::Result<()> {
+pub(crate) async fn status(location: &StoreLocation) -> anyhow::Result<()> {
     let files = Files::of(&location.dir);
     let Some(state) = files.read_state() else {
         println!("no link server runs for the store {}", location.dir.display());
@@ -59,7 +59,7 @@ pub async fn status(location: &StoreLocation) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn stop(location: &StoreLocation) -> anyhow::Result<()> {
+pub(crate) async fn stop(location: &StoreLocation) -> anyhow::Result<()> {
     let files = Files::of(&location.dir);
     match files.read_state() {
         Some(state) if files.server_alive() => {

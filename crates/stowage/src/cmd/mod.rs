@@ -1,12 +1,12 @@
 //! One module per subcommand; each exposes its clap arguments and a `run`.
-pub mod agent;
-pub mod artifacts;
-pub mod check_config;
-pub mod demo;
-pub mod links;
-pub mod serve;
-pub mod sign_url;
-pub mod transform;
+pub(crate) mod agent;
+pub(crate) mod artifacts;
+pub(crate) mod check_config;
+pub(crate) mod demo;
+pub(crate) mod links;
+pub(crate) mod serve;
+pub(crate) mod sign_url;
+pub(crate) mod transform;
 
 /// The owner flags of commands that store, or look up, one owner's artifacts.
 ///
@@ -15,7 +15,7 @@ pub mod transform;
 /// stores is what the model (`artifact_read`, `artifact_url`) and the playground reach. See
 /// README, "Who owns an artifact".
 #[derive(Debug, Clone, Default, clap::Args)]
-pub struct OwnerArgs {
+pub(crate) struct OwnerArgs {
     /// Tenant id of the owner.
     #[arg(long)]
     pub tenant: Option<String>,
@@ -28,13 +28,13 @@ pub struct OwnerArgs {
 }
 
 impl OwnerArgs {
-    pub fn is_set(&self) -> bool {
+    pub(crate) fn is_set(&self) -> bool {
         self.tenant.is_some() || self.user.is_some() || self.session.is_some()
     }
 
     /// The owner's scope: the flags given, with the local user when neither `--user` nor
     /// `--tenant` names another owner.
-    pub fn scope(self, trace_id: Option<String>) -> stowage_core::ArtifactScope {
+    pub(crate) fn scope(self, trace_id: Option<String>) -> stowage_core::ArtifactScope {
         let user = self.user.or_else(|| self.tenant.is_none().then(|| stowage_mcp::LOCAL_USER.to_owned()));
         stowage_core::ArtifactScope { tenant_id: self.tenant, user_id: user, session_id: self.session, trace_id }
     }
@@ -42,7 +42,7 @@ impl OwnerArgs {
 
 /// The scope of what a command stores for the person running it: the local user's, as a
 /// gateway without `[auth]` stores for its clients (`session` and `trace` for grouping).
-pub fn local_scope(session: Option<String>, trace: Option<String>) -> stowage_core::ArtifactScope {
+pub(crate) fn local_scope(session: Option<String>, trace: Option<String>) -> stowage_core::ArtifactScope {
     OwnerArgs { session, ..Default::default() }.scope(trace)
 }
 

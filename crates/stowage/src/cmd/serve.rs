@@ -24,10 +24,10 @@ use crate::plan::{LinksPlan, Plan};
 use crate::wiring::StoreLocation;
 
 // The arguments are the plan's input: defined beside it, so `plan` needs nothing of `cmd`.
-pub use crate::plan::ServeArgs;
+pub(crate) use crate::plan::ServeArgs;
 
 /// What `serve` needs besides its plan.
-pub struct ServeContext<'a> {
+pub(crate) struct ServeContext<'a> {
     pub transform: &'a TransformConfig,
     pub store: Arc<dyn ArtifactStore>,
     /// Where the store lives (the default link-signing key is kept there too).
@@ -43,7 +43,7 @@ pub struct ServeContext<'a> {
     pub config_source: &'a crate::config::ConfigSource,
 }
 
-pub async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()> {
+pub(crate) async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()> {
     let store_dir = ctx.store_location.dir.clone();
     // Walking a big store takes a while; serving does not wait for it.
     tokio::spawn(warn_if_store_is_loose(store_dir.clone()));

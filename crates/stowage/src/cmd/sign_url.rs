@@ -14,7 +14,7 @@ use stowage_links::{LinkSigner, LinksConfig, MAX_TTL, MIN_TTL};
 use stowage_store::{Access, ArtifactStore};
 
 #[derive(Debug, Args)]
-pub struct SignUrlArgs {
+pub(crate) struct SignUrlArgs {
     /// Artifact id or artifact:// URI.
     pub id: String,
     /// Link lifetime, 1m to 60m (default: links.ttl, 15m).
@@ -32,7 +32,7 @@ pub struct SignUrlArgs {
     pub json: bool,
 }
 
-pub async fn run(
+pub(crate) async fn run(
     store: &dyn ArtifactStore,
     links: &LinksConfig,
     listen: &str,

@@ -22,7 +22,7 @@ use stowage_core::ArtifactSink;
 use stowage_transform::{Pipeline, TransformConfig, TransformInput};
 
 #[derive(Debug, Args)]
-pub struct TransformArgs {
+pub(crate) struct TransformArgs {
     /// The tool's name, plain or namespaced (selects field rules and presets, and names the
     /// artifacts: `artifact://<tool>_<sha256 prefix>`).
     #[arg(long, value_name = "NAME", default_value = "")]
@@ -50,7 +50,7 @@ pub struct TransformArgs {
 
 /// Runs `stowage transform`. `sink` is the configured store (`wiring::sink(store)`), `config`
 /// the `[transform]` section of `stowage.toml`.
-pub async fn run(args: TransformArgs, mut config: TransformConfig, sink: Arc<dyn ArtifactSink>) -> anyhow::Result<()> {
+pub(crate) async fn run(args: TransformArgs, mut config: TransformConfig, sink: Arc<dyn ArtifactSink>) -> anyhow::Result<()> {
     // Token counts only appear in the report; without one, skip loading the o200k vocabulary
     // (~165 ms, more than the transform of a 50 MB result). With one, the pipeline starts
     // loading it on a background thread now, while the input is read.

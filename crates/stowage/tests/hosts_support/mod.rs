@@ -6,25 +6,25 @@
 use base64::Engine as _;
 use serde_json::Value;
 
-pub fn b64d(s: &str) -> Vec<u8> {
+pub(crate) fn b64d(s: &str) -> Vec<u8> {
     base64::engine::general_purpose::STANDARD.decode(s).unwrap()
 }
 
 /// A result as the Python client dumped it (camelCase aliases).
-pub struct Seen<'a>(pub &'a Value);
+pub(crate) struct Seen<'a>(pub &'a Value);
 
 impl Seen<'_> {
-    pub fn blocks(&self) -> Vec<&Value> {
+    pub(crate) fn blocks(&self) -> Vec<&Value> {
         self.0["content"].as_array().map(|a| a.iter().collect()).unwrap_or_default()
     }
 
-    pub fn structured(&self) -> Option<&Value> {
+    pub(crate) fn structured(&self) -> Option<&Value> {
         self.0.get("structuredContent").filter(|s| !s.is_null())
     }
 
     /// Whether `structuredContent` repeats a text block (FastMCP sends a `-> str` tool's text
     /// as both, a `-> dict` tool's value as JSON text too): one value, read once.
-    pub fn structured_repeats_content(&self) -> bool {
+    pub(crate) fn structured_repeats_content(&self) -> bool {
         let Some(s) = self.structured() else { return false };
         self.blocks().iter().filter_map(|b| b["text"].as_str()).any(|t| {
             s.get("result").and_then(Value::as_str) == Some(t)
@@ -36,7 +36,7 @@ impl Seen<'_> {
     /// The text the host's model reads: only `structuredContent` for a host that reads only
     /// it (when there is one), else the text of the content blocks (a link as its JSON) and
     /// `structuredContent`, a value carried twice read once.
-    pub fn text(&self, structured_only: bool) -> String {
+    pub(crate) fn text(&self, structured_only: bool) -> String {
         if structured_only && let Some(s) = self.structured() {
             return s.to_string();
         }
@@ -59,7 +59,7 @@ impl Seen<'_> {
     }
 
     /// (width, height, encoded bytes) of each image block.
-    pub fn images(&self) -> Vec<(u32, u32, usize)> {
+    pub(crate) fn images(&self) -> Vec<(u32, u32, usize)> {
         self.blocks()
             .into_iter()
             .filter(|b| b["type"] == "image")
@@ -71,20 +71,20 @@ impl Seen<'_> {
             .collect()
     }
 
-    pub fn image_tokens(&self) -> u64 {
+    pub(crate) fn image_tokens(&self) -> u64 {
         self.images().iter().map(|&(w, h, _)| u64::from(w.div_ceil(28)) * u64::from(h.div_ceil(28))).sum()
     }
 
-    pub fn tokens(&self, structured_only: bool) -> u64 {
+    pub(crate) fn tokens(&self, structured_only: bool) -> u64 {
         stowage_transform::tokens::count_exact(&self.text(structured_only)) + self.image_tokens()
     }
 
-    pub fn has_links(&self) -> bool {
+    pub(crate) fn has_links(&self) -> bool {
         self.blocks().iter().any(|b| b["type"] == "resource_link")
     }
 
     /// Every asset entry, wherever the gateway put it.
-    pub fn assets(&self) -> Vec<Value> {
+    pub(crate) fn assets(&self) -> Vec<Value> {
         let mut out = Vec::new();
         for a in [self.0.pointer("/structuredContent/assets"), self.0.pointer("/_meta/io.stowage~1assets")].into_iter().flatten() {
             out.extend(a.as_array().unwrap().iter().cloned());
@@ -94,7 +94,7 @@ impl Seen<'_> {
 }
 
 /// What each built-in profile's host does, as it publishes it (not as our profile says).
-pub struct Host {
+pub(crate) struct Host {
     pub client: &'static str,
     pub profile: &'static str,
     /// The host's own hard limits.
@@ -110,7 +110,7 @@ pub struct Host {
     pub max_image_tokens: Option<u64>,
 }
 
-pub const HOSTS: &[Host] = &[
+pub(crate) const HOSTS: &[Host] = &[
     Host {
         client: "claude-ai",
         profile: "claude-desktop",
@@ -212,7 +212,7 @@ pub const HOSTS: &[Host] = &[
 ];
 
 /// Asserts that what `host`'s model sees of `r` (the answer of `name`) is within its limits.
-pub fn fits(host: &Host, name: &str, r: &Value) {
+pub(crate) fn fits(host: &Host, name: &str, r: &Value) {
     let seen = Seen(r);
     let structured_only = host.structured_only;
     let text = seen.text(structured_only);
@@ -247,7 +247,7 @@ pub fn fits(host: &Host, name: &str, r: &Value) {
 /// `stowage serve --listen 127.0.0.1:<free port> --no-playground` from `dir` with `args` (the
 /// global flags and `serve`'s), logging to `dir/serve.log`; returns it once `/readyz` answers
 /// 200 (its upstreams listed their tools) and the `/mcp` URL.
-pub async fn serve_http(dir: &std::path::Path, args: Vec<String>, env: &[(&str, &str)]) -> (tokio::process::Child, String) {
+pub(crate) async fn serve_http(dir: &std::path::Path, args: Vec<String>, env: &[(&str, &str)]) -> (tokio::process::Child, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let log = dir.join("serve.log");
     let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_stowage"))
@@ -279,7 +279,7 @@ pub async fn serve_http(dir: &std::path::Path, args: Vec<String>, env: &[(&str, 
 /// command for stdio), from `dir` with `env`, within `limit`; its stdout as JSON. A failure
 /// shows the client's stderr and `dir/serve.log`.
 #[allow(clippy::too_many_arguments)]
-pub async fn run_client(
+pub(crate) async fn run_client(
     python: &std::path::Path,
     script: &str,
     client: &str,

@@ -13,7 +13,13 @@ use serde_json::Value;
 /// A bare HTTP/1.1 exchange with 127.0.0.1:`port`: (status, headers lowercased, body, chunked
 /// transfer decoded). Status 0 when nothing answered (not listening yet, or the connection
 /// was dropped before a response head).
-pub fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&[u8]>) -> (u16, Vec<(String, String)>, Vec<u8>) {
+pub(crate) fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> (u16, Vec<(String, String)>, Vec<u8>) {
     let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return (0, vec![], vec![]) };
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n");
     for (k, v) in headers {
@@ -43,7 +49,7 @@ pub fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body:
 
 /// One JSON POST to `/mcp` (JSON answers, not SSE): (status, `Mcp-Session-Id`, JSON body or
 /// null).
-pub fn post_mcp(port: u16, headers: &[(&str, &str)], body: &str) -> (u16, Option<String>, Value) {
+pub(crate) fn post_mcp(port: u16, headers: &[(&str, &str)], body: &str) -> (u16, Option<String>, Value) {
     let mut all = vec![("Content-Type", "application/json"), ("Accept", "application/json")];
     all.extend_from_slice(headers);
     let (status, headers, body) = http(port, "POST", "/mcp", &all, Some(body.as_bytes()));
@@ -52,7 +58,7 @@ pub fn post_mcp(port: u16, headers: &[(&str, &str)], body: &str) -> (u16, Option
 }
 
 /// The body of a `Transfer-Encoding: chunked` response, put back together.
-pub fn dechunk(mut b: &[u8]) -> Vec<u8> {
+pub(crate) fn dechunk(mut b: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     loop {
         let Some(end) = b.windows(2).position(|w| w == b"\r\n") else { return out };

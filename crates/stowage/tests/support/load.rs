@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// Resident memory of process `pid`, in MB.
-pub fn rss_mb(pid: u32) -> f64 {
+pub(crate) fn rss_mb(pid: u32) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let kb: f64 =
         status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0.0);
@@ -21,7 +21,7 @@ pub fn rss_mb(pid: u32) -> f64 {
 }
 
 /// A running `stowage serve`.
-pub struct Serve {
+pub(crate) struct Serve {
     child: tokio::process::Child,
     pub url: String,
     pub pid: u32,
@@ -29,7 +29,7 @@ pub struct Serve {
 }
 
 impl Serve {
-    pub async fn start(config: &str) -> Serve {
+    pub(crate) async fn start(config: &str) -> Serve {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         std::fs::write(d.join("stowage.toml"), config).unwrap();
@@ -55,7 +55,7 @@ impl Serve {
     }
 
     /// The pids of its stdio children whose command line contains `name`.
-    pub fn children(&self, name: &str) -> Vec<u32> {
+    pub(crate) fn children(&self, name: &str) -> Vec<u32> {
         let mut out = Vec::new();
         for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
             let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
@@ -71,10 +71,10 @@ impl Serve {
 }
 
 /// Why a call failed, as counted.
-pub type Kind = String;
+pub(crate) type Kind = String;
 
 /// A minimal MCP client over Streamable HTTP (SSE answers) on a shared, kept-alive pool.
-pub struct Mcp {
+pub(crate) struct Mcp {
     http: reqwest::Client,
     url: String,
     session: Option<String>,
@@ -83,20 +83,20 @@ pub struct Mcp {
 }
 
 impl Mcp {
-    pub async fn connect(http: &reqwest::Client, url: &str, capabilities: Value) -> Result<Mcp, Kind> {
+    pub(crate) async fn connect(http: &reqwest::Client, url: &str, capabilities: Value) -> Result<Mcp, Kind> {
         let mut c = Mcp { http: http.clone(), url: url.to_owned(), session: None, capabilities, next: 1 };
         c.initialize().await?;
         Ok(c)
     }
 
-    pub async fn initialize(&mut self) -> Result<(), Kind> {
+    pub(crate) async fn initialize(&mut self) -> Result<(), Kind> {
         self.session = None;
         let params = json!({"protocolVersion": "2025-06-18", "capabilities": self.capabilities, "clientInfo": {"name": "serve-load", "version": "1"}});
         self.rpc("initialize", params).await?;
         self.notify("notifications/initialized").await
     }
 
-    pub async fn notify(&mut self, method: &str) -> Result<(), Kind> {
+    pub(crate) async fn notify(&mut self, method: &str) -> Result<(), Kind> {
         let body = json!({"jsonrpc": "2.0", "method": method}).to_string();
         let mut req =
             self.http.post(&self.url).header("content-type", "application/json").header("accept", "application/json, text/event-stream");
@@ -107,7 +107,7 @@ impl Mcp {
         Ok(())
     }
 
-    pub async fn rpc(&mut self, method: &str, params: Value) -> Result<Value, Kind> {
+    pub(crate) async fn rpc(&mut self, method: &str, params: Value) -> Result<Value, Kind> {
         self.next += 1;
         let body = json!({"jsonrpc": "2.0", "id": self.next, "method": method, "params": params}).to_string();
         let mut req =
@@ -142,7 +142,7 @@ impl Mcp {
     }
 
     /// A tool call; an evicted session is initialized again once (counted by the caller).
-    pub async fn call(&mut self, tool: &str, args: Value) -> Result<Value, Kind> {
+    pub(crate) async fn call(&mut self, tool: &str, args: Value) -> Result<Value, Kind> {
         let params = json!({"name": tool, "arguments": args});
         let r = match self.rpc("tools/call", params.clone()).await {
             Err(k) if k == "http 404" => {
@@ -158,7 +158,7 @@ impl Mcp {
         Ok(r)
     }
 
-    pub async fn tool_named(&mut self, suffix: &str) -> String {
+    pub(crate) async fn tool_named(&mut self, suffix: &str) -> String {
         let tools = self.rpc("tools/list", json!({})).await.unwrap();
         let names: Vec<String> = tools["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str().map(str::to_owned)).collect();
         names
@@ -170,11 +170,11 @@ impl Mcp {
 }
 
 /// The first words of a message: kinds are counted, so details are cut.
-pub fn short(text: &str) -> String {
+pub(crate) fn short(text: &str) -> String {
     let words: Vec<&str> = text.split_whitespace().take(8).collect();
     words.join(" ").chars().filter(|c| !c.is_ascii_digit()).collect()
 }
 
-pub fn http_client() -> reqwest::Client {
+pub(crate) fn http_client() -> reqwest::Client {
     reqwest::Client::builder().pool_max_idle_per_host(256).timeout(Duration::from_secs(120)).build().unwrap()
 }

@@ -53,7 +53,7 @@ const LOCK_IDENTITY: i32 = 0x5354_0004;
 const LOCK_INSTANCE: i32 = 0x5354_0005;
 
 /// The default PostgreSQL schema the index's tables live in.
-pub const DEFAULT_SCHEMA: &str = "stowage";
+pub(crate) const DEFAULT_SCHEMA: &str = "stowage";
 
 /// How a [`PgIndex`] connects.
 #[derive(Debug, Clone)]
@@ -166,7 +166,7 @@ impl PgIndex {
     /// Connects, creates the schema if needed and applies the migrations this version ships.
     /// Refuses a database whose schema is newer than this version knows, or whose records
     /// were keyed under another isolation.
-    pub async fn open(opts: &PgOptions, isolation: Isolation) -> Result<Self> {
+    pub(crate) async fn open(opts: &PgOptions, isolation: Isolation) -> Result<Self> {
         let index = Self::connect(opts).await?;
         let client = index.client("open index").await?;
         migrations::apply(&client, &index.schema, isolation)
@@ -177,7 +177,7 @@ impl PgIndex {
 
     /// A pool for the index, without touching its schema (`check-config` reads through it and
     /// changes nothing). Connects once, so an unreachable database fails here.
-    pub async fn connect(opts: &PgOptions) -> Result<Self> {
+    pub(crate) async fn connect(opts: &PgOptions) -> Result<Self> {
         check_schema_name(&opts.schema)?;
         let mut cfg: tokio_postgres::Config = opts.url.parse().map_err(|e: tokio_postgres::Error| {
             StoreError::InvalidInput(format!(
@@ -207,18 +207,18 @@ impl PgIndex {
     }
 
     /// Whether the index's tables exist yet (a database no instance has started on has none).
-    pub async fn has_schema(&self) -> Result<bool> {
+    pub(crate) async fn has_schema(&self) -> Result<bool> {
         let row = self.query_one("read index", "SELECT to_regclass($1) IS NOT NULL", &[&format!("{}.settings", self.schema)]).await?;
         Ok(row.get(0))
     }
 
     /// A store-wide setting (`store_id`, `blob_location`), if recorded.
-    pub async fn setting(&self, key: &str) -> Result<Option<String>> {
+    pub(crate) async fn setting(&self, key: &str) -> Result<Option<String>> {
         let sql = format!("SELECT value FROM {}.settings WHERE key = $1", self.schema);
         Ok(self.query("read index", &sql, &[&key]).await?.first().map(|r| r.get(0)))
     }
 
-    pub async fn set_setting(&self, key: &str, value: &str) -> Result<()> {
+    pub(crate) async fn set_setting(&self, key: &str, value: &str) -> Result<()> {
         let sql = format!(
             "INSERT INTO {}.settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
             self.schema
@@ -228,14 +228,14 @@ impl PgIndex {
 
     /// Serialises recording the store's identity across instances starting together; held
     /// until dropped.
-    pub async fn lock_identity(&self) -> Result<DecisionLock> {
+    pub(crate) async fn lock_identity(&self) -> Result<DecisionLock> {
         let guard = self.advisory(LOCK_IDENTITY, true).await?.expect("a waiting lock is always taken");
         Ok(Box::new(guard))
     }
 
     /// The blobs of the newest records (sha256, size), at most `limit`: what the identity
     /// check looks for at a location. Empty when the index holds no record.
-    pub async fn sample_blobs(&self, limit: i64) -> Result<Vec<(String, u64)>> {
+    pub(crate) async fn sample_blobs(&self, limit: i64) -> Result<Vec<(String, u64)>> {
         let sql = format!("SELECT sha256, size FROM {} ORDER BY seq DESC LIMIT $1", self.t());
         let rows = self.query("read index", &sql, &[&limit]).await?;
         Ok(rows.iter().map(|r| (r.get(0), u64::try_from(r.get::<_, i64>(1)).unwrap_or(0))).collect())
@@ -244,7 +244,7 @@ impl PgIndex {
     /// Takes this instance's liveness lock on a connection of its own (taken out of the pool)
     /// and returns that connection: the lock lasts as long as it is open. `None` when another
     /// live instance holds `key`.
-    pub async fn hold_instance_lock(&self, key: i32) -> Result<Option<deadpool_postgres::ClientWrapper>> {
+    pub(crate) async fn hold_instance_lock(&self, key: i32) -> Result<Option<deadpool_postgres::ClientWrapper>> {
         const OP: &str = "lock instance";
         let client = Object::take(self.client(OP).await?);
         let row = client.query_one("SELECT pg_try_advisory_lock($1, $2)", &[&LOCK_INSTANCE, &key]).await.map_err(self.fail(OP))?;
@@ -252,7 +252,7 @@ impl PgIndex {
     }
 
     /// Which of `keys` belong to a live instance (one holding its liveness lock now).
-    pub async fn live_instances(&self, keys: &[i32]) -> Result<std::collections::HashSet<i32>> {
+    pub(crate) async fn live_instances(&self, keys: &[i32]) -> Result<std::collections::HashSet<i32>> {
         if keys.is_empty() {
             return Ok(Default::default());
         }
@@ -266,20 +266,20 @@ impl PgIndex {
     }
 
     /// Names a blob about to be published for a put whose record is not written yet.
-    pub async fn begin_publish(&self, instance: i32, put_id: i64, sha256: &str, at: i64) -> Result<()> {
+    pub(crate) async fn begin_publish(&self, instance: i32, put_id: i64, sha256: &str, at: i64) -> Result<()> {
         let sql = format!("INSERT INTO {}.publishing (instance, put_id, sha256, started_at) VALUES ($1, $2, $3, $4)", self.schema);
         self.query("insert into index", &sql, &[&instance, &put_id, &sha256, &at]).await.map(drop)
     }
 
     /// Forgets a publish: its record was written, or its blob released.
-    pub async fn end_publish(&self, instance: i32, put_id: i64) -> Result<()> {
+    pub(crate) async fn end_publish(&self, instance: i32, put_id: i64) -> Result<()> {
         let sql = format!("DELETE FROM {}.publishing WHERE instance = $1 AND put_id = $2", self.schema);
         self.query("delete from index", &sql, &[&instance, &put_id]).await.map(drop)
     }
 
     /// Publishes that did not end: `(instance, put_id, sha256)` of instance `me` and of every
     /// instance that is not running any more.
-    pub async fn unfinished_publishes(&self, me: i32) -> Result<Vec<(i32, i64, String)>> {
+    pub(crate) async fn unfinished_publishes(&self, me: i32) -> Result<Vec<(i32, i64, String)>> {
         let sql = format!(
             "SELECT p.instance, p.put_id, p.sha256 FROM {}.publishing p WHERE p.instance = $1 OR NOT EXISTS ( \
                SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 \
@@ -293,17 +293,17 @@ impl PgIndex {
     }
 
     /// The largest LRU tick recorded, so this instance's ticks continue from it.
-    pub async fn max_last_access(&self) -> Result<i64> {
+    pub(crate) async fn max_last_access(&self) -> Result<i64> {
         let sql = format!("SELECT COALESCE(MAX(last_access), 0)::BIGINT FROM {}.artifacts", self.schema);
         let row = self.query_one("read index", &sql, &[]).await?;
         Ok(row.get(0))
     }
 
-    pub fn target(&self) -> &str {
+    pub(crate) fn target(&self) -> &str {
         &self.target
     }
 
-    pub fn schema(&self) -> &str {
+    pub(crate) fn schema(&self) -> &str {
         &self.schema
     }
 

@@ -45,7 +45,7 @@ struct Pending {
 }
 
 impl Accesses {
-    pub fn record(&self, owner_key: &str, id: &str, tick: i64) -> Then {
+    pub(super) fn record(&self, owner_key: &str, id: &str, tick: i64) -> Then {
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         let latest = p.latest.entry((owner_key.to_owned(), id.to_owned())).or_insert(tick);
         *latest = (*latest).max(tick);
@@ -61,7 +61,7 @@ impl Accesses {
 
     /// Writes every pending access to `conn` in one transaction. Call with the connection
     /// locked (see the module docs). On error the batch is put back, so a later flush retries.
-    pub fn flush(&self, conn: &mut Connection) -> rusqlite::Result<()> {
+    pub(super) fn flush(&self, conn: &mut Connection) -> rusqlite::Result<()> {
         let batch = {
             let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
             p.timer_running = false;

@@ -70,7 +70,7 @@ impl SqliteIndex {
     /// its records if they were made under another isolation ([`schema`]). A file that is not
     /// a SQLite database, or one written by a newer Stowage, is refused with a one-line error
     /// naming it.
-    pub fn open(path: &Path, isolation: Isolation) -> Result<Self> {
+    pub(crate) fn open(path: &Path, isolation: Isolation) -> Result<Self> {
         let target = path.display().to_string();
         let fail = |e: rusqlite::Error| StoreError::backend("open index", target.clone(), e);
         let mut conn = Connection::open(path).map_err(fail)?;
@@ -94,7 +94,7 @@ impl SqliteIndex {
 
     /// The largest LRU tick recorded, so that a reopened store keeps ticks increasing even if
     /// the clock went back.
-    pub fn max_last_access(&self) -> Result<i64> {
+    pub(crate) fn max_last_access(&self) -> Result<i64> {
         self.shared
             .lock()
             .query_row("SELECT COALESCE(MAX(last_access), 0) FROM artifacts", [], |r| r.get(0))
