@@ -43,6 +43,7 @@ pub struct AuthConfig {
     pub jwt: Option<JwtConfig>,
 }
 
+/// One `[[auth.api_keys]]` entry: a key known by its hash.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApiKeyConfig {
@@ -50,12 +51,15 @@ pub struct ApiKeyConfig {
     pub id: String,
     /// Hex SHA-256 of the key itself.
     pub sha256: String,
+    /// The user its callers act as (default: the key id).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+    /// The tenant its callers belong to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
 }
 
+/// `[auth.jwt]`: which bearer tokens are accepted and how they map onto owners.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JwtConfig {
@@ -98,7 +102,9 @@ pub const JWT_USER_PREFIX: &str = "jwt:";
 pub struct Identity {
     /// `key:<user>` or `jwt:<sub>`: the two kinds of credential never share a user id.
     pub user_id: Option<String>,
+    /// The tenant: the key's `tenant`, or the token's `tenant_claim`.
     pub tenant_id: Option<String>,
+    /// The API key's id, when the caller used one (recorded with its artifacts).
     pub api_key_id: Option<String>,
 }
 
@@ -115,12 +121,16 @@ impl Identity {
     }
 }
 
+/// Why `[auth]` cannot be put to use; each message names the key to fix.
 #[derive(Debug, thiserror::Error)]
 pub enum AuthSetupError {
+    /// An algorithm other than HS256, RS256 and ES256.
     #[error("auth.jwt: unsupported algorithm {0:?}; use HS256, RS256 or ES256")]
     Algorithm(String),
+    /// A verification key (secret, PEM or JWKS) that cannot be read or parsed.
     #[error("auth.jwt: {0}")]
     Key(String),
+    /// An API key hash that is not 64 hex digits.
     #[error("auth.api_keys {0:?}: sha256 must be 64 hex digits (the hash of the key, not the key)")]
     BadHash(String),
 }

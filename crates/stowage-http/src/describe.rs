@@ -11,17 +11,25 @@ use stowage_links::SignedLink;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
+    /// A raster image (PNG, JPEG, GIF, WebP, …).
     Image,
     /// Shown as an image only (an `<img>` runs no script), never inline.
     Svg,
+    /// A PDF document.
     Pdf,
+    /// Any `audio/*`.
     Audio,
+    /// Any `video/*`.
     Video,
+    /// JSON (`application/json` and `+json` types).
     Json,
+    /// CSV.
     Csv,
+    /// Other text.
     Text,
     /// Shown as text: HTML is never rendered.
     Html,
+    /// Anything else: offered as a download.
     Other,
 }
 

@@ -9,24 +9,31 @@ use stowage_store::StoreError;
 /// An HTTP error with a stable code and a message safe to show a client.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
+    /// The HTTP status.
     pub status: StatusCode,
+    /// The stable wire code (`artifact_not_found`, `bad_request`, …).
     pub code: &'static str,
+    /// One line for the client; never a server path or an internal error.
     pub message: String,
 }
 
 impl ApiError {
+    /// An error with this status, code and message.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         ApiError { status, code, message: message.into() }
     }
 
+    /// 400 `bad_request`.
     pub fn bad_request(message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }
 
+    /// 403 `artifact_forbidden`: a token for something else.
     pub fn forbidden() -> Self {
         ApiError::new(StatusCode::FORBIDDEN, "artifact_forbidden", "this link is not valid for this artifact")
     }
 
+    /// 404 `artifact_not_found`: the same for every reason, so nothing leaks.
     pub fn not_found() -> Self {
         ApiError::new(StatusCode::NOT_FOUND, "artifact_not_found", "artifact not found or already cleaned up")
     }

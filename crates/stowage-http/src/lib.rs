@@ -27,6 +27,7 @@
 //! # }
 //! ```
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod auth;
 mod browser;
@@ -59,8 +60,11 @@ pub use upload::{Expected, SlotRegistry, SlotSpec, SlotState, Staged};
 /// What the routes share.
 #[derive(Clone)]
 pub struct HttpState {
+    /// Where downloads are read and uploads stored.
     pub store: Arc<dyn ArtifactStore>,
+    /// Signs and verifies the links' tokens.
     pub signer: Arc<LinkSigner>,
+    /// The open upload slots.
     pub slots: Arc<SlotRegistry>,
     /// Unix seconds; injectable so tests can expire links without sleeping.
     pub clock: fn() -> u64,
@@ -73,6 +77,8 @@ pub struct HttpState {
 pub type ReadinessCheck = Arc<dyn Fn() -> Vec<(String, String)> + Send + Sync>;
 
 impl HttpState {
+    /// State over `store` and `signer`, with an empty slot registry, the system clock and no
+    /// readiness checks.
     pub fn new(store: Arc<dyn ArtifactStore>, signer: Arc<LinkSigner>) -> Self {
         HttpState { store, signer, slots: Arc::new(SlotRegistry::default()), clock: stowage_links::unix_now, readiness: Arc::default() }
     }

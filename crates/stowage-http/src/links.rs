@@ -22,6 +22,8 @@ use stowage_store::{Access, ArtifactStore};
 use crate::upload::{Expected, Staged};
 use crate::{ApiError, SlotRegistry, SlotSpec, SlotState};
 
+/// Fresh links and upload slots for in-process callers (the gateway's tools), as the caller's
+/// owner.
 #[derive(Clone)]
 pub struct LinkService {
     store: Arc<dyn ArtifactStore>,
@@ -77,6 +79,7 @@ impl LinkService {
         self
     }
 
+    /// The signer links are minted with.
     pub fn signer(&self) -> &Arc<LinkSigner> {
         &self.signer
     }

@@ -10,7 +10,12 @@ use std::ops::Range;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ByteRange {
     /// `bytes=first-last` (inclusive) or `bytes=first-`.
-    From { first: u64, last: Option<u64> },
+    From {
+        /// The first byte.
+        first: u64,
+        /// The last byte (inclusive), or to the end.
+        last: Option<u64>,
+    },
     /// `bytes=-n`: the final n bytes.
     Suffix(u64),
 }

@@ -56,6 +56,7 @@ pub struct SlotSpec {
 /// The bytes a staged slot waits for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Expected {
+    /// Size in bytes.
     pub size: u64,
     /// Lowercase hex.
     pub sha256: String,
@@ -64,8 +65,11 @@ pub struct Expected {
 /// Where a slot is in its single life.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SlotState {
+    /// Waiting for its upload.
     Open,
+    /// An upload is streaming in.
     Uploading,
+    /// Uploaded and stored as this artifact.
     Done(Box<ArtifactRef>),
     /// A staged slot received exactly the expected bytes; they wait for
     /// [`SlotRegistry::take_staged`].
@@ -76,7 +80,9 @@ pub enum SlotState {
 /// temporary file that disappears when this is dropped.
 #[derive(Debug)]
 pub struct Staged {
+    /// The bytes, rewound to the start.
     pub file: std::fs::File,
+    /// Their size.
     pub size: u64,
     /// Lowercase hex, computed as the bytes arrived.
     pub sha256: String,

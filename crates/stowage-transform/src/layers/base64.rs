@@ -192,6 +192,9 @@ pub(crate) fn decode_prefix(shape: &Shape<'_>) -> Option<Vec<u8>> {
 /// Decided from the base64's length, without decoding; later layers and the clamp skip it.
 /// Here rather than in `typed.rs` (whose setting it reads) because it is a question about
 /// base64, and `typed.rs` already depends on this module.
+// Every walk of every layer asks it of every object; `#[inline]` keeps the 20 KB pass-through
+// bench where it was before the function moved here (BENCHMARKS.md, "Keep the map true").
+#[inline]
 pub(crate) fn is_kept_image(map: &Map<String, Value>, config: &TransformConfig) -> bool {
     let limit = config.typed_content.keep_images_under_bytes;
     if !config.typed_content.enabled || limit <= config.inline_binary_max_bytes.saturating_add(1) {
