@@ -87,6 +87,29 @@ pub struct UpstreamEnv {
     pub control_caps: watch::Receiver<Option<Value>>,
 }
 
+/// Why a connection to an upstream could not be made. Its message is the reason a client's
+/// call, `/readyz` and the banner give for a down upstream.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConnectError {
+    /// A stdio server's command could not be started.
+    #[error("cannot run {command}: {source}")]
+    Spawn {
+        command: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The HTTP or SSE transport could not be set up or reached (its own words: a CA file
+    /// that does not parse, a refused connection, an endpoint on another origin).
+    #[error("{0}")]
+    Transport(String),
+    /// The bundled demo server was configured in a build that has none.
+    #[error("no in-process demo server in this build")]
+    NoInProcess,
+    /// The transport is up but the MCP handshake failed (`initialize` or `server/discover`).
+    #[error("{0}")]
+    Handshake(String),
+}
+
 /// Where the control connection stands.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Health {
@@ -262,7 +285,7 @@ impl Upstream {
             let role = ConnRole::Client { key: key.clone(), session: (!session.is_stateless()).then(|| Arc::downgrade(session)) };
             let caps = session.upstream_capabilities();
             let connect = async {
-                self.connect(role, caps).await.map_err(|reason| CallError::StartupFailed { name: self.spec.name.clone(), reason })
+                self.connect(role, caps).await.map_err(|e| CallError::StartupFailed { name: self.spec.name.clone(), reason: e.to_string() })
             };
             let conn = match tokio::time::timeout(timeout, cell.get_or_try_init(|| connect)).await {
                 Ok(r) => r?.clone(),
@@ -432,6 +455,7 @@ impl Upstream {
                 }
                 Err(_) if self.env.shutdown.is_cancelled() => break,
                 Err(e) => {
+                    let e = e.to_string();
                     tracing::warn!(target: "stowage::upstream", upstream = %self.spec.name, "cannot start: {e}; retrying in {backoff:?}");
                     let was_up = self.health.send_replace(Health::Down { reason: e.clone() }) == Health::Up;
                     if was_up || backoff == initial {
@@ -448,7 +472,7 @@ impl Upstream {
         self.health.send_replace(Health::Down { reason: "the gateway is shutting down".into() });
     }
 
-    async fn open_link(&self, timeout: Duration) -> Result<Link, String> {
+    async fn open_link(&self, timeout: Duration) -> Result<Link, ConnectError> {
         match &self.spec.transport {
             TransportSpec::Stdio { command, args, env, cwd, inherit_env } => stdio::spawn(
                 &self.spec.name,
@@ -460,15 +484,18 @@ impl Upstream {
                 cwd.as_ref(),
                 self.env.max_message_bytes,
             )
-            .map_err(|e| format!("cannot run {command}: {e}")),
+            .map_err(|source| ConnectError::Spawn { command: command.clone(), source }),
             TransportSpec::Http { url, headers, ca_file } => {
                 http::connect(&self.spec.name, url, headers, ca_file.as_deref(), self.env.max_message_bytes)
+                    .map_err(ConnectError::Transport)
             }
             TransportSpec::Sse { url, headers, ca_file } => {
-                sse::connect(&self.spec.name, url, headers, ca_file.as_deref(), self.env.max_message_bytes, timeout).await
+                sse::connect(&self.spec.name, url, headers, ca_file.as_deref(), self.env.max_message_bytes, timeout)
+                    .await
+                    .map_err(ConnectError::Transport)
             }
             TransportSpec::Demo => {
-                let factory = self.env.in_process.as_ref().ok_or("no in-process demo server in this build")?;
+                let factory = self.env.in_process.as_ref().ok_or(ConnectError::NoInProcess)?;
                 let (from_server, to_server) = factory();
                 Ok(stdio::pipe_link(from_server, to_server, self.env.max_message_bytes, None))
             }
@@ -477,14 +504,16 @@ impl Upstream {
 
     /// Opens a transport, starts its reader and performs the handshake, declaring
     /// `capabilities` as the client's.
-    async fn connect(&self, role: ConnRole, capabilities: Value) -> Result<Arc<Conn>, String> {
+    async fn connect(&self, role: ConnRole, capabilities: Value) -> Result<Arc<Conn>, ConnectError> {
         let timeout = self.spec.request_timeout.min(Duration::from_secs(60));
         let link = self.open_link(timeout).await?;
         let (conn, rx) = Conn::new(self.index, &self.spec.name, role, link);
         tokio::spawn(conn::read_loop(conn.clone(), rx, self.env.initiated.clone(), self.env.uplink.clone()));
-        let fail = |e: CallError| match e {
-            CallError::Closed { reason, .. } => format!("{reason} during start-up"),
-            other => other.to_string(),
+        let fail = |e: CallError| {
+            ConnectError::Handshake(match e {
+                CallError::Closed { reason, .. } => format!("{reason} during start-up"),
+                other => other.to_string(),
+            })
         };
         let init = json!({
             "protocolVersion": UPSTREAM_PROTOCOL,
@@ -503,9 +532,9 @@ impl Upstream {
                 *h.protocol_version.lock() = Some(STATELESS_PROTOCOL.into());
             }
             let reply = conn.start("server/discover", None).await.map_err(fail)?.wait(timeout).await.map_err(fail)?;
-            result_value(&reply).map_err(|e| format!("server/discover failed: {e}"))?
+            result_value(&reply).map_err(|e| ConnectError::Handshake(format!("server/discover failed: {e}")))?
         } else {
-            let info = result_value(&reply).map_err(|e| format!("initialize failed: {e}"))?;
+            let info = result_value(&reply).map_err(|e| ConnectError::Handshake(format!("initialize failed: {e}")))?;
             if let (Some(h), Some(v)) = (&conn.http, info.get("protocolVersion").and_then(Value::as_str)) {
                 *h.protocol_version.lock() = Some(v.to_owned());
             }
