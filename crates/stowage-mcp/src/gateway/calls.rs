@@ -227,19 +227,22 @@ impl Gateway {
             let result = local.call(&name, &scope, &args, hints).await.expect("handles() said it is a local tool");
             return Ok(self.answered_here(&host, &scope, call, name, "stowage".into(), started, result).await);
         }
-        // An upstream's own tool first; a generated resource tool only by a name none has.
-        let found = self.catalog_for(session).tool(&name).cloned();
-        // A name no list has, but which names an upstream, is that upstream's to answer (an
+        // An upstream's own tool first; a generated resource tool only by a name none has; a
+        // name no list has, but which names an upstream, is that upstream's to answer (an
         // error result or a JSON-RPC error, as it would answer a client directly; a tool it
         // has but did not list, it runs).
-        let found = found.or_else(|| (self.resource_tool(&name).is_none()).then(|| self.unlisted(&name)).flatten());
-        let Some(tool) = found else {
-            let (u, op) = self.resource_tool(&name).ok_or_else(|| GatewayError::UnknownTool(name.clone()))?;
-            let started = Instant::now();
-            let args = params.get("arguments").cloned().unwrap_or(json!({}));
-            let result = self.call_resource_tool(session, u, op, &args, outbox).await;
-            let upstream = self.upstreams[u].name().to_owned();
-            return Ok(self.answered_here(&host, &scope, call, name, upstream, started, result).await);
+        let tool = match self.catalog_for(session).tool(&name).cloned() {
+            Some(tool) => tool,
+            None => match self.resource_tool(&name) {
+                Some((u, op)) => {
+                    let started = Instant::now();
+                    let args = params.get("arguments").cloned().unwrap_or(json!({}));
+                    let result = self.call_resource_tool(session, u, op, &args, outbox).await;
+                    let upstream = self.upstreams[u].name().to_owned();
+                    return Ok(self.answered_here(&host, &scope, call, name, upstream, started, result).await);
+                }
+                None => self.unlisted(&name).ok_or_else(|| GatewayError::UnknownTool(name.clone()))?,
+            },
         };
         let upstream = self.upstreams[tool.upstream].name().to_owned();
         self.events.publish(GatewayEvent::ToolCallStarted { call, owner: owner.clone(), tool: name.clone(), upstream: upstream.clone() });

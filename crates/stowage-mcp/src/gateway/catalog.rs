@@ -98,22 +98,11 @@ impl Gateway {
         // Nobody listens for the requests' own notifications.
         let outbox = Outbox::with_capacity(1).0;
         let mut list = OwnList::default();
-        for (cap, method, key) in [("tools", "tools/list", "tools"), ("prompts", "prompts/list", "prompts")] {
-            if !u.capability(cap) {
-                continue;
-            }
-            let mut cursor: Option<String> = None;
-            for _page in 0..1000 {
-                let params = cursor.as_ref().map_or_else(|| json!({}), |c| json!({"cursor": c}));
-                let reply = self.forward(session, i, method, params, &outbox).await?;
-                let v = result_value(&reply).map_err(|e| GatewayError::Internal(format!("{method} from upstream {}: {e}", u.name())))?;
-                let into = if key == "tools" { &mut list.tools } else { &mut list.prompts };
-                into.extend(v.get(key).and_then(Value::as_array).into_iter().flatten().cloned());
-                cursor = v.get("nextCursor").and_then(Value::as_str).map(str::to_owned);
-                if cursor.is_none() {
-                    break;
-                }
-            }
+        if u.capability("tools") {
+            list.tools = self.forward_pages(session, i, "tools/list", "tools", &outbox).await?;
+        }
+        if u.capability("prompts") {
+            list.prompts = self.forward_pages(session, i, "prompts/list", "prompts", &outbox).await?;
         }
         list.conn = u.client_conn(&session.upstream_key()).map_or(0, |c| c.id);
         Ok(list)
@@ -381,18 +370,33 @@ impl Gateway {
             let entries = if key == "resources" { &catalog.resources } else { &catalog.templates };
             return Ok(entries.iter().filter(|(k, _)| *k == i).map(|(_, v)| v.clone()).collect());
         }
+        let items = self.forward_pages(session, i, method, key, outbox).await?;
+        let mut routes = session.resource_routes.lock();
+        for uri in items.iter().filter_map(|item| item.get("uri").and_then(Value::as_str)) {
+            routes.insert(uri.to_owned(), i);
+        }
+        drop(routes);
+        Ok(items)
+    }
+
+    /// Every page of list `method` (its items under `key`) from upstream `i`, on the
+    /// connection that carries `session`'s requests (its own, for a `per_client` upstream).
+    async fn forward_pages(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        i: usize,
+        method: &str,
+        key: &str,
+        outbox: &Outbox,
+    ) -> Result<Vec<Value>, GatewayError> {
         let mut items = Vec::new();
         let mut cursor: Option<String> = None;
         for _page in 0..1000 {
             let params = cursor.as_ref().map_or_else(|| json!({}), |c| json!({"cursor": c}));
             let reply = self.forward(session, i, method, params, outbox).await?;
-            let v = result_value(&reply).map_err(|e| GatewayError::Internal(format!("{method} from upstream {}: {e}", u.name())))?;
-            for item in v.get(key).and_then(Value::as_array).into_iter().flatten() {
-                if let Some(uri) = item.get("uri").and_then(Value::as_str) {
-                    session.resource_routes.lock().insert(uri.to_owned(), i);
-                }
-                items.push(item.clone());
-            }
+            let v = result_value(&reply)
+                .map_err(|e| GatewayError::Internal(format!("{method} from upstream {}: {e}", self.upstreams[i].name())))?;
+            items.extend(v.get(key).and_then(Value::as_array).into_iter().flatten().cloned());
             cursor = v.get("nextCursor").and_then(Value::as_str).map(str::to_owned);
             if cursor.is_none() {
                 break;

@@ -359,6 +359,10 @@ impl Gateway {
     /// [`ControlCapabilities::FirstClient`] gateway, at its client's handshake (or once
     /// [`FIRST_CLIENT_WAIT`] passed without one: they then declare every capability).
     async fn upstreams_started(&self) -> std::time::Instant {
+        // Every request but `ping` asks: once known, no timer.
+        if self.control_caps.borrow().is_some() {
+            return *self.upstreams_from.lock();
+        }
         let mut caps = self.control_caps.subscribe();
         let deadline = tokio::time::Instant::from_std(self.started + FIRST_CLIENT_WAIT);
         let known = tokio::select! {
