@@ -135,6 +135,51 @@ pub enum AuthSetupError {
     BadHash(String),
 }
 
+/// Why a request's credentials were refused: each one line that says what to do, sent as the
+/// 401's message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    /// No `Authorization: Bearer …` header, or an empty token.
+    #[error("missing bearer token: send Authorization: Bearer <api key or jwt>")]
+    MissingBearer,
+    /// A token that is neither a configured API key nor a JWT this gateway verifies.
+    #[error("invalid credentials")]
+    InvalidCredentials,
+    /// A token shaped like a JWT whose header cannot be decoded.
+    #[error("malformed jwt")]
+    MalformedJwt,
+    /// A JWT signed with an algorithm outside `auth.jwt.algorithms`.
+    #[error("jwt algorithm {0:?} is not accepted")]
+    Algorithm(Algorithm),
+    /// No configured key has the JWT's algorithm and key id.
+    #[error("no key matches the jwt")]
+    NoKey,
+    /// No configured key verifies the JWT's signature.
+    #[error("invalid jwt signature")]
+    Signature,
+    /// A validly signed JWT past its `exp` (beyond the leeway).
+    #[error("jwt expired; get a fresh token")]
+    Expired,
+    /// A validly signed JWT whose `nbf` is still in the future.
+    #[error("jwt not valid yet (its nbf is in the future); check the clocks or wait")]
+    NotYetValid,
+    /// A validly signed JWT for another audience.
+    #[error("jwt audience not accepted; request a token for this gateway's audience")]
+    Audience,
+    /// A validly signed JWT from another issuer.
+    #[error("jwt issuer not accepted; use a token from the configured issuer")]
+    Issuer,
+    /// A JWT without a claim this gateway requires (`exp`, `sub`, and `iss`/`aud` when configured).
+    #[error("jwt lacks the {0} claim, which this gateway requires")]
+    MissingClaim(String),
+    /// A JWT whose time claim is not a number of seconds.
+    #[error("jwt claim {0} is malformed; it must be a number of seconds")]
+    MalformedClaim(String),
+    /// A JWT whose `sub` is the empty string.
+    #[error("jwt has an empty sub claim; issue tokens whose sub names the user")]
+    EmptySubject,
+}
+
 /// Verifies bearer credentials against the configuration.
 pub struct Authenticator {
     api_keys: Vec<(ApiKeyConfig, [u8; 32])>,
@@ -163,12 +208,12 @@ impl Authenticator {
     }
 
     /// Checks an `Authorization` header value.
-    pub fn authenticate(&self, authorization: Option<&str>) -> Result<Identity, String> {
+    pub fn authenticate(&self, authorization: Option<&str>) -> Result<Identity, AuthError> {
         let token = authorization
             .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
             .map(str::trim)
             .filter(|t| !t.is_empty())
-            .ok_or("missing bearer token: send Authorization: Bearer <api key or jwt>")?;
+            .ok_or(AuthError::MissingBearer)?;
         if token.split('.').count() == 3
             && let Some(jwt) = &self.jwt
         {
@@ -180,7 +225,7 @@ impl Authenticator {
                 return Ok(Identity::api_key(k));
             }
         }
-        Err("invalid credentials".into())
+        Err(AuthError::InvalidCredentials)
     }
 }
 
@@ -254,12 +299,12 @@ impl JwtVerifier {
         Ok(JwtVerifier { keys, validation, tenant_claim: c.tenant_claim.clone() })
     }
 
-    fn verify(&self, token: &str) -> Result<Identity, String> {
-        let header = jsonwebtoken::decode_header(token).map_err(|_| "malformed jwt".to_string())?;
+    fn verify(&self, token: &str) -> Result<Identity, AuthError> {
+        let header = jsonwebtoken::decode_header(token).map_err(|_| AuthError::MalformedJwt)?;
         if !self.validation.algorithms.contains(&header.alg) {
-            return Err(format!("jwt algorithm {:?} is not accepted", header.alg));
+            return Err(AuthError::Algorithm(header.alg));
         }
-        let mut last = String::from("no key matches the jwt");
+        let mut last = AuthError::NoKey;
         for (kid, alg, key) in &self.keys {
             if *alg != header.alg || (kid.is_some() && header.kid.is_some() && kid != &header.kid) {
                 continue;
@@ -271,22 +316,20 @@ impl JwtVerifier {
                     let claims = data.claims;
                     // `sub` is required, so it is a string; an empty one names nobody.
                     let sub = claims.get("sub").and_then(|v| v.as_str()).filter(|s| !s.is_empty());
-                    let Some(sub) = sub else {
-                        return Err("jwt has an empty sub claim; issue tokens whose sub names the user".into());
-                    };
+                    let Some(sub) = sub else { return Err(AuthError::EmptySubject) };
                     let tenant = self.tenant_claim.as_ref().and_then(|c| claims.get(c)).and_then(|v| v.as_str()).map(str::to_owned);
                     return Ok(Identity::jwt(sub, tenant));
                 }
                 Err(e) => {
                     use jsonwebtoken::errors::ErrorKind as K;
                     last = match e.kind() {
-                        K::ExpiredSignature => "jwt expired; get a fresh token".into(),
-                        K::InvalidAudience => "jwt audience not accepted; request a token for this gateway's audience".into(),
-                        K::InvalidIssuer => "jwt issuer not accepted; use a token from the configured issuer".into(),
-                        K::ImmatureSignature => "jwt not valid yet (its nbf is in the future); check the clocks or wait".into(),
-                        K::MissingRequiredClaim(c) => format!("jwt lacks the {c} claim, which this gateway requires"),
-                        K::InvalidClaimFormat(c) => format!("jwt claim {c} is malformed; it must be a number of seconds"),
-                        _ => "invalid jwt signature".into(),
+                        K::ExpiredSignature => AuthError::Expired,
+                        K::InvalidAudience => AuthError::Audience,
+                        K::InvalidIssuer => AuthError::Issuer,
+                        K::ImmatureSignature => AuthError::NotYetValid,
+                        K::MissingRequiredClaim(c) => AuthError::MissingClaim(c.clone()),
+                        K::InvalidClaimFormat(c) => AuthError::MalformedClaim(c.clone()),
+                        _ => AuthError::Signature,
                     };
                     // An expired or wrong-audience token with a valid signature is final.
                     if !matches!(e.kind(), K::InvalidSignature) {
@@ -307,8 +350,8 @@ pub async fn require_auth(State(auth): State<Arc<Authenticator>>, mut req: Reque
             req.extensions_mut().insert(identity);
             next.run(req).await
         }
-        Err(message) => {
-            let mut resp = ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message).into_response();
+        Err(refused) => {
+            let mut resp = ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", refused.to_string()).into_response();
             resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             resp
         }

@@ -47,8 +47,8 @@ use stowage_links::LinkSigner;
 use stowage_store::ArtifactStore;
 
 pub use auth::{
-    API_KEY_USER_PREFIX, ApiKeyConfig, AuthConfig, AuthSetupError, Authenticator, Identity, JWT_USER_PREFIX, JwtConfig, hash_api_key,
-    require_auth,
+    API_KEY_USER_PREFIX, ApiKeyConfig, AuthConfig, AuthError, AuthSetupError, Authenticator, Identity, JWT_USER_PREFIX, JwtConfig,
+    hash_api_key, require_auth,
 };
 pub use browser::{BrowserGuard, guard_json_api, origin_is_loopback};
 pub use describe::{Kind, describe, kind_of};

@@ -73,6 +73,8 @@ async fn an_https_upstream_with_its_ca_works_and_without_it_fails_clearly() {
 
     let trusted = ServerConfig { url: Some(url.clone()), tls_ca_file: Some(ca), ..Default::default() };
     let spec = trusted.resolve("tls", Duration::from_secs(10)).unwrap();
+    let probe = |spec| async move { stowage_mcp::probe_upstream(&spec, Duration::from_secs(5)).await.expect("an HTTP upstream is probed") };
+    assert!(probe(spec.clone()).await.is_ok_and(|what| what.contains("HTTP 200")), "check-config's probe trusts the CA too");
     let c = Client::start(vec![spec], Arc::new(MemSink::default()), fast_config(), None).await;
     let r = c.call("echo", json!({"message": "hi"})).await;
     assert_eq!(r["result"]["content"][0]["text"], "over tls: hi", "{r}");
@@ -81,6 +83,10 @@ async fn an_https_upstream_with_its_ca_works_and_without_it_fails_clearly() {
     // gives (in its log, and to any call) names the certificate and the setting that fixes it.
     let untrusted = ServerConfig { url: Some(url), ..Default::default() };
     let spec = untrusted.resolve("tls", Duration::from_secs(10)).unwrap();
+    match probe(spec.clone()).await {
+        Err(stowage_mcp::TransportError::Unreachable(why)) => assert!(why.contains("certificate") && why.contains("tls_ca_file"), "{why}"),
+        other => panic!("an untrusted server is unreachable for check-config's probe as well: {other:?}"),
+    }
     let opts = stowage_mcp::GatewayOptions::new(fast_config(), vec![spec], common::shaper(Arc::new(MemSink::default())));
     let gw = stowage_mcp::Gateway::start(opts);
     assert_eq!(gw.wait_ready(Duration::from_secs(2)).await, 0, "an untrusted server must not become ready");
@@ -92,9 +98,13 @@ async fn an_https_upstream_with_its_ca_works_and_without_it_fails_clearly() {
     // A CA file that is not PEM is a configuration error, named as such.
     let bad = dir.path().join("bad.pem");
     std::fs::write(&bad, "not a certificate").unwrap();
-    let spec = ServerConfig { url: Some("https://localhost:1/mcp".into()), tls_ca_file: Some(bad), ..Default::default() }
+    let spec = ServerConfig { url: Some("https://localhost:1/mcp".into()), tls_ca_file: Some(bad.clone()), ..Default::default() }
         .resolve("tls", Duration::from_secs(10))
         .unwrap();
+    assert!(
+        matches!(probe(spec.clone()).await, Err(stowage_mcp::TransportError::CaEmpty { path }) if path == bad),
+        "a CA file without certificates is a configuration fault, typed as one"
+    );
     let gw = stowage_mcp::Gateway::start(stowage_mcp::GatewayOptions::new(
         fast_config(),
         vec![spec],

@@ -34,7 +34,7 @@ use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::{Inbound, LINK_CAPACITY, Link, Origin};
+use super::{Inbound, LINK_CAPACITY, Link, Origin, TransportError};
 use crate::jsonrpc::{Message, code};
 
 /// Reconnections in a row that brought no new event before a stream is given up.
@@ -83,7 +83,7 @@ pub(crate) fn connect(
     headers: &BTreeMap<String, String>,
     ca_file: Option<&std::path::Path>,
     max_bytes: usize,
-) -> Result<Link, String> {
+) -> Result<Link, TransportError> {
     let (http, map) = client(headers, ca_file)?;
     let (in_tx, in_rx) = mpsc::channel(LINK_CAPACITY);
     let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(LINK_CAPACITY);
@@ -133,8 +133,9 @@ pub(crate) async fn probe(
     ca_file: Option<&std::path::Path>,
     sse: bool,
     timeout: Duration,
-) -> Result<String, String> {
+) -> Result<String, TransportError> {
     let (http, map) = client(headers, ca_file)?;
+    let request = if sse { format!("GET {url}") } else { "initialize".to_owned() };
     let req = if sse {
         http.get(url).headers(map.clone()).header(ACCEPT, "text/event-stream")
     } else {
@@ -148,8 +149,8 @@ pub(crate) async fn probe(
             .body(init.to_string())
     };
     let resp = match tokio::time::timeout(timeout, req.send()).await {
-        Err(_) => return Err(format!("no answer within {:.0}s", timeout.as_secs_f64())),
-        Ok(Err(e)) => return Err(send_error(&e)),
+        Err(_) => return Err(TransportError::NoAnswer { request, secs: timeout.as_secs_f64() }),
+        Ok(Err(e)) => return Err(TransportError::Unreachable(send_error(&e))),
         Ok(Ok(r)) => r,
     };
     let status = resp.status();
@@ -158,8 +159,8 @@ pub(crate) async fn probe(
     }
     match status.as_u16() {
         200..=299 => Ok(format!("answers (HTTP {})", status.as_u16())),
-        401 | 403 => Err(format!("refused with HTTP {status}: check its headers or bearer token")),
-        _ => Err(format!("answered HTTP {status}")),
+        401 | 403 => Err(TransportError::Refused { request, status }),
+        _ => Err(TransportError::Status { request, status, sse_hint: sse && matches!(status.as_u16(), 404 | 405) }),
     }
 }
 
@@ -168,26 +169,27 @@ pub(crate) async fn probe(
 pub(super) fn client(
     headers: &BTreeMap<String, String>,
     ca_file: Option<&std::path::Path>,
-) -> Result<(reqwest::Client, HeaderMap), String> {
+) -> Result<(reqwest::Client, HeaderMap), TransportError> {
     let mut map = HeaderMap::new();
     for (k, v) in headers {
-        let k = HeaderName::from_bytes(k.as_bytes()).map_err(|e| format!("header {k:?}: {e}"))?;
-        let v = HeaderValue::from_str(v).map_err(|e| format!("header {k}: {e}"))?;
+        let bad = |e: &dyn std::fmt::Display| TransportError::Header { name: k.clone(), reason: e.to_string() };
+        let v = HeaderValue::from_str(v).map_err(|e| bad(&e))?;
+        let k = HeaderName::from_bytes(k.as_bytes()).map_err(|e| bad(&e))?;
         map.insert(k, v);
     }
     let mut builder = reqwest::Client::builder().use_rustls_tls();
     if let Some(path) = ca_file {
-        let pem = std::fs::read(path).map_err(|e| format!("cannot read tls_ca_file {}: {e}", path.display()))?;
+        let pem = std::fs::read(path).map_err(|source| TransportError::CaFile { path: path.to_owned(), source })?;
         let certs = reqwest::Certificate::from_pem_bundle(&pem)
-            .map_err(|e| format!("tls_ca_file {} is not PEM certificates: {e}", path.display()))?;
+            .map_err(|e| TransportError::CaNotPem { path: path.to_owned(), reason: error_chain(&e) })?;
         if certs.is_empty() {
-            return Err(format!("tls_ca_file {} holds no certificate", path.display()));
+            return Err(TransportError::CaEmpty { path: path.to_owned() });
         }
         for cert in certs {
             builder = builder.add_root_certificate(cert);
         }
     }
-    let http = builder.build().map_err(|e| e.to_string())?;
+    let http = builder.build().map_err(|e| TransportError::Client(error_chain(&e)))?;
     Ok((http, map))
 }
 

@@ -23,9 +23,11 @@ mod conn;
 pub(crate) mod http;
 pub(crate) mod sse;
 pub(crate) mod stdio;
+mod transport_error;
 
 pub use conn::CallError;
 pub(crate) use conn::{Conn, ConnRole, Inbound, Initiated, LINK_CAPACITY, Link, Origin, result_value};
+pub use transport_error::TransportError;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -98,10 +100,10 @@ pub(crate) enum ConnectError {
         #[source]
         source: std::io::Error,
     },
-    /// The HTTP or SSE transport could not be set up or reached (its own words: a CA file
-    /// that does not parse, a refused connection, an endpoint on another origin).
-    #[error("{0}")]
-    Transport(String),
+    /// The HTTP or SSE transport could not be set up or reached (a CA file that does not
+    /// parse, a refused connection, an endpoint on another origin).
+    #[error(transparent)]
+    Transport(#[from] TransportError),
     /// The bundled demo server was configured in a build that has none.
     #[error("no in-process demo server in this build")]
     NoInProcess,
@@ -582,7 +584,7 @@ fn evict_one_idle(clients: &mut HashMap<String, Arc<OnceCell<Arc<Conn>>>>) -> bo
 /// Whether `spec`'s upstream answers, without starting a gateway (what `check-config` asks of
 /// HTTP upstreams): `Ok` with what it said, `Err` with why not. `None` for transports that
 /// have nothing to reach (stdio children, the in-process demo).
-pub async fn probe(spec: &UpstreamSpec, timeout: Duration) -> Option<Result<String, String>> {
+pub async fn probe(spec: &UpstreamSpec, timeout: Duration) -> Option<Result<String, TransportError>> {
     match &spec.transport {
         TransportSpec::Http { url, headers, ca_file } => Some(http::probe(url, headers, ca_file.as_deref(), false, timeout).await),
         TransportSpec::Sse { url, headers, ca_file } => Some(http::probe(url, headers, ca_file.as_deref(), true, timeout).await),

@@ -23,7 +23,7 @@ use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap};
 use tokio::sync::mpsc;
 
 use super::http::{Head, SseEvent, SseParser, client, error_chain, read_body, send_error};
-use super::{Inbound, LINK_CAPACITY, Link, Origin};
+use super::{Inbound, LINK_CAPACITY, Link, Origin, TransportError};
 use crate::jsonrpc::{Message, code};
 
 /// The longest a POST of one message may take: the server only acknowledges it (the answer
@@ -39,26 +39,28 @@ pub(crate) async fn connect(
     ca_file: Option<&std::path::Path>,
     max_bytes: usize,
     wait: Duration,
-) -> Result<Link, String> {
+) -> Result<Link, TransportError> {
     let (http, headers) = client(headers, ca_file)?;
-    let sse_url = reqwest::Url::parse(url).map_err(|e| format!("url {url:?}: {e}"))?;
+    let sse_url = reqwest::Url::parse(url).map_err(|e| TransportError::Url { url: url.to_owned(), reason: e.to_string() })?;
     let secs = wait.as_secs_f64();
     let get = http.get(sse_url.clone()).headers(headers.clone()).header(ACCEPT, "text/event-stream").send();
     let resp = match tokio::time::timeout(wait, get).await {
-        Err(_) => return Err(format!("did not answer GET {url} within {secs:.1}s")),
-        Ok(Err(e)) => return Err(format!("unreachable: {}", send_error(&e))),
+        Err(_) => return Err(TransportError::NoAnswer { request: format!("GET {url}"), secs }),
+        Ok(Err(e)) => return Err(TransportError::Unreachable(send_error(&e))),
         Ok(Ok(r)) => r,
     };
     let status = resp.status();
     if !status.is_success() {
-        let hint = if matches!(status.as_u16(), 404 | 405) { " (if it speaks Streamable HTTP, drop \"type\": \"sse\")" } else { "" };
-        return Err(format!("answered GET {url} with HTTP {status}{hint}"));
+        let request = format!("GET {url}");
+        return Err(if matches!(status.as_u16(), 401 | 403) {
+            TransportError::Refused { request, status }
+        } else {
+            TransportError::Status { request, status, sse_hint: matches!(status.as_u16(), 404 | 405) }
+        });
     }
     let content_type = resp.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
     if !content_type.starts_with("text/event-stream") {
-        return Err(format!(
-            "GET {url} is not an SSE stream (content-type {content_type:?}); if it speaks Streamable HTTP, drop \"type\": \"sse\""
-        ));
+        return Err(TransportError::NotSse { request: format!("GET {url}"), content_type });
     }
     let mut stream = resp.bytes_stream().boxed();
     let mut parser = SseParser::new(max_bytes);
@@ -73,9 +75,7 @@ pub(crate) async fn connect(
                         match event {
                             SseEvent::Named { event, data } if event == "endpoint" && endpoint.is_none() => endpoint = Some(data),
                             SseEvent::TooLong { .. } if endpoint.is_none() => {
-                                return Err(format!(
-                                    "sent an SSE event over the {max_bytes} byte limit (gateway.max_message_bytes) before its endpoint"
-                                ));
+                                return Err(TransportError::EventTooLong { max_bytes });
                             }
                             other => early.push(other),
                         }
@@ -84,18 +84,14 @@ pub(crate) async fn connect(
                         return Ok(e);
                     }
                 }
-                Some(Err(e)) => return Err(format!("SSE stream failed before its endpoint event: {}", error_chain(&e))),
-                None => return Err("closed its SSE stream before sending the endpoint event".into()),
+                Some(Err(e)) => return Err(TransportError::StreamFailed(error_chain(&e))),
+                None => return Err(TransportError::StreamClosed),
             }
         }
     };
     let endpoint = match tokio::time::timeout(wait, find).await {
         Ok(r) => r?,
-        Err(_) => {
-            return Err(format!(
-                "sent no endpoint event within {secs:.1}s of opening {url} (if it speaks Streamable HTTP, drop \"type\": \"sse\")"
-            ));
-        }
+        Err(_) => return Err(TransportError::NoEndpoint { url: url.to_owned(), secs }),
     };
     let post_url = endpoint_url(&sse_url, &endpoint)?;
     tracing::debug!(target: "stowage::upstream", upstream = %name, "SSE endpoint {post_url}");
@@ -110,16 +106,15 @@ pub(crate) async fn connect(
 
 /// The POST URL an `endpoint` event names, resolved against the stream's URL and refused
 /// when it is on another origin.
-fn endpoint_url(sse_url: &reqwest::Url, data: &[u8]) -> Result<reqwest::Url, String> {
+fn endpoint_url(sse_url: &reqwest::Url, data: &[u8]) -> Result<reqwest::Url, TransportError> {
     let text = String::from_utf8_lossy(data);
     let text = text.trim();
-    let url = sse_url.join(text).map_err(|e| format!("sent an endpoint that is not a URL ({text:?}): {e}"))?;
+    let url = sse_url.join(text).map_err(|e| TransportError::EndpointNotUrl { text: text.to_owned(), reason: e.to_string() })?;
     if url.origin() != sse_url.origin() {
-        return Err(format!(
-            "sent an endpoint on another origin ({}); messages are only posted to the stream's own origin, {}",
-            url.origin().ascii_serialization(),
-            sse_url.origin().ascii_serialization()
-        ));
+        return Err(TransportError::EndpointOrigin {
+            endpoint: url.origin().ascii_serialization(),
+            stream: sse_url.origin().ascii_serialization(),
+        });
     }
     Ok(url)
 }
@@ -234,7 +229,7 @@ impl Poster {
 
 #[cfg(test)]
 mod tests {
-    use super::endpoint_url;
+    use super::{TransportError, endpoint_url};
 
     #[test]
     fn endpoints_resolve_against_the_stream_and_stay_on_its_origin() {
@@ -244,7 +239,8 @@ mod tests {
         assert_eq!(endpoint_url(&sse, b"http://127.0.0.1:8000/m").unwrap().as_str(), "http://127.0.0.1:8000/m");
         for other in [&b"http://evil.example/m"[..], b"http://127.0.0.1:8001/m", b"https://127.0.0.1:8000/m", b"//evil.example/m"] {
             let e = endpoint_url(&sse, other).unwrap_err();
-            assert!(e.contains("another origin") && e.contains("http://127.0.0.1:8000"), "{e}");
+            assert!(matches!(&e, TransportError::EndpointOrigin { stream, .. } if stream == "http://127.0.0.1:8000"), "{e:?}");
+            assert!(e.to_string().contains("another origin"), "{e}");
         }
     }
 }

@@ -1,0 +1,73 @@
+//! Why an HTTP or SSE upstream could not be set up or reached: a typed error, so that the
+//! connection code, `check-config` and the model's "upstream unavailable" line all say the
+//! same thing, and callers can tell a configuration fault (headers, CA file) from an upstream
+//! that is down or speaks another transport.
+
+use std::path::PathBuf;
+
+use reqwest::StatusCode;
+
+/// The hint given wherever an SSE upstream looks like a Streamable HTTP one.
+const TRY_STREAMABLE: &str = "if it speaks Streamable HTTP, drop \"type\": \"sse\"";
+
+/// Why an HTTP or SSE transport could not be set up or reached.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// A configured header whose name or value is not valid in HTTP.
+    #[error("header {name:?}: {reason}")]
+    Header { name: String, reason: String },
+    /// `tls_ca_file` could not be read.
+    #[error("cannot read tls_ca_file {}: {source}", path.display())]
+    CaFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// `tls_ca_file` is not a PEM bundle of certificates.
+    #[error("tls_ca_file {} is not PEM certificates: {reason}", path.display())]
+    CaNotPem { path: PathBuf, reason: String },
+    /// `tls_ca_file` parses but holds no certificate.
+    #[error("tls_ca_file {} holds no certificate", path.display())]
+    CaEmpty { path: PathBuf },
+    /// The HTTP client could not be built (its TLS setup).
+    #[error("cannot build the HTTP client: {0}")]
+    Client(String),
+    /// The configured URL does not parse.
+    #[error("url {url:?}: {reason}")]
+    Url { url: String, reason: String },
+    /// The upstream took longer than the limit to answer `request`.
+    #[error("did not answer {request} within {secs:.1}s")]
+    NoAnswer { request: String, secs: f64 },
+    /// The request could not be sent: a refused connection, DNS, TLS (with the fix when it is
+    /// a certificate problem).
+    #[error("unreachable: {0}")]
+    Unreachable(String),
+    /// The upstream refused the gateway's credentials.
+    #[error("refused {request} with HTTP {status}: check its headers or bearer token")]
+    Refused { request: String, status: StatusCode },
+    /// Any other status that is not success; `hint` says what to change when one is known.
+    #[error("answered {request} with HTTP {status}{}", if *.sse_hint { format!(" ({TRY_STREAMABLE})") } else { String::new() })]
+    Status { request: String, status: StatusCode, sse_hint: bool },
+    /// The SSE transport's GET answered with something that is not an event stream.
+    #[error("{request} is not an SSE stream (content-type {content_type:?}); {TRY_STREAMABLE}")]
+    NotSse { request: String, content_type: String },
+    /// An SSE event before the endpoint was over `gateway.max_message_bytes`.
+    #[error("sent an SSE event over the {max_bytes} byte limit (gateway.max_message_bytes) before its endpoint")]
+    EventTooLong { max_bytes: usize },
+    /// The SSE stream broke before its `endpoint` event.
+    #[error("SSE stream failed before its endpoint event: {0}")]
+    StreamFailed(String),
+    /// The SSE stream ended before its `endpoint` event.
+    #[error("closed its SSE stream before sending the endpoint event")]
+    StreamClosed,
+    /// No `endpoint` event arrived within the connect timeout.
+    #[error("sent no endpoint event within {secs:.1}s of opening {url} ({TRY_STREAMABLE})")]
+    NoEndpoint { url: String, secs: f64 },
+    /// The `endpoint` event's data is not a URL.
+    #[error("sent an endpoint that is not a URL ({text:?}): {reason}")]
+    EndpointNotUrl { text: String, reason: String },
+    /// The `endpoint` event names another origin, where the gateway never posts messages (they
+    /// would carry the configured headers, credentials included, to another server).
+    #[error("sent an endpoint on another origin ({endpoint}); messages are only posted to the stream's own origin, {stream}")]
+    EndpointOrigin { endpoint: String, stream: String },
+}
