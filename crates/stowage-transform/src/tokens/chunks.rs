@@ -20,7 +20,7 @@
 
 use std::collections::HashMap;
 use std::hash::Hasher as _;
-use std::sync::Mutex;
+use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use tiktoken_rs::Rank;
 
@@ -77,22 +77,27 @@ struct Memo {
     young_bytes: usize,
 }
 
-static MEMO: Mutex<Option<Memo>> = Mutex::new(None);
+static MEMO: LazyLock<Mutex<Memo>> = LazyLock::new(Mutex::default);
 
-fn remembered(chunk: &str) -> Option<usize> {
-    let mut guard = MEMO.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let memo = guard.get_or_insert_with(Memo::default);
+/// The remembered counts (a panic elsewhere while holding them leaves nothing half-written:
+/// every update is one map insert).
+fn memo() -> MutexGuard<'static, Memo> {
+    MEMO.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The count of `chunk` if it is remembered, without encoding it.
+pub(super) fn known(chunk: &str) -> Option<usize> {
+    let mut memo = memo();
     if let Some(&n) = memo.young.get(chunk) {
         return Some(n);
     }
     let (key, n) = memo.old.remove_entry(chunk)?;
-    insert(memo, key, n);
+    insert(&mut memo, key, n);
     Some(n)
 }
 
 fn remember(chunk: &str, n: usize) {
-    let mut guard = MEMO.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    insert(guard.get_or_insert_with(Memo::default), chunk.into(), n);
+    insert(&mut memo(), chunk.into(), n);
 }
 
 /// Into the young generation; a full one becomes the old, dropping the old one's counts not
@@ -108,7 +113,7 @@ fn insert(memo: &mut Memo, key: Box<str>, n: usize) {
 
 /// The o200k tokens of one chunk, remembered.
 pub(super) fn count(bpe: &tiktoken_rs::CoreBPE, chunk: &str) -> usize {
-    remembered(chunk).unwrap_or_else(|| {
+    known(chunk).unwrap_or_else(|| {
         let n = bpe.count_ordinary(chunk);
         remember(chunk, n);
         n
@@ -122,7 +127,33 @@ pub(super) fn encode(bpe: &tiktoken_rs::CoreBPE, chunk: &str) -> Vec<Rank> {
     ranks
 }
 
-/// Whether the count of `chunk` is remembered, without encoding it.
-pub(super) fn known(chunk: &str) -> Option<usize> {
-    remembered(chunk)
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_cover_the_text_and_end_only_where_pieces_end() {
+        let text: String = (0..2000).map(|i| format!("{i},x\n{}", ["/p\n", " y\n", "\tz\n", "\r\n", "w\n"][i % 5])).collect();
+        let parts: Vec<&str> = chunks(&text).collect();
+        assert!(parts.len() > 20, "a long text of many lines splits: {}", parts.len());
+        assert_eq!(parts.concat(), text);
+        let mut at = 0;
+        for p in &parts[..parts.len() - 1] {
+            at += p.len();
+            assert!(splits_at(&text, at), "a chunk ended inside a piece at {at}: {:?}", &text[at - 5..at + 5]);
+        }
+        assert!(!splits_at("a\n/b", 2) && !splits_at("a\n b", 2) && !splits_at("a\n\u{a0}b", 2) && splits_at("a\nb", 2));
+    }
+
+    #[test]
+    fn remembered_counts_stay_bounded() {
+        for i in 0..3000 {
+            remember(&format!("{i:>2000}"), 1);
+        }
+        let m = memo();
+        let bytes: usize = m.young.keys().chain(m.old.keys()).map(|k| k.len() + ENTRY_COST).sum();
+        assert!(bytes <= 2 * (GENERATION_BYTES + 2000 + ENTRY_COST), "{bytes}");
+        let latest = format!("{:>2000}", 2999);
+        assert_eq!(m.young.get(latest.as_str()).or(m.old.get(latest.as_str())), Some(&1), "the latest count is kept");
+    }
 }
