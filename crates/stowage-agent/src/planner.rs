@@ -37,7 +37,7 @@ use crate::config::AgentConfig;
 use crate::events::{AgentEvent, RunInfo, RunUsage, StepStatus};
 use crate::model::names::ToolNames;
 use crate::model::{ChatMessage, Content, FinishReason, Model, ModelError, ModelReply, ModelRequest, Part, ToolCall, ToolSpec};
-use crate::payload::{FinalPayload, ModelAnswer, extract_json_object};
+use crate::payload::{AnswerError, FinalPayload, ModelAnswer, extract_json_object};
 use crate::stream::AnswerText;
 
 /// The most conversations kept for follow-ups; the oldest is forgotten first.
@@ -199,7 +199,7 @@ enum Fault {
 
 enum Action {
     Tools { text: String, thought: Option<String>, calls: Vec<ToolCall> },
-    Final { text: String, answer: Result<crate::payload::Read, String> },
+    Final { text: String, answer: Result<crate::payload::Read, AnswerError> },
 }
 
 /// How one tool call ended.
@@ -733,13 +733,11 @@ impl Planner {
                         }
                         ModelAnswer::from_value(a)
                     }
-                    _ => Err("the final action has no \"args\" with the answer (\"raw_answer\" is required)".into()),
+                    _ => Err(AnswerError::NoAnswerArgs),
                 };
                 Action::Final { text: reply.text, answer }
             }
-            Some(other) => {
-                Action::Final { text: reply.text, answer: Err(format!("\"next_node\" must be a tool name or null, not {other}")) }
-            }
+            Some(other) => Action::Final { text: reply.text, answer: Err(AnswerError::BadNextNode { next_node: other.clone() }) },
         }
     }
 
