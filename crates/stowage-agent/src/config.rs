@@ -30,7 +30,7 @@ impl Vision {
     /// GPT-4.1, GPT-5, o1/o3/o4, Claude 3 and later, Gemini, Llama 3.2 Vision and Llama 4,
     /// Qwen-VL, LLaVA, Pixtral, Gemma 3, MiniCPM-V, Moondream, InternVL, and any name with
     /// `vision` or `-vl`).
-    pub fn enabled_for(self, model: &str) -> bool {
+    pub(crate) fn enabled_for(self, model: &str) -> bool {
         match self {
             Vision::On => true,
             Vision::Off => false,

@@ -96,7 +96,7 @@ impl AgentEvent {
     }
 
     /// The SSE `data:` JSON.
-    pub fn data(&self) -> Value {
+    pub(crate) fn data(&self) -> Value {
         use serde_json::json;
         match self {
             AgentEvent::Chunk { stream_id, seq, text, done } => json!({"stream_id": stream_id, "seq": seq, "text": text, "done": done}),
@@ -113,7 +113,7 @@ impl AgentEvent {
     }
 
     /// The event as SSE text (`event:` + one `data:` line + blank line).
-    pub fn to_sse(&self) -> String {
+    pub(crate) fn to_sse(&self) -> String {
         format!("event: {}\ndata: {}\n\n", self.name(), self.data())
     }
 }

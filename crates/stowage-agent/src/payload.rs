@@ -69,7 +69,7 @@ pub struct FinalPayload {
 
 impl FinalPayload {
     /// A payload with only an answer.
-    pub fn answer(raw_answer: impl Into<String>) -> Self {
+    pub(crate) fn answer(raw_answer: impl Into<String>) -> Self {
         FinalPayload {
             raw_answer: raw_answer.into(),
             artifacts: Map::new(),
@@ -93,7 +93,7 @@ pub fn final_payload_schema() -> Value {
 /// What the model may write in its final answer: the payload's model-authored fields.
 /// Artifacts and sources are collected by the planner, never written by the model.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct ModelAnswer {
+pub(crate) struct ModelAnswer {
     pub raw_answer: String,
     pub confidence: Option<f64>,
     pub route: Option<String>,
@@ -106,13 +106,13 @@ pub struct ModelAnswer {
 
 /// An answer read from a model's reply, and what had to be fixed to read it (one warning per
 /// fix, naming the field: they go into the payload's `warnings`).
-pub type Read = (ModelAnswer, Vec<String>);
+pub(crate) type Read = (ModelAnswer, Vec<String>);
 
 /// Why a model's reply holds no usable final answer. The message is one line addressed to the
 /// model: the repair round sends it back verbatim ("Your final answer is invalid: {message}"),
 /// and a second fault in a row ends the run with it as the `invalid_final_answer` warning.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum AnswerError {
+pub(crate) enum AnswerError {
     /// A reply that is only a JSON object (or the JSON-only action's answer), without the
     /// required `raw_answer` key.
     #[error("the final answer has no \"raw_answer\" (required, a string)")]
@@ -148,7 +148,7 @@ impl ModelAnswer {
     /// answer, its faults fixed with a warning each; prose (text that is not such an object) is
     /// the `raw_answer` itself. Only a reply with no answer at all is an error, in one line
     /// (the repair round sends it back to the model).
-    pub fn parse(text: &str) -> Result<Read, AnswerError> {
+    pub(crate) fn parse(text: &str) -> Result<Read, AnswerError> {
         match extract_json_object(text) {
             Some(v) if v.get("raw_answer").is_some() => Self::from_value(v),
             Some(_) if is_only_json(text) => Err(AnswerError::NoRawAnswer),
@@ -165,7 +165,7 @@ impl ModelAnswer {
     /// Reads an answer already parsed as JSON (the JSON-only action's `args`): unknown keys are
     /// dropped, wrong optional fields coerced or dropped, each with a warning; a missing or
     /// empty `raw_answer` is the one error.
-    pub fn from_value(v: Value) -> Result<Read, AnswerError> {
+    pub(crate) fn from_value(v: Value) -> Result<Read, AnswerError> {
         let Value::Object(mut m) = v else { return Err(AnswerError::NotAnObject) };
         let mut w = Vec::new();
         let raw_answer = match m.remove("raw_answer") {
@@ -227,7 +227,7 @@ impl ModelAnswer {
     }
 
     /// The payload this answer makes, before artifacts and sources are added.
-    pub fn into_payload(self) -> FinalPayload {
+    pub(crate) fn into_payload(self) -> FinalPayload {
         FinalPayload {
             raw_answer: self.raw_answer,
             artifacts: Map::new(),

@@ -47,11 +47,11 @@ const CONVERSATION_IDLE: Duration = Duration::from_secs(3600);
 /// How much of the last observation a fallback answer quotes.
 const FALLBACK_QUOTE_CHARS: usize = 2000;
 /// The progress `_meta` key a tool streams artifact chunks under.
-pub const ARTIFACT_CHUNK_META: &str = "io.stowage/artifact_chunk";
+const ARTIFACT_CHUNK_META: &str = "io.stowage/artifact_chunk";
 /// The route of a payload from a run that ended before the model answered.
-pub const PARTIAL_ROUTE: &str = "partial";
+const PARTIAL_ROUTE: &str = "partial";
 /// The largest original result the sources are read from; above it, from the shaped copy.
-pub const SOURCES_SCAN_MAX_BYTES: usize = 32 * 1024 * 1024;
+const SOURCES_SCAN_MAX_BYTES: usize = 32 * 1024 * 1024;
 /// How long a failed model check is trusted before the agent's routes ask the model again.
 const MODEL_RECHECK: Duration = Duration::from_secs(5);
 
@@ -252,18 +252,8 @@ impl Planner {
         &self.config
     }
 
-    /// Whether the model is shown images (`agent.vision`, for this model).
-    pub fn vision(&self) -> bool {
-        self.vision
-    }
-
-    /// The JSON Schema of the payload every run ends in.
-    pub fn payload_schema() -> Value {
-        crate::payload::final_payload_schema()
-    }
-
     /// A fresh run id (`run-…`, also the run's trace id).
-    pub fn new_run_id() -> String {
+    pub(crate) fn new_run_id() -> String {
         format!("run-{}", uuid::Uuid::new_v4().simple())
     }
 
@@ -279,7 +269,7 @@ impl Planner {
     /// Whether the model can take a run: once it passed its check, yes; after a failed
     /// check, it is asked again at most every few seconds. What the agent's routes answer 503
     /// with.
-    pub async fn ensure_model(&self) -> Result<(), AgentError> {
+    pub(crate) async fn ensure_model(&self) -> Result<(), AgentError> {
         {
             let h = self.health.lock();
             if h.ok {
@@ -298,7 +288,7 @@ impl Planner {
 
     /// Cancels `caller`'s run `run_id`: it ends at once with a partial payload (a tool call in
     /// flight is cancelled upstream). False when there is no such run of theirs.
-    pub fn cancel(&self, caller: &Caller, run_id: &str) -> bool {
+    pub(crate) fn cancel(&self, caller: &Caller, run_id: &str) -> bool {
         match self.runs.lock().get(run_id) {
             Some((owner, token)) if owner == caller => {
                 token.cancel();
@@ -335,7 +325,7 @@ impl Planner {
     /// The agent session a run of `caller` would use: `session` when it is theirs (else
     /// [`AgentError::UnknownSession`]), or a new one. Lets a caller learn a new session's id
     /// before the run starts (the HTTP route sends it as a header).
-    pub fn resolve_session(&self, caller: &Caller, session: Option<String>) -> Result<String, AgentError> {
+    pub(crate) fn resolve_session(&self, caller: &Caller, session: Option<String>) -> Result<String, AgentError> {
         let req = RunRequest { query: String::new(), caller: caller.clone(), session, run_id: None };
         self.conversation(&req).map(|(id, _)| id)
     }

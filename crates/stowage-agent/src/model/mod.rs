@@ -9,7 +9,7 @@
 //! honouring `Retry-After`.
 
 mod anthropic;
-pub mod names;
+pub(crate) mod names;
 mod openai;
 mod sse;
 
@@ -20,16 +20,16 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-pub use anthropic::AnthropicModel;
-pub use openai::OpenAiModel;
+use anthropic::AnthropicModel;
+use openai::OpenAiModel;
 
 use crate::config::{AgentConfig, Backend};
 
 /// The most tool calls one reply may carry that are read; later ones are counted
 /// ([`ModelReply::dropped_calls`]) and never run.
-pub const MAX_CALLS_PER_REPLY: usize = 16;
+pub(crate) const MAX_CALLS_PER_REPLY: usize = 16;
 /// The most bytes of text and tool-call arguments one reply may have.
-pub const MAX_REPLY_BYTES: usize = 4 * 1024 * 1024;
+const MAX_REPLY_BYTES: usize = 4 * 1024 * 1024;
 /// The longest one `Retry-After` is waited for; a server asking for more is failed at once.
 const MAX_RETRY_WAIT: Duration = Duration::from_secs(30);
 
@@ -95,7 +95,7 @@ impl From<String> for Content {
 
 impl Content {
     /// The whole content as text, each image as its label.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let mut out = String::new();
         for p in &self.0 {
             let t = match p {
@@ -110,16 +110,16 @@ impl Content {
         out
     }
 
-    pub fn images(&self) -> impl DoubleEndedIterator<Item = &ImagePart> {
+    pub(crate) fn images(&self) -> impl DoubleEndedIterator<Item = &ImagePart> {
         self.0.iter().filter_map(|p| if let Part::Image(i) = p { Some(i) } else { None })
     }
 
-    pub fn has_images(&self) -> bool {
+    pub(crate) fn has_images(&self) -> bool {
         self.images().next().is_some()
     }
 
     /// The parts with every image replaced by its label.
-    pub fn without_images(&self) -> Content {
+    pub(crate) fn without_images(&self) -> Content {
         Content::from(self.text())
     }
 }
@@ -165,7 +165,7 @@ pub enum FinishReason {
 }
 
 impl FinishReason {
-    pub fn parse(s: &str) -> FinishReason {
+    pub(crate) fn parse(s: &str) -> FinishReason {
         match s {
             "stop" | "end_turn" | "stop_sequence" => FinishReason::Stop,
             "tool_calls" | "tool_use" | "function_call" => FinishReason::ToolCalls,
@@ -175,7 +175,7 @@ impl FinishReason {
         }
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         match self {
             FinishReason::Stop => "stop",
             FinishReason::ToolCalls => "tool_calls",
