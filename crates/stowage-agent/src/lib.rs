@@ -17,6 +17,7 @@
 //! conversation types a backend or a scripted test model works with). The rest (collector,
 //! observation, answer parsing, the streaming scanner) is private to the planner.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod collector;
 mod config;

@@ -7,14 +7,18 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-/// A citation or reference used in the answer.
+/// A citation or reference used in the answer, read from a tool marked `produces_sources`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Source {
+    /// The item's title (a field marked `source_field: "title"`), else its URL.
     pub title: String,
+    /// Where the source can be read; sources are deduplicated by it (by title without one).
     #[serde(default)]
     pub url: Option<String>,
+    /// The passage the tool returned with it.
     #[serde(default)]
     pub snippet: Option<String>,
+    /// The tool's own score for it, as the tool gave it (no fixed scale).
     #[serde(default)]
     pub relevance_score: Option<f64>,
 }
@@ -26,6 +30,7 @@ pub struct SuggestedAction {
     pub action_id: String,
     /// Human-readable label.
     pub label: String,
+    /// What the action needs to run (e.g. the quarter to export); empty by default.
     #[serde(default)]
     pub params: Map<String, Value>,
 }
@@ -51,6 +56,7 @@ pub struct FinalPayload {
     /// Categorization of the answer: `knowledge_base`, `calculation`, `clarification`, …
     #[serde(default)]
     pub route: Option<String>,
+    /// Follow-up actions the model proposes; empty by default.
     #[serde(default)]
     pub suggested_actions: Vec<SuggestedAction>,
     /// True when the answer is a question to the user; a later run in the same session
@@ -63,6 +69,7 @@ pub struct FinalPayload {
     /// ISO 639-1 language code of the answer.
     #[serde(default)]
     pub language: Option<String>,
+    /// Anything else the model was asked to return, as it wrote it; empty by default.
     #[serde(default)]
     pub extra: Map<String, Value>,
 }
@@ -85,7 +92,8 @@ impl FinalPayload {
     }
 }
 
-/// The JSON Schema of [`FinalPayload`], generated from the Rust types.
+/// The JSON Schema of [`FinalPayload`], generated from the Rust types so it cannot drift from
+/// what a run returns: for consumers that validate payloads or generate client types.
 pub fn final_payload_schema() -> Value {
     serde_json::to_value(schemars::schema_for!(FinalPayload)).expect("a schema serialises")
 }

@@ -75,18 +75,28 @@ When the task is complete, set \"next_node\" to null and put the final answer ob
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AgentError {
+    /// The model failed before any tool ran (after that, a run ends with a partial payload).
     #[error(transparent)]
     Model(#[from] ModelError),
+    /// The session named is not one of this caller's (or was forgotten): the id is the field.
     #[error("unknown agent session {0}: start a new run without a session")]
     UnknownSession(String),
+    /// The query is blank.
     #[error("the query is empty: send {{\"query\": \"your question\"}}")]
     EmptyQuery,
     /// The model failed its check (the agent's routes answer 503 until it passes).
     #[error("{message}")]
-    ModelDown { code: &'static str, message: String },
+    ModelDown {
+        /// The failed check's [`ModelError::code`].
+        code: &'static str,
+        /// The failed check's message.
+        message: String,
+    },
 }
 
 impl AgentError {
+    /// The stable code of the `error` event and the HTTP error body: the model's code,
+    /// `unknown_session` or `bad_request`.
     pub fn code(&self) -> &'static str {
         match self {
             AgentError::Model(e) => e.code(),
@@ -100,27 +110,32 @@ impl AgentError {
 /// One run's input.
 #[derive(Debug, Clone)]
 pub struct RunRequest {
+    /// The user's question (or, continuing a session, their reply to the model's question).
     pub query: String,
+    /// Who asks: the run's tools see this caller's scope and its artifacts are theirs.
     pub caller: Caller,
     /// Continue this agent session (a previous run's [`RunOutcome::session_id`]).
     pub session: Option<String>,
     /// The run's id (its trace id, what `DELETE /agent/runs/{id}` names); a fresh one when
-    /// absent ([`Planner::new_run_id`]).
+    /// absent.
     pub run_id: Option<String>,
 }
 
 impl RunRequest {
+    /// A question in a new session, with a fresh run id.
     pub fn new(query: impl Into<String>, caller: Caller) -> Self {
         RunRequest { query: query.into(), caller, session: None, run_id: None }
     }
 }
 
-/// What a run came to.
+/// What a run came to: its payload, and the ids to continue or trace it by.
 #[derive(Debug, Clone)]
 pub struct RunOutcome {
+    /// The answer: the model's, or a partial one when the run ended early.
     pub payload: FinalPayload,
     /// The session the run's artifacts belong to; pass it back to continue.
     pub session_id: String,
+    /// The run's id, also the trace id its artifacts and gateway events carry.
     pub trace_id: String,
     /// How it went: why it ended, steps, token usage.
     pub run: RunInfo,
@@ -140,7 +155,8 @@ struct ModelHealth {
     failed: Option<(Instant, &'static str, String)>,
 }
 
-/// The agent: a gateway, a model and the `[agent]` limits.
+/// The agent: a gateway, a model and the `[agent]` limits. One serves every run of a process:
+/// it keeps the conversations waiting for a follow-up and the runs in flight (to cancel them).
 pub struct Planner {
     gateway: Arc<Gateway>,
     model: Arc<dyn Model>,
@@ -248,6 +264,7 @@ impl Planner {
         }
     }
 
+    /// The `[agent]` settings every run uses (limits, model, prompt).
     pub fn config(&self) -> &AgentConfig {
         &self.config
     }
