@@ -20,7 +20,8 @@ pub enum Backend {
 /// image parts to a text-only model fails the request, so the default guesses from the name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Vision {
-    /// On for the known vision model families ([`Vision::enabled_for`]).
+    /// On for the known vision model families (GPT-4o and later, Claude 3 and later, Gemini,
+    /// LLaVA, Qwen-VL, Pixtral, Gemma 3, …, and any name with `vision` or `-vl`).
     #[default]
     Auto,
     /// Always (`true`): a model the family list does not know, served under a custom name.

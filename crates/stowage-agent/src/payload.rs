@@ -94,6 +94,12 @@ impl FinalPayload {
 
 /// The JSON Schema of [`FinalPayload`], generated from the Rust types so it cannot drift from
 /// what a run returns: for consumers that validate payloads or generate client types.
+///
+/// ```
+/// let schema = stowage_agent::final_payload_schema();
+/// assert_eq!(schema["required"], serde_json::json!(["raw_answer"]));
+/// assert_eq!(schema["properties"]["confidence"]["maximum"], serde_json::json!(1.0));
+/// ```
 pub fn final_payload_schema() -> Value {
     serde_json::to_value(schemars::schema_for!(FinalPayload)).expect("a schema serialises")
 }
