@@ -27,7 +27,7 @@ use crate::payload::Source;
 /// A field marked `stream: true`: its value is sent as an `artifact_chunk` when the tool
 /// returns.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Streamed {
+pub(crate) struct Streamed {
     pub stream_id: String,
     pub chunk: Value,
     pub artifact_type: String,
@@ -36,7 +36,7 @@ pub struct Streamed {
 }
 
 /// Collects one run's artifacts and sources.
-pub struct ArtifactCollector {
+pub(crate) struct ArtifactCollector {
     artifacts: Map<String, Value>,
     sources: Vec<Source>,
     /// Source dedup keys (URL, else title) seen so far.
@@ -58,7 +58,7 @@ pub struct ArtifactCollector {
 
 impl ArtifactCollector {
     /// A collector reading as `scope`'s owner (the run's caller, session and trace).
-    pub fn new(scope: ArtifactScope, inline_max: u64, store: Option<Arc<dyn ArtifactStore>>, links: Option<LinkService>) -> Self {
+    pub(crate) fn new(scope: ArtifactScope, inline_max: u64, store: Option<Arc<dyn ArtifactStore>>, links: Option<LinkService>) -> Self {
         ArtifactCollector {
             artifacts: Map::new(),
             sources: Vec::new(),
@@ -76,7 +76,7 @@ impl ArtifactCollector {
     }
 
     /// At most `n` sources (`agent.max_sources`).
-    pub fn with_max_sources(mut self, n: usize) -> Self {
+    pub(crate) fn with_max_sources(mut self, n: usize) -> Self {
         self.max_sources = n;
         self
     }
@@ -84,7 +84,7 @@ impl ArtifactCollector {
     /// The payload key `field` of call `call_id` (of `tool`) fills: the field's name for the
     /// tool's first call that has it, `field_2`, `field_3`… for later ones. Fixed at the first
     /// ask, so live chunks and the collected value agree.
-    pub fn key_for(&mut self, tool: &str, call_id: &str, field: &str) -> String {
+    pub(crate) fn key_for(&mut self, tool: &str, call_id: &str, field: &str) -> String {
         if let Some(k) = self.keys.get(&(call_id.to_owned(), field.to_owned())) {
             return k.clone();
         }
@@ -101,7 +101,13 @@ impl ArtifactCollector {
 
     /// Collects what call `call_id` of `tool` (with `output_schema`) stored; returns the
     /// values of its `stream: true` fields, for `artifact_chunk` events.
-    pub async fn collect(&mut self, tool: &str, call_id: &str, output_schema: Option<&Value>, records: &[ArtifactRecord]) -> Vec<Streamed> {
+    pub(crate) async fn collect(
+        &mut self,
+        tool: &str,
+        call_id: &str,
+        output_schema: Option<&Value>,
+        records: &[ArtifactRecord],
+    ) -> Vec<Streamed> {
         let streams = output_schema.map(stream_marks).unwrap_or_default();
         let mut streamed = Vec::new();
         // The structured value before its text mirror: its key is the field's name.
@@ -137,7 +143,7 @@ impl ArtifactCollector {
 
     /// Adds the sources in `result` (a tool's structured result, as it came) when
     /// `output_schema` marks the tool, or the model of its items, as producing them.
-    pub fn collect_sources(&mut self, output_schema: Option<&Value>, result: Option<&Value>) {
+    pub(crate) fn collect_sources(&mut self, output_schema: Option<&Value>, result: Option<&Value>) {
         let (Some(schema), Some(result)) = (output_schema, result) else { return };
         if !produces_sources(schema) {
             return;
@@ -161,15 +167,11 @@ impl ArtifactCollector {
     }
 
     /// Sources found beyond `max_sources` (the payload says so in a warning).
-    pub fn sources_dropped(&self) -> usize {
+    pub(crate) fn sources_dropped(&self) -> usize {
         self.sources_dropped
     }
 
-    pub fn artifacts(&self) -> &Map<String, Value> {
-        &self.artifacts
-    }
-
-    pub fn into_parts(self) -> (Map<String, Value>, Vec<Source>) {
+    pub(crate) fn into_parts(self) -> (Map<String, Value>, Vec<Source>) {
         (self.artifacts, self.sources)
     }
 
@@ -256,7 +258,7 @@ fn artifact_type(v: &Value) -> String {
 
 /// Top-level properties marked `stream: true`, with their stream id (`stream_id`, else the
 /// field's name).
-pub fn stream_marks(schema: &Value) -> HashMap<String, String> {
+pub(crate) fn stream_marks(schema: &Value) -> HashMap<String, String> {
     let mut out = HashMap::new();
     if let Some(Value::Object(props)) = schema.get("properties") {
         for (k, p) in props {
@@ -275,7 +277,7 @@ const MAX_DEPTH: usize = 8;
 /// Whether the tool produces sources: the mark on its output schema, or on any model in it
 /// (`$defs`, `items`, properties: Pydantic puts a list item class's `json_schema_extra` on
 /// its definition).
-pub fn produces_sources(schema: &Value) -> bool {
+pub(crate) fn produces_sources(schema: &Value) -> bool {
     fn walk(s: &Value, depth: usize) -> bool {
         if depth > MAX_DEPTH {
             return false;

@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// The model's wire format.
+/// The model's wire format (`agent.backend`): which API the requests speak, not which vendor
+/// runs it (vLLM, llama.cpp and Ollama all speak `openai`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Backend {
@@ -15,13 +16,17 @@ pub enum Backend {
     Anthropic,
 }
 
-/// Whether the model is shown images.
+/// Whether the model is shown images (`agent.vision`: `"auto"`, `true` or `false`). Sending
+/// image parts to a text-only model fails the request, so the default guesses from the name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Vision {
-    /// On for the known vision model families ([`Vision::enabled_for`]).
+    /// On for the known vision model families (GPT-4o and later, Claude 3 and later, Gemini,
+    /// LLaVA, Qwen-VL, Pixtral, Gemma 3, …, and any name with `vision` or `-vl`).
     #[default]
     Auto,
+    /// Always (`true`): a model the family list does not know, served under a custom name.
     On,
+    /// Never (`false`): images stand as their one-line description.
     Off,
 }
 
@@ -30,7 +35,7 @@ impl Vision {
     /// GPT-4.1, GPT-5, o1/o3/o4, Claude 3 and later, Gemini, Llama 3.2 Vision and Llama 4,
     /// Qwen-VL, LLaVA, Pixtral, Gemma 3, MiniCPM-V, Moondream, InternVL, and any name with
     /// `vision` or `-vl`).
-    pub fn enabled_for(self, model: &str) -> bool {
+    pub(crate) fn enabled_for(self, model: &str) -> bool {
         match self {
             Vision::On => true,
             Vision::Off => false,
@@ -110,54 +115,63 @@ impl<'de> Deserialize<'de> for Vision {
     }
 }
 
-/// `[agent]` in `stowage.toml`.
+/// `[agent]` in `stowage.toml`: which model the planner talks to and the limits of one run.
+/// Every field has a default and unknown keys are refused, so a misspelt limit fails loudly.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AgentConfig {
     /// The API's base URL, including the version path (`http://localhost:11434/v1`). Empty:
-    /// no model is configured and the agent refuses to start.
+    /// no model is configured and the agent refuses to start. Default empty.
     pub base_url: String,
+    /// The model name sent with every request and looked up in `GET {base_url}/models` at
+    /// start (an alias such as `claude-sonnet-4-5` matches its dated id). Default empty.
     pub model: String,
+    /// The wire format of the API at `base_url`. Default `openai`.
     pub backend: Backend,
     /// The environment variable holding the API key (the key itself is never in the file).
-    /// Empty: no key is sent (local servers).
+    /// Empty: no key is sent (local servers). Default empty.
     pub api_key_env: String,
     /// Tool-calling steps per run; reaching it ends the run with a payload and a warning.
+    /// Default 8.
     pub max_steps: u32,
-    /// A run's wall-clock limit.
+    /// A run's wall-clock limit, tool calls included (humantime, `"5m"`). Default 5 minutes.
     #[serde(with = "humantime_serde")]
     pub max_wall_time: Duration,
     /// Tokens (prompt + completion, as the model reports them) one run may spend.
+    /// Default 200000.
     pub max_tokens: u64,
     /// The most tokens one model reply may have (Anthropic requires it on every request).
+    /// Default 4096.
     pub max_response_tokens: u32,
-    /// How long one model request may take, first byte to last.
+    /// How long one model request may take, first byte to last (humantime). Default 2 minutes.
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
     /// Replaces the built-in system prompt (the tool list and answer format are appended).
+    /// Default none: the built-in prompt.
     pub system_prompt: Option<String>,
     /// Native tool calling; false sends the seed's JSON-only action format instead, for
-    /// models without tool support.
+    /// models without tool support. Default true.
     pub tool_calling: bool,
-    /// An artifact value up to this size is inlined in the payload; above it the payload
-    /// carries its reference with a fresh signed link.
+    /// An artifact value up to this many bytes is inlined in the payload; above it the
+    /// payload carries its reference with a fresh signed link. Default 65536 (64 KiB).
     pub inline_artifact_max_bytes: u64,
     /// Streamed replies (`stream: true`); false asks for whole ones, for servers whose
     /// streaming is broken. A plain JSON answer to a streamed request is read either way.
+    /// Default true.
     pub stream: bool,
     /// Retries of a request answered 429 or 5xx, with backoff (`Retry-After` honoured up to
-    /// 30 s).
+    /// 30 s). Default 2.
     pub max_retries: u32,
     /// Show the model the images tool results carry: `"auto"` (the known vision model
-    /// families), `true` or `false`.
+    /// families), `true` or `false`. Default `"auto"`.
     pub vision: Vision,
     /// The image budget of one model request: at most this many images (the newest; older
-    /// ones are replaced by their one-line description)…
+    /// ones are replaced by their one-line description)… Default 4.
     pub max_images: usize,
-    /// …and at most this many bytes of them (base64).
+    /// …and at most this many bytes of them (base64). Default 1048576 (1 MiB).
     pub max_image_bytes: u64,
     /// The most sources one payload lists (the first ones, in the order the tools returned
-    /// them).
+    /// them); the rest are counted in a `sources_capped` warning. Default 500.
     pub max_sources: usize,
 }
 

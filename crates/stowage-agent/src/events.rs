@@ -14,6 +14,8 @@ use crate::payload::FinalPayload;
 /// How a run went: the `run` object of the `done` event.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct RunInfo {
+    /// The run's id (`run-…`): its trace id in the gateway's events and logs, the scope of its
+    /// artifacts, and what `DELETE /agent/runs/{id}` names.
     pub trace_id: String,
     /// Why it ended: `answer` (the model's answer), `invalid_answer`, `max_steps`,
     /// `max_wall_time`, `max_tokens`, `model_error`, `cancelled`.
@@ -22,17 +24,22 @@ pub struct RunInfo {
     pub model_finish_reason: Option<String>,
     /// Tool-calling steps taken.
     pub steps: u32,
-    /// Tool calls made.
+    /// Tool calls made (a step may make several).
     pub tool_calls: u32,
+    /// Requests sent to the model, repair rounds included.
     pub model_requests: u32,
+    /// Tokens the run spent.
     pub usage: RunUsage,
+    /// Wall-clock time of the run, in milliseconds.
     pub duration_ms: u64,
 }
 
 /// Tokens the run spent, as the model reported them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct RunUsage {
+    /// Prompt tokens, summed over the run's requests.
     pub input_tokens: u64,
+    /// Completion tokens, summed over the run's requests.
     pub output_tokens: u64,
 }
 
@@ -42,6 +49,7 @@ pub struct RunUsage {
 pub enum StepStatus {
     /// The model asked for the call; it is running.
     Started,
+    /// The tool answered without an error.
     Ok,
     /// The tool answered with an error (or could not be called); the run goes on.
     Error,
@@ -52,26 +60,63 @@ pub enum StepStatus {
 pub enum AgentEvent {
     /// Answer text (`raw_answer`) as the model streams it: never the JSON around it, never a
     /// thought.
-    Chunk { stream_id: String, seq: u64, text: String, done: bool },
-    /// Tool execution progress.
-    Step { node: String, status: StepStatus, latency_ms: f64, thought: Option<String>, call_id: String },
+    Chunk {
+        /// Always `answer`: the one text stream of a run.
+        stream_id: String,
+        /// Position of this chunk in the run's answer stream, from 0.
+        seq: u64,
+        /// The next characters of the answer.
+        text: String,
+        /// True on the last chunk (whose `text` is empty).
+        done: bool,
+    },
+    /// Tool execution progress: one when a call starts and one when it ends.
+    Step {
+        /// The tool, by the name the gateway lists it under (not the API name the model saw).
+        node: String,
+        /// Started, ended well, or ended in an error.
+        status: StepStatus,
+        /// Milliseconds since the call started (about 0 on `started`).
+        latency_ms: f64,
+        /// The model's reasoning text beside its tool call, when it wrote one.
+        thought: Option<String>,
+        /// The call's id in the run (`c1`, `c2`, …): tells two calls of one tool apart.
+        call_id: String,
+    },
     /// A piece of a streamed artifact (a `stream: true` field when its tool returns, or a
     /// tool's own `io.stowage/artifact_chunk` progress while it runs); `seq` counts per call
     /// and stream.
     ArtifactChunk {
+        /// The stream: the field's `stream_id` mark, else its name, or the id a tool's own
+        /// progress names.
         stream_id: String,
+        /// Position of this chunk in the call's stream, from 0.
         seq: u64,
+        /// The piece itself: a `stream: true` field's whole value when its tool returns, or a
+        /// piece the tool sent as progress.
         chunk: Value,
+        /// True on the stream's last piece.
         done: bool,
+        /// `dict`, `list`, `str`, `number`, `bool`, `null`, or `reference` for a stored value.
         artifact_type: String,
+        /// The call the chunk belongs to (as in its `step` events).
         call_id: String,
+        /// The tool that produced it.
         tool: String,
+        /// The payload key it fills: `artifacts[tool][key]`.
         key: String,
     },
     /// The run's answer, and how the run went.
     Done(Box<FinalPayload>, Box<RunInfo>),
     /// The run failed; no `done` follows.
-    Error { error: String, code: String, trace_id: String },
+    Error {
+        /// One line saying what went wrong and how to fix it.
+        error: String,
+        /// The stable code ([`AgentError::code`](crate::AgentError::code)).
+        code: String,
+        /// The run's id, for the logs (empty when the run panicked before it had one).
+        trace_id: String,
+    },
 }
 
 #[derive(Serialize)]
@@ -96,7 +141,7 @@ impl AgentEvent {
     }
 
     /// The SSE `data:` JSON.
-    pub fn data(&self) -> Value {
+    pub(crate) fn data(&self) -> Value {
         use serde_json::json;
         match self {
             AgentEvent::Chunk { stream_id, seq, text, done } => json!({"stream_id": stream_id, "seq": seq, "text": text, "done": done}),
@@ -113,7 +158,7 @@ impl AgentEvent {
     }
 
     /// The event as SSE text (`event:` + one `data:` line + blank line).
-    pub fn to_sse(&self) -> String {
+    pub(crate) fn to_sse(&self) -> String {
         format!("event: {}\ndata: {}\n\n", self.name(), self.data())
     }
 }

@@ -38,11 +38,11 @@ use crate::events::AgentEvent;
 use crate::planner::{Planner, RunRequest};
 
 /// The response header naming the run's agent session.
-pub const SESSION_HEADER: &str = "stowage-agent-session";
+pub(crate) const SESSION_HEADER: &str = "stowage-agent-session";
 /// The response header naming the run (what `DELETE /agent/runs/{id}` takes).
 pub const RUN_HEADER: &str = "stowage-agent-run";
 /// How often an open run stream gets a comment line.
-pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(15);
+const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(15);
 /// Events waiting for a slow client; beyond it the run waits (the queue is bounded).
 const EVENT_QUEUE: usize = 256;
 

@@ -5,23 +5,30 @@
 //! (OpenAI-compatible Chat Completions or Anthropic Messages, both streamed). A run asks the
 //! model, calls the tools it picks through [`stowage_mcp::Gateway::call_tool`] (so the
 //! transform pipeline and the caller's scope apply exactly as for an MCP client), feeds back
-//! what the gateway shaped for the planner's own host profile ([`observe`]), and ends in a
-//! [`FinalPayload`]: the model's answer plus what the [`collector`] gathered (schema-marked
-//! artifacts, offloaded values as references, sources) — or, when the run ends early, a
-//! partial payload with what was collected.
+//! what the gateway shaped for the planner's own host profile (the private `observe` module),
+//! and ends in a [`FinalPayload`]: the model's answer plus what the run's artifact collector
+//! gathered (schema-marked artifacts, offloaded values as references, sources) — or, when the
+//! run ends early, a partial payload with what was collected.
 //! What happens is told as [`AgentEvent`]s, which [`http::router`] serves as
 //! `text/event-stream` on `POST /agent/runs`.
+//!
+//! The public surface is what the `stowage` binary and the crate's tests and benches use: the
+//! types re-exported here, [`events`], [`http`], and [`model`] (the [`Model`] trait and the
+//! conversation types a backend or a scripted test model works with). The rest (collector,
+//! observation, answer parsing, the streaming scanner) is private to the planner.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
-pub mod collector;
-pub mod config;
+mod collector;
+mod config;
 pub mod events;
 pub mod http;
 pub mod model;
-pub mod observe;
-pub mod payload;
-pub mod planner;
-pub mod stream;
+mod observe;
+mod payload;
+mod planner;
+mod stream;
+
 pub use planner::{AgentError, Planner, RunOutcome, RunRequest};
 
 pub use config::{AgentConfig, Backend, Vision};

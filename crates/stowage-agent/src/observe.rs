@@ -21,7 +21,7 @@ use crate::model::{Content, ImagePart, Part};
 const IMAGE_TYPES: &[&str] = &["image/png", "image/jpeg", "image/gif", "image/webp"];
 
 /// The parts of `result` (a shaped tool result) the model is sent; see the module docs.
-pub fn observation(result: &Value, schema: Option<&Value>, records: &[ArtifactRecord]) -> Content {
+pub(crate) fn observation(result: &Value, schema: Option<&Value>, records: &[ArtifactRecord]) -> Content {
     let twins = stowage_transform::twins::find(result);
     let structured = result.get("structuredContent").filter(|v| !v.is_null()).map(|sc| structured_text(sc, schema, records));
     let mut parts: Vec<Part> = Vec::new();

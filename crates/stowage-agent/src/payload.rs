@@ -1,19 +1,24 @@
 //! The answer contract: [`FinalPayload`] with exactly the seed's fields, its parts
 //! ([`Source`], [`SuggestedAction`]), the published JSON Schema, and the model's own final
-//! answer ([`ModelAnswer`]) with the validation that decides whether a repair round is needed.
+//! answer ([`ModelAnswer`]) with the validation that decides whether a repair round is needed
+//! ([`AnswerError`]: why a reply holds no answer, in the one line that round sends back).
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-/// A citation or reference used in the answer.
+/// A citation or reference used in the answer, read from a tool marked `produces_sources`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Source {
+    /// The item's title (a field marked `source_field: "title"`), else its URL.
     pub title: String,
+    /// Where the source can be read; sources are deduplicated by it (by title without one).
     #[serde(default)]
     pub url: Option<String>,
+    /// The passage the tool returned with it.
     #[serde(default)]
     pub snippet: Option<String>,
+    /// The tool's own score for it, as the tool gave it (no fixed scale).
     #[serde(default)]
     pub relevance_score: Option<f64>,
 }
@@ -25,6 +30,7 @@ pub struct SuggestedAction {
     pub action_id: String,
     /// Human-readable label.
     pub label: String,
+    /// What the action needs to run (e.g. the quarter to export); empty by default.
     #[serde(default)]
     pub params: Map<String, Value>,
 }
@@ -50,6 +56,7 @@ pub struct FinalPayload {
     /// Categorization of the answer: `knowledge_base`, `calculation`, `clarification`, …
     #[serde(default)]
     pub route: Option<String>,
+    /// Follow-up actions the model proposes; empty by default.
     #[serde(default)]
     pub suggested_actions: Vec<SuggestedAction>,
     /// True when the answer is a question to the user; a later run in the same session
@@ -62,13 +69,14 @@ pub struct FinalPayload {
     /// ISO 639-1 language code of the answer.
     #[serde(default)]
     pub language: Option<String>,
+    /// Anything else the model was asked to return, as it wrote it; empty by default.
     #[serde(default)]
     pub extra: Map<String, Value>,
 }
 
 impl FinalPayload {
     /// A payload with only an answer.
-    pub fn answer(raw_answer: impl Into<String>) -> Self {
+    pub(crate) fn answer(raw_answer: impl Into<String>) -> Self {
         FinalPayload {
             raw_answer: raw_answer.into(),
             artifacts: Map::new(),
@@ -84,7 +92,14 @@ impl FinalPayload {
     }
 }
 
-/// The JSON Schema of [`FinalPayload`], generated from the Rust types.
+/// The JSON Schema of [`FinalPayload`], generated from the Rust types so it cannot drift from
+/// what a run returns: for consumers that validate payloads or generate client types.
+///
+/// ```
+/// let schema = stowage_agent::final_payload_schema();
+/// assert_eq!(schema["required"], serde_json::json!(["raw_answer"]));
+/// assert_eq!(schema["properties"]["confidence"]["maximum"], serde_json::json!(1.0));
+/// ```
 pub fn final_payload_schema() -> Value {
     serde_json::to_value(schemars::schema_for!(FinalPayload)).expect("a schema serialises")
 }
@@ -92,7 +107,7 @@ pub fn final_payload_schema() -> Value {
 /// What the model may write in its final answer: the payload's model-authored fields.
 /// Artifacts and sources are collected by the planner, never written by the model.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct ModelAnswer {
+pub(crate) struct ModelAnswer {
     pub raw_answer: String,
     pub confidence: Option<f64>,
     pub route: Option<String>,
@@ -105,21 +120,56 @@ pub struct ModelAnswer {
 
 /// An answer read from a model's reply, and what had to be fixed to read it (one warning per
 /// fix, naming the field: they go into the payload's `warnings`).
-pub type Read = (ModelAnswer, Vec<String>);
+pub(crate) type Read = (ModelAnswer, Vec<String>);
+
+/// Why a model's reply holds no usable final answer. The message is one line addressed to the
+/// model: the repair round sends it back verbatim ("Your final answer is invalid: {message}"),
+/// and a second fault in a row ends the run with it as the `invalid_final_answer` warning.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub(crate) enum AnswerError {
+    /// A reply that is only a JSON object (or the JSON-only action's answer), without the
+    /// required `raw_answer` key.
+    #[error("the final answer has no \"raw_answer\" (required, a string)")]
+    NoRawAnswer,
+    /// A reply with no text at all (whitespace only).
+    #[error("the reply is empty: write the answer")]
+    EmptyReply,
+    /// The answer value is JSON, but not an object (the JSON-only action's `args`).
+    #[error("the final answer is not a JSON object")]
+    NotAnObject,
+    /// `raw_answer` is there but blank.
+    #[error("\"raw_answer\" is empty")]
+    EmptyRawAnswer,
+    /// `raw_answer` is a list, an object or null: nothing that reads as text.
+    #[error("\"raw_answer\" must be a string, not {kind}")]
+    RawAnswerNotString {
+        /// What it is instead, as the message says it (`a list`, `an object`, `null`).
+        kind: &'static str,
+    },
+    /// A JSON-only action that ends the run (`next_node: null`) without the answer in `args`.
+    #[error("the final action has no \"args\" with the answer (\"raw_answer\" is required)")]
+    NoAnswerArgs,
+    /// A JSON-only action whose `next_node` is neither a tool name nor null.
+    #[error("\"next_node\" must be a tool name or null, not {next_node}")]
+    BadNextNode {
+        /// The value the model wrote, shown as JSON.
+        next_node: Value,
+    },
+}
 
 impl ModelAnswer {
     /// Reads a final answer from the model's text. A JSON object with `raw_answer` is the
     /// answer, its faults fixed with a warning each; prose (text that is not such an object) is
     /// the `raw_answer` itself. Only a reply with no answer at all is an error, in one line
     /// (the repair round sends it back to the model).
-    pub fn parse(text: &str) -> Result<Read, String> {
+    pub(crate) fn parse(text: &str) -> Result<Read, AnswerError> {
         match extract_json_object(text) {
             Some(v) if v.get("raw_answer").is_some() => Self::from_value(v),
-            Some(_) if is_only_json(text) => Err("the final answer has no \"raw_answer\" (required, a string)".to_owned()),
+            Some(_) if is_only_json(text) => Err(AnswerError::NoRawAnswer),
             _ => {
                 let prose = text.trim();
                 if prose.is_empty() {
-                    return Err("the reply is empty: write the answer".to_owned());
+                    return Err(AnswerError::EmptyReply);
                 }
                 Ok((ModelAnswer { raw_answer: prose.to_owned(), ..Default::default() }, Vec::new()))
             }
@@ -129,8 +179,8 @@ impl ModelAnswer {
     /// Reads an answer already parsed as JSON (the JSON-only action's `args`): unknown keys are
     /// dropped, wrong optional fields coerced or dropped, each with a warning; a missing or
     /// empty `raw_answer` is the one error.
-    pub fn from_value(v: Value) -> Result<Read, String> {
-        let Value::Object(mut m) = v else { return Err("the final answer is not a JSON object".to_owned()) };
+    pub(crate) fn from_value(v: Value) -> Result<Read, AnswerError> {
+        let Value::Object(mut m) = v else { return Err(AnswerError::NotAnObject) };
         let mut w = Vec::new();
         let raw_answer = match m.remove("raw_answer") {
             Some(Value::String(s)) if !s.trim().is_empty() => s,
@@ -142,9 +192,9 @@ impl ModelAnswer {
                 w.push(format!("final answer: raw_answer {b} read as a string"));
                 b.to_string()
             }
-            Some(Value::String(_)) => return Err("\"raw_answer\" is empty".to_owned()),
-            Some(other) => return Err(format!("\"raw_answer\" must be a string, not {}", kind(&other))),
-            None => return Err("the final answer has no \"raw_answer\" (required, a string)".to_owned()),
+            Some(Value::String(_)) => return Err(AnswerError::EmptyRawAnswer),
+            Some(other) => return Err(AnswerError::RawAnswerNotString { kind: kind(&other) }),
+            None => return Err(AnswerError::NoRawAnswer),
         };
         let mut a = ModelAnswer { raw_answer, ..Default::default() };
         for (key, value) in m {
@@ -191,7 +241,7 @@ impl ModelAnswer {
     }
 
     /// The payload this answer makes, before artifacts and sources are added.
-    pub fn into_payload(self) -> FinalPayload {
+    pub(crate) fn into_payload(self) -> FinalPayload {
         FinalPayload {
             raw_answer: self.raw_answer,
             artifacts: Map::new(),
@@ -406,10 +456,24 @@ mod tests {
             ("{\"raw_answer\": \"  \"}", "empty"),
             ("  ", "empty"),
         ] {
-            let e = ModelAnswer::parse(text).unwrap_err();
+            let e = ModelAnswer::parse(text).unwrap_err().to_string();
             assert!(e.contains(why), "{text}: {e}");
             assert!(!e.contains('\n'));
         }
+        // The repair round sends these lines to the model as they are: the wording is pinned.
+        for (e, line) in [
+            (AnswerError::NoRawAnswer, "the final answer has no \"raw_answer\" (required, a string)"),
+            (AnswerError::EmptyReply, "the reply is empty: write the answer"),
+            (AnswerError::NotAnObject, "the final answer is not a JSON object"),
+            (AnswerError::EmptyRawAnswer, "\"raw_answer\" is empty"),
+            (AnswerError::RawAnswerNotString { kind: "a list" }, "\"raw_answer\" must be a string, not a list"),
+            (AnswerError::NoAnswerArgs, "the final action has no \"args\" with the answer (\"raw_answer\" is required)"),
+            (AnswerError::BadNextNode { next_node: json!(5) }, "\"next_node\" must be a tool name or null, not 5"),
+        ] {
+            assert_eq!(e.to_string(), line);
+        }
+        assert_eq!(ModelAnswer::parse("{\"raw_answer\": [1]}"), Err(AnswerError::RawAnswerNotString { kind: "a list" }));
+        assert_eq!(ModelAnswer::from_value(json!("x")), Err(AnswerError::NotAnObject));
         let (a, w) = ModelAnswer::parse(
             &json!({
                 "raw_answer": "Q4 grew", "thought": "done", "confidence": 92, "language": "Spanish", "route": 5,

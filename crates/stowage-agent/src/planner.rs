@@ -37,7 +37,7 @@ use crate::config::AgentConfig;
 use crate::events::{AgentEvent, RunInfo, RunUsage, StepStatus};
 use crate::model::names::ToolNames;
 use crate::model::{ChatMessage, Content, FinishReason, Model, ModelError, ModelReply, ModelRequest, Part, ToolCall, ToolSpec};
-use crate::payload::{FinalPayload, ModelAnswer, extract_json_object};
+use crate::payload::{AnswerError, FinalPayload, ModelAnswer, extract_json_object};
 use crate::stream::AnswerText;
 
 /// The most conversations kept for follow-ups; the oldest is forgotten first.
@@ -47,11 +47,11 @@ const CONVERSATION_IDLE: Duration = Duration::from_secs(3600);
 /// How much of the last observation a fallback answer quotes.
 const FALLBACK_QUOTE_CHARS: usize = 2000;
 /// The progress `_meta` key a tool streams artifact chunks under.
-pub const ARTIFACT_CHUNK_META: &str = "io.stowage/artifact_chunk";
+const ARTIFACT_CHUNK_META: &str = "io.stowage/artifact_chunk";
 /// The route of a payload from a run that ended before the model answered.
-pub const PARTIAL_ROUTE: &str = "partial";
+const PARTIAL_ROUTE: &str = "partial";
 /// The largest original result the sources are read from; above it, from the shaped copy.
-pub const SOURCES_SCAN_MAX_BYTES: usize = 32 * 1024 * 1024;
+const SOURCES_SCAN_MAX_BYTES: usize = 32 * 1024 * 1024;
 /// How long a failed model check is trusted before the agent's routes ask the model again.
 const MODEL_RECHECK: Duration = Duration::from_secs(5);
 
@@ -75,18 +75,28 @@ When the task is complete, set \"next_node\" to null and put the final answer ob
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AgentError {
+    /// The model failed before any tool ran (after that, a run ends with a partial payload).
     #[error(transparent)]
     Model(#[from] ModelError),
+    /// The session named is not one of this caller's (or was forgotten): the id is the field.
     #[error("unknown agent session {0}: start a new run without a session")]
     UnknownSession(String),
+    /// The query is blank.
     #[error("the query is empty: send {{\"query\": \"your question\"}}")]
     EmptyQuery,
     /// The model failed its check (the agent's routes answer 503 until it passes).
     #[error("{message}")]
-    ModelDown { code: &'static str, message: String },
+    ModelDown {
+        /// The failed check's [`ModelError::code`].
+        code: &'static str,
+        /// The failed check's message.
+        message: String,
+    },
 }
 
 impl AgentError {
+    /// The stable code of the `error` event and the HTTP error body: the model's code,
+    /// `unknown_session` or `bad_request`.
     pub fn code(&self) -> &'static str {
         match self {
             AgentError::Model(e) => e.code(),
@@ -100,27 +110,32 @@ impl AgentError {
 /// One run's input.
 #[derive(Debug, Clone)]
 pub struct RunRequest {
+    /// The user's question (or, continuing a session, their reply to the model's question).
     pub query: String,
+    /// Who asks: the run's tools see this caller's scope and its artifacts are theirs.
     pub caller: Caller,
     /// Continue this agent session (a previous run's [`RunOutcome::session_id`]).
     pub session: Option<String>,
     /// The run's id (its trace id, what `DELETE /agent/runs/{id}` names); a fresh one when
-    /// absent ([`Planner::new_run_id`]).
+    /// absent.
     pub run_id: Option<String>,
 }
 
 impl RunRequest {
+    /// A question in a new session, with a fresh run id.
     pub fn new(query: impl Into<String>, caller: Caller) -> Self {
         RunRequest { query: query.into(), caller, session: None, run_id: None }
     }
 }
 
-/// What a run came to.
+/// What a run came to: its payload, and the ids to continue or trace it by.
 #[derive(Debug, Clone)]
 pub struct RunOutcome {
+    /// The answer: the model's, or a partial one when the run ended early.
     pub payload: FinalPayload,
     /// The session the run's artifacts belong to; pass it back to continue.
     pub session_id: String,
+    /// The run's id, also the trace id its artifacts and gateway events carry.
     pub trace_id: String,
     /// How it went: why it ended, steps, token usage.
     pub run: RunInfo,
@@ -140,7 +155,8 @@ struct ModelHealth {
     failed: Option<(Instant, &'static str, String)>,
 }
 
-/// The agent: a gateway, a model and the `[agent]` limits.
+/// The agent: a gateway, a model and the `[agent]` limits. One serves every run of a process:
+/// it keeps the conversations waiting for a follow-up and the runs in flight (to cancel them).
 pub struct Planner {
     gateway: Arc<Gateway>,
     model: Arc<dyn Model>,
@@ -199,7 +215,7 @@ enum Fault {
 
 enum Action {
     Tools { text: String, thought: Option<String>, calls: Vec<ToolCall> },
-    Final { text: String, answer: Result<crate::payload::Read, String> },
+    Final { text: String, answer: Result<crate::payload::Read, AnswerError> },
 }
 
 /// How one tool call ended.
@@ -248,22 +264,13 @@ impl Planner {
         }
     }
 
+    /// The `[agent]` settings every run uses (limits, model, prompt).
     pub fn config(&self) -> &AgentConfig {
         &self.config
     }
 
-    /// Whether the model is shown images (`agent.vision`, for this model).
-    pub fn vision(&self) -> bool {
-        self.vision
-    }
-
-    /// The JSON Schema of the payload every run ends in.
-    pub fn payload_schema() -> Value {
-        crate::payload::final_payload_schema()
-    }
-
     /// A fresh run id (`run-…`, also the run's trace id).
-    pub fn new_run_id() -> String {
+    pub(crate) fn new_run_id() -> String {
         format!("run-{}", uuid::Uuid::new_v4().simple())
     }
 
@@ -279,7 +286,7 @@ impl Planner {
     /// Whether the model can take a run: once it passed its check, yes; after a failed
     /// check, it is asked again at most every few seconds. What the agent's routes answer 503
     /// with.
-    pub async fn ensure_model(&self) -> Result<(), AgentError> {
+    pub(crate) async fn ensure_model(&self) -> Result<(), AgentError> {
         {
             let h = self.health.lock();
             if h.ok {
@@ -298,7 +305,7 @@ impl Planner {
 
     /// Cancels `caller`'s run `run_id`: it ends at once with a partial payload (a tool call in
     /// flight is cancelled upstream). False when there is no such run of theirs.
-    pub fn cancel(&self, caller: &Caller, run_id: &str) -> bool {
+    pub(crate) fn cancel(&self, caller: &Caller, run_id: &str) -> bool {
         match self.runs.lock().get(run_id) {
             Some((owner, token)) if owner == caller => {
                 token.cancel();
@@ -335,7 +342,7 @@ impl Planner {
     /// The agent session a run of `caller` would use: `session` when it is theirs (else
     /// [`AgentError::UnknownSession`]), or a new one. Lets a caller learn a new session's id
     /// before the run starts (the HTTP route sends it as a header).
-    pub fn resolve_session(&self, caller: &Caller, session: Option<String>) -> Result<String, AgentError> {
+    pub(crate) fn resolve_session(&self, caller: &Caller, session: Option<String>) -> Result<String, AgentError> {
         let req = RunRequest { query: String::new(), caller: caller.clone(), session, run_id: None };
         self.conversation(&req).map(|(id, _)| id)
     }
@@ -733,13 +740,11 @@ impl Planner {
                         }
                         ModelAnswer::from_value(a)
                     }
-                    _ => Err("the final action has no \"args\" with the answer (\"raw_answer\" is required)".into()),
+                    _ => Err(AnswerError::NoAnswerArgs),
                 };
                 Action::Final { text: reply.text, answer }
             }
-            Some(other) => {
-                Action::Final { text: reply.text, answer: Err(format!("\"next_node\" must be a tool name or null, not {other}")) }
-            }
+            Some(other) => Action::Final { text: reply.text, answer: Err(AnswerError::BadNextNode { next_node: other.clone() }) },
         }
     }
 

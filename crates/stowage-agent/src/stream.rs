@@ -12,7 +12,7 @@
 
 /// State of the scan over one reply.
 #[derive(Debug, Default)]
-pub struct AnswerText {
+pub(crate) struct AnswerText {
     in_string: bool,
     escaped: bool,
     /// Hex digits of a `\u` escape read so far.
@@ -32,12 +32,12 @@ pub struct AnswerText {
 }
 
 impl AnswerText {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         AnswerText::default()
     }
 
     /// Feeds one piece of the reply; returns the answer text it completes.
-    pub fn push(&mut self, piece: &str) -> String {
+    pub(crate) fn push(&mut self, piece: &str) -> String {
         let mut out = String::new();
         for c in piece.chars() {
             if self.done {

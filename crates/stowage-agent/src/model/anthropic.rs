@@ -21,7 +21,7 @@ use super::{
 const ANTHROPIC_VERSION: &str = "2023-06-01";
 
 /// The Messages backend.
-pub struct AnthropicModel {
+pub(crate) struct AnthropicModel {
     endpoint: Endpoint,
 }
 

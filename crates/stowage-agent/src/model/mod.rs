@@ -9,7 +9,7 @@
 //! honouring `Retry-After`.
 
 mod anthropic;
-pub mod names;
+pub(crate) mod names;
 mod openai;
 mod sse;
 
@@ -20,31 +20,39 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-pub use anthropic::AnthropicModel;
-pub use openai::OpenAiModel;
+use anthropic::AnthropicModel;
+use openai::OpenAiModel;
 
 use crate::config::{AgentConfig, Backend};
 
 /// The most tool calls one reply may carry that are read; later ones are counted
 /// ([`ModelReply::dropped_calls`]) and never run.
-pub const MAX_CALLS_PER_REPLY: usize = 16;
+pub(crate) const MAX_CALLS_PER_REPLY: usize = 16;
 /// The most bytes of text and tool-call arguments one reply may have.
-pub const MAX_REPLY_BYTES: usize = 4 * 1024 * 1024;
+const MAX_REPLY_BYTES: usize = 4 * 1024 * 1024;
 /// The longest one `Retry-After` is waited for; a server asking for more is failed at once.
 const MAX_RETRY_WAIT: Duration = Duration::from_secs(30);
 
-/// One tool the model may call.
+/// One tool the model may call, as a request offers it (native tools, or the tool list of the
+/// JSON-only prompt).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolSpec {
+    /// The name the model API accepts (`^[a-zA-Z0-9_-]{1,64}$`), mapped from the MCP name.
     pub name: String,
+    /// What the tool does: its MCP `description`, empty when it has none.
     pub description: String,
+    /// JSON Schema of the arguments: the tool's `inputSchema`, `{"type": "object"}` when it
+    /// has none.
     pub input_schema: Value,
 }
 
 /// A tool call the model asked for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolCall {
+    /// The API's id for the call, which its tool result must name (`json_action` in the
+    /// JSON-only action format, which has none).
     pub id: String,
+    /// The tool: the API name in a reply; the planner maps it back to the MCP name.
     pub name: String,
     /// The arguments; `{}` when they were not a JSON object (`invalid` says why).
     pub arguments: Value,
@@ -54,6 +62,7 @@ pub struct ToolCall {
 }
 
 impl ToolCall {
+    /// A call whose arguments are fine: how a scripted model (tests, benches) writes a reply.
     pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: Value) -> ToolCall {
         ToolCall { id: id.into(), name: name.into(), arguments, invalid: None }
     }
@@ -62,6 +71,7 @@ impl ToolCall {
 /// An image the model is shown (base64 data of a type both APIs take).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ImagePart {
+    /// `image/png`, `image/jpeg`, `image/gif` or `image/webp`: the types both APIs take.
     pub mime_type: String,
     /// Base64, shared: a conversation's requests repeat it without copying.
     pub data: Arc<str>,
@@ -73,11 +83,14 @@ pub struct ImagePart {
 /// One part of a message.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Part {
+    /// Text, sent as it is.
     Text(String),
+    /// An image, sent only to a vision model within the request's image budget (otherwise
+    /// its label is sent in its place).
     Image(ImagePart),
 }
 
-/// A message's parts, in order.
+/// A message's parts, in order: text and images interleaved as the tool returned them.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Content(pub Vec<Part>);
 
@@ -95,7 +108,7 @@ impl From<String> for Content {
 
 impl Content {
     /// The whole content as text, each image as its label.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let mut out = String::new();
         for p in &self.0 {
             let t = match p {
@@ -110,16 +123,16 @@ impl Content {
         out
     }
 
-    pub fn images(&self) -> impl DoubleEndedIterator<Item = &ImagePart> {
+    pub(crate) fn images(&self) -> impl DoubleEndedIterator<Item = &ImagePart> {
         self.0.iter().filter_map(|p| if let Part::Image(i) = p { Some(i) } else { None })
     }
 
-    pub fn has_images(&self) -> bool {
+    pub(crate) fn has_images(&self) -> bool {
         self.images().next().is_some()
     }
 
     /// The parts with every image replaced by its label.
-    pub fn without_images(&self) -> Content {
+    pub(crate) fn without_images(&self) -> Content {
         Content::from(self.text())
     }
 }
@@ -127,25 +140,47 @@ impl Content {
 /// One message of the conversation, independent of the wire format.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ChatMessage {
+    /// The user's question, a repair request, or (JSON-only format) an observation.
     User(Content),
-    Assistant { text: String, tool_calls: Vec<ToolCall> },
-    ToolResult { call_id: String, name: String, content: Content, is_error: bool },
+    /// What the model replied, kept so the next request shows it its own turn.
+    Assistant {
+        /// The reply's text (its thought, or the JSON it wrote).
+        text: String,
+        /// The tool calls it made, with API names; empty in the JSON-only format.
+        tool_calls: Vec<ToolCall>,
+    },
+    /// A tool's answer to one call (native tool calling only).
+    ToolResult {
+        /// The [`ToolCall::id`] it answers.
+        call_id: String,
+        /// The tool's API name.
+        name: String,
+        /// What the model reads of the result (see the planner's observation rules).
+        content: Content,
+        /// The tool failed, or could not be called; the model is told so.
+        is_error: bool,
+    },
 }
 
 /// What one model request carries.
 #[derive(Debug, Clone)]
 pub struct ModelRequest<'a> {
+    /// The system prompt: instructions, the answer format, and (JSON-only format) the tools.
     pub system: &'a str,
+    /// The conversation so far, oldest first.
     pub messages: &'a [ChatMessage],
     /// Empty: the model is not offered native tools (the JSON-only action format).
     pub tools: &'a [ToolSpec],
+    /// The most tokens the reply may have (`agent.max_response_tokens`).
     pub max_tokens: u32,
 }
 
 /// Tokens one request cost, as the API reported them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Usage {
+    /// Prompt tokens (`prompt_tokens` / `input_tokens`), 0 when not reported.
     pub input_tokens: u64,
+    /// Completion tokens, 0 when not reported.
     pub output_tokens: u64,
 }
 
@@ -161,11 +196,12 @@ pub enum FinishReason {
     Length,
     /// Refused or filtered (`content_filter`, `refusal`).
     Filtered,
+    /// Any other reason, as the API wrote it.
     Other(String),
 }
 
 impl FinishReason {
-    pub fn parse(s: &str) -> FinishReason {
+    pub(crate) fn parse(s: &str) -> FinishReason {
         match s {
             "stop" | "end_turn" | "stop_sequence" => FinishReason::Stop,
             "tool_calls" | "tool_use" | "function_call" => FinishReason::ToolCalls,
@@ -175,7 +211,7 @@ impl FinishReason {
         }
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         match self {
             FinishReason::Stop => "stop",
             FinishReason::ToolCalls => "tool_calls",
@@ -189,11 +225,15 @@ impl FinishReason {
 /// The model's complete reply.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ModelReply {
+    /// All the text of the reply (the answer, or the thought beside tool calls).
     pub text: String,
+    /// The tool calls it asks for, at most 16, whole and in order.
     pub tool_calls: Vec<ToolCall>,
+    /// What the request cost.
     pub usage: Usage,
+    /// Why the model stopped: `Length` means the reply was cut and gets a repair round.
     pub finish: FinishReason,
-    /// Tool calls beyond [`MAX_CALLS_PER_REPLY`]: counted, never read or run.
+    /// Tool calls beyond the 16 a reply may carry: counted, never read or run.
     pub dropped_calls: usize,
 }
 
@@ -201,18 +241,53 @@ pub struct ModelReply {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ModelError {
+    /// No HTTP answer: connection refused, DNS, TLS.
     #[error("model at {url} is unreachable: {reason}")]
-    Unreachable { url: String, reason: String },
+    Unreachable {
+        /// The URL that was asked.
+        url: String,
+        /// The innermost cause, in one line.
+        reason: String,
+    },
+    /// An error status (after its retries, for a 429 or 5xx), or an `error` object in the body.
     #[error("model at {url} answered HTTP {status}: {body}")]
-    Status { url: String, status: u16, body: String },
+    Status {
+        /// The URL that was asked.
+        url: String,
+        /// The HTTP status (500 for an error object in a 200 answer).
+        status: u16,
+        /// The API's `error.message`, else the body, in one line of at most 300 characters.
+        body: String,
+    },
+    /// The attempt took longer than `agent.request_timeout`.
     #[error("model at {url} did not answer within {}s", timeout.as_secs())]
-    Timeout { url: String, timeout: Duration },
+    Timeout {
+        /// The URL that was asked.
+        url: String,
+        /// The limit that ran out.
+        timeout: Duration,
+    },
+    /// The body ended, or broke off, before the answer was complete.
     #[error("model at {url} dropped the stream before the end of its answer ({reason})")]
-    Dropped { url: String, reason: String },
+    Dropped {
+        /// The URL that was asked.
+        url: String,
+        /// What broke (connection reset, an event cut in half, a body over the size limit).
+        reason: String,
+    },
+    /// The answer is not what the wire format promises (not JSON, over 4 MiB, a malformed
+    /// event).
     #[error("model at {url} sent something unreadable: {what}")]
-    Protocol { url: String, what: String },
+    Protocol {
+        /// The URL that was asked.
+        url: String,
+        /// What was wrong with it.
+        what: String,
+    },
+    /// `agent.api_key_env` names a variable that is not set (the name is the field).
     #[error("the API key variable {0} is not set (agent.api_key_env); export it or clear api_key_env for a local model")]
     KeyMissing(String),
+    /// `agent.base_url` or `agent.model` is empty.
     #[error("no model is configured: set agent.base_url and agent.model in stowage.toml")]
     NotConfigured,
     /// The API answers, but not as configured (a base URL without its version path, a model
@@ -222,6 +297,8 @@ pub enum ModelError {
 }
 
 impl ModelError {
+    /// The stable code the `error` event and the agent's HTTP errors carry (`model_timeout`,
+    /// `model_http_error`, …): what a client branches on, unlike the message.
     pub fn code(&self) -> &'static str {
         match self {
             ModelError::Unreachable { .. } => "model_unreachable",
@@ -240,7 +317,9 @@ impl ModelError {
     }
 }
 
-/// A chat model.
+/// A chat model the planner talks to: the two HTTP backends ([`from_config`]), or a scripted
+/// one in tests and benches. Another API, or an in-process model, goes behind the planner by
+/// implementing it.
 #[async_trait]
 pub trait Model: Send + Sync {
     /// Sends the conversation and reads the reply; answer text goes to `text` as it arrives
@@ -484,7 +563,8 @@ async fn read_capped(resp: reqwest::Response, max: usize) -> Result<Vec<u8>, Str
     Ok(body)
 }
 
-/// The configured model, or why there is none.
+/// The backend `[agent]` names, ready to call. Checks the configuration (both names set, an
+/// http(s) base URL, the key variable set) but sends nothing: [`Model::check`] asks the API.
 pub fn from_config(config: &AgentConfig) -> Result<Arc<dyn Model>, ModelError> {
     if config.base_url.trim().is_empty() || config.model.trim().is_empty() {
         return Err(ModelError::NotConfigured);

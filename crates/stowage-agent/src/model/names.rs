@@ -12,14 +12,14 @@ const MAX_LEN: usize = 64;
 
 /// The two-way mapping of one run's tool names.
 #[derive(Debug, Clone, Default)]
-pub struct ToolNames {
+pub(crate) struct ToolNames {
     to_api: HashMap<String, String>,
     to_mcp: HashMap<String, String>,
 }
 
 impl ToolNames {
     /// API names for `mcp_names`, in order, each unique.
-    pub fn new<'a>(mcp_names: impl IntoIterator<Item = &'a str>) -> ToolNames {
+    pub(crate) fn new<'a>(mcp_names: impl IntoIterator<Item = &'a str>) -> ToolNames {
         let mut names = ToolNames::default();
         let all: Vec<&str> = mcp_names.into_iter().collect();
         // Names that are already valid keep them, whatever order they come in.
@@ -46,19 +46,19 @@ impl ToolNames {
     }
 
     /// The name the model is shown for tool `mcp`.
-    pub fn api<'a>(&'a self, mcp: &'a str) -> &'a str {
+    pub(crate) fn api<'a>(&'a self, mcp: &'a str) -> &'a str {
         self.to_api.get(mcp).map_or(mcp, String::as_str)
     }
 
     /// The tool an API name stands for; an unknown name is passed on as it is (the gateway
     /// answers that no such tool exists, and the model is told).
-    pub fn mcp<'a>(&'a self, api: &'a str) -> &'a str {
+    pub(crate) fn mcp<'a>(&'a self, api: &'a str) -> &'a str {
         self.to_mcp.get(api).map_or(api, String::as_str)
     }
 }
 
 /// Whether the APIs accept `name` as it is.
-pub fn valid(name: &str) -> bool {
+fn valid(name: &str) -> bool {
     !name.is_empty() && name.len() <= MAX_LEN && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 

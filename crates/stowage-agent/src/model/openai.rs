@@ -18,7 +18,7 @@ use super::{
 };
 
 /// The Chat Completions backend.
-pub struct OpenAiModel {
+pub(crate) struct OpenAiModel {
     endpoint: Endpoint,
 }
 
