@@ -141,7 +141,7 @@ impl AgentEvent {
     }
 
     /// The SSE `data:` JSON.
-    pub(crate) fn data(&self) -> Value {
+    pub fn data(&self) -> Value {
         use serde_json::json;
         match self {
             AgentEvent::Chunk { stream_id, seq, text, done } => json!({"stream_id": stream_id, "seq": seq, "text": text, "done": done}),
@@ -158,7 +158,7 @@ impl AgentEvent {
     }
 
     /// The event as SSE text (`event:` + one `data:` line + blank line).
-    pub(crate) fn to_sse(&self) -> String {
+    pub fn to_sse(&self) -> String {
         format!("event: {}\ndata: {}\n\n", self.name(), self.data())
     }
 }

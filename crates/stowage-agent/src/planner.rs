@@ -305,7 +305,7 @@ impl Planner {
 
     /// Cancels `caller`'s run `run_id`: it ends at once with a partial payload (a tool call in
     /// flight is cancelled upstream). False when there is no such run of theirs.
-    pub(crate) fn cancel(&self, caller: &Caller, run_id: &str) -> bool {
+    pub fn cancel(&self, caller: &Caller, run_id: &str) -> bool {
         match self.runs.lock().get(run_id) {
             Some((owner, token)) if owner == caller => {
                 token.cancel();
