@@ -206,11 +206,6 @@ impl Shaper {
         self.links.as_deref().filter(|_| host.signed_links)
     }
 
-    /// Every pipeline, the default and the per-upstream ones.
-    pub(crate) fn pipelines(&self) -> &Pipelines {
-        &self.pipelines
-    }
-
     /// The pipeline answers from `upstream` go through.
     pub fn pipeline(&self, upstream: &str) -> &Arc<Pipeline> {
         self.pipelines.of(upstream)
