@@ -56,8 +56,8 @@ impl Rule {
         if s == "off" { Some(Rule::Off) } else { InputMode::parse(s).map(Rule::Mode) }
     }
 
-    /// The rule as configuration spells it.
-    pub(crate) fn as_str(self) -> &'static str {
+    /// The rule as configuration spells it (`off`, or the form's name).
+    pub fn as_str(self) -> &'static str {
         match self {
             Rule::Off => "off",
             Rule::Mode(m) => m.as_str(),
