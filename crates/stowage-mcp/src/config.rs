@@ -50,6 +50,7 @@ pub struct GatewayConfig {
     pub max_sessions_per_identity: usize,
     /// First delay before restarting a failed upstream; doubles up to `restart_backoff_max_ms`.
     pub restart_backoff_initial_ms: u64,
+    /// The longest delay between restarts of an upstream that keeps failing.
     pub restart_backoff_max_ms: u64,
     /// Serve Prometheus metrics at `/metrics` on the HTTP listener.
     pub metrics: bool,
@@ -119,7 +120,8 @@ pub struct ResourcesConfig {
 }
 
 impl ResourcesConfig {
-    pub fn cache_ttl(&self) -> Duration {
+    /// `cache_ttl_secs` as a duration (zero: no caching).
+    pub(crate) fn cache_ttl(&self) -> Duration {
         Duration::from_secs(self.cache_ttl_secs)
     }
 }
@@ -175,6 +177,7 @@ impl Default for GatewayConfig {
 }
 
 impl GatewayConfig {
+    /// `request_timeout_secs` as a duration, at least a second (0 would fail every call).
     pub fn request_timeout(&self) -> Duration {
         Duration::from_secs(self.request_timeout_secs.max(1))
     }
@@ -187,7 +190,9 @@ pub enum PrefixMode {
     /// Prefix only when more than one upstream is configured (a single wrapped server stays
     /// transparent).
     Auto,
+    /// Always prefix, so names stay the same when a second server is added.
     Always,
+    /// Never prefix; a name a later upstream also lists gets a `{separator}2` suffix there (logged).
     Never,
 }
 
@@ -205,7 +210,8 @@ pub enum SessionMode {
 }
 
 impl SessionMode {
-    pub fn is_shared(self) -> bool {
+    /// Whether every client goes through the one control connection.
+    pub(crate) fn is_shared(self) -> bool {
         self == SessionMode::Shared
     }
 }
@@ -215,6 +221,7 @@ impl SessionMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ServerType {
+    /// A child process speaking JSON-RPC lines on stdin/stdout.
     Stdio,
     /// Streamable HTTP (also spelt `streamable_http`, `streamable-http`, `streamableHttp`).
     #[serde(alias = "streamable_http", alias = "streamable-http", alias = "streamableHttp")]
@@ -240,7 +247,9 @@ pub struct ServerConfig {
     /// `stdio`, `http` or `sse`; unset: stdio for `command`, Streamable HTTP for `url`.
     #[serde(rename = "type")]
     pub kind: Option<ServerType>,
+    /// The program of a stdio server, found on `PATH` when not a path.
     pub command: Option<String>,
+    /// Its arguments, passed as they are (no shell).
     pub args: Vec<String>,
     /// Variables added to a stdio child's environment, which is otherwise minimal: `PATH`,
     /// `HOME`, `LANG`, `TMPDIR` and the like, never the gateway's own variables.
@@ -248,7 +257,9 @@ pub struct ServerConfig {
     /// Give the stdio child the gateway's whole environment (still without the variables that
     /// hold link-signing or JWT secrets) instead of the minimal one.
     pub inherit_env: bool,
+    /// The stdio child's working directory; unset: the gateway's.
     pub cwd: Option<PathBuf>,
+    /// The endpoint of an HTTP server (`http://` or `https://`); the SSE stream for `type = "sse"`.
     pub url: Option<String>,
     /// Extra HTTP headers sent to a `url` upstream.
     pub headers: BTreeMap<String, String>,
@@ -267,6 +278,7 @@ pub struct ServerConfig {
     /// once artifacts are filled in as base64 or text. Unset: no limit of its own.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_request_bytes: Option<u64>,
+    /// Keep the entry but do not start or serve it.
     pub disabled: bool,
     /// This server's own transform settings, replacing `[transform]` for its results (keys
     /// not given take their built-in defaults, not the global section's values).
@@ -278,16 +290,44 @@ pub struct ServerConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     // `error`, not `source`: the message already carries it, and a source would print twice.
+    /// A configuration file could not be read.
     #[error("cannot read {path}: {error}")]
-    Read { path: PathBuf, error: std::io::Error },
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the operating system said.
+        error: std::io::Error,
+    },
+    /// A configuration file is not valid JSON (or not the shape it must have).
     #[error("{path}: {message}")]
-    Parse { path: PathBuf, message: String },
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, with the position when the parser gave one.
+        message: String,
+    },
+    /// One server entry is wrong (neither `command` nor `url`, an unset variable, a bad type).
     #[error("server {name:?}: {message}")]
-    Server { name: String, message: String },
+    Server {
+        /// The entry's name.
+        name: String,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+    /// A server name appears both in `stowage.toml` and in an `mcpServers` file.
     #[error("server {name:?} is defined twice (in [gateway.servers] and in {path})")]
-    Duplicate { name: String, path: PathBuf },
+    Duplicate {
+        /// The name both define.
+        name: String,
+        /// The `mcpServers` file.
+        path: PathBuf,
+    },
+    /// Servers are configured but none can be served.
     #[error("no configured server can be served: {why}")]
-    NothingToServe { why: String },
+    NothingToServe {
+        /// Each skipped entry's reason, joined with `; `.
+        why: String,
+    },
 }
 
 /// How an upstream is reached, validated.
@@ -296,22 +336,34 @@ pub enum TransportSpec {
     /// A child process. It gets a minimal environment (`upstream::stdio::BASE_ENV`) plus
     /// `env`, or, with `inherit_env`, the gateway's own minus its secrets.
     Stdio {
+        /// The program, resolved on `PATH` when not a path.
         command: String,
+        /// Its arguments, as they are (no shell).
         args: Vec<String>,
+        /// Variables added to the child's environment.
         env: BTreeMap<String, String>,
+        /// The child's working directory; `None`: the gateway's.
         cwd: Option<PathBuf>,
+        /// Start from the gateway's environment (minus its secrets) instead of the minimal one.
         inherit_env: bool,
     },
+    /// A Streamable HTTP endpoint.
     Http {
+        /// The endpoint messages are POSTed to.
         url: String,
+        /// Headers sent with every request (the bearer token included, once resolved).
         headers: BTreeMap<String, String>,
+        /// Extra CA certificates (PEM) to trust besides the built-in roots.
         ca_file: Option<PathBuf>,
     },
     /// The 2024-11-05 HTTP+SSE transport: `url` is the SSE stream, with the same headers and
     /// TLS options as `Http`.
     Sse {
+        /// The SSE stream to open.
         url: String,
+        /// Headers sent with the stream's GET and every POST.
         headers: BTreeMap<String, String>,
+        /// Extra CA certificates (PEM) to trust besides the built-in roots.
         ca_file: Option<PathBuf>,
     },
     /// The bundled demo server, run in-process.
@@ -328,8 +380,11 @@ impl TransportSpec {
 /// A validated upstream, ready to start.
 #[derive(Debug, Clone, PartialEq)]
 pub struct UpstreamSpec {
+    /// The server's configured name: the tool prefix, and what logs and errors call it.
     pub name: String,
+    /// How it is reached.
     pub transport: TransportSpec,
+    /// How long a request to it may wait for the answer.
     pub request_timeout: Duration,
     /// `None`: the gateway's default (see [`SessionMode`]).
     pub session_mode: Option<SessionMode>,
@@ -526,7 +581,9 @@ pub fn runs_stowage_serve(command: &str, args: &[String], cwd: Option<&Path>) ->
 /// A server entry that is not served, and why. The others are served all the same.
 #[derive(Debug)]
 pub struct SkippedServer {
+    /// The entry's name.
     pub name: String,
+    /// Why it cannot be served.
     pub error: ConfigError,
 }
 
@@ -542,7 +599,9 @@ impl std::fmt::Display for SkippedServer {
 /// cannot be served, each with its reason.
 #[derive(Debug, Default)]
 pub struct Upstreams {
+    /// The servers to start, in configuration order.
     pub specs: Vec<UpstreamSpec>,
+    /// The entries left out, each with its reason.
     pub skipped: Vec<SkippedServer>,
 }
 

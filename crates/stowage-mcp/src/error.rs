@@ -8,8 +8,11 @@
 use crate::jsonrpc::{Id, Message, code};
 use crate::upstream::CallError;
 
+/// Why the gateway could not answer a request; each maps to one JSON-RPC error
+/// ([`GatewayError::code`]) whose message is the one line shown here.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum GatewayError {
+    /// No upstream (nor the gateway itself) offers a tool by this name.
     #[error("unknown tool: {0}")]
     UnknownTool(String),
     /// An in-process caller asked for a host profile no configuration names.
@@ -17,27 +20,52 @@ pub enum GatewayError {
         "unknown host profile {0:?}: the built-in ones are default, claude-desktop, claude-code, codex, vscode, connectors and sdk, plus any [[hosts]] adds"
     )]
     UnknownHost(String),
+    /// No upstream offers a prompt by this name.
     #[error("unknown prompt: {0}")]
     UnknownPrompt(String),
+    /// No upstream (nor the artifact store) has a resource at this URI.
     #[error("resource not found: {0}")]
     ResourceNotFound(String),
+    /// The method is not one the gateway answers or relays.
     #[error("method not found: {0}")]
     MethodNotFound(String),
+    /// The request's params are wrong; the message says what and how to fix it.
     #[error("{0}")]
     InvalidParams(String),
+    /// A retried request's `requestState` names no exchange this caller has open (it
+    /// expired, was used, or belongs to someone else).
     #[error("unknown or expired requestState; send the request again without it")]
     UnknownRequestState,
+    /// The upstream could not be reached or did not answer.
     #[error(transparent)]
     Upstream(#[from] CallError),
     /// The upstream answered the call with a JSON-RPC error (in-process callers; a client
     /// gets the upstream's own error message relayed).
     #[error("{tool} was refused by its server: {message} (code {code})")]
-    Refused { tool: String, code: i64, message: String },
+    Refused {
+        /// The tool as called.
+        tool: String,
+        /// The upstream's JSON-RPC error code.
+        code: i64,
+        /// The upstream's error message.
+        message: String,
+    },
+    /// A stateless upstream needed input from the client (elicitation, sampling) and the
+    /// client did not give it.
     #[error("the client did not answer {method}: {reason}")]
-    ClientDidNotAnswer { method: String, reason: String },
+    ClientDidNotAnswer {
+        /// The method put to the client (`elicitation/create`).
+        method: String,
+        /// The client's error, or why there was no answer.
+        reason: String,
+    },
     /// A bug met while handling the request; the gateway and the session carry on.
     #[error("internal error while handling {method}; the gateway carries on (details are in its log)")]
-    Panicked { method: String },
+    Panicked {
+        /// The method whose handler panicked.
+        method: String,
+    },
+    /// Anything else that went wrong inside the gateway (an upstream reply it cannot use).
     #[error("internal error: {0}")]
     Internal(String),
     /// An upstream's reply the gateway will not relay (content it could not store, or that is

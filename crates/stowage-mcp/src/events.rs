@@ -26,12 +26,16 @@ pub const EVENT_CAPACITY: usize = 1024;
 /// Whose call an event is about.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct EventOwner {
+    /// The caller's tenant; `None` without authentication or tenants.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
+    /// The caller's user (`local` without authentication).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+    /// The session the call came in on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
+    /// The run the call belongs to (an agent run's trace id), when the caller gave one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trace: Option<String>,
 }
@@ -57,7 +61,8 @@ pub enum CallOutcome {
 }
 
 impl CallOutcome {
-    pub fn as_str(self) -> &'static str {
+    /// The `outcome` label of `stowage_tool_calls_total`.
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             CallOutcome::Ok => "ok",
             CallOutcome::ToolError => "tool_error",
@@ -71,81 +76,129 @@ impl CallOutcome {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum GatewayEvent {
+    /// A tool call starts, once the upstream that answers it is known.
     ToolCallStarted {
+        /// The call's number: every event of one call carries the same.
         call: u64,
+        /// Whose call it is: viewers are shown only their own.
         owner: EventOwner,
+        /// The tool as the client called it.
         tool: String,
+        /// The upstream's configured name.
         upstream: String,
     },
+    /// A tool call was answered (or failed): what it cost and what it came to.
     ToolCallFinished {
+        /// The call's number: every event of one call carries the same.
         call: u64,
+        /// Whose call it is: viewers are shown only their own.
         owner: EventOwner,
+        /// The tool as the client called it.
         tool: String,
+        /// The upstream's configured name.
         upstream: String,
         /// The host profile the result was shaped for (`default` for unknown clients).
         host: String,
+        /// From the call's start to the shaped answer; serialized in milliseconds.
         #[serde(serialize_with = "millis")]
         latency: Duration,
+        /// How the call ended.
         outcome: CallOutcome,
+        /// The error's one line, when the call failed or the tool answered an error.
         #[serde(skip_serializing_if = "Option::is_none")]
         error: Option<String>,
+        /// Bytes of the result's JSON as the upstream sent it.
         bytes_in: u64,
+        /// Bytes of the result's JSON as sent to the client.
         bytes_out: u64,
+        /// o200k tokens the model would have read without the gateway.
         tokens_in: u64,
+        /// o200k tokens the model reads of the answer as sent.
         tokens_out: u64,
+        /// Distinct artifacts the answer references.
         artifacts: usize,
     },
     /// A value left the result for the store.
     Offloaded {
+        /// The call's number: every event of one call carries the same.
         call: u64,
+        /// Whose call it is: viewers are shown only their own.
         owner: EventOwner,
+        /// The tool as the client called it.
         tool: String,
+        /// The artifact's id.
         id: String,
+        /// Its `artifact://` URI.
         uri: String,
+        /// Its MIME type, when the transform could tell.
         #[serde(skip_serializing_if = "Option::is_none")]
         mime_type: Option<String>,
+        /// Its size in bytes.
         size: u64,
+        /// Hex SHA-256 of its bytes.
         sha256: String,
         /// RFC 6901 pointer into the original result.
         pointer: String,
+        /// The transform layer that moved it out.
         layer: stowage_transform::Layer,
     },
     /// The final observation clamp changed a result.
     Clamped {
+        /// The call's number: every event of one call carries the same.
         call: u64,
+        /// Whose call it is: viewers are shown only their own.
         owner: EventOwner,
+        /// The tool as the client called it.
         tool: String,
+        /// Bytes of the result's JSON as the upstream sent it.
         bytes_before_clamp: u64,
+        /// Bytes of the result's JSON as sent, after the clamp.
         bytes_out: u64,
     },
     /// The store refused a value (fatal: the call became `artifact_storage_failed`; or not: a
     /// safety-net value was truncated instead).
     StoreFailed {
+        /// The call's number: every event of one call carries the same.
         call: u64,
+        /// Whose call it is: viewers are shown only their own.
         owner: EventOwner,
+        /// The tool as the client called it.
         tool: String,
+        /// Whether the call failed for it (else the value was truncated and the call went on).
         fatal: bool,
+        /// The store's error, one line.
         message: String,
     },
     /// Blob chaining detected which inputs of an upstream's tools take file bytes (on each
     /// fetch of its tools).
     InputsDetected {
+        /// The upstream's configured name.
         upstream: String,
+        /// Each tool with file inputs, and those inputs.
         tools: Vec<crate::chaining::DetectedTool>,
     },
     /// Blob chaining filled a call's inputs from artifacts: where, in which form, from which
     /// artifact, how big (never the bytes).
     InputsFilled {
+        /// The call's number: every event of one call carries the same.
         call: u64,
+        /// Whose call it is: viewers are shown only their own.
         owner: EventOwner,
+        /// The tool as the client called it.
         tool: String,
+        /// One entry per filled input.
         inputs: Vec<crate::chaining::Filled>,
     },
+    /// An upstream's control connection came up (first start or restart).
     UpstreamUp {
+        /// The upstream's configured name.
         upstream: String,
     },
+    /// An upstream's control connection failed or died; it is being restarted.
     UpstreamDown {
+        /// The upstream's configured name.
         upstream: String,
+        /// Why: the transport's or the handshake's error, one line.
         reason: String,
     },
 }
@@ -204,6 +257,8 @@ impl EventBus {
         }
     }
 
+    /// A receiver of every event published from now on; one that falls more than
+    /// [`EVENT_CAPACITY`] behind loses the oldest (`RecvError::Lagged`).
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<GatewayEvent>> {
         self.tx.subscribe()
     }

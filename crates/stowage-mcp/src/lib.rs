@@ -21,6 +21,7 @@
 //! Messages are relayed as raw JSON: typed MCP models would drop fields they do not know, and
 //! a 256 MB result must pass without a line-length cap.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod apps;
 pub mod chaining;

@@ -30,8 +30,12 @@ pub const DELIVER_TIMEOUT: Duration = Duration::from_secs(30);
 /// Why a message that must arrive did not.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OutboxError {
+    /// The stream's reader is gone (the client disconnected or its stream ended): nothing
+    /// sent from now on can reach it.
     #[error("the client's stream is closed")]
     Closed,
+    /// The queue stayed full for [`DELIVER_TIMEOUT`]: the client is connected but stopped
+    /// reading.
     #[error("the client has not read its messages for {}s", DELIVER_TIMEOUT.as_secs())]
     Stalled,
 }
@@ -66,7 +70,8 @@ impl std::fmt::Debug for Outbox {
 pub struct RelayHandle(Arc<Mutex<Option<Outbox>>>);
 
 impl RelayHandle {
-    pub fn point_to(&self, outbox: Option<Outbox>) {
+    /// Sends what follows to `outbox`; `None` between attempts, when nothing can be delivered.
+    pub(crate) fn point_to(&self, outbox: Option<Outbox>) {
         *self.0.lock() = outbox;
     }
 }
@@ -77,7 +82,8 @@ impl Outbox {
         Outbox::with_capacity(OUTBOX_CAPACITY)
     }
 
-    pub fn with_capacity(capacity: usize) -> (Outbox, OutboxRx) {
+    /// A bounded outbox of `capacity` messages (at least 1) and its receiving end.
+    pub(crate) fn with_capacity(capacity: usize) -> (Outbox, OutboxRx) {
         let (tx, rx) = mpsc::channel(capacity.max(1));
         (Outbox { target: Target::Channel(tx) }, rx)
     }

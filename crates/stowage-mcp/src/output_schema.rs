@@ -25,6 +25,7 @@ pub struct OutputSchema {
 pub struct Violation {
     /// JSON Pointer into the instance (`""` for the whole of it).
     pub pointer: String,
+    /// The validator's one-line description of what does not match.
     pub message: String,
 }
 
@@ -43,7 +44,8 @@ impl OutputSchema {
         OutputSchema { schema, validator }
     }
 
-    pub fn schema(&self) -> &Value {
+    /// The schema as the upstream declared it, whether or not it compiled.
+    pub(crate) fn schema(&self) -> &Value {
         &self.schema
     }
 

@@ -20,8 +20,13 @@ use crate::upstream::InProcessFactory;
 /// How clients reach the gateway.
 #[derive(Debug, Clone)]
 pub enum Mode {
+    /// One client on the process's stdin/stdout (the gateway is a host's spawned server).
     Stdio,
-    Http { listen: String },
+    /// Streamable HTTP at `/mcp`, for any number of clients.
+    Http {
+        /// The address to bind, `host:port` (`127.0.0.1:0` picks a free port).
+        listen: String,
+    },
 }
 
 /// [`RunOptions::on_gateway`]: a one-time hook given the started gateway.
@@ -29,9 +34,13 @@ pub type OnGateway = Box<dyn FnOnce(&Arc<Gateway>) + Send>;
 
 /// Everything [`run`] needs.
 pub struct RunOptions {
+    /// The `[gateway]` settings: limits, timeouts, session mode, advertised name.
     pub gateway: GatewayConfig,
+    /// The servers to connect to, in the order their tools are listed.
     pub upstreams: Vec<UpstreamSpec>,
+    /// Shapes every answer: the transform pipelines, the store offloads go to, signed links.
     pub shaper: Shaper,
+    /// Which transport clients use.
     pub mode: Mode,
     /// How in-process servers (the bundled demo) are started.
     pub in_process: Option<InProcessFactory>,
@@ -82,10 +91,18 @@ pub struct RunOptions {
 /// Why the gateway could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// The HTTP listen address could not be bound (taken, not local, no permission).
     #[error("cannot listen on {addr}: {error}")]
-    Bind { addr: String, error: std::io::Error },
+    Bind {
+        /// The address as configured.
+        addr: String,
+        /// What the operating system said.
+        error: std::io::Error,
+    },
+    /// The HTTP server stopped with an I/O error after it started.
     #[error("http server failed: {0}")]
     Serve(std::io::Error),
+    /// Reading stdin or writing stdout failed (stdio mode).
     #[error("stdio failed: {0}")]
     Stdio(std::io::Error),
 }

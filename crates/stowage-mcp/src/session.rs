@@ -44,7 +44,9 @@ pub enum SessionKind {
 /// Who is calling: the identity's tenant and user (`None`: an unauthenticated client).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Caller {
+    /// The tenant the credential belongs to; artifacts are scoped to it.
     pub tenant: Option<String>,
+    /// The user the credential names; owns what the caller's calls store.
     pub user: Option<String>,
 }
 
@@ -55,19 +57,27 @@ impl Caller {
     }
 }
 
+/// One client connection (or one in-process caller): its identity, what it negotiated, and
+/// its requests in both directions. Shared by the transport and the gateway's tasks.
 pub struct Session {
+    /// A random UUID; also the `Mcp-Session-Id` of an HTTP session.
     pub id: String,
+    /// How the client is connected.
     pub kind: SessionKind,
+    /// Who owns what this session's calls store (tenant, user, this session's id).
     pub scope: ArtifactScope,
     /// Messages not tied to a request (list_changed, resource updates, session-level
     /// requests from an upstream).
     notify: Mutex<Option<Outbox>>,
-    pub protocol: Mutex<Option<String>>,
-    pub client_capabilities: Mutex<Value>,
+    /// The protocol version agreed in `initialize`; `None` before it.
+    pub(crate) protocol: Mutex<Option<String>>,
+    /// The `capabilities` the client declared in `initialize` (`{}` before it).
+    pub(crate) client_capabilities: Mutex<Value>,
     client_pending: Mutex<HashMap<String, oneshot::Sender<Message>>>,
     next_id: AtomicU64,
     inflight: Mutex<HashMap<String, CancellationToken>>,
-    pub subscriptions: Mutex<HashSet<String>>,
+    /// Resource URIs the client subscribed to: their update notifications go to it.
+    pub(crate) subscriptions: Mutex<HashSet<String>>,
     /// The client's `clientInfo.name` and the host profile it picked (see [`crate::hosts`]);
     /// `None` until the client says who it is (in-process callers never do).
     pub host: Mutex<Option<(String, Arc<crate::hosts::HostProfile>)>>,
@@ -117,7 +127,8 @@ impl Session {
         }
     }
 
-    pub fn is_stateless(&self) -> bool {
+    /// Whether this is one stateless HTTP request: nothing can be sent once it is answered.
+    pub(crate) fn is_stateless(&self) -> bool {
         self.kind == SessionKind::Stateless
     }
 
@@ -224,7 +235,8 @@ impl Session {
         self.inflight.lock().entry(id_key(id)).or_default().clone()
     }
 
-    pub fn end(&self, id: &Id) {
+    /// Forgets the client's request `id` once it is answered (see [`Session::begin`]).
+    pub(crate) fn end(&self, id: &Id) {
         self.inflight.lock().remove(&id_key(id));
     }
 
@@ -249,7 +261,8 @@ impl Session {
         self.set_notify(None);
     }
 
-    pub fn is_closed(&self) -> bool {
+    /// Whether [`Session::close`] was called: nothing more is sent to the client.
+    pub(crate) fn is_closed(&self) -> bool {
         self.closed.is_cancelled()
     }
 

@@ -74,6 +74,8 @@ pub struct Apps {
 }
 
 impl Apps {
+    /// The apps feature with its viewer; inside a Tokio runtime it also starts the task that
+    /// drops abandoned uploads after `upload_ttl_secs`.
     pub fn new(config: AppsConfig, viewer: Viewer) -> Arc<Apps> {
         let attach = config.attach_viewer.iter().map(|g| wildmatch::WildMatch::new(g)).collect();
         let ttl = Duration::from_secs(config.upload_ttl_secs.max(1));

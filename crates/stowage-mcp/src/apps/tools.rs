@@ -13,6 +13,8 @@ use super::uploads::{CHUNK_BYTES, Declared};
 use super::{Apps, VIEWER_URI};
 use crate::local_tools::ToolError;
 
+/// The tool that opens artifacts in the viewer: the one app tool a model is offered (the
+/// others serve the viewer itself).
 pub const ARTIFACT_VIEW_TOOL: &str = "artifact_view";
 const FETCH: &str = "artifact_fetch";
 const BEGIN: &str = "artifact_upload_begin";

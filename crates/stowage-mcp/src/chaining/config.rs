@@ -21,6 +21,7 @@ pub enum InputMode {
 }
 
 impl InputMode {
+    /// The name configuration and events use (`url`, `base64`, `text`, `path`).
     pub fn as_str(self) -> &'static str {
         match self {
             InputMode::Url => "url",
@@ -44,7 +45,9 @@ impl fmt::Display for InputMode {
 /// One rule: a form, or `off` (not chained at all).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rule {
+    /// Not chained: URIs stay as the model wrote them, and detection leaves it alone.
     Off,
+    /// Chained in this form.
     Mode(InputMode),
 }
 
@@ -53,6 +56,7 @@ impl Rule {
         if s == "off" { Some(Rule::Off) } else { InputMode::parse(s).map(Rule::Mode) }
     }
 
+    /// The rule as configuration spells it (`off`, or the form's name).
     pub fn as_str(self) -> &'static str {
         match self {
             Rule::Off => "off",
@@ -83,7 +87,9 @@ impl<'de> Deserialize<'de> for Rule {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum ToolRule {
+    /// One rule for the whole tool.
     Tool(Rule),
+    /// Rules by property path, over what detection found.
     Properties(BTreeMap<String, Rule>),
 }
 
@@ -161,7 +167,8 @@ impl Default for ChainingConfig {
 }
 
 impl ChainingConfig {
-    pub fn input_link_ttl(&self) -> std::time::Duration {
+    /// How long a signed input link stays valid: `input_link_ttl_secs` held to 1–60 minutes.
+    pub(crate) fn input_link_ttl(&self) -> std::time::Duration {
         std::time::Duration::from_secs(self.input_link_ttl_secs.clamp(60, 3600))
     }
 

@@ -45,7 +45,9 @@ const SAMPLE_URI: &str = "artifact://tool_0123456789abcdef";
 /// One step from a tool's arguments to a property.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
+    /// Into an object's property.
     Key(String),
+    /// Into every item of an array.
     Items,
 }
 
@@ -54,8 +56,10 @@ pub enum Step {
 pub struct DetectedInput {
     /// The property's path in the arguments: `content_base64`, `attachments[].content_base64`.
     pub path: String,
+    /// The same path as steps, to walk the arguments by.
     #[serde(skip)]
     pub steps: Vec<Step>,
+    /// What the URI is replaced with.
     pub form: InputMode,
     /// What decided the form (`contentEncoding base64`, `name *_url`, `rule`, …).
     pub signal: String,
@@ -90,6 +94,7 @@ pub struct DetectedInput {
 /// What detection found for one tool.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ToolInputs {
+    /// The properties chained, in schema order.
     pub inputs: Vec<DetectedInput>,
     /// What was not chained and why, one line each (disagreeing signals, a walk cut short, a
     /// rule naming no property).
@@ -98,6 +103,7 @@ pub struct ToolInputs {
 }
 
 impl ToolInputs {
+    /// Nothing chained and nothing to say about it.
     pub fn is_empty(&self) -> bool {
         self.inputs.is_empty() && self.notes.is_empty()
     }

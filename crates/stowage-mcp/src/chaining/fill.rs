@@ -38,6 +38,7 @@ pub struct Filled {
     pub pointer: String,
     /// The detected property (`attachments[].content_base64`).
     pub property: String,
+    /// The form it was filled in.
     pub form: InputMode,
     /// What the model wrote there.
     pub uri: String,
@@ -45,6 +46,7 @@ pub struct Filled {
     pub size: u64,
     /// Characters sent in its place (base64 is 4/3 of the bytes).
     pub sent: u64,
+    /// The artifact's media type, when known.
     #[serde(rename = "mimeType", skip_serializing_if = "Option::is_none")]
     pub mime_type: Option<String>,
     /// Siblings the gateway set (`mime_type`, `filename`).

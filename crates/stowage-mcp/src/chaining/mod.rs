@@ -52,7 +52,9 @@ use crate::tool_error::ToolError;
 /// The chained inputs of one tool, as events and `check-config --tools` report them.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DetectedTool {
+    /// The tool's name as clients see it.
     pub tool: String,
+    /// Its chained inputs and the notes on what was not chained.
     #[serde(flatten)]
     pub inputs: ToolInputs,
 }
@@ -161,19 +163,11 @@ pub(crate) async fn translate_call(
     }
 }
 
-/// Which `s3://` buckets the store's S3 backend owns. The seam for the S3 backend: until it
-/// lands, no bucket is owned and every `s3://` URI is refused with `artifact_forbidden`.
-pub trait S3Buckets: Send + Sync {
+/// Which `s3://` buckets the store's S3 backend owns: an `s3://` URI into any other bucket is
+/// refused with `artifact_forbidden`. A trait so tests can own a bucket without a store.
+pub(crate) trait S3Buckets: Send + Sync {
+    /// Whether `bucket` is the store's own.
     fn owns(&self, bucket: &str) -> bool;
-}
-
-/// No S3 backend: owns nothing.
-pub struct NoS3;
-
-impl S3Buckets for NoS3 {
-    fn owns(&self, _bucket: &str) -> bool {
-        false
-    }
 }
 
 /// The gateway's artifact store decides: the `s3` backend owns its configured bucket.

@@ -26,7 +26,9 @@ pub enum Shape {
 /// One declared blob field.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlobField {
+    /// The top-level property of the tool's input schema.
     pub name: String,
+    /// What the tool expects in it.
     pub shape: Shape,
     /// Output blobs: the media types the tool declared it writes (`x-mcp-accept`, or the
     /// field's `accept` default), used when the model asks for none.
@@ -36,11 +38,14 @@ pub struct BlobField {
 /// A tool's declared blob fields, by direction.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BlobFields {
+    /// Fields the tool reads a blob from: the model gives an artifact URI, the gateway a URL.
     pub inputs: Vec<BlobField>,
+    /// Fields where the tool is given a URL to write a blob to.
     pub outputs: Vec<BlobField>,
 }
 
 impl BlobFields {
+    /// Whether the tool declares no blob field at all.
     pub fn is_empty(&self) -> bool {
         self.inputs.is_empty() && self.outputs.is_empty()
     }

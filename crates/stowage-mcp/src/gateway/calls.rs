@@ -29,6 +29,7 @@ pub struct CallOptions {
     /// Where the tool's progress notifications go (with the token `progress_token`, or a
     /// gateway-chosen one).
     pub progress: Option<Outbox>,
+    /// The caller's own `progressToken`, echoed in the notifications; `None`: the gateway picks one.
     pub progress_token: Option<Value>,
     /// Keep the upstream's own result text in [`CallReport::original`] (the playground shows
     /// it beside the rewrite). Off by default: it costs a copy of the whole result.
@@ -43,12 +44,19 @@ pub struct CallOptions {
 pub struct CallReport {
     /// The call's number in the event stream.
     pub call: u64,
+    /// The tool's name as the client called it.
     pub tool: String,
+    /// The upstream that answered; `stowage` for the gateway's own tools.
     pub upstream: String,
+    /// From the call's start to the shaped answer, upstream time included.
     pub latency: Duration,
+    /// Bytes of the result's JSON as the upstream sent it (0 for a refused call).
     pub bytes_in: u64,
+    /// Bytes of the result's JSON as sent to the client.
     pub bytes_out: u64,
+    /// o200k tokens the model would have read without the gateway.
     pub tokens_in: u64,
+    /// o200k tokens the model reads of the answer as sent (images counted).
     pub tokens_out: u64,
     /// The transform's own report (artifacts with their pointers, layers, warnings, clamp);
     /// `None` for the gateway's own tools and for a failed offload.
@@ -61,7 +69,9 @@ pub struct CallReport {
 /// The result of an in-process tool call, as an MCP client would have received it.
 #[derive(Debug, Clone)]
 pub struct ToolOutcome {
+    /// The `tools/call` result as sent (an `isError` result for a tool error).
     pub result: Value,
+    /// What the call came to: sizes, tokens, latency, artifacts.
     pub report: CallReport,
 }
 

@@ -115,7 +115,9 @@ impl crate::upstream::Uplink for GatewayUplink {
 
 /// Everything a gateway is built from.
 pub struct GatewayOptions {
+    /// The `[gateway]` settings: limits, timeouts, session mode, advertised name.
     pub config: GatewayConfig,
+    /// The servers to connect to, in the order their tools are listed.
     pub upstreams: Vec<UpstreamSpec>,
     /// Shapes every answer (see [`crate::shape`]).
     pub shaper: Shaper,
@@ -136,6 +138,8 @@ pub struct GatewayOptions {
 }
 
 impl GatewayOptions {
+    /// Options with the defaults of an embedded gateway: upstreams `shared`, no in-process
+    /// servers, no state kept across runs, any control connection.
     pub fn new(config: GatewayConfig, upstreams: Vec<UpstreamSpec>, shaper: Shaper) -> Self {
         GatewayOptions {
             config,
@@ -152,7 +156,9 @@ impl GatewayOptions {
 
 /// The running gateway.
 pub struct Gateway {
+    /// The `[gateway]` settings it was built with.
     pub config: GatewayConfig,
+    /// One supervised connection per configured server, in configuration order.
     pub upstreams: Vec<Arc<Upstream>>,
     catalog: RwLock<Arc<Catalog>>,
     /// Counts catalog rebuilds: a client's own catalog built on an older one is rebuilt.
@@ -426,6 +432,7 @@ impl Gateway {
         let _ = self.hosts.set(hosts);
     }
 
+    /// The host profiles in force: the built-in ones until [`Gateway::set_hosts`].
     pub fn hosts(&self) -> &Arc<crate::hosts::Hosts> {
         self.hosts.get_or_init(Arc::default)
     }
@@ -471,6 +478,8 @@ impl Gateway {
         self.links.get()
     }
 
+    /// The aggregated tools, prompts and resources as last built from every upstream's lists;
+    /// a snapshot, rebuilt (not changed in place) when an upstream's lists change.
     pub fn catalog(&self) -> Arc<Catalog> {
         self.catalog.read().clone()
     }

@@ -41,6 +41,7 @@ pub enum Sees {
 /// One kind of client and what a result may put before its model.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HostProfile {
+    /// What configuration, logs and the playground call it (`claude-code`, `default`).
     pub name: String,
     /// `clientInfo.name` values (exact, or globs with `*` and `?`; case-insensitive).
     pub matches: Vec<String>,
@@ -54,6 +55,7 @@ pub struct HostProfile {
     pub max_tokens: Option<u64>,
     /// The most characters of an `isError` result's text (Claude Code cuts at ~11,000).
     pub max_error_chars: Option<usize>,
+    /// Which parts of a result the model reads: what is measured and limited.
     pub sees: Sees,
     /// Whether the host handles `resource_link` blocks; when not, each becomes a text line.
     pub resource_links: bool,
@@ -62,7 +64,9 @@ pub struct HostProfile {
     /// Image budget: how many images a result may carry, their longest edge and their tokens
     /// (⌈w/28⌉ × ⌈h/28⌉ each).
     pub max_images: Option<usize>,
+    /// Longest edge of an image the result carries, in pixels; larger ones are downscaled.
     pub max_image_edge: Option<u32>,
+    /// Tokens all of a result's images may cost together.
     pub max_image_tokens: Option<u64>,
     /// Whether references carry signed download links (when links are on). `false`: the
     /// answer names `artifact://` URIs only, so no link token reaches the host's model.
@@ -183,32 +187,46 @@ pub fn builtin() -> Vec<HostProfile> {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HostOverride {
+    /// The profile's name: a built-in one (`claude-code`, `default`) to change it, any other
+    /// to add one.
     pub name: String,
     /// A `clientInfo.name`, a glob, or a list of them; required for a new profile.
     #[serde(default, rename = "match", deserialize_with = "one_or_many", skip_serializing_if = "Option::is_none")]
     pub matches: Option<Vec<String>>,
+    /// Bytes of the whole serialized result. Unset: the profile's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_result_bytes: Option<usize>,
+    /// Bytes of text the model reads. Unset: the profile's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_text_bytes: Option<usize>,
+    /// Lines of text the model reads. Unset: the profile's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_text_lines: Option<usize>,
+    /// o200k tokens of the whole answer, images counted. Unset: the profile's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u64>,
+    /// Characters of an `isError` result's text. Unset: the profile's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_error_chars: Option<usize>,
+    /// Which parts of a result the host's model reads. Unset: the profile's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sees: Option<Sees>,
+    /// Whether the host handles `resource_link` blocks. Unset: the profile's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_links: Option<bool>,
+    /// Whether offloaded images keep a preview in the result. Unset: the profile's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_preview: Option<bool>,
+    /// Images one result may carry. Unset: the profile's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_images: Option<usize>,
+    /// Longest edge of an image the result carries, in pixels. Unset: the profile's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_image_edge: Option<u32>,
+    /// Tokens all of a result's images may cost together. Unset: the profile's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_image_tokens: Option<u64>,
+    /// Whether references carry signed download links. Unset: the profile's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signed_links: Option<bool>,
 }
@@ -256,6 +274,7 @@ impl HostOverride {
 pub struct HostsConfig {
     /// `false`: every client gets the default profile. Default `true`.
     pub adapt: bool,
+    /// Profiles to add (matched before the built-in ones) or to change key by key.
     pub profiles: Vec<HostOverride>,
 }
 
@@ -298,10 +317,13 @@ impl<'de> Deserialize<'de> for HostsConfig {
 /// Why a hosts configuration was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum HostsError {
+    /// A profile that is not built in names no clients, so nothing would ever pick it.
     #[error("[[hosts]] \"{0}\" is a new profile and needs `match` (a clientInfo.name or a glob such as \"my-agent*\")")]
     NoMatch(String),
+    /// Two entries name the same profile; which one wins would be a guess.
     #[error("[[hosts]] \"{0}\" appears twice; give each profile one entry")]
     Duplicate(String),
+    /// The `default` profile was given a `match`: it is what unmatched clients get already.
     #[error("[[hosts]] \"default\" matches every client no other profile matches; remove its `match`")]
     DefaultMatch,
 }
@@ -312,7 +334,8 @@ pub struct Hosts {
     adapt: bool,
     profiles: Vec<(Vec<WildMatch>, Arc<HostProfile>)>,
     default: Arc<HostProfile>,
-    pub preview: ImagePreviewConfig,
+    /// How previews of offloaded images are made (`[transform.image_preview]`).
+    pub(crate) preview: ImagePreviewConfig,
 }
 
 impl Default for Hosts {
@@ -366,6 +389,8 @@ impl Hosts {
             .map_or_else(|| self.default.clone(), |(_, p)| p.clone())
     }
 
+    /// The profile for clients no other profile matches (and for every client when `adapt`
+    /// is off).
     pub fn default_profile(&self) -> Arc<HostProfile> {
         self.default.clone()
     }

@@ -21,19 +21,24 @@ pub struct Measure {
     /// (records for hosts and apps) and images' data, a repeated value counted once. What the observation limit,
     /// `transform.clamp.max_observation_chars`, holds.
     pub result_chars: usize,
+    /// Bytes of the text the model reads: what a profile's `max_text_bytes` holds.
     pub text_bytes: usize,
+    /// Lines of that text (0 when there is none): what `max_text_lines` holds.
     pub text_lines: usize,
     /// o200k tokens of the text the model reads.
     pub text_tokens: u64,
     /// Whether `text_tokens` is an estimate (the text was not counted: either within a budget
     /// whatever its count, or too long to count cheaply).
     pub tokens_estimated: bool,
+    /// Image blocks the model sees (inline images and previews).
     pub images: usize,
+    /// What those images cost the model, ⌈w/28⌉ × ⌈h/28⌉ tokens each.
     pub image_tokens: u64,
 }
 
 impl Measure {
-    pub fn tokens(&self) -> u64 {
+    /// Everything the model reads, in o200k tokens: text and images.
+    pub(crate) fn tokens(&self) -> u64 {
         self.text_tokens + self.image_tokens
     }
 }

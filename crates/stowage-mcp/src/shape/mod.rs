@@ -74,9 +74,13 @@ pub struct Shaper {
 /// original images.
 #[derive(Clone, Copy)]
 pub struct Job<'a> {
+    /// The call the answer belongs to: tool, upstream, owner, output schema.
     pub ctx: &'a CallContext,
+    /// The profile of the host whose model reads the answer: its limits and what it sees.
     pub host: &'a HostProfile,
+    /// Where previews read offloaded images back; `None`: no previews are made.
     pub store: Option<&'a Arc<dyn ArtifactStore>>,
+    /// How image previews are sized and encoded (`[transform.image_preview]`).
     pub preview: &'a ImagePreviewConfig,
 }
 
@@ -116,7 +120,8 @@ impl Draft {
         &mut self.value
     }
 
-    pub fn value(&self) -> &Value {
+    /// The answer as shaped so far, to look at without marking it changed.
+    pub(crate) fn value(&self) -> &Value {
         &self.value
     }
 }
@@ -124,24 +129,30 @@ impl Draft {
 /// A shaped answer, with what was done to it and its final figures.
 #[derive(Debug, Clone)]
 pub struct Shaped {
+    /// The answer as it is sent to the client.
     pub value: Value,
     /// The transform's report; `None` for answers the gateway made itself and for a failed
     /// offload.
     pub report: Option<TransformReport>,
     /// Why the offload failed; the value is then the `isError` result saying so.
     pub error: Option<OffloadError>,
+    /// Sizes before and after, measured on the answer as sent.
     pub figures: Figures,
 }
 
 /// An answer's figures, measured once on the answer as sent.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Figures {
+    /// Bytes of the answer's JSON as it came from the upstream (or as the gateway made it).
     pub bytes_in: u64,
+    /// Bytes of the answer's JSON as sent.
     pub bytes_out: u64,
     /// o200k tokens the host's model would have read of the answer as it came.
     pub tokens_in: u64,
     /// o200k tokens the host's model reads of the answer as sent (images counted).
     pub tokens_out: u64,
+    /// Whether a token count is an estimate (about 4 bytes a token) rather than counted: the
+    /// changed answer was too large to keep its original text, or a count was not needed.
     pub tokens_estimated: bool,
     /// Distinct artifacts the answer references (offloaded, and moved out to fit).
     pub artifacts: usize,
@@ -151,10 +162,13 @@ pub struct Figures {
     pub fitted: bool,
     /// The answer is still over its budget: only references and small parts are left.
     pub over: bool,
+    /// The full measurement of the answer as sent, against the host's profile.
     pub measure: Measure,
 }
 
 impl Shaper {
+    /// A shaper over `pipelines` whose answers carry `artifact://` URIs until
+    /// [`Shaper::with_links`] gives it a signer.
     pub fn new(pipelines: Pipelines) -> Self {
         Shaper { pipelines, links: None }
     }
@@ -182,17 +196,14 @@ impl Shaper {
         self
     }
 
-    pub fn links(&self) -> Option<&dyn LinkMinter> {
+    /// The link signer, whatever the host; `None` when links are off.
+    pub(crate) fn links(&self) -> Option<&dyn LinkMinter> {
         self.links.as_deref()
     }
 
     /// The links `host`'s answers carry: none for a profile without signed links.
     fn links_for(&self, host: &HostProfile) -> Option<&dyn LinkMinter> {
         self.links.as_deref().filter(|_| host.signed_links)
-    }
-
-    pub fn pipelines(&self) -> &Pipelines {
-        &self.pipelines
     }
 
     /// The pipeline answers from `upstream` go through.

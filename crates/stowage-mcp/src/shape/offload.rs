@@ -31,7 +31,9 @@ pub struct CallContext {
     /// The tool's name as the upstream knows it (the artifact id namespace), or the method
     /// (`resources/read`) for answers that are not tool results.
     pub tool: String,
+    /// The upstream's configured name: picks the pipeline, and is recorded with artifacts.
     pub upstream: String,
+    /// Who owns what the answer's offload stores.
     pub scope: ArtifactScope,
     /// The tool's `outputSchema`, compiled (see [`crate::output_schema`]).
     pub output_schema: Option<Arc<OutputSchema>>,
@@ -40,6 +42,7 @@ pub struct CallContext {
 /// One stored artifact and where it was found.
 #[derive(Debug, Clone)]
 pub struct OffloadedItem {
+    /// The stored artifact: id, URI, MIME type, size, hash.
     pub reference: ArtifactRef,
     /// RFC 6901 pointer into the original answer; `/content/3` for a whole typed block that
     /// the pipeline removed (it left `null` in its place), `/content/0/text#/data` for a
@@ -54,8 +57,11 @@ pub struct OffloadedItem {
 /// The pipeline's output: the answer with stubs in place of heavy parts, and the report.
 #[derive(Debug, Clone)]
 pub struct Offloaded {
+    /// The answer with a stub in place of each offloaded part.
     pub value: Value,
+    /// What was stored, in the order the pipeline found it.
     pub items: Vec<OffloadedItem>,
+    /// The pipeline's report: layers applied, warnings, clamp.
     pub report: TransformReport,
 }
 
@@ -74,8 +80,12 @@ pub enum FailureKind {
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct OffloadError {
+    /// What went wrong, for the gateway to decide how to answer.
     pub kind: FailureKind,
+    /// The stable machine-readable code the caller's `isError` result carries
+    /// (`artifact_storage_failed`, or the transform's own).
     pub code: &'static str,
+    /// One line for the client; names no server path.
     pub message: String,
 }
 
@@ -112,6 +122,7 @@ pub struct Pipelines {
 }
 
 impl Pipelines {
+    /// Every upstream's answers go through `default` until [`Pipelines::set`] gives one its own.
     pub fn new(default: Arc<Pipeline>) -> Self {
         Pipelines { default, per_upstream: HashMap::new() }
     }

@@ -25,12 +25,15 @@ use super::{Figures, Shaped, Shaper, json_len};
 /// Which read-like answer is being shaped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReadKind {
+    /// A `resources/read` result (`contents`).
     Resource,
+    /// A `prompts/get` result (`messages`).
     Prompt,
 }
 
 impl ReadKind {
-    pub fn method(self) -> &'static str {
+    /// The MCP method whose result this is, for messages and events.
+    pub(crate) fn method(self) -> &'static str {
         match self {
             ReadKind::Resource => "resources/read",
             ReadKind::Prompt => "prompts/get",
@@ -47,7 +50,12 @@ pub enum ReadError {
     /// The store refused what must not stay inline; the message is for the client (it names
     /// no server path), `cause` for the log and the events.
     #[error("{message}")]
-    Store { message: String, cause: OffloadError },
+    Store {
+        /// One line for the client.
+        message: String,
+        /// The store's failure as it was, for the log and the events.
+        cause: OffloadError,
+    },
 }
 
 /// A read's answer after the offload, before the contract: what the cache keeps.

@@ -24,6 +24,7 @@ pub const OUTPUT_SCHEMA_MISMATCH: &str = "output_schema_mismatch";
 pub enum SchemaCheck {
     /// Not checked: no schema, or the rewrite changed nothing.
     Unchecked,
+    /// The rewritten result validates as it is.
     Valid,
     /// Positions the rewrite touched were replaced by the smallest values their schema accepts.
     Repaired,
@@ -35,7 +36,8 @@ pub enum SchemaCheck {
 }
 
 impl SchemaCheck {
-    pub fn as_str(self) -> &'static str {
+    /// The name the log and the result's record give the outcome (`repaired`, `upstream_invalid`).
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             SchemaCheck::Unchecked => "unchecked",
             SchemaCheck::Valid => "valid",

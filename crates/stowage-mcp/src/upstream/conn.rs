@@ -72,24 +72,70 @@ pub enum ConnRole {
 /// Why a call to an upstream failed. Messages are what a client sees in its error.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum CallError {
+    /// The upstream is down (its supervisor is retrying) or did not come up in time.
     #[error("upstream {name} is unavailable: {reason}")]
-    Unavailable { name: String, reason: String },
+    Unavailable {
+        /// The upstream's configured name.
+        name: String,
+        /// Why it is down, as its health last said.
+        reason: String,
+    },
+    /// The connection ended while the call waited for its answer.
     #[error("upstream {name} {reason} during the call")]
-    Closed { name: String, reason: String },
+    Closed {
+        /// The upstream's configured name.
+        name: String,
+        /// What happened, worded to follow the name (`closed`).
+        reason: String,
+    },
+    /// A connection started for this call (a client's own session) failed to come up.
     #[error("upstream {name} {reason} during start-up")]
-    StartupFailed { name: String, reason: String },
+    StartupFailed {
+        /// The upstream's configured name.
+        name: String,
+        /// The connect or handshake error, worded to follow the name.
+        reason: String,
+    },
+    /// No answer within the request timeout (`gateway.request_timeout_secs` or the call's own).
     #[error("upstream {name} did not answer {method} within {secs:.1}s")]
-    Timeout { name: String, method: String, secs: f64 },
+    Timeout {
+        /// The upstream's configured name.
+        name: String,
+        /// The JSON-RPC method that went unanswered.
+        method: String,
+        /// The timeout that passed, in seconds.
+        secs: f64,
+    },
+    /// The upstream sent something that is not JSON-RPC.
     #[error("upstream {name} sent malformed json-rpc: {detail}")]
-    Malformed { name: String, detail: String },
+    Malformed {
+        /// The upstream's configured name.
+        name: String,
+        /// What the parser said.
+        detail: String,
+    },
+    /// One message was over `gateway.max_message_bytes`; the connection is dropped rather
+    /// than buffering without bound.
     #[error("upstream {name} sent a message over the {limit} byte limit (gateway.max_message_bytes)")]
-    TooLarge { name: String, limit: usize },
+    TooLarge {
+        /// The upstream's configured name.
+        name: String,
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// `per_client` mode: the upstream already has as many client sessions as allowed.
     #[error("upstream {name} already has {cap} client sessions open (gateway.max_upstream_sessions); try again when one ends")]
-    Busy { name: String, cap: usize },
+    Busy {
+        /// The upstream's configured name.
+        name: String,
+        /// `gateway.max_upstream_sessions`.
+        cap: usize,
+    },
 }
 
 impl CallError {
-    pub fn code(&self) -> i64 {
+    /// The JSON-RPC error code a client gets: a timeout's own, else "upstream unavailable".
+    pub(crate) fn code(&self) -> i64 {
         match self {
             CallError::Timeout { .. } => code::REQUEST_TIMEOUT,
             _ => code::UPSTREAM_UNAVAILABLE,

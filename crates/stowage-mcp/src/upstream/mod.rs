@@ -117,9 +117,11 @@ pub(crate) enum ConnectError {
 pub enum Health {
     /// Not connected yet, and no attempt has failed.
     Starting,
+    /// Connected and initialized: calls are forwarded.
     Up,
     /// The last attempt failed or the connection died; the supervisor keeps retrying.
     Down {
+        /// One line on why: the transport's or the handshake's error.
         reason: String,
     },
 }
