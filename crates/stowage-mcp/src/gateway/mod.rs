@@ -426,7 +426,6 @@ impl Gateway {
         let _ = self.apps.set(apps);
     }
 
-    /// The apps feature when it is on at all (the extension is then declared to every client).
     /// The host profiles in force (set once, before clients connect).
     pub fn set_hosts(&self, hosts: Arc<crate::hosts::Hosts>) {
         let _ = self.hosts.set(hosts);
@@ -449,7 +448,6 @@ impl Gateway {
         *host = Some((name.to_owned(), profile));
     }
 
-    /// The host profile for `session`'s calls.
     /// The host profile `session`'s answers are shaped for.
     pub fn session_host(&self, session: &Session) -> Arc<crate::hosts::HostProfile> {
         self.host_profile(session)
@@ -459,6 +457,7 @@ impl Gateway {
         session.host.lock().as_ref().map_or_else(|| self.hosts().default_profile(), |(_, p)| p.clone())
     }
 
+    /// The apps feature when it is on at all (the extension is then declared to every client).
     pub(crate) fn apps(&self) -> Option<&Arc<crate::apps::Apps>> {
         self.apps.get().filter(|_| self.local_tools().readers().is_some())
     }
