@@ -79,7 +79,9 @@ pub fn count_exact(text: &str) -> u64 {
 
 /// The length in bytes of the longest prefix of `text` that is at most `max_tokens` o200k
 /// tokens and ends on a character boundary: how a reader cuts a page to a host's token budget
-/// with one encode, not a search of repeated counts.
+/// with one pass, not a search of repeated counts. A long text is encoded chunk by chunk up to
+/// the chunk the budget ends in, and the chunks' counts are remembered for the measure of the
+/// answer that carries the page.
 pub fn prefix_within(text: &str, max_tokens: u64) -> usize {
     // A token is at least one byte.
     if text.len() as u64 <= max_tokens {
@@ -87,7 +89,7 @@ pub fn prefix_within(text: &str, max_tokens: u64) -> usize {
     }
     let Ok(budget) = usize::try_from(max_tokens) else { return text.len() };
     if text.len() < chunks::MIN_CHUNKED_BYTES {
-        return start_of_token(text, 0, &bpe().encode_ordinary(text), budget);
+        return end_of_tokens(text, 0, &bpe().encode_ordinary(text), budget);
     }
     // Chunk by chunk, stopping at the one the budget ends in: the rest is never encoded.
     let (mut used, mut start) = (0, 0);
@@ -101,7 +103,7 @@ pub fn prefix_within(text: &str, max_tokens: u64) -> usize {
         };
         if used + n > budget {
             let ranks = ranks.unwrap_or_else(|| bpe().encode_ordinary(chunk));
-            return start_of_token(text, start, &ranks, budget - used);
+            return end_of_tokens(text, start, &ranks, budget - used);
         }
         used += n;
         start += chunk.len();
@@ -111,7 +113,7 @@ pub fn prefix_within(text: &str, max_tokens: u64) -> usize {
 
 /// The end of the first `keep` of `ranks`, the tokens of `text[start..]` (or of a chunk of it),
 /// as a length of `text` on a character boundary.
-fn start_of_token(text: &str, start: usize, ranks: &[tiktoken_rs::Rank], keep: usize) -> usize {
+fn end_of_tokens(text: &str, start: usize, ranks: &[tiktoken_rs::Rank], keep: usize) -> usize {
     if ranks.len() <= keep {
         return text.len();
     }
