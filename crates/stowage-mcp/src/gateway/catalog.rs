@@ -347,8 +347,8 @@ impl Gateway {
     }
 }
 
-/// Compiles the `outputSchema` of every tool that declares one, once per fetched list: the
-/// rewrite checks each result against it (see [`crate::output_schema`]).
+/// Lists as one client sees them: a `per_client` upstream's are asked on that client's own
+/// upstream session.
 impl Gateway {
     /// One upstream's resources (`key` `resources`) or templates (`resourceTemplates`) as
     /// `session` sees them: the catalog's, except that a `per_client` upstream is asked on the
@@ -457,6 +457,8 @@ fn page(key: &str, items: Vec<Value>, next: Option<String>) -> Value {
     v
 }
 
+/// Compiles the `outputSchema` of every tool that declares one, once per fetched list: the
+/// rewrite checks each result against it (see [`crate::output_schema`]).
 pub(super) fn compile_output_schemas(upstream: &str, tools: &[Value]) -> std::collections::HashMap<String, Arc<OutputSchema>> {
     let mut out = std::collections::HashMap::new();
     for t in tools {

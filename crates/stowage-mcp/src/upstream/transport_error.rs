@@ -75,7 +75,8 @@ pub enum TransportError {
         /// 401 or 403.
         status: StatusCode,
     },
-    /// Any other status that is not success; `hint` says what to change when one is known.
+    /// Any other status that is not success; `sse_hint`: the status (404, 405 to an SSE GET)
+    /// suggests the server speaks Streamable HTTP instead.
     #[error("answered {request} with HTTP {status}{}", if *.sse_hint { format!(" ({TRY_STREAMABLE})") } else { String::new() })]
     Status {
         /// What was sent, as the message names it.
