@@ -63,6 +63,32 @@ async fn a_blob_resource_reaches_the_client_as_a_line_a_reference_and_a_link() {
 }
 
 #[tokio::test]
+async fn a_host_without_signed_links_reads_a_blob_resource_by_reference_only() {
+    // `[[hosts]] name = "default", signed_links = false`: this host's tool results carry no
+    // signed link, and neither may its resource reads (a link token in a model's context is a
+    // credential in a log).
+    let shaper = common::shaper(Arc::new(MemSink::default())).with_links(Arc::new(TestLinks));
+    let gw = common::start_gateway(vec![fixture_spec("fx", None, T)], shaper, fast_config(), stowage_mcp::SessionMode::Shared).await;
+    let config = stowage_mcp::hosts::HostsConfig {
+        adapt: true,
+        profiles: vec![stowage_mcp::hosts::HostOverride { name: "default".into(), signed_links: Some(false), ..Default::default() }],
+    };
+    gw.set_hosts(Arc::new(stowage_mcp::hosts::Hosts::new(&config, &Default::default()).unwrap()));
+    let c = Client::connect(gw, None, json!({})).await;
+    for _ in 0..2 {
+        // The second read may come from the cache: it is answered for the host all the same.
+        let r = c.request("resources/read", json!({"uri": "fx://docs/report.pdf"})).await;
+        let result = read_result(&r);
+        let entry = &result["contents"][0];
+        let text = entry["text"].as_str().unwrap();
+        let id = entry["_meta"]["io.stowage/artifact"]["id"].as_str().unwrap();
+        assert!(text.contains(&format!("artifact://{id}")), "{text}");
+        assert!(!r.to_string().contains("token="), "a signed link reached a host that takes none: {r}");
+        assert!(!text.contains("download:"), "{text}");
+    }
+}
+
+#[tokio::test]
 async fn long_text_becomes_an_artifact_and_short_text_and_tiny_blobs_stay() {
     let sink = Arc::new(MemSink::default());
     let c = client(sink.clone()).await;

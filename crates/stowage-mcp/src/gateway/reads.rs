@@ -63,7 +63,8 @@ impl Gateway {
         for a in &read.report().artifacts {
             self.events.publish(GatewayEvent::offloaded(0, owner.clone(), kind.method(), a));
         }
-        reply.result = Some(crate::jsonrpc::to_raw(&self.shaper.read_answer(&read, kind, false, started).value));
+        reply.result =
+            Some(crate::jsonrpc::to_raw(&self.shaper.read_answer(&read, kind, &self.host_profile(session), false, started).value));
         Ok(Some(read))
     }
 
@@ -91,7 +92,10 @@ impl Gateway {
         let key = CacheKey { upstream: u, uri, owner, client };
         if let Some(hit) = self.read_cache.get(&key) {
             metrics::counter!("stowage_resource_cache_hits_total").increment(1);
-            return Ok(Message::response(Value::Null, &self.shaper.read_answer(&hit, ReadKind::Resource, true, started).value));
+            return Ok(Message::response(
+                Value::Null,
+                &self.shaper.read_answer(&hit, ReadKind::Resource, &self.host_profile(session), true, started).value,
+            ));
         }
         let generation = self.read_cache.generation(u, &key.uri);
         let mut reply = self.forward(session, u, "resources/read", params, outbox).await?;

@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 use super::contract::{ARTIFACT_META_KEY, ASSETS_META_KEY, LinkMinter, TRANSFORM_META_KEY, set_meta};
 use super::offload::{self, CallContext, OffloadError, OffloadOptions, OffloadedItem};
 use super::{Figures, Shaped, Shaper, json_len};
+use crate::hosts::HostProfile;
 
 /// Which read-like answer is being shaped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,17 +134,25 @@ impl Shaper {
         Ok(OffloadedRead { value: off.value, items: off.items, report: off.report, long_texts, bytes_in, ttl_ms })
     }
 
-    /// The answer to a read from its offload: each offloaded entry a line with the reference
-    /// and a freshly minted link, the assets and the figures in `_meta`. A read with nothing
-    /// offloaded is the upstream's answer as it came (`cached` still marks a hit).
-    pub fn read_answer(&self, read: &OffloadedRead, kind: ReadKind, cached: bool, started: std::time::Instant) -> Shaped {
+    /// The answer to a read from its offload, for `host`: each offloaded entry a line with the
+    /// reference and a freshly minted link (none for a host whose profile takes no signed
+    /// links, as its tool results get none), the assets and the figures in `_meta`. A read
+    /// with nothing offloaded is the upstream's answer as it came (`cached` still marks a hit).
+    pub fn read_answer(
+        &self,
+        read: &OffloadedRead,
+        kind: ReadKind,
+        host: &HostProfile,
+        cached: bool,
+        started: std::time::Instant,
+    ) -> Shaped {
         let mut value = read.value.clone();
         let mut figures = Figures { bytes_in: read.bytes_in, ..Default::default() };
         if read.items.is_empty() && !cached {
             figures.bytes_out = read.bytes_in;
             return Shaped { value, report: Some(read.report.clone()), error: None, figures };
         }
-        let links = self.links();
+        let links = self.links_for(host);
         let mut assets: Vec<Value> = Vec::new();
         for item in &read.items {
             if item.reference.is_truncated() {
