@@ -188,6 +188,50 @@ async fn active_types_are_sandboxed_attachments() {
 }
 
 #[tokio::test]
+async fn compact_links_refuse_every_tampered_swapped_truncated_or_expired_form() {
+    // The links the gateway hands out carry the compact token (key id, expiry, a MAC over the
+    // artifact and its owner): the route gives each forgery the code a v1 token would get.
+    let w = World::new();
+    let r = w.put(&s1(), b"secret bytes of s1", "text/plain", None).await;
+    let other = w.put(&ArtifactScope::session("s2").with_user("bob"), b"secret bytes of s2", "text/plain", None).await;
+    let token_of = |path: &str| path.split_once("?token=").unwrap().1.to_owned();
+    let good = w.link(&r);
+    let token = token_of(&good);
+    assert!(stowage_links::is_compact(&token), "{token}");
+    let base = format!("/artifacts/{}", r.id);
+    let mut flipped = token.clone().into_bytes();
+    let last = flipped.len() - 1;
+    flipped[last] = if flipped[last] == b'A' { b'B' } else { b'A' };
+    let flipped = String::from_utf8(flipped).unwrap();
+    // A good token of s1's, presented for s2's artifact; and one minted for s1's owner over
+    // s2's artifact, which s1's owner does not hold.
+    let swapped = format!("/artifacts/{}?token={token}", other.id);
+    let not_theirs = w.signer.artifact_link_until(&other.id, &r.scope.owner(), NOW + 60).url;
+    let not_theirs = not_theirs.strip_prefix("http://127.0.0.1:8787").unwrap().to_owned();
+    let expired = w.signer.artifact_link_until(&r.id, &r.scope.owner(), NOW).url;
+    let expired = expired.strip_prefix("http://127.0.0.1:8787").unwrap().to_owned();
+    let cases = [
+        ("mac changed", format!("{base}?token={flipped}"), StatusCode::FORBIDDEN, "artifact_forbidden"),
+        ("truncated", format!("{base}?token={}", &token[..token.len() - 4]), StatusCode::FORBIDDEN, "artifact_forbidden"),
+        ("extended", format!("{base}?token={token}A"), StatusCode::FORBIDDEN, "artifact_forbidden"),
+        ("swapped to another artifact", swapped, StatusCode::FORBIDDEN, "artifact_forbidden"),
+        ("minted for an owner who does not hold it", not_theirs, StatusCode::FORBIDDEN, "artifact_forbidden"),
+        ("on a path that is not an artifact id", format!("/artifacts/nope?token={token}"), StatusCode::FORBIDDEN, "artifact_forbidden"),
+        ("expired", expired, StatusCode::GONE, "artifact_url_expired"),
+    ];
+    for (what, uri, status, code) in cases {
+        let (got, h, body) = w.get(&uri, &[]).await;
+        assert_eq!(got, status, "{what}: {}", String::from_utf8_lossy(&body));
+        assert_eq!(error_code(&body), code, "{what}");
+        assert_eq!(h["content-type"], "application/json", "{what}");
+        assert!(!String::from_utf8_lossy(&body).contains("secret bytes"), "{what}");
+    }
+    let (status, _, body) = w.get(&good, &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body, b"secret bytes of s1");
+}
+
+#[tokio::test]
 async fn bad_tokens_get_the_right_codes() {
     let w = World::new();
     let r = w.put(&s1(), b"secret bytes of s1", "text/plain", None).await;
