@@ -6,7 +6,7 @@
 //! 2. planner overhead per step, model and tool time excluded, for observations under 1 MB:
 //!    p50 ≤ 2 ms;
 //! 3. the first `step` event within 5 ms of the model's tool-call reply;
-//! 4. (issue 32) the largest model request of a 10-step run over megabytes of mixed tool
+//! 4. the largest model request of a 10-step run over megabytes of mixed tool
 //!    output (PDFs, marked artifacts, a 20,000-row list, an image, a search), shaped without
 //!    links (as `stowage agent`) and with signed links (as `serve`).
 //!

@@ -1,6 +1,6 @@
-//! The seed's `ArtifactCollector`, over what the gateway already did: the pipeline stored every
+//! The artifact collector, over what the gateway already did: the pipeline stored every
 //! schema-marked field (`artifact` / `x-artifact`) and every offloaded value before the clamp,
-//! and left the seed's placeholders in the result. The collector reads the transform report
+//! and left `<artifact:…>` placeholders in the result. The collector reads the transform report
 //! and puts each value into the payload, per tool and field: inlined when it is at most
 //! `inline_artifact_max_bytes` of JSON or text, otherwise (and for every binary or
 //! pipeline-offloaded value) as its reference with a fresh signed link. It also gathers
@@ -242,7 +242,7 @@ fn field_key(r: &ArtifactRecord) -> String {
     }
 }
 
-/// `dict`, `list`, `str`, … as in the seed's placeholders; `reference` for a stored value.
+/// `dict`, `list`, `str`, … as in the `<artifact:…>` placeholders; `reference` for a stored value.
 fn artifact_type(v: &Value) -> String {
     match v {
         Value::Object(m) if m.contains_key("$artifact") => "reference",

@@ -149,8 +149,8 @@ pub struct AgentConfig {
     /// Replaces the built-in system prompt (the tool list and answer format are appended).
     /// Default none: the built-in prompt.
     pub system_prompt: Option<String>,
-    /// Native tool calling; false sends the seed's JSON-only action format instead, for
-    /// models without tool support. Default true.
+    /// Native tool calling; false sends the JSON-only action format instead, for models without
+    /// tool support. Default true.
     pub tool_calling: bool,
     /// An artifact value up to this many bytes is inlined in the payload; above it the
     /// payload carries its reference with a fresh signed link. Default 65536 (64 KiB).

@@ -1,7 +1,8 @@
-//! What a run tells while it runs: the seed's Appendix B events (`chunk`, `step`,
-//! `artifact_chunk`, `done`, `error`), each with its SSE event name and JSON data.
+//! What a run tells while it runs: the events of `POST /agent/runs` (`chunk`, `step`,
+//! `artifact_chunk`, `done`, `error`; README, "The agent planner"), each with its SSE event
+//! name and JSON data.
 //!
-//! Beyond the seed's fields: `step` and `artifact_chunk` carry the tool call's `call_id`
+//! So a client can match them up: `step` and `artifact_chunk` carry the tool call's `call_id`
 //! (unique in the run: two calls of one tool are told apart), `artifact_chunk` the payload key
 //! it fills (`artifacts[tool][key]`), and `done` a `run` object (why the run ended, its steps
 //! and token usage) beside the payload's fields.
@@ -175,7 +176,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn events_are_the_seeds_shapes() {
+    fn events_have_the_documented_shapes() {
         let e =
             AgentEvent::Step { node: "fx_search".into(), status: StepStatus::Error, latency_ms: 1.5, thought: None, call_id: "c1".into() };
         assert_eq!(

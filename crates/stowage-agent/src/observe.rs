@@ -4,7 +4,7 @@
 //! message parts in order:
 //!
 //! - every text block, as it is; the one that repeats `structuredContent` (FastMCP's JSON
-//!   text) is replaced by the structured content with the seed's placeholders
+//!   text) is replaced by the structured content with `<artifact:…>` placeholders
 //!   (`<artifact:list size=847 items>`, `<artifact:dict stream=chart>`), and a structured
 //!   content no block repeats comes last;
 //! - every image block as an image part (or, for a type the model APIs do not take, its line),
@@ -111,11 +111,11 @@ fn b64_len(data: &str) -> u64 {
     (data.len() as u64 / 4) * 3
 }
 
-/// The structured content as the model reads it: the seed's placeholders where values were
+/// The structured content as the model reads it: `<artifact:…>` placeholders where values were
 /// stored, `stream=` for streamed fields.
 fn structured_text(sc: &Value, schema: Option<&Value>, records: &[ArtifactRecord]) -> String {
     let mut sc = sc.clone();
-    seed_placeholders(&mut sc, records);
+    put_placeholders(&mut sc, records);
     if let (Some(schema), Some(obj)) = (schema, sc.as_object_mut()) {
         for (field, stream_id) in crate::collector::stream_marks(schema) {
             if let Some(Value::String(s)) = obj.get_mut(&field)
@@ -130,12 +130,12 @@ fn structured_text(sc: &Value, schema: Option<&Value>, records: &[ArtifactRecord
     sc.to_string()
 }
 
-/// Puts the seed's placeholders (`<artifact:list size=847 items> artifact://…`) where the
-/// pipeline offloaded a part of `structuredContent`. For MCP clients the gateway keeps those
-/// positions typed (a prefix of the array, the first keys of the object), because clients
-/// validate against the tool's `outputSchema`; the planner's model validates nothing, and a
-/// placeholder tells it plainly that the value is stored whole elsewhere, and how big it is.
-fn seed_placeholders(sc: &mut Value, records: &[ArtifactRecord]) {
+/// Puts the placeholders (`<artifact:list size=847 items> artifact://…`) where the pipeline
+/// offloaded a part of `structuredContent`. For MCP clients the gateway keeps those positions
+/// typed (a prefix of the array, the first keys of the object), because clients validate
+/// against the tool's `outputSchema`; the planner's model validates nothing, and a placeholder
+/// tells it plainly that the value is stored whole elsewhere, and how big it is.
+fn put_placeholders(sc: &mut Value, records: &[ArtifactRecord]) {
     for r in records {
         // Only values of the structured content itself (not JSON embedded in a string, `#`).
         let Some(rel) = r.pointer.strip_prefix("/structuredContent") else { continue };
@@ -211,7 +211,7 @@ mod tests {
     }
 
     #[test]
-    fn typed_prefixes_become_the_seeds_placeholders_for_the_model() {
+    fn typed_prefixes_become_placeholders_for_the_model() {
         // What the gateway returns to validating clients: the array as a prefix, the object
         // reduced to its required keys; the report says what was offloaded.
         let result = json!({

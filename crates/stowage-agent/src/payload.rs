@@ -1,4 +1,4 @@
-//! The answer contract: [`FinalPayload`] with exactly the seed's fields, its parts
+//! The answer contract: [`FinalPayload`] with exactly the README's fields, its parts
 //! ([`Source`], [`SuggestedAction`]), the published JSON Schema, and the model's own final
 //! answer ([`ModelAnswer`]) with the validation that decides whether a repair round is needed
 //! ([`AnswerError`]: why a reply holds no answer, in the one line that round sends back).
@@ -414,7 +414,7 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn the_payload_has_exactly_the_seeds_fields() {
+    fn the_payload_has_exactly_the_documented_fields() {
         let v = serde_json::to_value(FinalPayload::answer("hi")).unwrap();
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
         assert_eq!(

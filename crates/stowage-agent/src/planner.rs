@@ -7,7 +7,7 @@
 //!   every tool call is [`Gateway::call_tool`] under the run's session and a fresh trace id.
 //!   The model reads the whole shaped answer ([`crate::observe`]): every text block in order,
 //!   images as image parts for a vision model, within the request's image budget.
-//! - Native tool calling, or (`tool_calling = false`) the seed's JSON-only action format
+//! - Native tool calling, or (`tool_calling = false`) the JSON-only action format
 //!   `{"thought", "next_node", "args"}`, whose history is plain text: the model's own JSON as
 //!   its message and each observation as a user message, no tool-call structures.
 //! - Repair, don't abort: tool arguments that are not JSON, a reply cut at its token limit,
@@ -927,7 +927,7 @@ fn live_chunk(
     })
 }
 
-/// The seed's fallback answer: what the last observation said.
+/// The answer of a run that ends without one: what the last observation said.
 fn fallback_answer(last: &Option<(String, String)>) -> String {
     match last {
         Some((tool, obs)) => {

@@ -19,7 +19,7 @@ fn tool(name: &str, args: Value) -> Turn {
 }
 
 #[tokio::test]
-async fn appendix_a_end_to_end_with_placeholders_artifacts_and_events_in_order() {
+async fn sales_analysis_end_to_end_with_placeholders_artifacts_and_events_in_order() {
     for backend in [Backend::Openai, Backend::Anthropic] {
         let final_answer = json!({
             "raw_answer": "Your Q4 2024 sales analysis shows $1.23M in revenue, +15.2% YoY.",
@@ -40,7 +40,7 @@ async fn appendix_a_end_to_end_with_placeholders_artifacts_and_events_in_order()
         .await;
         let (out, events) = h.run("ana", "How did Q4 2024 go?", None).await;
         let out = out.unwrap();
-        // What the model saw of the tool: the light fields and the seed's placeholders.
+        // What the model saw of the tool: the light fields and the placeholders.
         let sent = h.sent();
         assert_eq!(sent.len(), 2);
         assert!(sent[1].contains("Q4 2024: Revenue $1,234,567, +15.2% YoY"), "{}", sent[1]);
@@ -48,7 +48,7 @@ async fn appendix_a_end_to_end_with_placeholders_artifacts_and_events_in_order()
         assert!(sent[1].contains("<artifact:list size=847 items>"), "{}", sent[1]);
         assert!(!sent[1].contains("\\\"revenue\\\":1846.5") && !sent[1].contains("[1799,"), "artifact values leaked to the model");
         assert!(sent[1].len() < 16 * 1024, "request of {} bytes", sent[1].len());
-        // The payload: every seed field, artifacts inlined per tool and field.
+        // The payload: every documented field, artifacts inlined per tool and field.
         let p = serde_json::to_value(&out.payload).unwrap();
         assert_eq!(p["raw_answer"], final_answer["raw_answer"]);
         assert_eq!((p["confidence"].as_f64(), p["route"].as_str(), p["language"].as_str()), (Some(0.92), Some("analytics"), Some("en")));

@@ -1,4 +1,4 @@
-//! The planner against what real models and real tools do (issue 32): the RFC's tools on
+//! The planner against what real models and real tools do: Pydantic-marked tools on
 //! FastMCP 4.1.2 (`tests/fixtures/rfc_tools.py`), the scripted model server over real HTTP in
 //! both wire formats, streamed and whole. Each test asserts what the model was sent and what
 //! the user got (payload and events).
@@ -179,7 +179,7 @@ async fn live_chunks_name_their_call_and_key_and_two_calls_are_told_apart() {
         assert_eq!(a["chart_options"]["title"]["text"], "Q3 sales");
         assert_eq!(a["chart_options_2"]["title"]["text"], "Q4 sales");
         assert_eq!(a["raw_data_2"].as_array().map(Vec::len), Some(847));
-        // The model saw the seed's placeholders, not the values.
+        // The model saw the placeholders, not the values.
         assert!(h.sent()[1].contains("<artifact:dict stream=sales_chart>"), "{}", h.sent()[1]);
         let steps: Vec<String> =
             events.iter().filter_map(|e| if let AgentEvent::Step { call_id, .. } = e { Some(call_id.clone()) } else { None }).collect();

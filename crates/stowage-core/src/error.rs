@@ -2,7 +2,7 @@
 //!
 //! Variants carry the context a person needs to act (which id, which limit, which operation).
 //! Messages are single lines, lowercase, without a trailing period, so the CLI can print them
-//! as they are and the HTTP layer can map them to the seed's error codes.
+//! as they are and the HTTP layer can map them to stable error codes.
 
 use crate::ArtifactId;
 
@@ -88,7 +88,7 @@ impl StoreError {
         StoreError::Backend { op, target: target.into(), source: source.into() }
     }
 
-    /// The seed's stable error code for this error, as used over HTTP and in `isError` results.
+    /// The stable error code for this error, as used over HTTP and in `isError` results.
     pub fn code(&self) -> &'static str {
         match self {
             StoreError::NotFound { .. } => "artifact_not_found",

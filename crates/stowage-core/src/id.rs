@@ -1,12 +1,11 @@
 //! Artifact identifiers and the permanent `artifact://` URI form.
 //!
-//! Ids are content-addressed (`{namespace}_{first 16 hex digits of sha256}`), as the seed RFC
-//! recommends, so the same bytes stored twice by one owner dedupe to one record. Identity is
-//! *not* access: the same id can exist under several owners, each with its own record (see
-//! [`crate::Owner`]). 16 hex digits (64 bits, the seed used 12) keep ids and refs short — a ref
-//! is read by a model on every turn — while an accidental collision needs billions of
-//! artifacts under one owner; stores still compare the full sha256 and refuse a collision
-//! rather than alias two contents.
+//! Ids are content-addressed (`{namespace}_{first 16 hex digits of sha256}`), so the same bytes
+//! stored twice by one owner dedupe to one record. Identity is *not* access: the same id can
+//! exist under several owners, each with its own record (see [`crate::Owner`]). 16 hex digits
+//! (64 bits) keep ids and refs short — a ref is read by a model on every turn — while an
+//! accidental collision needs billions of artifacts under one owner; stores still compare the
+//! full sha256 and refuse a collision rather than alias two contents.
 
 use std::fmt;
 use std::str::FromStr;

@@ -9,7 +9,8 @@ use crate::{ArtifactId, ArtifactScope};
 /// A point in time, serialised as RFC 3339 in UTC (`2026-11-22T07:41:01Z`).
 pub type Timestamp = time::OffsetDateTime;
 
-/// A compact, JSON-safe reference to stored bytes (seed RFC 5.4, 7.2).
+/// A compact, JSON-safe reference to stored bytes (README, "What an artifact reference looks
+/// like").
 ///
 /// The JSON shape is stable and documented:
 ///
@@ -57,7 +58,7 @@ fn is_default_scope(scope: &ArtifactScope) -> bool {
 }
 
 impl ArtifactRef {
-    /// True when the bytes were *not* stored (the NoOp store's marker, seed RFC 7.4).
+    /// True when the bytes were *not* stored (the NoOp store's marker).
     pub fn is_truncated(&self) -> bool {
         self.source.get("truncated").and_then(Value::as_bool).unwrap_or(false)
     }

@@ -10,7 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Scoping information recorded with every artifact (seed RFC 7.2).
+/// Scoping information recorded with every artifact: its owner ids and its grouping ids.
 ///
 /// Serialises with absent fields omitted, so the common single-session scope is
 /// `{"session_id":"…"}`.

@@ -69,8 +69,8 @@ pub trait ArtifactSink: Send + Sync {
     async fn put_bytes(&self, data: Bytes, opts: PutOptions) -> Result<ArtifactRef, StoreError>;
 
     /// True when this sink does not keep bytes (the NoOp store). Producers use it to decide
-    /// between offloading and truncating (seed RFC 4.4: clamp to an artifact only when a real
-    /// store exists).
+    /// between offloading and truncating (the clamp stores an over-limit observation only when a
+    /// real store exists).
     fn is_noop(&self) -> bool {
         false
     }

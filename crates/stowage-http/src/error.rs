@@ -1,4 +1,4 @@
-//! [`ApiError`]: every refusal as `{"error":{"code","message"}}` with the seed's codes.
+//! [`ApiError`]: every refusal as `{"error":{"code","message"}}` with a stable code.
 
 use axum::Json;
 use axum::http::StatusCode;

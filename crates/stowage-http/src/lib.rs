@@ -10,12 +10,12 @@
 //!   for the fs store), or what the [`HttpState::readiness`] check reports, such as a gateway's
 //!   down upstreams).
 //!
-//! Every refusal is `{"error":{"code","message"}}` with one of the seed's codes
-//! ([`ApiError`]); nothing internal (paths, backend errors) reaches the response.
-//! The token decides the owner: downloads need no bearer header, so a link works from any
-//! HTTP client, and an owner's token can never reach another owner's artifact. Which of the
-//! token's owner ids count is the store's isolation: by default (tenant, user), so a link
-//! minted in one session of a user opens what the user stored from any other.
+//! Every refusal is `{"error":{"code","message"}}` with one of the stable codes ([`ApiError`]);
+//! nothing internal (paths, backend errors) reaches the response. The token decides the owner:
+//! downloads need no bearer header, so a link works from any HTTP client, and an owner's token
+//! can never reach another owner's artifact. Which of the token's owner ids count is the
+//! store's isolation: by default (tenant, user), so a link minted in one session of a user
+//! opens what the user stored from any other.
 //!
 //! ```no_run
 //! # fn wire(store: std::sync::Arc<dyn stowage_store::ArtifactStore>, signer: std::sync::Arc<stowage_links::LinkSigner>) {

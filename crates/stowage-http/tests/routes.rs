@@ -1,8 +1,8 @@
 //! The HTTP routes as a client meets them, through the real router and a real store: status
-//! codes, the seed's error bodies, the headers that keep artifacts safe on our origin, ranges,
+//! codes, the error bodies, the headers that keep artifacts safe on our origin, ranges,
 //! conditional requests, links under either store isolation, and single-use upload slots —
-//! opened through the `LinkService` and uploaded to over a real loopback connection; and what
-//! a browser may do with bytes whose claimed media type lies.
+//! opened through the `LinkService` and uploaded to over a real loopback connection; and what a
+//! browser may do with bytes whose claimed media type lies.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

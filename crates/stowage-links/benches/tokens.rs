@@ -1,4 +1,5 @@
-//! Mint and verify cost of one link token (issue 5 target: at most 2 µs each).
+//! Mint and verify cost of one link token (target: at most 2 µs each; BENCHMARKS.md, "Signed
+//! links and downloads").
 use criterion::{Criterion, criterion_group, criterion_main};
 use stowage_core::Owner;
 use stowage_links::{KeyRing, Operation};

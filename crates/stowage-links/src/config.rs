@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::keys::{KeyError, KeyRing};
 
-/// Shortest link lifetime accepted (the seed suggests 15-60 minutes; one minute is the floor
-/// that still survives a slow client).
+/// Shortest link lifetime accepted (the default is 15 minutes; one minute is the floor that
+/// still survives a slow client).
 pub const MIN_TTL: Duration = Duration::from_secs(60);
 /// Longest link lifetime accepted: links are bearer credentials, so they stay short.
 pub const MAX_TTL: Duration = Duration::from_secs(3600);

@@ -72,7 +72,7 @@ pub enum TokenError {
 }
 
 impl TokenError {
-    /// The seed's wire code.
+    /// The stable wire code, as in every other refusal (`bad_request`, `artifact_forbidden`, …).
     pub fn code(&self) -> &'static str {
         match self {
             TokenError::NotAToken => "bad_request",

@@ -8,7 +8,7 @@
 //!    target ≥ 1 GB/s on loopback;
 //! 3. `base64` mode on a 10 MB artifact: `upload_file` given the `artifact://` URI, against the
 //!    same call given the base64 inline by the client — target ≤ 30 ms added;
-//! 4. the same 10 MB with no configuration (issue 30): `n_upload_file`, which has no rule, its
+//! 4. the same 10 MB with no configuration: `n_upload_file`, which has no rule, its
 //!    `content_base64` detected from the schema, given the URI, against the client sending the
 //!    base64 to the same tool — target ≤ 30 ms added.
 //!

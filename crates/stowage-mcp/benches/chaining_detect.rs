@@ -1,8 +1,8 @@
-//! What detecting file inputs adds to a catalog fetch (issue 30): for each tool of a
-//! 100-tool catalog, [`detect`] (the walk of its input schema) and [`llm_facing`] (the
-//! description sentence, the widening), which is the work the catalog hook adds to every
-//! fetch of an upstream's tools — target ≤ 1 ms for 100 tools. Also the bounded cost of two
-//! hostile schemas: 10,000 properties, and a `$ref` cycle.
+//! What detecting file inputs adds to a catalog fetch (README, "With no configuration"): for
+//! each tool of a 100-tool catalog, [`detect`] (the walk of its input schema) and
+//! [`llm_facing`] (the description sentence, the widening), which is the work the catalog hook
+//! adds to every fetch of an upstream's tools — target ≤ 1 ms for 100 tools. Also the bounded
+//! cost of two hostile schemas: 10,000 properties, and a `$ref` cycle.
 //!
 //! The catalog mixes shapes seen in published servers: a third of the tools take file bytes
 //! (`content_base64` + `mime_type`, `contentEncoding`, `format: byte`, attachments arrays, a

@@ -5,8 +5,8 @@
 use serde_json::{Value, json};
 use stowage_http::ApiError;
 
-/// A tool error: its wire code (the seed's: `artifact_not_found`, `bad_request`, …) and a
-/// message that says what is wrong and how to fix it.
+/// A tool error: its stable wire code (`artifact_not_found`, `bad_request`, …) and a message
+/// that says what is wrong and how to fix it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{code}: {message}")]
 pub(crate) struct ToolError {

@@ -469,8 +469,8 @@ async fn base64_leaves_logs_progress_and_error_data_too() {
     assert!(pdfs.iter().all(|(_, o)| o.scope.user_id.as_deref() == Some("local")));
 }
 
-/// Issue 26: with the store full, an upstream error whose data carries a blob becomes a line
-/// that says so, and the store's own message (which names a server path) reaches only the log.
+/// With the store full, an upstream error whose data carries a blob becomes a line that says
+/// so, and the store's own message (which names a server path) reaches only the log.
 #[tokio::test]
 async fn error_data_the_store_cannot_take_names_no_server_path() {
     let full = Arc::new(MemSink { fail: true.into(), ..Default::default() });

@@ -333,9 +333,9 @@ async fn a_server_with_its_own_transform_config_keeps_its_images_inline() {
     assert!(linked["result"]["content"].as_array().unwrap().iter().any(|b| b["type"] == "resource_link"), "{linked}");
 }
 
-/// Issue 4: a tool result of at least 256 MB passes through without loss or stall. 300 MB
-/// of JSON (a 225 MB PDF as base64) goes upstream → gateway → pipeline; the client gets a
-/// reference, and the stored bytes are exactly the PDF.
+/// A tool result of at least 256 MB passes through without loss or stall. 300 MB of JSON (a 225
+/// MB PDF as base64) goes upstream → gateway → pipeline; the client gets a reference, and the
+/// stored bytes are exactly the PDF.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_300_mb_result_passes_through() {
     let sink = Arc::new(MemSink::default());

@@ -407,12 +407,12 @@ fn median(times: &[f64]) -> f64 {
     t[t.len() / 2]
 }
 
-/// Issue 26: every call on a kept-alive connection waited ~40 ms for the client's delayed
-/// ACK, because accepted sockets kept Nagle on. The TypeScript SDK's client (Node's fetch,
-/// as Claude Code, VS Code, Cursor and the Inspector use it) makes 100 sequential calls on
-/// one connection through the gateway and straight to server-everything over HTTP: the
-/// gateway's median stays within a few milliseconds of direct, far from the 40 ms stall.
-/// (The figures themselves are a benchmark: `cargo bench -p stowage-mcp --bench keepalive`.)
+/// Every call on a kept-alive connection once waited ~40 ms for the client's delayed ACK,
+/// because accepted sockets kept Nagle on. The TypeScript SDK's client (Node's fetch, as Claude
+/// Code, VS Code, Cursor and the Inspector use it) makes 100 sequential calls on one connection
+/// through the gateway and straight to server-everything over HTTP: the gateway's median stays
+/// within a few milliseconds of direct, far from the 40 ms stall. (The figures themselves are a
+/// benchmark: `cargo bench -p stowage-mcp --bench keepalive`.)
 #[tokio::test]
 async fn kept_alive_calls_from_the_typescript_sdk_stay_close_to_direct() {
     let Some(everything) = require(EVERYTHING) else { return };

@@ -16,12 +16,12 @@
 //! ```
 //!
 //! Backends: [`FsStore`] (files + SQLite, the default; feature `sqlite`, on by default),
-//! [`MemoryStore`], and [`NoOpStore`]
-//! (keeps nothing; seed RFC 7.4). The first two share one engine that holds all the policy —
-//! content ids, per-owner isolation, dedup, expiry, budgets and eviction, crash repair — over
-//! two small internal traits, an index of records and a blob store keyed by sha256, so a new
-//! backend pair implements storage primitives only. The `conformance` module (feature
-//! `conformance`) is the suite every backend must pass.
+//! [`MemoryStore`], and [`NoOpStore`] (keeps nothing; references it returns are marked
+//! `truncated`). The first two share one engine that holds all the policy — content ids,
+//! per-owner isolation, dedup, expiry, budgets and eviction, crash repair — over two small
+//! internal traits, an index of records and a blob store keyed by sha256, so a new backend pair
+//! implements storage primitives only. The `conformance` module (feature `conformance`) is the
+//! suite every backend must pass.
 //!
 //! Durability: a put is all-or-nothing. [`FsStore`] writes a temp file, fsyncs it, renames it
 //! to its content address, fsyncs the directory and only then inserts the index row, so a

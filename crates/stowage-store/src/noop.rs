@@ -1,6 +1,6 @@
-//! [`NoOpStore`]: the fallback when no store is configured (seed RFC 7.4). It keeps nothing,
-//! never fails a put, and answers with a reference marked `truncated` so that producers and
-//! the model can tell the bytes are gone.
+//! [`NoOpStore`]: the fallback when no store is configured. It keeps nothing, never fails a
+//! put, and answers with a reference marked `truncated` so that producers and the model can
+//! tell the bytes are gone.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,4 +1,5 @@
-//! Retention limits (seed RFC 7.1): TTL, size and count budgets, and what to do when full.
+//! Retention limits (README, `retention.*` keys): TTL, size and count budgets, and what to do
+//! when full.
 //!
 //! Budgets nest: a trace lies in a session, a session in a user, a user in a tenant, and a put
 //! must fit every one of them. Which owner ids decide *access* is not a retention matter but
@@ -59,10 +60,10 @@ pub struct RetentionConfig {
 }
 
 impl Default for RetentionConfig {
-    /// The seed's defaults: 1 h TTL, 50 MB per artifact, 500 MB per session, 100 MB per trace,
-    /// 1000 artifacts per session, 100 per trace, LRU eviction. The seed has no user or tenant
-    /// budget; ours default to 2 GiB per user (four full sessions) and 10 GiB per tenant, which
-    /// on a single-user machine (no tenant, no user) caps the whole store at 2 GiB.
+    /// The defaults: 1 h TTL, 50 MB per artifact, 500 MB per session, 100 MB per trace,
+    /// 1000 artifacts per session, 100 per trace, LRU eviction; 2 GiB per user (four full
+    /// sessions) and 10 GiB per tenant, which on a single-user machine (no tenant, no user)
+    /// caps the whole store at 2 GiB.
     fn default() -> Self {
         RetentionConfig {
             ttl: Duration::from_secs(3600),
@@ -84,7 +85,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn seed_defaults() {
+    fn defaults_are_the_documented_budgets() {
         let c = RetentionConfig::default();
         assert_eq!(c.ttl, Duration::from_secs(3600));
         assert_eq!(c.max_artifact_bytes, 52_428_800);

@@ -16,7 +16,7 @@ use stowage_transform::testing::MemorySink;
 use stowage_transform::{Pipeline, TransformConfig, TransformInput};
 
 /// A Tableau `download_workbook` CallToolResult whose text block holds `pdf_bytes` of PDF as
-/// base64 (the incident's shape, seed Appendix B).
+/// base64 (the shape of the incident the README opens with: JSON text in a text block).
 fn tableau(pdf_bytes: usize) -> Vec<u8> {
     let mut pdf = b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n".to_vec();
     let mut x: u64 = 0x9e3779b97f4a7c15;

@@ -1,12 +1,12 @@
-//! The final observation clamp (seed RFC 4.4): whatever the layers left, the observation the
-//! model reads is at most `max_observation_chars` characters.
+//! The final observation clamp: whatever the layers left, the observation the model reads is at
+//! most `max_observation_chars` characters.
 //!
 //! It runs last, after every artifact was collected and stored, so a marked or offloaded field
 //! is never lost to it: stubs are short and survive truncation, and the report already lists
 //! every artifact. Over the limit, the whole observation is stored as a JSON artifact when the
 //! sink keeps bytes (and the observation is over `auto_artifact_threshold`); otherwise, or when
 //! that store fails, it is truncated with its structure kept: long strings are cut with the
-//! seed's suffix, then the largest arrays and objects are halved until it fits.
+//! `truncation_suffix`, then the largest arrays and objects are halved until it fits.
 //!
 //! Each clamp emits an `observation_clamped` event: a `tracing` warning (target
 //! `stowage::observation_clamped`), the process-wide [`observations_clamped`] counter, and the

@@ -1,9 +1,9 @@
 //! [`TransformConfig`]: the `[transform]` section of `stowage.toml`, composed of one section per
 //! layer.
 //!
-//! Every field has a default (the seed RFC's where it has one) and unknown keys are refused, so
-//! a misspelt limit fails loudly instead of silently keeping its default. Each layer's own
-//! section lives next to the layer's code.
+//! Every field has a default (README, "Configuration: `stowage.toml`") and unknown keys are
+//! refused, so a misspelt limit fails loudly instead of silently keeping its default. Each
+//! layer's own section lives next to the layer's code.
 
 use serde::{Deserialize, Serialize};
 
@@ -45,7 +45,7 @@ pub struct TransformConfig {
     pub schema_fields: SchemaFieldsConfig,
     /// L0: the size safety net.
     pub size_net: SizeNetConfig,
-    /// The final observation clamp (seed RFC 4.4).
+    /// The final observation clamp.
     pub clamp: ClampConfig,
     /// L5: the external-command hook.
     pub hook: HookConfig,
@@ -102,10 +102,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn defaults_match_the_seed() {
+    fn defaults_are_the_documented_ones() {
         let c = TransformConfig::default();
         assert_eq!(c.inline_binary_max_bytes, 1024);
-        // The seed's 10000-character limit cut a 17 KB source file to a preview the model could
+        // A 10000-character limit once cut a 17 KB source file to a preview the model could
         // not read past: text is now limited by tokens, the characters are a ceiling.
         assert_eq!(c.max_inline_chars, 32_000);
         assert_eq!(c.max_inline_tokens, 8_000);

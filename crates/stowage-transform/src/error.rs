@@ -28,7 +28,7 @@ pub enum TransformError {
 }
 
 impl TransformError {
-    /// The seed's stable error code: `artifact_storage_failed` or `bad_request`.
+    /// The stable error code: `artifact_storage_failed` or `bad_request`.
     pub fn code(&self) -> &'static str {
         match self {
             TransformError::ArtifactStorageFailed { .. } => "artifact_storage_failed",

@@ -1,7 +1,7 @@
 //! [`Pipeline`]: runs the layers in order over one tool result and returns the rewritten result
 //! with its [`TransformReport`].
 //!
-//! Order (seed RFC 4.1), each step seeing what the previous one left:
+//! Order, each step seeing what the previous one left:
 //! 1. L5 custom transformers, then the external hook;
 //! 2. embedded JSON is parsed (JSON text inside strings, e.g. a text block);
 //! 3. L4 field rules and schema-marked fields (declared by people: always extracted);

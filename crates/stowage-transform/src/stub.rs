@@ -1,5 +1,5 @@
 //! What the model reads in place of an offloaded value: summaries, one-line string stubs,
-//! content blocks and the seed's `<artifact:…>` placeholders.
+//! content blocks and the `<artifact:…>` placeholders.
 //!
 //! One shape everywhere, so a model learns it once: a one-line summary that names the kind,
 //! the name when there is one, the size and the `artifact://` URI, followed by the details a
@@ -239,7 +239,7 @@ pub fn text_block(text: String) -> Value {
     json!({"type": "text", "text": text})
 }
 
-/// The seed's placeholder for a schema-marked field: `<artifact:dict size=42KB>`,
+/// The placeholder for a schema-marked field: `<artifact:dict size=42KB>`,
 /// `<artifact:list size=847 items>`, `<artifact:str size=12KB>`.
 pub fn placeholder(value: &Value, stored_bytes: u64) -> String {
     let compact = |n: u64| human_size(n).replace(' ', "");

@@ -263,7 +263,7 @@ pub(crate) enum Render {
     /// The slot is a resource contents entry (`{uri, mimeType, blob}`): `blob` is removed and
     /// `text` holds the stub, so the entry stays a valid (text) resource contents.
     BlobToText,
-    /// The seed's `<artifact:dict size=…>` placeholder, then the summary (schema-marked fields).
+    /// The `<artifact:dict size=…>` placeholder, then the summary (schema-marked fields).
     Placeholder { placeholder: String },
     /// The text's head and tail around the stub, which says how much is left out (L0 strings).
     TextPreview { head: String, tail: String, omitted: usize },

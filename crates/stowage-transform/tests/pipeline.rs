@@ -10,10 +10,10 @@ use serde_json::{Value, json};
 use stowage_transform::testing::{FailingSink, MemorySink, NoopSink};
 use stowage_transform::{CustomOutcome, FieldRule, Layer, Pipeline, TransformConfig, TransformInput};
 
-// ---------------------------------------------------------------- the incident (seed 1.1)
+// ---------------------------------------------------------------- the incident (README's opening)
 
-/// The Tableau 500 KB base64 PDF (Appendix B shape, JSON text in a text block) becomes at most
-/// 600 bytes of observation, whatever the tool is called.
+/// The Tableau 500 KB base64 PDF (JSON text in a text block) becomes at most 600 bytes of
+/// observation, whatever the tool is called.
 #[test]
 fn tableau_pdf_becomes_under_600_bytes() {
     let pdf = fake_pdf(375_000); // 500,000 base64 characters
@@ -582,8 +582,8 @@ fn dense_text(chars: usize) -> String {
     s
 }
 
-/// Issue 11: a 17 KB source file from `read_file` came back as a 335-character preview. Text
-/// now stays whole up to `max_inline_tokens`.
+/// A 17 KB source file from `read_file` once came back as a 335-character preview. Text now
+/// stays whole up to `max_inline_tokens`.
 #[test]
 fn text_stays_inline_up_to_the_token_budget() {
     let file = source_file(17_000);

@@ -1,7 +1,7 @@
 //! `stowage agent` and `POST /agent/runs` through the real binary: the stdio fixture as the
 //! upstream (an mcpServers file), the testkit's model stub as the model over HTTP. A missing
 //! or unreachable model is a one-line error at start; the route sits behind /mcp's auth and
-//! streams the seed's events ending in the payload.
+//! streams the run's events (README, "The agent planner") ending in the payload.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};

@@ -346,3 +346,114 @@ fn the_upstream_layer_imports_nothing_of_the_gateway_above_it() {
         imports.iter().filter(|(m, _)| !allowed.contains(&m.as_str())).map(|(m, p)| format!("crate::{m} in {}", p.display())).collect();
     assert!(wrong.is_empty(), "the upstream layer may import only {allowed:?}: {wrong:?}");
 }
+
+/// What a reference in code must not be: a project issue number or a document outside the
+/// repository (the first element names it in the failure). Built from parts so that this file
+/// does not match itself.
+const OUTSIDE: &[(&str, &str)] = &[
+    (concat!("seed", " rfc"), "a document outside the repository"),
+    (concat!("seeds", "/"), "a document outside the repository"),
+    (concat!("planner", " rfc"), "a document outside the repository"),
+    (concat!("peers", ".md"), "a document outside the repository"),
+    (concat!("design", ".md"), "a document outside the repository"),
+    (concat!("..", "/shared"), "a document outside the repository"),
+];
+
+/// Why `line` points outside the repository, if it does: a listed needle, an issue number
+/// (the word, a space, an optional `#`, digits) or an appendix letter (the word, a space, one
+/// letter that ends a word). Public specs (RFC 9112, SEP-1699, URLs) are not matched.
+fn outside_reference(line: &str) -> Option<&'static str> {
+    let lower = line.to_lowercase();
+    if let Some((_, why)) = OUTSIDE.iter().find(|(needle, _)| lower.contains(needle)) {
+        return Some(why);
+    }
+    let starts_word = |at: usize| !lower[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_');
+    let issue = concat!("iss", "ue ");
+    for (at, _) in lower.match_indices(issue) {
+        let rest = lower[at + issue.len()..].trim_start_matches('#');
+        if starts_word(at) && rest.starts_with(|c: char| c.is_ascii_digit()) {
+            return Some("an issue number (say the fact, or name the README/ARCHITECTURE/BENCHMARKS section)");
+        }
+    }
+    let appendix = concat!("appen", "dix ");
+    for (at, _) in lower.match_indices(appendix) {
+        let mut rest = lower[at + appendix.len()..].chars();
+        if rest.next().is_some_and(|c| c.is_ascii_lowercase()) && !rest.next().is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            return Some("an appendix of a document outside the repository");
+        }
+    }
+    None
+}
+
+/// The source files under `dir` a reader meets (`.rs`, `.py`, `.sh`, `.js`, `.toml`, …, and
+/// extensionless scripts when `scripts` is set); build output and vendored third-party code
+/// aside.
+fn sources(dir: &Path, scripts: bool, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if path.is_dir() {
+            if !["target", "node_modules", "vendor"].contains(&name.as_str()) {
+                sources(&path, scripts, out);
+            }
+            continue;
+        }
+        let ext = path.extension().map(|e| e.to_string_lossy().into_owned());
+        let ours = match ext.as_deref() {
+            Some(e) => ["rs", "py", "sh", "js", "mjs", "html", "css", "sql", "toml", "yml"].contains(&e),
+            None => scripts && std::fs::read(&path).is_ok_and(|b| b.starts_with(b"#!")),
+        };
+        if ours {
+            out.push(path);
+        }
+    }
+}
+
+/// ARCHITECTURE.md, "Who may import whom": references in code, tests, benches, scripts and
+/// fixtures point only at files in this repository. A project issue number or a section of a
+/// document kept elsewhere means nothing to a reader of a clone; say the fact, or name the
+/// README, ARCHITECTURE.md or BENCHMARKS.md section that explains it.
+#[test]
+fn code_refers_only_to_files_in_the_repository() {
+    let mut files = Vec::new();
+    for (dir, scripts) in [("crates", false), ("scripts", true), ("fuzz", false), (".ci", true)] {
+        sources(&root().join(dir), scripts, &mut files);
+    }
+    assert!(files.len() > 100, "found only {} source files under {}", files.len(), root().display());
+    let mut wrong = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        for (n, line) in text.lines().enumerate() {
+            if let Some(why) = outside_reference(line) {
+                let rel = file.strip_prefix(root()).unwrap_or(file);
+                wrong.push(format!("{}:{}: {why}: {}", rel.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "references that point outside the repository:\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn the_reference_check_tells_outside_documents_from_public_specs() {
+    let issue = concat!("Iss", "ue");
+    for bad in [
+        format!("/// {issue} 26: the gateway's memory"),
+        format!("// ({} #14)", issue.to_lowercase()),
+        format!("//! the read policy (Seed {}", "RFC §3.5)"),
+        format!("# see {}", concat!("../sha", "red/DES", "IGN.md")),
+        format!("\"\"\"the {} events\"\"\"", concat!("Appen", "dix B")),
+    ] {
+        assert!(outside_reference(&bad).is_some(), "not caught: {bad}");
+    }
+    for good in [
+        "//! (RFC 9112 §3.2): more than one `Host` header",
+        "// SEP-1699: the server may close the SSE stream",
+        "fn pattern(len: usize, seed: u8) -> Vec<u8> {",
+        "let tissue = 5; // reissue 3 times",
+        "//! (an example is provided in the appendix below)",
+        "// issues 26 and 30 are named in BENCHMARKS.md, not here",
+    ] {
+        assert!(outside_reference(good).is_none(), "wrongly caught: {good}");
+    }
+}

@@ -341,9 +341,9 @@ async fn artifacts_page_and_filter_by_kind() {
     assert_eq!(s.get_json("/api/artifacts/art_0000000000000000", None).await.0, 404);
 }
 
-/// Issue 26: one upstream that cannot list its templates (here one without
-/// `resources/templates/list`, with a session per client) no longer fails the whole page: the
-/// others' resources and templates are listed, and the one that failed is named.
+/// One upstream that cannot list its templates (here one without `resources/templates/list`,
+/// with a session per client) no longer fails the whole page: the others' resources and
+/// templates are listed, and the one that failed is named.
 #[tokio::test]
 async fn a_list_one_upstream_cannot_give_is_named_beside_what_the_others_listed() {
     let fixture = stowage_testkit::fixture_bin();

@@ -1,6 +1,6 @@
-//! Issue 26: the gateway's memory must not grow with the call rate. Every finished request's
-//! SSE stream used to stay replayable for the resume window (30 s) at about 14 KB each, so a
-//! busy gateway climbed to a gigabyte. A stream delivered whole is now forgotten at once.
+//! The gateway's memory must not grow with the call rate. Every finished request's SSE stream
+//! used to stay replayable for the resume window (30 s) at about 14 KB each, so a busy gateway
+//! climbed to a gigabyte. A stream delivered whole is now forgotten at once.
 //!
 //! `stowage serve` in front of the stdio fixture, two clients on kept-alive connections with
 //! SSE answers: the server's resident memory after 20,000 calls stays within [`BOUND_MB`] of

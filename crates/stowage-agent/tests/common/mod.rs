@@ -97,7 +97,7 @@ pub(crate) async fn harness_full(
 pub(crate) enum Upstream {
     /// The testkit's `stowage-fixture` (Rust, stdio).
     Fixture,
-    /// `tests/fixtures/rfc_tools.py` on FastMCP 4.1.2 (Python, stdio): the RFC's tools as
+    /// `tests/fixtures/rfc_tools.py` on FastMCP 4.1.2 (Python, stdio): Pydantic-marked tools as
     /// Python authors write them. The argument is its cancellation marker file.
     FastMcp(std::path::PathBuf, std::path::PathBuf),
 }
@@ -107,7 +107,7 @@ pub(crate) fn fastmcp_python() -> Option<std::path::PathBuf> {
     stowage_testkit::require_peer("venv/bin/python")
 }
 
-/// A harness over the RFC's FastMCP tools; `None` when the peer is missing.
+/// A harness over the FastMCP tools of `tests/fixtures/rfc_tools.py`; `None` when the peer is missing.
 pub(crate) async fn fastmcp_harness(
     script: Vec<Turn>,
     backend: Backend,

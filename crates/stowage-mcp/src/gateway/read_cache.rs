@@ -1,7 +1,7 @@
-//! The resource read cache (the seed's ResourceCache): a `resources/read` result after the
-//! offload — its artifacts already in the store — kept per upstream, URI and owner (and, for a
-//! `per_client` upstream, per client session), for `gateway.resources.cache_ttl_secs` or the
-//! upstream's `ttlMs` if shorter.
+//! The resource read cache: a `resources/read` result after the offload — its artifacts
+//! already in the store — kept per upstream, URI and owner (and, for a `per_client` upstream,
+//! per client session), for `gateway.resources.cache_ttl_secs` or the upstream's `ttlMs` if
+//! shorter.
 //!
 //! What is kept is small (the bytes are artifacts; only stubs and small inline content stay),
 //! and the links are minted on every answer, so a hit never hands out an expired link. Entries

@@ -2,13 +2,13 @@
 //! the upstream as base64 and reaches the client as a one-line text, the artifact's reference
 //! and a signed link, exactly as a tool result's would.
 //!
-//! The read policy (seed RFC §3.5): text contents up to `resources.inline_text_if_under_chars`
-//! stay inline, longer text becomes an artifact, and a blob above
-//! `transform.inline_binary_max_bytes` becomes an artifact. The pipeline already knows a
-//! `contents` entry (its blob becomes a text stub that keeps the entry's `uri`); long text is
-//! handed to it as a blob of its UTF-8 bytes so that every offload takes the same road to the
-//! store (sniffing, dedupe, summaries, events): one encode of text that is leaving the context
-//! anyway.
+//! The read policy (README, "Resources"): text contents up to
+//! `resources.inline_text_if_under_chars` stay inline, longer text becomes an artifact, and a
+//! blob above `transform.inline_binary_max_bytes` becomes an artifact. The pipeline already
+//! knows a `contents` entry (its blob becomes a text stub that keeps the entry's `uri`); long
+//! text is handed to it as a blob of its UTF-8 bytes so that every offload takes the same road
+//! to the store (sniffing, dedupe, summaries, events): one encode of text that is leaving the
+//! context anyway.
 //!
 //! The offloaded read ([`OffloadedRead`]) is what the gateway's read cache keeps; the contract
 //! is applied on every answer ([`Shaper::read_answer`]), so a cached read never hands out a

@@ -24,7 +24,7 @@
 //! | `env` | the names of the variables in the fixture's environment, sorted |
 //! | `stderr_noise` | writes a non-UTF-8 line and a `bytes`-long line to stderr, then answers |
 //! | `task_image` | task-capable (`task` param): the task's result is a 1 MB PNG image block |
-//! | `analyze_sales` | the planner seed's Appendix A: `chart_options` (~40 KB, `artifact` + `stream`, `stream_id` `sales_chart`, one partial chunk sent live as progress `_meta["io.stowage/artifact_chunk"]` when a progress token is given) and `raw_data` (847 items, `x-artifact`) |
+//! | `analyze_sales` | a sales analysis with marked fields: `chart_options` (~40 KB, `artifact` + `stream`, `stream_id` `sales_chart`, one partial chunk sent live as progress `_meta["io.stowage/artifact_chunk"]` when a progress token is given) and `raw_data` (847 items, `x-artifact`) |
 //! | `search_docs` | `x-produces-sources` results with a `source_field` mapping, duplicates included |
 //! | `tool_error` | a result with `isError: true` |
 //! | `get_links` | `resource_link`s to a small note, the 200 KB report and a resource that does not exist |
@@ -145,7 +145,7 @@ fn tool(name: &str, props: Value) -> Value {
     json!({"name": name, "description": format!("fixture tool {name}"), "inputSchema": {"type": "object", "properties": props}})
 }
 
-/// The seed's `SalesAnalysisResult`: light fields for the model, two marked artifacts.
+/// A `SalesAnalysisResult`: light fields for the model, two marked artifacts.
 fn analyze_sales_tool() -> Value {
     json!({
         "name": "analyze_sales",

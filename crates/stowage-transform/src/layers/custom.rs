@@ -1,6 +1,6 @@
-//! L5: custom transformers, the escape hatch (seed RFC 3.6). They see the raw result first and
-//! may rewrite it; the built-in layers then still run on what they return, unless a
-//! transformer says its output is final (then only the observation clamp follows).
+//! L5: custom transformers, the escape hatch for what no built-in layer does. They see the raw
+//! result first and may rewrite it; the built-in layers then still run on what they return,
+//! unless a transformer says its output is final (then only the observation clamp follows).
 //!
 //! A failing transformer becomes a warning and the result goes on unchanged: user code can
 //! never lose a tool result. Small closures implement the trait:

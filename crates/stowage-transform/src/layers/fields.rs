@@ -9,8 +9,8 @@
 //! fields: `{name}`, `{size_human}`, `{mime}`, `{filename}`, `{content_type}`, `{artifact_id}`,
 //! `{uri}`, `{ext}`, and any sibling like `{view_name}`.
 //!
-//! The shipped presets (on unless `presets = false`) cover the Tableau tools of the seed's
-//! Appendix B: `download_workbook.content` and `get_view_as_pdf.pdf_data`.
+//! The shipped presets (on unless `presets = false`) cover the Tableau MCP server's heavy
+//! fields: `download_workbook.content` and `get_view_as_pdf.pdf_data`.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -63,7 +63,7 @@ pub struct FieldRule {
     pub summary: Option<String>,
 }
 
-/// The shipped presets (seed Appendix B).
+/// The shipped presets: the Tableau MCP server's base64 fields.
 pub fn presets() -> Vec<FieldRule> {
     vec![
         FieldRule {

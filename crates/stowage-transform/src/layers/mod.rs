@@ -1,4 +1,4 @@
-//! The layers, in the order the pipeline runs them (seed RFC 4.1):
+//! The layers, in the order the pipeline runs them (see [`crate::pipeline`]):
 //!
 //! | module | layer | what it does |
 //! |---|---|---|

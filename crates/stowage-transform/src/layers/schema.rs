@@ -1,7 +1,7 @@
-//! Schema-marked fields (structured-planner RFC section 2): when a tool's output schema marks
-//! a property `"artifact": true` or `"x-artifact": true`, that property is always extracted,
-//! whatever its size or type, and the model sees the seed's placeholder (`<artifact:dict
-//! size=42KB>`, `<artifact:list size=847 items>`) followed by the reference.
+//! Schema-marked fields (README, "The agent planner"): when a tool's output schema marks a
+//! property `"artifact": true` or `"x-artifact": true`, that property is always extracted,
+//! whatever its size or type, and the model sees a placeholder (`<artifact:dict size=42KB>`,
+//! `<artifact:list size=847 items>`) followed by the reference.
 //!
 //! Marks are found under `properties` at any depth and through `items` (which match every
 //! element). For a `CallToolResult` the schema describes `structuredContent`; the JSON text

@@ -34,7 +34,7 @@ pub struct TypedContentConfig {
     pub enabled: bool,
     /// Image blocks (`{"type": "image"}`) whose decoded size is under this many bytes stay
     /// image blocks instead of becoming artifacts, for a model that reads images. Default 1024
-    /// (the seed's inline threshold, `inline_binary_max_bytes`: nothing more is kept).
+    /// (the inline threshold, `inline_binary_max_bytes`: nothing more is kept).
     pub keep_images_under_bytes: u64,
 }
 

@@ -58,7 +58,7 @@ pub(crate) fn corpus(name: &str) -> Vec<u8> {
     std::fs::read(format!("{}/tests/corpus/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
 }
 
-/// The Tableau incident: a CallToolResult whose text block holds the tool's JSON (Appendix B).
+/// The Tableau incident: a CallToolResult whose text block holds the tool's JSON.
 pub(crate) fn tableau_result(pdf: &[u8]) -> Value {
     let inner = json!({"content": b64(pdf), "name": "Sales Dashboard", "format": "pdf"});
     json!({"content": [{"type": "text", "text": inner.to_string()}], "isError": false})
