@@ -19,8 +19,8 @@
 //!   opened and abandoned every second; `fx` killed every minute (the gateway restarts it).
 //!   Per window: calls, errors by kind, p50/p99 of the small calls through the gateway and
 //!   direct, RSS. At the end every artifact made is downloaded again with a fresh link and
-//!   hashed: every one still stored must match (one the retention budgets evicted meanwhile,
-//!   `max_session_bytes` under the default 500 MB per session, is reported as missing).
+//!   hashed: every one must be there and match (the run's retention budgets hold all it
+//!   stores, so a missing one is lost, not evicted).
 //!
 //! Needs the peers (`scripts/gateway-peers.sh`; `STOWAGE_PEERS_DIR`) and a release build.
 //! Reproduce: `cargo bench -p stowage --bench serve_load -- rate` (or `sessions`, `soak`,
@@ -214,8 +214,14 @@ type Made = Arc<Mutex<BTreeMap<String, String>>>;
 async fn soak(secs: u64) {
     let (_server, direct) = everything().await;
     let fixture = stowage_testkit::fixture_bin();
+    // 70 clients list tools, and under the per_client default each gets its own session with
+    // both upstreams: the per-upstream cap is raised above that, or the least recently used
+    // active client's session would be closed for every newcomer (what the cap is for, but not
+    // what this run measures). The retention budgets hold everything the run stores (about
+    // 4 GB of uploads), so every artifact made can be checked at the end.
     let config = format!(
-        "[gateway]\nmax_sessions_per_identity = 256\nrequest_timeout_secs = 120\nmax_request_bytes = 67108864\n\n\
+        "[gateway]\nmax_sessions_per_identity = 256\nmax_upstream_sessions = 128\nrequest_timeout_secs = 120\nmax_request_bytes = 67108864\n\n\
+         [retention]\nmax_session_bytes = 8589934592\nmax_user_bytes = 8589934592\nmax_tenant_bytes = 17179869184\nmax_artifacts_per_session = 100000\n\n\
          [gateway.servers.everything]\nurl = \"{direct}\"\n\n\
          [gateway.servers.fx]\ncommand = {:?}\n",
         fixture.to_str().unwrap()
@@ -246,7 +252,7 @@ async fn soak(secs: u64) {
                 let started = Instant::now();
                 let r = c.call(&tool, json!({"bytes": bytes})).await;
                 let checked = match r {
-                    Ok(v) => match v["structuredContent"]["assets"].as_array().and_then(|a| a.first()).cloned() {
+                    Ok(v) => match v["_meta"]["io.stowage/assets"].as_array().and_then(|a| a.first()).cloned() {
                         Some(asset) => {
                             let link = asset["uri"].as_str().unwrap_or_default().to_owned();
                             match http.get(&link).send().await {
