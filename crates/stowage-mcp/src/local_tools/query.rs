@@ -324,6 +324,35 @@ mod tests {
     }
 
     #[test]
+    fn a_big_selection_fits_each_hosts_own_limits() {
+        // 15,000 rows of a structured result, queried as each host: the text the model reads
+        // stays within that host's published limits (Codex: 10 KiB and 256 lines; Claude
+        // Code: 10,000 o200k tokens), and the answer says it was cut and how to narrow it.
+        let doc = json!({"rows": (0..15_000).map(|i| json!({"id": i, "name": format!("row {i}"), "total": i * 3})).collect::<Vec<_>>()});
+        let bytes = Bytes::from(serde_json::to_vec(&doc).unwrap());
+        let hosts = crate::hosts::Hosts::default();
+        for (name, max_bytes, max_lines, max_tokens) in
+            [("codex", 10 * 1024, 256, u64::MAX), ("claude-code", usize::MAX, usize::MAX, 10_000), ("default", usize::MAX, usize::MAX, u64::MAX)]
+        {
+            let host = hosts.by_name(name).unwrap();
+            let hints = ReadHints::for_host(&host);
+            for args in [json!({"pointer": "/rows"}), json!({"jmespath": "rows[?total > `100`]"})] {
+                let v = answer(&bytes, "t_0123456789abcdef", parse(&args).unwrap(), &hints).unwrap();
+                let seen = match host.sees {
+                    crate::hosts::Sees::Structured => v["structuredContent"].to_string(),
+                    _ => v["content"].as_array().unwrap().iter().filter_map(|b| b["text"].as_str()).collect::<Vec<_>>().join("\n"),
+                };
+                assert!(seen.len() <= max_bytes, "{name} {args}: {} bytes", seen.len());
+                assert!(seen.lines().count() <= max_lines, "{name} {args}: {} lines", seen.lines().count());
+                let tokens = stowage_transform::tokens::count_exact(&seen);
+                assert!(tokens <= max_tokens, "{name} {args}: {tokens} tokens");
+                assert_eq!(v["structuredContent"]["truncated"], true, "{name} {args}");
+                assert!(seen.contains("narrow it"), "{name} {args}: {}", &seen[..seen.len().min(400)]);
+            }
+        }
+    }
+
+    #[test]
     fn big_selections_are_cut_keeping_their_type() {
         let doc = rows();
         let v = run(&doc, json!({"pointer": "/rows"})).unwrap();
