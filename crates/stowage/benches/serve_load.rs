@@ -24,7 +24,8 @@
 //!
 //! Needs the peers (`scripts/gateway-peers.sh`; `STOWAGE_PEERS_DIR`) and a release build.
 //! Reproduce: `cargo bench -p stowage --bench serve_load -- rate` (or `sessions`, `soak`,
-//! `soak 30`). Not part of the test command.
+//! `soak 30`; with `SOAK_UPSTREAM=stowage` the soak's HTTP upstream is another `stowage serve`
+//! in front of `stowage-fixture` instead of server-everything). Not part of the test command.
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
@@ -212,8 +213,21 @@ async fn sessions(n: usize) {
 type Made = Arc<Mutex<BTreeMap<String, String>>>;
 
 async fn soak(secs: u64) {
-    let (_server, direct) = everything().await;
     let fixture = stowage_testkit::fixture_bin();
+    // `SOAK_UPSTREAM=stowage`: the HTTP upstream is another `stowage serve` in front of
+    // `stowage-fixture` instead of server-everything, to tell the gateway's share of a latency
+    // from Node's.
+    let (_node, _rust_upstream, direct) = if std::env::var("SOAK_UPSTREAM").is_ok_and(|v| v == "stowage") {
+        let config =
+            format!("[gateway]\nmax_sessions_per_identity = 1024\n\n[gateway.servers.fx]\ncommand = {:?}\n", fixture.to_str().unwrap());
+        let upstream = Serve::start(&config).await;
+        let url = upstream.url.clone();
+        println!("upstream `everything`: stowage serve in front of stowage-fixture at {url}");
+        (None, Some(upstream), url)
+    } else {
+        let (node, url) = everything().await;
+        (Some(node), None, url)
+    };
     // 70 clients list tools, and under the per_client default each gets its own session with
     // both upstreams: the per-upstream cap is raised above that, or the least recently used
     // active client's session would be closed for every newcomer (what the cap is for, but not
@@ -243,7 +257,7 @@ async fn soak(secs: u64) {
         let (http, url, stop, tally, made) = (http.clone(), serve.url.clone(), stop.clone(), big.clone(), made.clone());
         handles.push(tokio::spawn(async move {
             let mut c = Mcp::connect(&http, &url, json!({})).await.unwrap();
-            let tool = c.tool_named("get_view_pdf").await;
+            let tool = c.tool_named("fx_get_view_pdf").await;
             let mut n = i;
             while !stop.load(Ordering::Relaxed) {
                 // Eight sizes in turn: a few distinct 37.5 MB blobs, not one per call.
