@@ -331,9 +331,11 @@ mod tests {
         let doc = json!({"rows": (0..15_000).map(|i| json!({"id": i, "name": format!("row {i}"), "total": i * 3})).collect::<Vec<_>>()});
         let bytes = Bytes::from(serde_json::to_vec(&doc).unwrap());
         let hosts = crate::hosts::Hosts::default();
-        for (name, max_bytes, max_lines, max_tokens) in
-            [("codex", 10 * 1024, 256, u64::MAX), ("claude-code", usize::MAX, usize::MAX, 10_000), ("default", usize::MAX, usize::MAX, u64::MAX)]
-        {
+        for (name, max_bytes, max_lines, max_tokens) in [
+            ("codex", 10 * 1024, 256, u64::MAX),
+            ("claude-code", usize::MAX, usize::MAX, 10_000),
+            ("default", usize::MAX, usize::MAX, u64::MAX),
+        ] {
             let host = hosts.by_name(name).unwrap();
             let hints = ReadHints::for_host(&host);
             for args in [json!({"pointer": "/rows"}), json!({"jmespath": "rows[?total > `100`]"})] {
