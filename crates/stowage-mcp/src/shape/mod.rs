@@ -196,11 +196,6 @@ impl Shaper {
         self
     }
 
-    /// The link signer, whatever the host; `None` when links are off.
-    pub(crate) fn links(&self) -> Option<&dyn LinkMinter> {
-        self.links.as_deref()
-    }
-
     /// The links `host`'s answers carry: none for a profile without signed links.
     fn links_for(&self, host: &HostProfile) -> Option<&dyn LinkMinter> {
         self.links.as_deref().filter(|_| host.signed_links)
