@@ -131,20 +131,25 @@ pub(crate) async fn run(config: &Config, source: &ConfigSource, store: &StoreLoc
     if tools {
         problems += print_tools(config, &plan).await;
     }
-    let mut agent_down = None;
     // The agent as serve checks it: a configuration that cannot work refuses to start there
     // (an error here, from `?`), a model that does not answer (or not as configured) leaves
     // /agent/runs answering 503 while the gateway serves: a warning here, as a down upstream is.
-    match crate::cmd::agent::configured_model(&config.agent)? {
-        None => println!("agent: off (no [agent] base_url and model)"),
+    let agent_down = match crate::cmd::agent::configured_model(&config.agent)? {
+        None => {
+            println!("agent: off (no [agent] base_url and model)");
+            None
+        }
         Some(model) => match model.check().await {
-            Ok(()) => println!("agent: model {} at {} answers", config.agent.model, config.agent.base_url),
+            Ok(()) => {
+                println!("agent: model {} at {} answers", config.agent.model, config.agent.base_url);
+                None
+            }
             Err(e) => {
                 println!("agent: warning: {e} (serve starts, with /agent/runs answering 503 until the model answers)");
-                agent_down = Some(e);
+                Some(e)
             }
         },
-    }
+    };
     store_check?;
     anyhow::ensure!(problems == 0, "{problems} server entr{} cannot be served as configured", if problems == 1 { "y" } else { "ies" });
     if warnings > 0 {
