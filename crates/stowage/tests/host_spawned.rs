@@ -148,8 +148,16 @@ fn peers() -> Option<(PathBuf, PathBuf)> {
     Some((stowage_testkit::require_peer(PYTHON)?, stowage_testkit::require_peer(EVERYTHING)?))
 }
 
+/// A free port to configure: taken from below Linux's ephemeral range (32768 and up), so that
+/// no outgoing connection (the Python client's, npm's) can be given it between this check and
+/// the link server's bind, which would send links to the store's own port instead.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    let seed = u64::from(std::process::id()) << 32 | u64::from(nanos);
+    (0..4000u64)
+        .map(|i| 20_000 + (seed.wrapping_mul(2_654_435_761).wrapping_add(i * 7_919) % 12_000) as u16)
+        .find(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        .expect("a free port between 20000 and 32000")
 }
 
 fn tool_names(seen: &Value) -> Vec<String> {
@@ -251,6 +259,15 @@ async fn links_outlive_the_session_for_two_hosts_at_once_and_a_restart() {
     }
     let (status, _) = text(&m.run(&["links", "status"]));
     assert!(status.starts_with("no link server runs for the store"), "{status}");
+
+    // The next host starts a new link server for the store, on the same port and with the
+    // store's keys: the link minted before the old server was gone downloads again.
+    let (d, _) = m.session(&python, url_calls(&id)).await;
+    assert!(link_of(&d["calls"][0]).starts_with(&base));
+    assert_eq!(download(&links[0]).await.unwrap(), (200, NOTE.to_owned()), "{}", links[0]);
+    let (status, _) = text(&m.run(&["links", "status"]));
+    assert!(status.contains(&format!("served at http://127.0.0.1:{port}/artifacts/")), "{status}");
+    assert!(!status.contains(&format!("by pid {pid} ")), "a new server: {status}");
 }
 
 /// The configured port held by another program: the store's link server takes its own port
