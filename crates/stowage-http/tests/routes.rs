@@ -66,8 +66,7 @@ impl World {
 
     /// The path part of a fresh signed link for `r`, as its owner would get it.
     fn link(&self, r: &ArtifactRef) -> String {
-        let link = self.signer.artifact_link(&r.id, &r.scope.owner(), NOW, None);
-        link.url.strip_prefix("http://127.0.0.1:8787").unwrap().to_string()
+        path_of(&self.signer.artifact_link(&r.id, &r.scope.owner(), NOW, None).url)
     }
 
     async fn send(&self, req: Request<Body>) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
@@ -84,6 +83,23 @@ impl World {
             req = req.header(*k, *v);
         }
         self.send(req.body(Body::empty()).unwrap()).await
+    }
+}
+
+/// The path and query of a link minted for the default public URL.
+fn path_of(url: &str) -> String {
+    url.strip_prefix("http://127.0.0.1:8787").unwrap().to_owned()
+}
+
+/// Each `(what, uri, status, code)` is refused with that status and error code, as JSON, and
+/// without a byte of the artifact.
+async fn assert_refused(w: &World, cases: impl IntoIterator<Item = (&str, String, StatusCode, &str)>) {
+    for (what, uri, status, code) in cases {
+        let (got, h, body) = w.get(&uri, &[]).await;
+        assert_eq!(got, status, "{what}: {}", String::from_utf8_lossy(&body));
+        assert_eq!(error_code(&body), code, "{what}");
+        assert_eq!(h["content-type"], "application/json", "{what}");
+        assert!(!String::from_utf8_lossy(&body).contains("secret bytes"), "{what}");
     }
 }
 
@@ -206,10 +222,8 @@ async fn compact_links_refuse_every_tampered_swapped_truncated_or_expired_form()
     // A good token of s1's, presented for s2's artifact; and one minted for s1's owner over
     // s2's artifact, which s1's owner does not hold.
     let swapped = format!("/artifacts/{}?token={token}", other.id);
-    let not_theirs = w.signer.artifact_link_until(&other.id, &r.scope.owner(), NOW + 60).url;
-    let not_theirs = not_theirs.strip_prefix("http://127.0.0.1:8787").unwrap().to_owned();
-    let expired = w.signer.artifact_link_until(&r.id, &r.scope.owner(), NOW).url;
-    let expired = expired.strip_prefix("http://127.0.0.1:8787").unwrap().to_owned();
+    let not_theirs = path_of(&w.signer.artifact_link_until(&other.id, &r.scope.owner(), NOW + 60).url);
+    let expired = path_of(&w.signer.artifact_link_until(&r.id, &r.scope.owner(), NOW).url);
     let cases = [
         ("mac changed", format!("{base}?token={flipped}"), StatusCode::FORBIDDEN, "artifact_forbidden"),
         ("truncated", format!("{base}?token={}", &token[..token.len() - 4]), StatusCode::FORBIDDEN, "artifact_forbidden"),
@@ -219,13 +233,7 @@ async fn compact_links_refuse_every_tampered_swapped_truncated_or_expired_form()
         ("on a path that is not an artifact id", format!("/artifacts/nope?token={token}"), StatusCode::FORBIDDEN, "artifact_forbidden"),
         ("expired", expired, StatusCode::GONE, "artifact_url_expired"),
     ];
-    for (what, uri, status, code) in cases {
-        let (got, h, body) = w.get(&uri, &[]).await;
-        assert_eq!(got, status, "{what}: {}", String::from_utf8_lossy(&body));
-        assert_eq!(error_code(&body), code, "{what}");
-        assert_eq!(h["content-type"], "application/json", "{what}");
-        assert!(!String::from_utf8_lossy(&body).contains("secret bytes"), "{what}");
-    }
+    assert_refused(&w, cases).await;
     let (status, _, body) = w.get(&good, &[]).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body, b"secret bytes of s1");
@@ -273,13 +281,7 @@ async fn bad_tokens_get_the_right_codes() {
             "artifact_forbidden",
         ),
     ];
-    for (what, uri, status, code) in cases {
-        let (got, h, body) = w.get(&uri, &[]).await;
-        assert_eq!(got, status, "{what}");
-        assert_eq!(error_code(&body), code, "{what}");
-        assert_eq!(h["content-type"], "application/json", "{what}");
-        assert!(!String::from_utf8_lossy(&body).contains("secret bytes"), "{what}");
-    }
+    assert_refused(&w, cases).await;
     let (status, _, _) = w.get(&format!("{base}?token={good}"), &[]).await;
     assert_eq!(status, StatusCode::OK);
 }
@@ -409,7 +411,7 @@ async fn links_follow_the_store_isolation() {
             Isolation::User => {
                 assert_eq!((status, body), (StatusCode::OK, b"stored from b".to_vec()));
                 let (_, link) = fresh.expect("a fresh link from another session of the user");
-                let path = link.url.strip_prefix("http://127.0.0.1:8787").unwrap().to_owned();
+                let path = path_of(&link.url);
                 assert_eq!(get(path).await.0, StatusCode::OK);
             }
             Isolation::Session => {
