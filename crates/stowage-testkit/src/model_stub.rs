@@ -1,9 +1,12 @@
-//! A model server of our own for the agent's tests: it speaks OpenAI Chat Completions
-//! (`POST /v1/chat/completions`) and Anthropic Messages (`POST /v1/messages`) over real HTTP,
-//! plays back a scripted conversation one [`Turn`] per request, streams like the real APIs
-//! (`data:` chunks ending in `[DONE]`; `message_start` … `message_stop` events; tool-call
-//! arguments in fragments), and records every request body, so tests assert on exactly what
-//! the model was sent.
+//! A model server of our own for the agent's and the real hosts' tests: it speaks OpenAI Chat
+//! Completions (`POST /v1/chat/completions`), the OpenAI Responses API (`POST /v1/responses`,
+//! what Codex CLI speaks) and Anthropic Messages (`POST /v1/messages`, with
+//! `/v1/messages/count_tokens`, what Claude Code speaks) over real HTTP, plays back a scripted
+//! conversation one [`Turn`] per request, or asks a [`Plan`] for each turn from what the
+//! request holds (a host's tool results decide the next call), streams like the real APIs
+//! (`data:` chunks ending in `[DONE]`; `message_start` … `message_stop` events;
+//! `response.created` … `response.completed` events; tool-call arguments in fragments), and
+//! records every request body, so tests assert on exactly what the model was sent.
 //!
 //! No model API is reachable from the test machines, and a mock inside the client would not
 //! exercise the wire formats: this is the real protocol, scripted.
@@ -59,7 +62,11 @@ impl Turn {
     }
 }
 
-/// A reply to write, in either format.
+/// Picks each turn from the request a host sent (its path and body): how a test plays a model
+/// whose next call depends on what the last tool returned.
+pub type Plan = Arc<dyn Fn(&Recorded) -> Turn + Send + Sync>;
+
+/// A reply to write, in any format.
 struct Reply {
     text: String,
     calls: Vec<(String, String)>,
@@ -107,6 +114,17 @@ struct Inner {
     requests: Mutex<Vec<Recorded>>,
     /// What `GET /v1/models` lists.
     models: Mutex<Vec<String>>,
+    /// When set, every turn comes from it instead of the script.
+    plan: Mutex<Option<Plan>>,
+    /// Tool-call ids are unique across the stub's answers, as the real APIs' are (a host keys
+    /// its conversation on them).
+    next_call_id: std::sync::atomic::AtomicU64,
+}
+
+impl Inner {
+    fn call_id(&self) -> u64 {
+        self.next_call_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// A running stub; it stops when dropped.
@@ -130,6 +148,8 @@ impl ModelStub {
         let app = Router::new()
             .route("/v1/chat/completions", post(openai))
             .route("/v1/messages", post(anthropic))
+            .route("/v1/messages/count_tokens", post(count_tokens))
+            .route("/v1/responses", post(responses))
             .route("/v1/models", get(models))
             .with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind a loopback port");
@@ -138,6 +158,18 @@ impl ModelStub {
             let _ = axum::serve(listener, app).await;
         });
         ModelStub { addr, inner, task }
+    }
+
+    /// Starts the stub with a plan: every turn is `plan`'s answer to the request.
+    pub async fn planned(plan: Plan) -> ModelStub {
+        let stub = ModelStub::start(Vec::new()).await;
+        *stub.inner.plan.lock().unwrap() = Some(plan);
+        stub
+    }
+
+    /// `http://127.0.0.1:PORT`: what `ANTHROPIC_BASE_URL` takes.
+    pub fn origin(&self) -> String {
+        format!("http://{}", self.addr)
     }
 
     /// `http://127.0.0.1:PORT/v1`: what `agent.base_url` takes.
@@ -173,14 +205,36 @@ impl ModelStub {
 }
 
 async fn models(State(inner): State<Arc<Inner>>) -> impl IntoResponse {
-    let data: Vec<Value> = inner.models.lock().unwrap().iter().map(|m| json!({"id": m, "object": "model"})).collect();
-    axum::Json(json!({"object": "list", "data": data}))
+    // Both APIs' shapes at once: OpenAI's `object`/`id`, Anthropic's `type`/`display_name`.
+    let data: Vec<Value> = inner
+        .models
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|m| json!({"id": m, "object": "model", "type": "model", "display_name": m, "created_at": "2026-01-01T00:00:00Z"}))
+        .collect();
+    let last = data.last().and_then(|m| m.get("id")).cloned().unwrap_or(Value::Null);
+    let first = data.first().and_then(|m| m.get("id")).cloned().unwrap_or(Value::Null);
+    axum::Json(json!({"object": "list", "data": data, "has_more": false, "first_id": first, "last_id": last}))
+}
+
+/// `POST /v1/messages/count_tokens`: a rough count (a quarter of the body's bytes), as a host
+/// only uses it to decide when to compact.
+async fn count_tokens(body: Bytes) -> impl IntoResponse {
+    axum::Json(json!({"input_tokens": body.len() / 4}))
 }
 
 fn next_turn(inner: &Inner, path: &str, headers: HeaderMap, body: &Bytes) -> Turn {
     let text = String::from_utf8_lossy(body).into_owned();
+    let recorded = Recorded { path: path.to_owned(), headers, body: text.clone() };
+    let plan = inner.plan.lock().unwrap().clone();
+    if let Some(plan) = plan {
+        let turn = plan(&recorded);
+        inner.requests.lock().unwrap().push(recorded);
+        return turn;
+    }
     let keyed = inner.keyed.lock().unwrap().iter_mut().find(|(k, _)| text.contains(k.as_str())).map(|(_, s)| s.pop_front());
-    inner.requests.lock().unwrap().push(Recorded { path: path.to_owned(), headers, body: text });
+    inner.requests.lock().unwrap().push(recorded);
     if let Some(turn) = keyed {
         return turn.unwrap_or_else(|| Turn::Status(500, "the model stub's keyed script is exhausted".into()));
     }
@@ -303,8 +357,7 @@ async fn openai(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
         let calls: Vec<Value> = reply
             .calls
             .iter()
-            .enumerate()
-            .map(|(i, (n, a))| json!({"id": format!("call_{i}"), "type": "function", "function": {"name": n, "arguments": a}}))
+            .map(|(n, a)| json!({"id": format!("call_{}", inner.call_id()), "type": "function", "function": {"name": n, "arguments": a}}))
             .collect();
         let mut message = json!({"role": "assistant", "content": reply.text});
         if !calls.is_empty() {
@@ -315,6 +368,7 @@ async fn openai(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 7, "total_tokens": prompt_tokens + 7}}))
         .into_response();
     }
+    let ids: Vec<u64> = reply.calls.iter().map(|_| inner.call_id()).collect();
     sse(move |tx| async move {
         let chunk = |delta: Value, finish: Value| {
             json!({"id": "chatcmpl-stub", "object": "chat.completion.chunk", "created": 0, "model": "stub-model",
@@ -332,7 +386,7 @@ async fn openai(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
             return;
         }
         for (i, (name, args)) in reply.calls.iter().enumerate() {
-            let head = json!({"tool_calls": [{"index": i, "id": format!("call_{i}"), "type": "function", "function": {"name": name, "arguments": ""}}]});
+            let head = json!({"tool_calls": [{"index": i, "id": format!("call_{}", ids[i]), "type": "function", "function": {"name": name, "arguments": ""}}]});
             send(&tx, None, &chunk(head, Value::Null)).await;
             for p in pieces(args, 7) {
                 out_tokens += 1;
@@ -378,15 +432,16 @@ async fn anthropic(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: By
         if !reply.text.is_empty() {
             content.push(json!({"type": "text", "text": reply.text}));
         }
-        for (i, (n, a)) in reply.calls.iter().enumerate() {
+        for (n, a) in &reply.calls {
             // The API always sends input as an object; a raw text that is none is sent as a string.
             let input = serde_json::from_str::<Value>(a).unwrap_or_else(|_| json!(a));
-            content.push(json!({"type": "tool_use", "id": format!("toolu_{i}"), "name": n, "input": input}));
+            content.push(json!({"type": "tool_use", "id": format!("toolu_{}", inner.call_id()), "name": n, "input": input}));
         }
         return axum::Json(json!({"id": "msg_stub", "type": "message", "role": "assistant", "model": "stub-model", "content": content,
             "stop_reason": stop, "stop_sequence": null, "usage": {"input_tokens": input_tokens, "output_tokens": 7}}))
         .into_response();
     }
+    let ids: Vec<u64> = reply.calls.iter().map(|_| inner.call_id()).collect();
     sse(move |tx| async move {
         let ev = |kind: &str, mut data: Value| {
             data["type"] = json!(kind);
@@ -416,7 +471,7 @@ async fn anthropic(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: By
             index += 1;
         }
         for (i, (name, args)) in reply.calls.iter().enumerate() {
-            let id = format!("toolu_{i}");
+            let id = format!("toolu_{}", ids[i]);
             let (k, d) = ev(
                 "content_block_start",
                 json!({"index": index, "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}),
@@ -443,5 +498,118 @@ async fn anthropic(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: By
         send(&tx, Some(&k), &d).await;
         let (k, d) = ev("message_stop", json!({}));
         send(&tx, Some(&k), &d).await;
+    })
+}
+
+/// `POST /v1/responses`, the OpenAI Responses API (what Codex CLI speaks): the reply as output
+/// items, a `message` with `output_text` and one `function_call` per tool call, streamed as
+/// `response.created`, `response.output_item.added`, `response.output_text.delta` /
+/// `response.function_call_arguments.delta`, `response.output_item.done` and
+/// `response.completed` events, or as one `response` object when not streamed.
+async fn responses(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) -> Response {
+    let mut turn = next_turn(&inner, "/v1/responses", headers, &body);
+    if let Turn::After(d, t) = turn {
+        tokio::time::sleep(d).await;
+        turn = *t;
+    }
+    if let Some(r) = special(&turn, true).await {
+        return r;
+    }
+    let input_tokens = body.len() / 4;
+    let whole = matches!(turn, Turn::Whole(_)) || !wants_stream(&body);
+    let reply = Reply::of(turn);
+    let response_id = format!("resp_{}", inner.call_id());
+    let msg_id = format!("msg_{response_id}");
+    let message_item = move |status: &str, text: &str| {
+        json!({"type": "message", "id": msg_id, "role": "assistant", "status": status,
+               "content": if text.is_empty() && status == "in_progress" { json!([]) } else { json!([{"type": "output_text", "text": text, "annotations": []}]) }})
+    };
+    let calls: Vec<(String, String, String, String)> = reply
+        .calls
+        .iter()
+        .map(|(name, args)| {
+            let n = inner.call_id();
+            (format!("fc_{n}"), format!("call_{n}"), name.clone(), args.clone())
+        })
+        .collect();
+    // Codex offers a server's MCP tools in a namespace (`mcp__<server>`) and wants calls to
+    // name it: a scripted `mcp__<server>__<tool>` is split so.
+    let call_item = |(id, call_id, name, args): &(String, String, String, String), status: &str, with_args: bool| {
+        let mut item = json!({"type": "function_call", "id": id, "call_id": call_id, "name": name,
+               "arguments": if with_args { args.as_str() } else { "" }, "status": status});
+        if let Some((namespace, tool)) = name.strip_prefix("mcp__").and_then(|rest| rest.split_once("__")) {
+            item["namespace"] = json!(format!("mcp__{namespace}"));
+            item["name"] = json!(tool);
+        }
+        item
+    };
+    let mut output = Vec::new();
+    if !reply.text.is_empty() {
+        output.push(message_item("completed", &reply.text));
+    }
+    output.extend(calls.iter().map(|c| call_item(c, "completed", true)));
+    let status = if reply.cut { "incomplete" } else { "completed" };
+    let out_tokens = reply.text.len() / 4 + calls.iter().map(|c| c.3.len() / 4).sum::<usize>() + 1;
+    let rid = response_id.clone();
+    let response = move |status: &str, output: &[Value]| {
+        let mut r = json!({"id": rid, "object": "response", "created_at": 0, "model": "stub-model", "status": status,
+            "output": output, "usage": {"input_tokens": input_tokens, "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": out_tokens, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": input_tokens + out_tokens}});
+        if status == "incomplete" {
+            r["incomplete_details"] = json!({"reason": "max_output_tokens"});
+        }
+        r
+    };
+    if whole {
+        return axum::Json(response(status, &output)).into_response();
+    }
+    sse(move |tx| async move {
+        let mut seq = 0u64;
+        let mut emit = async |kind: &str, mut data: Value| {
+            data["type"] = json!(kind);
+            data["sequence_number"] = json!(seq);
+            seq += 1;
+            send(&tx, Some(kind), &data.to_string()).await;
+        };
+        emit("response.created", json!({"response": response("in_progress", &[])})).await;
+        emit("response.in_progress", json!({"response": response("in_progress", &[])})).await;
+        let mut index = 0;
+        if !reply.text.is_empty() {
+            let item_id = format!("msg_{response_id}");
+            emit("response.output_item.added", json!({"output_index": index, "item": message_item("in_progress", "")})).await;
+            emit(
+                "response.content_part.added",
+                json!({"item_id": item_id, "output_index": index, "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}}),
+            )
+            .await;
+            for p in pieces(&reply.text, 5) {
+                emit("response.output_text.delta", json!({"item_id": item_id, "output_index": index, "content_index": 0, "delta": p}))
+                    .await;
+            }
+            if reply.drop {
+                break_connection(&tx).await;
+                return;
+            }
+            emit("response.output_text.done", json!({"item_id": item_id, "output_index": index, "content_index": 0, "text": reply.text}))
+                .await;
+            emit(
+                "response.content_part.done",
+                json!({"item_id": item_id, "output_index": index, "content_index": 0, "part": {"type": "output_text", "text": reply.text, "annotations": []}}),
+            )
+            .await;
+            emit("response.output_item.done", json!({"output_index": index, "item": message_item("completed", &reply.text)})).await;
+            index += 1;
+        }
+        for c in &calls {
+            emit("response.output_item.added", json!({"output_index": index, "item": call_item(c, "in_progress", false)})).await;
+            for p in pieces(&c.3, 7) {
+                emit("response.function_call_arguments.delta", json!({"item_id": c.0, "output_index": index, "delta": p})).await;
+            }
+            emit("response.function_call_arguments.done", json!({"item_id": c.0, "output_index": index, "arguments": c.3})).await;
+            emit("response.output_item.done", json!({"output_index": index, "item": call_item(c, "completed", true)})).await;
+            index += 1;
+        }
+        let last = if status == "incomplete" { "response.incomplete" } else { "response.completed" };
+        emit(last, json!({"response": response(status, &output)})).await;
     })
 }
