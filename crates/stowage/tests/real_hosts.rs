@@ -406,6 +406,21 @@ fn check(kind: HostKind, requests: &[Value], screenshot_bytes: usize) {
     let zoom = image::load_from_memory(zoom).unwrap().to_rgb8();
     assert_eq!((zoom.width(), zoom.height()), (REGION.2, REGION.3), "{kind:?}: the region at native resolution");
     assert_eq!(zoom.get_pixel(REGION.2 / 2, REGION.3 / 2).0, MARK, "{kind:?}: the region is the marked one");
+    // What the model read, per result (BENCHMARKS.md quotes it): o200k tokens of text, plus
+    // ⌈w/28⌉ × ⌈h/28⌉ per image.
+    let per_result: Vec<u64> = seen
+        .iter()
+        .map(|r| {
+            let images: u64 = r
+                .images
+                .iter()
+                .filter_map(|b| imagesize::blob_size(b).ok())
+                .map(|d| (d.width as u64).div_ceil(28) * (d.height as u64).div_ceil(28))
+                .sum();
+            stowage_transform::tokens::count_exact(&r.text) + images
+        })
+        .collect();
+    eprintln!("{kind:?}: tokens the model read per tool result {per_result:?}, {} in all", per_result.iter().sum::<u64>());
     // Every result within the host's own limits, and none filed away or cut by the host.
     for (k, r) in seen.iter().enumerate() {
         let tokens = stowage_transform::tokens::count_exact(&r.text);
