@@ -38,7 +38,8 @@
 //! message holding a 600×600 PNG image block.
 //!
 //! `STOWAGE_FIXTURE_IGNORE_FIRST_TOOLS_LIST=1` leaves its first `tools/list` unanswered (a
-//! server slow to start).
+//! server slow to start); `STOWAGE_FIXTURE_REFUSE_FIRST_TOOLS_LIST=1` answers it with an error
+//! (what the Python SDK answers a request that comes before its initialization finished).
 //!
 //! `STOWAGE_FIXTURE_NO_TEMPLATES=1` answers `resources/templates/list` with "method not found",
 //! as servers that have resources but no templates do.
@@ -83,6 +84,7 @@ struct Fixture {
     /// `STOWAGE_FIXTURE_IGNORE_FIRST_TOOLS_LIST=1`: the first `tools/list` is never answered (a
     /// server slow to start: the gateway's list request times out and must be tried again).
     ignore_first_tools_list: std::sync::atomic::AtomicBool,
+    refuse_first_tools_list: std::sync::atomic::AtomicBool,
     /// `STOWAGE_FIXTURE_NO_TEMPLATES=1`: `resources/templates/list` is not implemented.
     no_templates: bool,
 }
@@ -239,6 +241,9 @@ impl Handler for Fixture {
         let args = params.get("arguments").cloned().unwrap_or(json!({}));
         let r = match method {
             "tools/list" if self.ignore_first_tools_list.swap(false, std::sync::atomic::Ordering::SeqCst) => return Ok(None),
+            "tools/list" if self.refuse_first_tools_list.swap(false, std::sync::atomic::Ordering::SeqCst) => {
+                return Err((-32602, "Received request before initialization was complete".into()));
+            }
             "tools/list" if self.stateless => json!({"tools": [
                 tool("sample", json!({})),
                 tool("touch", json!({})),
@@ -638,6 +643,7 @@ async fn main() {
         blobs: Default::default(),
         many: std::env::var("STOWAGE_FIXTURE_RESOURCES").ok().and_then(|v| v.parse().ok()).unwrap_or(0),
         ignore_first_tools_list: std::env::var_os("STOWAGE_FIXTURE_IGNORE_FIRST_TOOLS_LIST").is_some().into(),
+        refuse_first_tools_list: std::env::var_os("STOWAGE_FIXTURE_REFUSE_FIRST_TOOLS_LIST").is_some().into(),
         no_templates: std::env::var("STOWAGE_FIXTURE_NO_TEMPLATES").is_ok_and(|v| v == "1"),
     });
     fixture.log(&format!("started pid {}", std::process::id()));
