@@ -30,6 +30,12 @@ impl Drop for Harness {
     fn drop(&mut self) {
         self.gateway.shutdown();
         self._links_server.abort();
+        // Every test's requests, whatever it asserts: each must be one its API's published
+        // rules accept (the model stub's `rule_violations`).
+        if !std::thread::panicking() {
+            let v = self.stub.violations();
+            assert!(v.is_empty(), "requests the model API would refuse:\n{}", v.join("\n"));
+        }
     }
 }
 
