@@ -54,6 +54,11 @@ pub enum Turn {
     After(Duration, Box<Turn>),
     /// Stream this text, then break the connection before the end of the answer.
     DropAfter(String),
+    /// Tool calls streamed as Gemini's OpenAI-compatible endpoint sends them: deltas without
+    /// `index`. `ids: true`: each call whole in one delta under its own `id`; `ids: false`: a
+    /// first delta with the call's name, then its argument fragments, none with id or index.
+    /// (Anthropic always numbers its blocks: there this is a plain tool turn.)
+    Unindexed { calls: Vec<(String, Value)>, ids: bool },
 }
 
 impl Turn {
@@ -85,6 +90,7 @@ impl Reply {
             Turn::Cut(t) => Reply { cut: true, ..Reply::of(*t) },
             Turn::Whole(t) | Turn::After(_, t) => Reply::of(*t),
             Turn::DropAfter(t) => Reply { text: t, calls: Vec::new(), cut: false, drop: true },
+            Turn::Unindexed { calls, .. } => Reply::of(Turn::Tools { thought: String::new(), calls }),
             other => unreachable!("not a reply: {other:?}"),
         }
     }
@@ -202,6 +208,230 @@ impl ModelStub {
     pub fn remaining(&self) -> usize {
         self.inner.script.lock().unwrap().len()
     }
+
+    /// Every way the requests received so far break their API's published rules
+    /// ([`rule_violations`]), each naming the request by its position.
+    pub fn violations(&self) -> Vec<String> {
+        self.requests()
+            .iter()
+            .enumerate()
+            .flat_map(|(i, r)| match serde_json::from_str::<Value>(&r.body) {
+                Ok(body) => rule_violations(&r.path, &body).into_iter().map(|v| format!("request {i} ({}): {v}", r.path)).collect(),
+                Err(e) => vec![format!("request {i} ({}): the body is not JSON: {e}", r.path)],
+            })
+            .collect()
+    }
+}
+
+/// How a request body breaks the published rules of the API its path names, one line each
+/// (none: the API would take it).
+///
+/// Anthropic Messages (`/v1/messages`): `model` and `max_tokens` are set; `messages` is not
+/// empty, starts with a user turn, alternates user and assistant strictly, and ends with a user
+/// turn; no content is empty and no text block is blank; `tool_use` blocks appear only in
+/// assistant turns and only when `tools` are given; each turn of
+/// `tool_use` blocks is answered by the next turn, a user turn whose `tool_result` blocks come
+/// first and answer exactly those ids; a `tool_result` answers a `tool_use` of the turn just
+/// before it.
+///
+/// OpenAI Chat Completions (`/v1/chat/completions`): `model` is set; `messages` is not empty;
+/// each role is `system`, `developer`, `user`, `assistant` or `tool`; a user message has
+/// content; an assistant message has content or `tool_calls`, whose arguments are a JSON
+/// string; a `tool` message follows an assistant message with `tool_calls` (or another `tool`
+/// message answering it) and names one of its calls, and every call is answered before the
+/// next message that is not a `tool` message; `tool_calls` appear only when `tools` are given.
+pub fn rule_violations(path: &str, body: &Value) -> Vec<String> {
+    if path.ends_with("/messages") { anthropic_rules(body) } else { openai_rules(body) }
+}
+
+fn blank(v: &Value) -> bool {
+    v.as_str().is_none_or(|s| s.trim().is_empty())
+}
+
+fn anthropic_rules(body: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    if body["model"].as_str().is_none_or(str::is_empty) {
+        out.push("no model".to_owned());
+    }
+    if !body["max_tokens"].is_u64() {
+        out.push("no max_tokens".to_owned());
+    }
+    let tools: Vec<&str> = body["tools"].as_array().into_iter().flatten().filter_map(|t| t["name"].as_str()).collect();
+    let Some(messages) = body["messages"].as_array().filter(|m| !m.is_empty()) else {
+        out.push("messages is empty".to_owned());
+        return out;
+    };
+    // The tool_use ids of the assistant turn just before, waiting for their results.
+    let mut asked: Vec<String> = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        let role = m["role"].as_str().unwrap_or("");
+        let expected = if i % 2 == 0 { "user" } else { "assistant" };
+        if role != expected {
+            out.push(format!("message {i} is {role:?}, not {expected}: turns must alternate, starting with the user"));
+        }
+        let blocks: Vec<Value> = match &m["content"] {
+            Value::String(s) => {
+                if s.trim().is_empty() {
+                    out.push(format!("message {i} has empty content"));
+                }
+                vec![json!({"type": "text", "text": s})]
+            }
+            Value::Array(b) if b.is_empty() => {
+                out.push(format!("message {i} has empty content"));
+                Vec::new()
+            }
+            Value::Array(b) => b.clone(),
+            other => {
+                out.push(format!("message {i} has content {other}"));
+                Vec::new()
+            }
+        };
+        let mut results: Vec<String> = Vec::new();
+        let mut seen_other = false;
+        let mut uses: Vec<String> = Vec::new();
+        for b in &blocks {
+            match b["type"].as_str().unwrap_or("") {
+                "text" => {
+                    if blank(&b["text"]) {
+                        out.push(format!("message {i} has a blank text block"));
+                    }
+                    seen_other = true;
+                }
+                "tool_use" => {
+                    if role != "assistant" {
+                        out.push(format!("message {i}: tool_use in a {role} turn"));
+                    }
+                    // (A name the request's tools do not list is what the model itself called: the
+                    // API takes it back in the history, and the model is told the tool is unknown.)
+                    let name = b["name"].as_str().unwrap_or("");
+                    if tools.is_empty() {
+                        out.push(format!("message {i}: tool_use of {name} in a request without tools"));
+                    }
+                    if !b["input"].is_object() {
+                        out.push(format!("message {i}: the input of tool_use {name} is not an object"));
+                    }
+                    uses.push(b["id"].as_str().unwrap_or("").to_owned());
+                }
+                "tool_result" => {
+                    if role != "user" {
+                        out.push(format!("message {i}: tool_result in a {role} turn"));
+                    }
+                    if seen_other {
+                        out.push(format!("message {i}: a tool_result after other content (tool results must come first)"));
+                    }
+                    if tools.is_empty() {
+                        out.push(format!("message {i}: tool_result in a request without tools"));
+                    }
+                    match &b["content"] {
+                        Value::String(s) if s.trim().is_empty() => out.push(format!("message {i}: a tool_result with empty content")),
+                        Value::Array(inner) => {
+                            if inner.is_empty() {
+                                out.push(format!("message {i}: a tool_result with empty content"));
+                            }
+                            for ib in inner.iter().filter(|ib| ib["type"] == "text") {
+                                if blank(&ib["text"]) {
+                                    out.push(format!("message {i}: a blank text block in a tool_result"));
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                    results.push(b["tool_use_id"].as_str().unwrap_or("").to_owned());
+                }
+                "image" => seen_other = true,
+                other => out.push(format!("message {i}: a block of type {other:?}")),
+            }
+        }
+        for r in &results {
+            if !asked.contains(r) {
+                out.push(format!("message {i}: tool_result for {r}, which the turn before did not ask for"));
+            }
+        }
+        for a in &asked {
+            if !results.contains(a) {
+                out.push(format!("message {i}: no tool_result for tool_use {a} of the turn before"));
+            }
+        }
+        asked = uses;
+    }
+    if !asked.is_empty() {
+        out.push("the last turn asks for tools that no turn answers".to_owned());
+    }
+    if messages.last().is_some_and(|m| m["role"] != "user") {
+        out.push("the last message is not the user's".to_owned());
+    }
+    out
+}
+
+fn openai_rules(body: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    if body["model"].as_str().is_none_or(str::is_empty) {
+        out.push("no model".to_owned());
+    }
+    let has_tools = body["tools"].as_array().is_some_and(|t| !t.is_empty());
+    let Some(messages) = body["messages"].as_array().filter(|m| !m.is_empty()) else {
+        out.push("messages is empty".to_owned());
+        return out;
+    };
+    // Calls of the last assistant message not answered yet.
+    let mut open: Vec<String> = Vec::new();
+    // Whether tool messages may come now (after an assistant message with tool_calls).
+    let mut in_tools = false;
+    for (i, m) in messages.iter().enumerate() {
+        let role = m["role"].as_str().unwrap_or("");
+        if role != "tool" {
+            if !open.is_empty() {
+                out.push(format!("message {i}: the calls {open:?} were not answered by tool messages before it"));
+                open.clear();
+            }
+            in_tools = false;
+        }
+        match role {
+            "system" | "developer" => {}
+            "user" => {
+                let empty = match &m["content"] {
+                    Value::String(s) => s.trim().is_empty(),
+                    Value::Array(parts) => parts.is_empty(),
+                    _ => true,
+                };
+                if empty {
+                    out.push(format!("message {i}: a user message without content"));
+                }
+            }
+            "assistant" => {
+                let calls = m["tool_calls"].as_array().map(Vec::as_slice).unwrap_or_default();
+                if blank(&m["content"]) && calls.is_empty() {
+                    out.push(format!("message {i}: an assistant message with neither content nor tool_calls"));
+                }
+                if !calls.is_empty() && !has_tools {
+                    out.push(format!("message {i}: tool_calls in a request without tools"));
+                }
+                for c in calls {
+                    let args = c.pointer("/function/arguments").and_then(Value::as_str);
+                    if args.is_none_or(|a| serde_json::from_str::<Value>(a).is_err()) {
+                        out.push(format!("message {i}: the arguments of call {} are not a JSON string", c["id"]));
+                    }
+                    open.push(c["id"].as_str().unwrap_or("").to_owned());
+                }
+                in_tools = !calls.is_empty();
+            }
+            "tool" => {
+                let id = m["tool_call_id"].as_str().unwrap_or("");
+                if !in_tools {
+                    out.push(format!("message {i}: a tool message that does not follow an assistant message with tool_calls"));
+                } else if let Some(at) = open.iter().position(|o| o == id) {
+                    open.remove(at);
+                } else {
+                    out.push(format!("message {i}: a tool message for {id}, which the assistant message did not call"));
+                }
+            }
+            other => out.push(format!("message {i}: role {other:?}")),
+        }
+    }
+    if !open.is_empty() {
+        out.push(format!("the calls {open:?} were not answered"));
+    }
+    out
 }
 
 async fn models(State(inner): State<Arc<Inner>>) -> impl IntoResponse {
@@ -345,6 +575,11 @@ async fn openai(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
     }
     let prompt_tokens = body.len() / 4;
     let whole = matches!(turn, Turn::Whole(_)) || !wants_stream(&body);
+    if let Turn::Unindexed { calls, ids } = &turn
+        && !whole
+    {
+        return unindexed(calls.clone(), *ids);
+    }
     let reply = Reply::of(turn);
     if whole {
         let finish = if reply.cut {
@@ -403,6 +638,36 @@ async fn openai(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
         send(&tx, None, &chunk(json!({}), json!(finish))).await;
         let usage = json!({"id": "chatcmpl-stub", "object": "chat.completion.chunk", "created": 0, "model": "stub-model", "choices": [],
                            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": out_tokens, "total_tokens": prompt_tokens + out_tokens}});
+        send(&tx, None, &usage.to_string()).await;
+        send(&tx, None, "[DONE]").await;
+    })
+}
+
+/// [`Turn::Unindexed`], streamed.
+fn unindexed(calls: Vec<(String, Value)>, ids: bool) -> Response {
+    sse(move |tx| async move {
+        let chunk = |delta: Value, finish: Value| {
+            json!({"id": "chatcmpl-stub", "object": "chat.completion.chunk", "created": 0, "model": "stub-model",
+                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+            .to_string()
+        };
+        send(&tx, None, &chunk(json!({"role": "assistant", "content": ""}), Value::Null)).await;
+        for (i, (name, args)) in calls.iter().enumerate() {
+            if ids {
+                let call =
+                    json!({"id": format!("call_u{i}"), "type": "function", "function": {"name": name, "arguments": args.to_string()}});
+                send(&tx, None, &chunk(json!({"tool_calls": [call]}), Value::Null)).await;
+            } else {
+                let head = json!({"type": "function", "function": {"name": name, "arguments": ""}});
+                send(&tx, None, &chunk(json!({"tool_calls": [head]}), Value::Null)).await;
+                for p in pieces(&args.to_string(), 7) {
+                    send(&tx, None, &chunk(json!({"tool_calls": [{"function": {"arguments": p}}]}), Value::Null)).await;
+                }
+            }
+        }
+        send(&tx, None, &chunk(json!({}), json!("tool_calls"))).await;
+        let usage = json!({"id": "chatcmpl-stub", "object": "chat.completion.chunk", "created": 0, "model": "stub-model", "choices": [],
+                           "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}});
         send(&tx, None, &usage.to_string()).await;
         send(&tx, None, "[DONE]").await;
     })
