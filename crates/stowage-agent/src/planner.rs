@@ -508,6 +508,45 @@ impl Planner {
             (c.session.clone(), c.history.clone())
         };
         messages.push(ChatMessage::User(req.query.clone().into()));
+        let (mut run, system, offered) = self.prepare(session, trace_id, events, cancel, started).await;
+        let tools: &[ToolSpec] = if self.config.tool_calling { &offered } else { &[] };
+        let ended = self.drive(&mut run, &mut messages, &system, tools).await?;
+        let (payload, finish_reason) = self.payload(&mut run, ended).await;
+        {
+            let mut c = conv.lock();
+            if payload.requires_followup {
+                // Kept without images: a conversation waiting for its user holds text only.
+                c.history = messages.iter().map(strip_images).collect();
+            } else {
+                c.history.clear();
+            }
+        }
+        let info = RunInfo {
+            trace_id: trace_id.to_owned(),
+            finish_reason: finish_reason.to_owned(),
+            model_finish_reason: run.model_finish.as_ref().map(|f| f.as_str().to_owned()),
+            steps: run.steps,
+            tool_calls: run.tool_calls,
+            model_requests: run.requests,
+            repairs: run.repairs,
+            usage: run.usage,
+            duration_ms: started.elapsed().as_millis() as u64,
+        };
+        tracing::info!(target: "stowage::agent", trace = %trace_id, steps = info.steps, finish = %info.finish_reason,
+            input_tokens = info.usage.input_tokens, output_tokens = info.usage.output_tokens, ms = info.duration_ms, "run finished");
+        Ok(RunOutcome { payload, session_id, trace_id: trace_id.to_owned(), run: info })
+    }
+
+    /// A run's setup: the tools the model is offered (the caller's own listing, the plan tool
+    /// beside it), its system prompt, and its state.
+    async fn prepare<'a>(
+        &self,
+        session: Arc<Session>,
+        trace_id: &'a str,
+        events: &'a mpsc::Sender<AgentEvent>,
+        cancel: CancellationToken,
+        started: Instant,
+    ) -> (Run<'a>, String, Vec<ToolSpec>) {
         // The same start-up rule as a client's tools/list: upstreams still on their first
         // attempt get the grace, so a run started the moment serve listens sees every tool.
         self.gateway.wait_startup().await;
@@ -554,7 +593,7 @@ impl Planner {
         let collector =
             ArtifactCollector::new(scope, self.config.inline_artifact_max_bytes, self.store.clone(), self.gateway.link_service().cloned())
                 .with_max_sources(self.config.max_sources);
-        let mut run = Run {
+        let run = Run {
             trace_id,
             session,
             events,
@@ -577,8 +616,19 @@ impl Planner {
             shown: String::new(),
             model_finish: None,
         };
-        let tools: &[ToolSpec] = if self.config.tool_calling { &offered } else { &[] };
-        let ended: Result<(FinalPayload, &'static str), Cause> = loop {
+        (run, system, offered)
+    }
+
+    /// The run's loop: ask the model, act on its reply, until an answer or a cause to stop.
+    /// Fails only when the model fails before any tool ran (nothing to give back then).
+    async fn drive(
+        &self,
+        run: &mut Run<'_>,
+        messages: &mut Vec<ChatMessage>,
+        system: &str,
+        tools: &[ToolSpec],
+    ) -> Result<Result<(FinalPayload, &'static str), Cause>, AgentError> {
+        let ended = loop {
             if run.cancel.is_cancelled() {
                 break Err(Cause::Cancelled);
             }
@@ -588,13 +638,13 @@ impl Planner {
             if run.usage.input_tokens + run.usage.output_tokens >= self.config.max_tokens {
                 break Err(Cause::MaxTokens);
             }
-            let view = self.request_view(&messages);
-            let request = ModelRequest { system: &system, messages: &view, tools, max_tokens: self.config.max_response_tokens };
+            let view = self.request_view(messages);
+            let request = ModelRequest { system, messages: &view, tools, max_tokens: self.config.max_response_tokens };
             let cancel = run.cancel.clone();
             let deadline = run.deadline;
             let asked = tokio::select! {
                 _ = cancel.cancelled() => None,
-                r = tokio::time::timeout_at(deadline, self.ask(&request, &mut run)) => Some(r),
+                r = tokio::time::timeout_at(deadline, self.ask(&request, run)) => Some(r),
             };
             let reply = match asked {
                 None => break Err(Cause::Cancelled),
@@ -611,64 +661,15 @@ impl Planner {
             let dropped = reply.dropped_calls;
             match self.action(reply, &run.names, run.plan_tool) {
                 Action::Tools { text, thought, work } => {
-                    // Text streamed beside tool calls was no answer.
-                    reset(&mut run, "tool_calls").await;
-                    if run.steps >= self.config.max_steps {
-                        break Err(Cause::MaxSteps);
-                    }
-                    run.steps += 1;
-                    let invalid = work.iter().find_map(|w| match w {
-                        Work::Call(c) => c.invalid.clone(),
-                        Work::Plan { plan: Err(why), .. } => Some(format!("the parallel plan is invalid: {why}")),
-                        Work::Plan { .. } => None,
-                    });
-                    if let Some(why) = invalid
-                        && !self.spend_repair(&mut run)
-                    {
-                        break Err(self.unrepaired(&run, Fault::Arguments, &why));
-                    }
-                    messages.push(if self.config.tool_calling {
-                        let api_calls = work
-                            .iter()
-                            .map(|w| match w {
-                                Work::Call(c) => ToolCall { name: run.names.api(&c.name).to_owned(), ..c.clone() },
-                                Work::Plan { call, .. } => call.clone(),
-                            })
-                            .collect();
-                        ChatMessage::Assistant { text, tool_calls: api_calls }
-                    } else {
-                        // The model's own JSON action, as it wrote it: no tool-call structures.
-                        ChatMessage::Assistant { text, tool_calls: Vec::new() }
-                    });
-                    let (observations, stopped) = self.step(&mut run, thought, work).await;
-                    let n = observations.len();
-                    for (i, (call, mut content, is_error)) in observations.into_iter().enumerate() {
-                        if i + 1 == n && dropped > 0 {
-                            content.0.push(Part::Text(format!(
-                                "note: {dropped} more tool calls in your reply were not run (at most {} per reply); ask for them again if you still need them",
-                                crate::model::MAX_CALLS_PER_REPLY
-                            )));
-                        }
-                        let api = if call.name == PLAN_TOOL { PLAN_TOOL.to_owned() } else { run.names.api(&call.name).to_owned() };
-                        messages.push(if self.config.tool_calling {
-                            ChatMessage::ToolResult { call_id: call.id.clone(), name: api, content, is_error }
-                        } else {
-                            let status = if is_error { "error" } else { "ok" };
-                            let what = if call.name == PLAN_TOOL { "the parallel plan".to_owned() } else { api };
-                            let mut parts = vec![Part::Text(format!("Observation from {what} ({status}):"))];
-                            parts.extend(content.0);
-                            ChatMessage::User(Content(parts))
-                        });
-                    }
-                    if let Some(cause) = stopped {
+                    if let Some(cause) = self.act(run, messages, text, thought, work, dropped).await {
                         break Err(cause);
                     }
                 }
                 Action::Final { text, .. } if cut => {
-                    reset(&mut run, "repair").await;
-                    if !self.spend_repair(&mut run) {
+                    reset(run, "repair").await;
+                    if !self.spend_repair(run) {
                         let why = format!("the reply was cut at max_response_tokens ({})", self.config.max_response_tokens);
-                        break Err(self.unrepaired(&run, Fault::Cut, &why));
+                        break Err(self.unrepaired(run, Fault::Cut, &why));
                     }
                     messages.push(ChatMessage::Assistant { text, tool_calls: Vec::new() });
                     messages.push(ChatMessage::User(
@@ -686,9 +687,9 @@ impl Planner {
                     break Ok((p, "answer"));
                 }
                 Action::Final { text, answer: Err(why) } => {
-                    reset(&mut run, "repair").await;
-                    if !self.spend_repair(&mut run) {
-                        break Err(self.unrepaired(&run, Fault::Answer, &why.to_string()));
+                    reset(run, "repair").await;
+                    if !self.spend_repair(run) {
+                        break Err(self.unrepaired(run, Fault::Answer, &why.to_string()));
                     }
                     messages.push(ChatMessage::Assistant { text, tool_calls: Vec::new() });
                     messages.push(ChatMessage::User(
@@ -699,9 +700,9 @@ impl Planner {
                     ));
                 }
                 Action::Broken { text, why } => {
-                    reset(&mut run, "repair").await;
-                    if !self.spend_repair(&mut run) {
-                        break Err(self.unrepaired(&run, Fault::Action, &why.to_string()));
+                    reset(run, "repair").await;
+                    if !self.spend_repair(run) {
+                        break Err(self.unrepaired(run, Fault::Action, &why.to_string()));
                     }
                     messages.push(ChatMessage::Assistant { text, tool_calls: Vec::new() });
                     messages.push(ChatMessage::User(
@@ -713,6 +714,75 @@ impl Planner {
                 }
             }
         };
+        Ok(ended)
+    }
+
+    /// Runs one reply's tool calls (or plan) and adds the reply and its observations to the
+    /// conversation; the cause to stop, if any.
+    async fn act(
+        &self,
+        run: &mut Run<'_>,
+        messages: &mut Vec<ChatMessage>,
+        text: String,
+        thought: Option<String>,
+        work: Vec<Work>,
+        dropped: usize,
+    ) -> Option<Cause> {
+        // Text streamed beside tool calls was no answer.
+        reset(run, "tool_calls").await;
+        if run.steps >= self.config.max_steps {
+            return Some(Cause::MaxSteps);
+        }
+        run.steps += 1;
+        let invalid = work.iter().find_map(|w| match w {
+            Work::Call(c) => c.invalid.clone(),
+            Work::Plan { plan: Err(why), .. } => Some(format!("the parallel plan is invalid: {why}")),
+            Work::Plan { .. } => None,
+        });
+        if let Some(why) = invalid
+            && !self.spend_repair(run)
+        {
+            return Some(self.unrepaired(run, Fault::Arguments, &why));
+        }
+        messages.push(if self.config.tool_calling {
+            let api_calls = work
+                .iter()
+                .map(|w| match w {
+                    Work::Call(c) => ToolCall { name: run.names.api(&c.name).to_owned(), ..c.clone() },
+                    Work::Plan { call, .. } => call.clone(),
+                })
+                .collect();
+            ChatMessage::Assistant { text, tool_calls: api_calls }
+        } else {
+            // The model's own JSON action, as it wrote it: no tool-call structures.
+            ChatMessage::Assistant { text, tool_calls: Vec::new() }
+        });
+        let (observations, stopped) = self.step(run, thought, work).await;
+        let n = observations.len();
+        for (i, (call, mut content, is_error)) in observations.into_iter().enumerate() {
+            if i + 1 == n && dropped > 0 {
+                content.0.push(Part::Text(format!(
+                    "note: {dropped} more tool calls in your reply were not run (at most {} per reply); ask for them again if you still need them",
+                    crate::model::MAX_CALLS_PER_REPLY
+                )));
+            }
+            let api = if call.name == PLAN_TOOL { PLAN_TOOL.to_owned() } else { run.names.api(&call.name).to_owned() };
+            messages.push(if self.config.tool_calling {
+                ChatMessage::ToolResult { call_id: call.id.clone(), name: api, content, is_error }
+            } else {
+                let status = if is_error { "error" } else { "ok" };
+                let what = if call.name == PLAN_TOOL { "the parallel plan".to_owned() } else { api };
+                let mut parts = vec![Part::Text(format!("Observation from {what} ({status}):"))];
+                parts.extend(content.0);
+                ChatMessage::User(Content(parts))
+            });
+        }
+        stopped
+    }
+
+    /// The run's payload: its answer (or the partial one a cause leaves), its artifacts and
+    /// sources, and the rest of the answer streamed.
+    async fn payload(&self, run: &mut Run<'_>, ended: Result<(FinalPayload, &'static str), Cause>) -> (FinalPayload, &'static str) {
         let (mut payload, finish_reason) = match ended {
             Ok(p) => p,
             Err(cause) => {
@@ -736,37 +806,16 @@ impl Planner {
         // The answer's text that did not stream (a prose answer, a fallback) goes out now; when
         // what streamed is not where the answer starts, the client is told to drop it first.
         if !payload.raw_answer.starts_with(run.shown.as_str()) {
-            reset(&mut run, if finish_reason == "answer" { "replaced" } else { "partial" }).await;
+            reset(run, if finish_reason == "answer" { "replaced" } else { "partial" }).await;
         }
         let rest = payload.raw_answer[run.shown.len()..].to_owned();
         if !rest.is_empty() {
-            let _ = events.send(AgentEvent::Chunk { stream_id: "answer".into(), seq: run.chunk_seq, text: rest, done: false }).await;
+            let _ = run.events.send(AgentEvent::Chunk { stream_id: "answer".into(), seq: run.chunk_seq, text: rest, done: false }).await;
             run.chunk_seq += 1;
         }
-        let _ = events.send(AgentEvent::Chunk { stream_id: "answer".into(), seq: run.chunk_seq, text: String::new(), done: true }).await;
-        {
-            let mut c = conv.lock();
-            if payload.requires_followup {
-                // Kept without images: a conversation waiting for its user holds text only.
-                c.history = messages.iter().map(strip_images).collect();
-            } else {
-                c.history.clear();
-            }
-        }
-        let info = RunInfo {
-            trace_id: trace_id.to_owned(),
-            finish_reason: finish_reason.to_owned(),
-            model_finish_reason: run.model_finish.as_ref().map(|f| f.as_str().to_owned()),
-            steps: run.steps,
-            tool_calls: run.tool_calls,
-            model_requests: run.requests,
-            repairs: run.repairs,
-            usage: run.usage,
-            duration_ms: started.elapsed().as_millis() as u64,
-        };
-        tracing::info!(target: "stowage::agent", trace = %trace_id, steps = info.steps, finish = %info.finish_reason,
-            input_tokens = info.usage.input_tokens, output_tokens = info.usage.output_tokens, ms = info.duration_ms, "run finished");
-        Ok(RunOutcome { payload, session_id, trace_id: trace_id.to_owned(), run: info })
+        let _ =
+            run.events.send(AgentEvent::Chunk { stream_id: "answer".into(), seq: run.chunk_seq, text: String::new(), done: true }).await;
+        (payload, finish_reason)
     }
 
     /// Takes one repair round from the run's budget; false when it is spent.
