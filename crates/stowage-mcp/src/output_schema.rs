@@ -4,7 +4,7 @@
 //! The gateway advertises each tool's schema unchanged (typed clients generate code from it),
 //! so what it puts in `structuredContent` must validate against that schema: the Python SDK
 //! and the Inspector reject the whole result otherwise. The transform keeps schema-typed
-//! positions typed; this module is the guarantee on top ([`crate::rewrite`] repairs what still
+//! positions typed; this module is the guarantee on top ([`crate::shape::schema`] repairs what still
 //! fails). Only document-local `$ref`s resolve: `jsonschema` is built without its HTTP and
 //! file retrievers, so an upstream's schema never makes the gateway fetch anything.
 

@@ -585,7 +585,7 @@ impl<I: Index, B: Blobs> Engine<I, B> {
     /// came back short): dropping it is permanent, so gc is slow to do it. A blob must be
     /// missing on two sweeps at least the grace period apart, and checked once more by itself
     /// (a HEAD, not the listing) before its records go; a sweep that would drop more than
-    /// [`DANGLING_MAX_SHARE`] of the index (and more than one record) drops none and says so.
+    /// [`DANGLING_MAX_SHARE`](crate::DANGLING_MAX_SHARE) of the index (and more than one record) drops none and says so.
     /// The operator's [`GcOptions::drop_dangling`] skips the waiting and the share, not the
     /// direct check.
     async fn dangling(

@@ -38,6 +38,9 @@ struct Cli {
     command: Command,
 }
 
+// Clap prints these comments as --help, where `[agent]` is a stowage.toml section, not a
+// link: rustdoc's link checks do not apply to them.
+#[allow(rustdoc::broken_intra_doc_links)]
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the MCP gateway in front of your MCP servers (the bundled demo server when none is

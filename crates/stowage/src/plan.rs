@@ -16,6 +16,9 @@ use crate::config::Config;
 use crate::wiring::StoreLocation;
 
 /// `stowage serve`'s arguments: what the plan is made from, beside the configuration.
+// Clap prints these comments as --help, where `[auth]` is a stowage.toml section and a URL is
+// an example to type, not a link: rustdoc's link checks do not apply to them.
+#[allow(rustdoc::broken_intra_doc_links, rustdoc::bare_urls)]
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
     /// Serve one client over stdin/stdout (for hosts that spawn a command) instead of HTTP.

@@ -457,3 +457,158 @@ fn the_reference_check_tells_outside_documents_from_public_specs() {
         assert!(outside_reference(good).is_none(), "wrongly caught: {good}");
     }
 }
+
+/// The longest a shipped function body may be, in lines: past it a reader holds too much at
+/// once, and a phase with a name of its own wants to be a function (ARCHITECTURE.md,
+/// "Invariants").
+const MAX_FUNCTION_LINES: usize = 120;
+
+/// Functions still over the limit, with the length each may not grow past: a list that only
+/// shrinks (each wants its phases named; see ARCHITECTURE.md, "Known debt").
+const LONG_FUNCTIONS_LEFT: &[(&str, &str, usize)] = &[
+    ("crates/stowage/src/cmd/check_config.rs", "run", 128),
+    ("crates/stowage/src/cmd/serve.rs", "run", 163),
+    ("crates/stowage-mcp/src/gateway/calls.rs", "run_tool_call", 132),
+    ("crates/stowage-mcp/src/downstream/http.rs", "post_mcp", 144),
+    ("crates/stowage-mcp/src/chaining/fill.rs", "fill", 148),
+];
+
+/// `code` with string, char and comment contents blanked (newlines kept), so braces inside
+/// them do not count: `"{"`, `'}'`, `r#"{"#`, `// {`. Lifetimes (`'a`) are left alone.
+fn blank_literals(code: &str) -> String {
+    let b = code.as_bytes();
+    let mut out = String::with_capacity(code.len());
+    let mut i = 0;
+    let keep_newlines = |s: &[u8], out: &mut String| s.iter().for_each(|&c| out.push(if c == b'\n' { '\n' } else { ' ' }));
+    while i < b.len() {
+        let rest = &b[i..];
+        let end = if rest.starts_with(b"//") {
+            i + rest.iter().position(|&c| c == b'\n').unwrap_or(rest.len())
+        } else if rest.starts_with(b"/*") {
+            i + 2 + rest[2..].windows(2).position(|w| w == b"*/").map_or(rest.len() - 2, |p| p + 2)
+        } else if (rest.starts_with(b"r#") || rest.starts_with(b"r\"") || rest.starts_with(b"br"))
+            && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_'))
+        {
+            let start = if rest[0] == b'b' { 2 } else { 1 };
+            let hashes = rest[start..].iter().take_while(|&&c| c == b'#').count();
+            if rest.get(start + hashes) != Some(&b'"') {
+                out.push(b[i] as char);
+                i += 1;
+                continue;
+            }
+            let close: Vec<u8> = std::iter::once(b'"').chain(std::iter::repeat_n(b'#', hashes)).collect();
+            let body = start + hashes + 1;
+            i + body + rest[body..].windows(close.len()).position(|w| w == close.as_slice()).map_or(rest.len() - body, |p| p + close.len())
+        } else if rest[0] == b'"' {
+            let mut j = 1;
+            while j < rest.len() && rest[j] != b'"' {
+                j += if rest[j] == b'\\' { 2 } else { 1 };
+            }
+            i + (j + 1).min(rest.len())
+        } else if rest[0] == b'\'' && (rest.get(2) == Some(&b'\'') || rest.get(1) == Some(&b'\\')) {
+            // A char literal ('{', '\n', '\u{7f}'); a lifetime has no closing quote this near.
+            let j = rest[2..].iter().position(|&c| c == b'\'').map_or(rest.len(), |p| p + 3);
+            i + j
+        } else {
+            out.push(b[i] as char);
+            i += 1;
+            continue;
+        };
+        keep_newlines(&b[i..end], &mut out);
+        i = end;
+    }
+    out
+}
+
+/// Every `fn` with a body in `code` outside `#[cfg(test)]` modules: its name, first line and
+/// length in lines.
+fn function_lengths(code: &str) -> Vec<(String, usize, usize)> {
+    let text = blank_literals(code);
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    let mut test_module_until = 0;
+    for (n, line) in lines.iter().enumerate() {
+        let t = line.trim_start();
+        if n < test_module_until {
+            continue;
+        }
+        if t.starts_with("#[cfg(test)]") {
+            // The item after it (a test module or helper) ships in no binary.
+            if let Some(end) = block_end(&lines, n + 1) {
+                test_module_until = end + 1;
+            }
+            continue;
+        }
+        let Some(at) = t.find("fn ") else { continue };
+        let before = &t[..at];
+        let words_ok =
+            before.split_whitespace().all(|w| ["pub", "async", "const", "unsafe", "extern", "\"C\""].contains(&w) || w.starts_with("pub("));
+        if !words_ok {
+            continue;
+        }
+        let name: String = t[at + 3..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        if name.is_empty() {
+            continue;
+        }
+        if let Some(end) = block_end(&lines, n) {
+            out.push((name, n + 1, end - n + 1));
+        }
+    }
+    out
+}
+
+/// The line where the block opened at or after line `from` closes; None for a declaration
+/// that ends in `;` before any `{`.
+fn block_end(lines: &[&str], from: usize) -> Option<usize> {
+    let mut depth = 0i64;
+    let mut opened = false;
+    for (k, line) in lines.iter().enumerate().skip(from) {
+        for c in line.chars() {
+            match c {
+                '{' => {
+                    depth += 1;
+                    opened = true;
+                }
+                '}' => depth -= 1,
+                ';' if !opened && depth == 0 => return None,
+                _ => {}
+            }
+            if opened && depth == 0 {
+                return Some(k);
+            }
+        }
+    }
+    None
+}
+
+/// ARCHITECTURE.md, "Invariants": no shipped function is over `MAX_FUNCTION_LINES` lines.
+#[test]
+fn no_shipped_function_is_over_the_line_limit() {
+    let mut files = Vec::new();
+    sources(&root().join("crates"), false, &mut files);
+    let shipped: Vec<_> = files
+        .into_iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "rs"))
+        .filter(|f| f.components().any(|c| c.as_os_str() == "src"))
+        .filter(|f| !f.to_string_lossy().contains("stowage-testkit"))
+        .collect();
+    let mut long = Vec::new();
+    for file in &shipped {
+        let code = std::fs::read_to_string(file).unwrap();
+        let rel = file.strip_prefix(root()).unwrap_or(file).to_string_lossy().replace('\\', "/");
+        for (name, line, len) in function_lengths(&code) {
+            let cap = LONG_FUNCTIONS_LEFT.iter().find(|(f, n, _)| *f == rel && *n == name).map_or(MAX_FUNCTION_LINES, |(_, _, c)| *c);
+            if len > cap {
+                long.push(format!("{rel}:{line}: fn {name} is {len} lines"));
+            }
+        }
+    }
+    assert!(long.is_empty(), "functions over {MAX_FUNCTION_LINES} lines (split them where a phase has a name):\n{}", long.join("\n"));
+}
+
+#[test]
+fn the_length_check_counts_braces_in_code_only() {
+    let code = "fn a() {\n    let s = \"{{{\";\n    let c = '{';\n    // }\n    let r = r#\"}\"#;\n    x::<'a>();\n}\nfn b();\n#[cfg(test)]\nmod tests {\n    fn t() {\n    }\n}\npub(crate) async fn c() { }\n";
+    let got = function_lengths(code);
+    assert_eq!(got, vec![("a".to_owned(), 1, 7), ("c".to_owned(), 14, 1)]);
+}

@@ -14,7 +14,7 @@
 //!
 //! A session's SSE streams are resumable: a client whose stream drops mid-request reconnects
 //! and gets the rest, and only a client that stays away past the resume window has its
-//! request cancelled upstream (see [`crate::upstream::Outstanding`]). A stream delivered whole
+//! request cancelled upstream (an upstream request in flight, `Outstanding`, cancels when dropped). A stream delivered whole
 //! keeps nothing, and replay is bounded over all sessions (`resume_max_total_bytes`).
 //!
 //! Sessions cannot lock an identity out: one idle past `session_idle_timeout_secs` is ended by

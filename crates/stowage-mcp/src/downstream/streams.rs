@@ -2,7 +2,7 @@
 //!
 //! Every SSE stream of a session — the standalone GET stream and one per POSTed request —
 //! gets a number, and every event on it the id `{stream}-{seq}`. A pump task moves the
-//! gateway's messages from the stream's [`Outbox`] into a bounded replay buffer and on to
+//! gateway's messages from the stream's [`Outbox`](crate::outbox::Outbox) into a bounded replay buffer and on to
 //! whichever HTTP response is currently attached. When the client's connection drops, the
 //! request keeps running: a `GET /mcp` with `Last-Event-ID` re-attaches, replays what the
 //! client missed and continues live. A client that does not come back within the resume

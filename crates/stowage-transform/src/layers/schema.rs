@@ -18,7 +18,7 @@
 //! field whose schema does not admit a string gets the same typed form instead of the
 //! placeholder string. [`SchemaView`] is the small schema walker both use (local `$ref`s,
 //! `allOf`/`anyOf`/`oneOf`, `properties`, `items`), and the gateway uses it to repair what
-//! its validator still rejects ([`minimal_instance`]).
+//! its validator still rejects ([`SchemaView::minimal_instance`]).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
