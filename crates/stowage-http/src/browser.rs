@@ -120,7 +120,8 @@ pub fn origin_is_loopback(origin: &str) -> bool {
             None => (rest, ""),
         },
     };
-    let port_ok = port.is_empty() || port.strip_prefix(':').is_some_and(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()));
+    let port_ok =
+        port.is_empty() || port.strip_prefix(':').is_some_and(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()));
     port_ok && matches!(name, "localhost" | "127.0.0.1" | "[::1]")
 }
 

@@ -37,7 +37,8 @@ impl Materialized {
     /// Counts `size` more bytes materialized for the call in `mode` (a file too for `path`),
     /// refusing what would pass `[gateway.chaining]`'s per-call caps.
     pub(super) fn take(&mut self, env: &InputEnv<'_>, tool: &str, mode: InputMode, size: u64) -> Result<(), ToolError> {
-        let (bytes, files) = (self.bytes.saturating_add(size), self.file_bytes.saturating_add(if mode == InputMode::Path { size } else { 0 }));
+        let (bytes, files) =
+            (self.bytes.saturating_add(size), self.file_bytes.saturating_add(if mode == InputMode::Path { size } else { 0 }));
         check_call_totals(env, tool, bytes, files, None)?;
         (self.bytes, self.file_bytes) = (bytes, files);
         Ok(())
