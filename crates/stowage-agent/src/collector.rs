@@ -11,7 +11,10 @@
 //!
 //! One artifact is collected once: the structured value and its text mirror (FastMCP's
 //! `{"result": …}` and its JSON text) are one blob, and so is the same value from a second
-//! call; the payload key of each field is fixed per call before its first chunk streams.
+//! call. A field's payload key names its call: the field's name for the tool's first call in
+//! the run, `field#2`, `field#3`… for its later ones, by the order the model asked for them
+//! (not the order they finish: parallel calls get the same keys every run), so a live chunk
+//! knows its key before the call returns.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -50,10 +53,6 @@ pub(crate) struct ArtifactCollector {
     scope: ArtifactScope,
     /// Artifacts collected, by id: (tool, key).
     collected: HashMap<String, (String, String)>,
-    /// Keys given to a call's fields: (call id, field) → key.
-    keys: HashMap<(String, String), String>,
-    /// Keys given so far, per tool (whether or not their value has come).
-    given: HashSet<(String, String)>,
 }
 
 impl ArtifactCollector {
@@ -70,8 +69,6 @@ impl ArtifactCollector {
             links,
             scope,
             collected: HashMap::new(),
-            keys: HashMap::new(),
-            given: HashSet::new(),
         }
     }
 
@@ -81,33 +78,19 @@ impl ArtifactCollector {
         self
     }
 
-    /// The payload key `field` of call `call_id` (of `tool`) fills: the field's name for the
-    /// tool's first call that has it, `field_2`, `field_3`… for later ones. Fixed at the first
-    /// ask, so live chunks and the collected value agree.
-    pub(crate) fn key_for(&mut self, tool: &str, call_id: &str, field: &str) -> String {
-        if let Some(k) = self.keys.get(&(call_id.to_owned(), field.to_owned())) {
-            return k.clone();
-        }
-        let mut k = field.to_owned();
-        let mut n = 2;
-        while self.given.contains(&(tool.to_owned(), k.clone())) {
-            k = format!("{field}_{n}");
-            n += 1;
-        }
-        self.given.insert((tool.to_owned(), k.clone()));
-        self.keys.insert((call_id.to_owned(), field.to_owned()), k.clone());
-        k
-    }
-
-    /// Collects what call `call_id` of `tool` (with `output_schema`) stored; returns the
-    /// values of its `stream: true` fields, for `artifact_chunk` events.
+    /// Collects what the `ordinal`-th call of `tool` in the run (1 for its first, with
+    /// `output_schema`) stored; returns the values of its `stream: true` fields, for
+    /// `artifact_chunk` events.
     pub(crate) async fn collect(
         &mut self,
         tool: &str,
-        call_id: &str,
+        ordinal: u32,
         output_schema: Option<&Value>,
         records: &[ArtifactRecord],
     ) -> Vec<Streamed> {
+        // Keys this call gave: two records of one call with the same field name (at different
+        // depths) get `field_2`, … within the call's key.
+        let mut given: HashSet<String> = HashSet::new();
         let streams = output_schema.map(stream_marks).unwrap_or_default();
         let mut streamed = Vec::new();
         // The structured value before its text mirror: its key is the field's name.
@@ -124,7 +107,13 @@ impl ArtifactCollector {
                 }
                 continue;
             }
-            let key = self.key_for(tool, call_id, &field);
+            let mut key = artifact_key(&field, ordinal);
+            let mut n = 2;
+            while given.contains(&key) {
+                key = artifact_key(&format!("{field}_{n}"), ordinal);
+                n += 1;
+            }
+            given.insert(key.clone());
             let value = self.value_of(r).await;
             if let Some(stream_id) = stream {
                 streamed.push(Streamed {
@@ -227,6 +216,13 @@ impl ArtifactCollector {
         }
         json!({ "$artifact": a })
     }
+}
+
+/// The payload key of `field` of the `ordinal`-th call of its tool: the field's name for the
+/// first call, `field#n` for the n-th (a `#` no pointer-derived name has, so `content_1#2` is
+/// the second call's `content_1`, never the first call's `content_1_2`).
+pub(crate) fn artifact_key(field: &str, ordinal: u32) -> String {
+    if ordinal <= 1 { field.to_owned() } else { format!("{field}#{ordinal}") }
 }
 
 /// The payload key of a record: the field's name (the last pointer segment, inside embedded

@@ -152,6 +152,12 @@ pub struct AgentConfig {
     /// Native tool calling; false sends the JSON-only action format instead, for models without
     /// tool support. Default true.
     pub tool_calling: bool,
+    /// Repair rounds per run: a fault of the model's reply (tool arguments that are not JSON, a
+    /// reply cut at the token limit, a final answer that is none, a JSON-only reply that is no
+    /// action) is told back to the model this many times in all, whatever the mix of faults;
+    /// the next ends the run with a partial payload. A run sends the model at most
+    /// `max_steps + max_repairs + 1` requests. Default 2.
+    pub max_repairs: u32,
     /// An artifact value up to this many bytes is inlined in the payload; above it the
     /// payload carries its reference with a fresh signed link. Default 65536 (64 KiB).
     pub inline_artifact_max_bytes: u64,
@@ -189,6 +195,7 @@ impl Default for AgentConfig {
             request_timeout: Duration::from_secs(120),
             system_prompt: None,
             tool_calling: true,
+            max_repairs: 2,
             inline_artifact_max_bytes: 64 * 1024,
             stream: true,
             max_retries: 2,

@@ -1,6 +1,6 @@
-//! What a run tells while it runs: the events of `POST /agent/runs` (`chunk`, `step`,
-//! `artifact_chunk`, `done`, `error`; README, "The agent planner"), each with its SSE event
-//! name and JSON data.
+//! What a run tells while it runs: the events of `POST /agent/runs` (`chunk`,
+//! `answer_reset`, `step`, `artifact_chunk`, `done`, `error`; README, "The agent planner"),
+//! each with its SSE event name and JSON data.
 //!
 //! So a client can match them up: `step` and `artifact_chunk` carry the tool call's `call_id`
 //! (unique in the run: two calls of one tool are told apart), `artifact_chunk` the payload key
@@ -18,8 +18,9 @@ pub struct RunInfo {
     /// The run's id (`run-…`): its trace id in the gateway's events and logs, the scope of its
     /// artifacts, and what `DELETE /agent/runs/{id}` names.
     pub trace_id: String,
-    /// Why it ended: `answer` (the model's answer), `invalid_answer`, `max_steps`,
-    /// `max_wall_time`, `max_tokens`, `model_error`, `cancelled`.
+    /// Why it ended: `answer` (the model's answer), `invalid_answer`, `invalid_action`,
+    /// `invalid_tool_arguments`, `reply_cut` (a fault its repair budget could not fix),
+    /// `max_steps`, `max_wall_time`, `max_tokens`, `model_error`, `cancelled`.
     pub finish_reason: String,
     /// The model's own reason for its last reply (`stop`, `tool_calls`, `length`, …).
     pub model_finish_reason: Option<String>,
@@ -27,8 +28,12 @@ pub struct RunInfo {
     pub steps: u32,
     /// Tool calls made (a step may make several).
     pub tool_calls: u32,
-    /// Requests sent to the model, repair rounds included.
+    /// Requests sent to the model, repair rounds included: at most `max_steps + max_repairs +
+    /// 1`.
     pub model_requests: u32,
+    /// Repair rounds the run used (a fault of the model's reply told back to it), at most
+    /// `agent.max_repairs`.
+    pub repairs: u32,
     /// Tokens the run spent.
     pub usage: RunUsage,
     /// Wall-clock time of the run, in milliseconds.
@@ -70,6 +75,18 @@ pub enum AgentEvent {
         text: String,
         /// True on the last chunk (whose `text` is empty).
         done: bool,
+    },
+    /// The answer text streamed so far (since the last reset) will not be the answer: drop it.
+    /// Sent before the replacement streams, when the model is asked again (`repair`), when the
+    /// reply turned out to be tool calls (`tool_calls`), when the final answer is not what
+    /// streamed (`replaced`), or when the run ends with a partial answer (`partial`).
+    AnswerReset {
+        /// Always `answer`.
+        stream_id: String,
+        /// The `seq` of the next `chunk`: every chunk before it is dropped.
+        seq: u64,
+        /// `repair`, `tool_calls`, `replaced` or `partial`.
+        reason: String,
     },
     /// Tool execution progress: one when a call starts and one when it ends.
     Step {
@@ -134,6 +151,7 @@ impl AgentEvent {
     pub fn name(&self) -> &'static str {
         match self {
             AgentEvent::Chunk { .. } => "chunk",
+            AgentEvent::AnswerReset { .. } => "answer_reset",
             AgentEvent::Step { .. } => "step",
             AgentEvent::ArtifactChunk { .. } => "artifact_chunk",
             AgentEvent::Done(..) => "done",
@@ -146,6 +164,7 @@ impl AgentEvent {
         use serde_json::json;
         match self {
             AgentEvent::Chunk { stream_id, seq, text, done } => json!({"stream_id": stream_id, "seq": seq, "text": text, "done": done}),
+            AgentEvent::AnswerReset { stream_id, seq, reason } => json!({"stream_id": stream_id, "seq": seq, "reason": reason}),
             AgentEvent::Step { node, status, latency_ms, thought, call_id } => {
                 serde_json::to_value(StepData { node, status: *status, latency_ms: *latency_ms, thought, call_id }).expect("serialises")
             }
@@ -186,6 +205,8 @@ mod tests {
         let run = RunInfo { trace_id: "run-1".into(), finish_reason: "answer".into(), steps: 2, ..Default::default() };
         let done = AgentEvent::Done(Box::new(FinalPayload::answer("hi")), Box::new(run)).data();
         assert_eq!((done["raw_answer"].as_str(), done["run"]["steps"].as_u64()), (Some("hi"), Some(2)));
+        let e = AgentEvent::AnswerReset { stream_id: "answer".into(), seq: 7, reason: "repair".into() };
+        assert_eq!(e.to_sse(), "event: answer_reset\ndata: {\"stream_id\":\"answer\",\"seq\":7,\"reason\":\"repair\"}\n\n");
         let e = AgentEvent::Error { error: "boom".into(), code: "model_http_error".into(), trace_id: "run-1".into() };
         assert_eq!(e.data(), serde_json::json!({"error": "boom", "code": "model_http_error", "trace_id": "run-1"}));
     }

@@ -1,6 +1,7 @@
 //! `POST /agent/runs`: one run per request, answered as `text/event-stream` with the run's
-//! events (`chunk`, `step`, `artifact_chunk`, then `done` or `error`), and a comment line (`:
-//! heartbeat`) every 15 s, so proxies and clients keep a stream open through a long tool call.
+//! events (`chunk`, `answer_reset`, `step`, `artifact_chunk`, then `done` or `error`), and a
+//! comment line (`: heartbeat`) every 15 s, so proxies and clients keep a stream open through a
+//! long tool call.
 //! `DELETE /agent/runs/{id}` cancels a run (the id is in the `stowage-agent-run` response
 //! header and the `done` event's `run.trace_id`): it ends at once with a partial payload. While
 //! the model fails its check, both answer 503 with the model's error (the rest of the gateway

@@ -8,7 +8,9 @@
 //! what the gateway shaped for the planner's own host profile (the private `observe` module),
 //! and ends in a [`FinalPayload`]: the model's answer plus what the run's artifact collector
 //! gathered (schema-marked artifacts, offloaded values as references, sources) — or, when the
-//! run ends early, a partial payload with what was collected.
+//! run ends early, a partial payload with what was collected. The calls of one step run at
+//! once, and a parallel plan (`plan` + `join.inject`) hands its branches'
+//! results to a join tool without the model carrying them.
 //! What happens is told as [`AgentEvent`]s, which [`http::router`] serves as
 //! `text/event-stream` on `POST /agent/runs`.
 //!
@@ -26,6 +28,7 @@ pub mod http;
 pub mod model;
 mod observe;
 mod payload;
+mod plan;
 mod planner;
 mod stream;
 

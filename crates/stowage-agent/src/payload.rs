@@ -155,25 +155,69 @@ pub(crate) enum AnswerError {
         /// The value the model wrote, shown as JSON.
         next_node: Value,
     },
+    /// The reply meant to be a JSON object (it starts like one, is fenced as one, or names
+    /// the answer key) but is not one: cut inside a string, or not JSON.
+    #[error("the final answer is not valid JSON: {0}")]
+    BrokenJson(String),
+    /// The JSON-only format's reply holds no action object at all (prose).
+    #[error("the reply is no JSON action: reply with one JSON object {{\"thought\", \"next_node\", \"args\"}}")]
+    NoAction,
+    /// The JSON-only format's action is not valid JSON.
+    #[error("the action is not valid JSON: {0}")]
+    BrokenAction(String),
+    /// A parallel plan that cannot run: why, in the model's terms.
+    #[error("the parallel plan is invalid: {0}")]
+    BadPlan(String),
 }
 
 impl ModelAnswer {
-    /// Reads a final answer from the model's text. A JSON object with `raw_answer` is the
-    /// answer, its faults fixed with a warning each; prose (text that is not such an object) is
-    /// the `raw_answer` itself. Only a reply with no answer at all is an error, in one line
-    /// (the repair round sends it back to the model).
+    /// Reads a final answer from the model's text. A JSON object with `raw_answer` (or one of
+    /// [`ANSWER_ALIASES`], or the JSON-only action's `args` holding one) is the answer, its
+    /// faults fixed with a warning each; an object cut only before its closing brackets is
+    /// closed (with a warning); prose (text that is not meant as such an object) is the
+    /// `raw_answer` itself. A reply with no answer, an object without one, and JSON that is cut
+    /// inside a string or invalid are errors, in one line (the repair round sends it back).
     pub(crate) fn parse(text: &str) -> Result<Read, AnswerError> {
-        match extract_json_object(text) {
-            Some(v) if v.get("raw_answer").is_some() => Self::from_value(v),
-            Some(_) if is_only_json(text) => Err(AnswerError::NoRawAnswer),
-            _ => {
+        match find_json(text) {
+            Found::Prose => {
                 let prose = text.trim();
                 if prose.is_empty() {
                     return Err(AnswerError::EmptyReply);
                 }
                 Ok((ModelAnswer { raw_answer: prose.to_owned(), ..Default::default() }, Vec::new()))
             }
+            Found::Object(m) => Self::from_object(m),
+            Found::Closed(m, added) => {
+                let (a, mut w) = Self::from_object(m)?;
+                w.insert(0, format!("final answer: the JSON object was not closed; read with \"{added}\" added"));
+                Ok((a, w))
+            }
+            Found::Broken(why) => Err(AnswerError::BrokenJson(why)),
         }
+    }
+
+    /// Reads an answer object: `raw_answer`, else an alias of it, else the answer inside a
+    /// JSON-only action's `args` (a model that writes the action format when it need not).
+    pub(crate) fn from_object(mut m: Map<String, Value>) -> Result<Read, AnswerError> {
+        let mut pre = Vec::new();
+        if !m.contains_key("raw_answer") {
+            if let Some(alias) = ANSWER_ALIASES.iter().find(|k| m.get(**k).is_some_and(|v| v.is_string() || v.is_number())) {
+                let v = m.remove(*alias).expect("found");
+                pre.push(format!("final answer: \"{alias}\" read as raw_answer"));
+                m.insert("raw_answer".into(), v);
+            } else if let Some(Value::Object(args)) = m.get("args")
+                && (args.contains_key("raw_answer") || ANSWER_ALIASES.iter().any(|k| args.contains_key(*k)))
+                && m.get("next_node").is_none_or(Value::is_null)
+            {
+                let args = args.clone();
+                let (a, mut w) = Self::from_object(args)?;
+                w.insert(0, "final answer: read from the action's \"args\"".to_owned());
+                return Ok((a, w));
+            }
+        }
+        let (a, mut w) = Self::from_value(Value::Object(m))?;
+        pre.append(&mut w);
+        Ok((a, pre))
     }
 
     /// Reads an answer already parsed as JSON (the JSON-only action's `args`): unknown keys are
@@ -255,14 +299,6 @@ impl ModelAnswer {
             extra: self.extra,
         }
     }
-}
-
-/// Whether the reply is nothing but a JSON object (possibly fenced): a structured answer that
-/// lacks its answer, not prose that happens to hold braces.
-fn is_only_json(text: &str) -> bool {
-    let t = text.trim();
-    let t = t.strip_prefix("```json").or_else(|| t.strip_prefix("```")).map(|s| s.trim_end().trim_end_matches("```").trim()).unwrap_or(t);
-    t.starts_with('{') && t.ends_with('}')
 }
 
 fn kind(v: &Value) -> &'static str {
@@ -393,25 +429,131 @@ fn language(v: &Value, w: &mut Vec<String>) -> Option<String> {
     }
 }
 
-/// The JSON object in a model's text: the whole text, or the part inside a ```json fence,
-/// or from the first `{` to the last `}` (models wrap JSON in prose despite being told not to).
-pub(crate) fn extract_json_object(text: &str) -> Option<Value> {
+/// Keys other planners and models put the answer under (penguiflow reads `answer`); read as
+/// `raw_answer` with a warning.
+pub(crate) const ANSWER_ALIASES: &[&str] = &["answer", "final_answer", "response"];
+
+/// What a model's text holds, read for its JSON object.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Found {
+    /// No JSON object meant as one: prose (possibly holding braces, as `Totals: {"q1": 5}`).
+    Prose,
+    /// A whole object (text after it is ignored: models add a closing remark).
+    Object(Map<String, Value>),
+    /// An object cut only before its closing brackets, and those brackets (`}`, `]}`), which
+    /// close it.
+    Closed(Map<String, Value>, String),
+    /// Meant as a JSON object, but not one: why, in one line.
+    Broken(String),
+}
+
+/// The JSON object in a model's text. It is meant as one when the text starts with `{`, when
+/// a fence (```` ```json ````) holds one, or when prose leads into `{"raw_answer": …` (or an
+/// alias); braces elsewhere in prose are prose. The object is read from its `{` to the
+/// matching `}` (strings and escapes respected); one cut before its end is closed when it was
+/// cut between values, and broken when it was cut inside a string or a value.
+pub(crate) fn find_json(text: &str) -> Found {
     let t = text.trim();
-    let t = t.strip_prefix("```json").or_else(|| t.strip_prefix("```")).map(|s| s.trim_end().trim_end_matches("```")).unwrap_or(t);
-    if let Ok(v @ Value::Object(_)) = serde_json::from_str::<Value>(t.trim()) {
-        return Some(v);
+    let region = (t.starts_with('{').then_some(t)).or_else(|| fenced_object(t)).or_else(|| keyed_object_start(t).map(|at| &t[at..]));
+    let Some(region) = region else { return Found::Prose };
+    let mut closers: Vec<char> = Vec::new();
+    let (mut in_string, mut escaped) = (false, false);
+    for (i, c) in region.char_indices() {
+        if in_string {
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => in_string = true,
+            '{' => closers.push('}'),
+            '[' => closers.push(']'),
+            '}' | ']' => {
+                if closers.pop() != Some(c) {
+                    return Found::Broken(format!("a '{c}' does not match its opening bracket"));
+                }
+                if closers.is_empty() {
+                    let whole = &region[..=i];
+                    return match serde_json::from_str::<Value>(whole) {
+                        Ok(Value::Object(m)) => Found::Object(m),
+                        Ok(_) => Found::Broken("it is not an object".into()),
+                        Err(e) => Found::Broken(format!("{e}")),
+                    };
+                }
+            }
+            _ => {}
+        }
     }
-    let (start, end) = (t.find('{')?, t.rfind('}')?);
-    match serde_json::from_str::<Value>(t.get(start..=end)?) {
-        Ok(v @ Value::Object(_)) => Some(v),
-        _ => None,
+    if in_string {
+        return Found::Broken("it was cut off inside a string".into());
     }
+    // Cut between values: drop a dangling comma and close what is open.
+    let head = region.trim_end();
+    let head = head.strip_suffix(',').unwrap_or(head).trim_end();
+    let added: String = closers.iter().rev().collect();
+    match serde_json::from_str::<Value>(&format!("{head}{added}")) {
+        Ok(Value::Object(m)) => Found::Closed(m, added),
+        _ => Found::Broken("it was cut off before its end".into()),
+    }
+}
+
+/// The body of the first fence in `t` when it holds an object (from its `{`).
+fn fenced_object(t: &str) -> Option<&str> {
+    let at = t.find("```")?;
+    let rest = &t[at + 3..];
+    // The info string (`json`, `JSON`, nothing) ends the fence's first line.
+    let body = rest.trim_start_matches(|c: char| c.is_ascii_alphanumeric()).trim_start();
+    let body = body.split("```").next().unwrap_or(body).trim();
+    body.starts_with('{').then_some(body)
+}
+
+/// Where prose leads into an answer object: a `{` followed by `"raw_answer"` (or an alias) as
+/// its first key.
+fn keyed_object_start(t: &str) -> Option<usize> {
+    t.match_indices('{').map(|(i, _)| i).find(|&i| {
+        let after = t[i + 1..].trim_start();
+        std::iter::once("raw_answer").chain(ANSWER_ALIASES.iter().copied()).any(|k| {
+            after
+                .strip_prefix('"')
+                .and_then(|a| a.strip_prefix(k))
+                .and_then(|a| a.strip_prefix('"'))
+                .is_some_and(|a| a.trim_start().starts_with(':'))
+        })
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn json_is_found_where_it_is_meant_closed_when_only_its_brackets_are_missing() {
+        let obj = |v: Value| v.as_object().unwrap().clone();
+        assert_eq!(find_json("The total is 5."), Found::Prose);
+        assert_eq!(find_json("Totals: {\"q1\": 5} and more"), Found::Prose, "braces in prose are prose");
+        assert_eq!(find_json("{\"raw_answer\": \"a}b\"} trailing remark"), Found::Object(obj(json!({"raw_answer": "a}b"}))));
+        assert_eq!(find_json("Sure! {\"answer\" : \"x\"}"), Found::Object(obj(json!({"answer": "x"}))));
+        assert_eq!(find_json("```JSON\n{\"a\": [1, {\"b\": \"\\\"\"}]}\n```"), Found::Object(obj(json!({"a": [1, {"b": "\""}]}))));
+        assert_eq!(
+            find_json("{\"raw_answer\": \"x\", \"warnings\": [\"w\","),
+            Found::Closed(obj(json!({"raw_answer": "x", "warnings": ["w"]})), "]}".into())
+        );
+        assert!(matches!(find_json("{\"raw_answer\": \"x"), Found::Broken(w) if w.contains("inside a string")));
+        assert!(matches!(find_json("{\"a\": 1]}"), Found::Broken(w) if w.contains("does not match")));
+        // An answer under another name, or inside an action's args, is read with a warning.
+        let (a, w) = ModelAnswer::parse("{\"final_answer\": \"x\", \"thought\": \"t\"}").unwrap();
+        assert_eq!(a.raw_answer, "x");
+        assert_eq!(w, ["final answer: \"final_answer\" read as raw_answer", "final answer: dropped unknown key \"thought\""]);
+        let (a, w) = ModelAnswer::parse(&json!({"thought": "t", "next_node": null, "args": {"raw_answer": "y"}}).to_string()).unwrap();
+        assert_eq!((a.raw_answer.as_str(), w[0].as_str()), ("y", "final answer: read from the action's \"args\""));
+        let (a, w) = ModelAnswer::parse("{\"raw_answer\": \"z\"").unwrap();
+        assert_eq!((a.raw_answer.as_str(), w[0].as_str()), ("z", "final answer: the JSON object was not closed; read with \"}\" added"));
+    }
 
     #[test]
     fn the_payload_has_exactly_the_documented_fields() {
@@ -450,8 +592,12 @@ mod tests {
         let (a, _) = ModelAnswer::parse("Totals: {\"q1\": 5} and more").unwrap();
         assert!(a.raw_answer.starts_with("Totals"));
         for (text, why) in [
-            ("{\"answer\": \"x\"}", "no \"raw_answer\""),
-            ("```json\n{\"answer\": \"x\"}\n```", "no \"raw_answer\""),
+            ("{\"result\": \"x\"}", "no \"raw_answer\""),
+            ("```json\n{\"result\": \"x\"}\n```", "no \"raw_answer\""),
+            ("Here it is:\n```json\n{\"total\": 5}\n```\nThanks!", "no \"raw_answer\""),
+            ("{\"raw_answer\": \"The answer is ve", "cut off inside a string"),
+            ("Sure: {\"raw_answer\": \"a\", \"confidence\": ", "cut off before its end"),
+            ("{'raw_answer': 'single quotes'}", "not valid JSON"),
             ("{\"raw_answer\": {}}", "must be a string"),
             ("{\"raw_answer\": \"  \"}", "empty"),
             ("  ", "empty"),
@@ -469,6 +615,13 @@ mod tests {
             (AnswerError::RawAnswerNotString { kind: "a list" }, "\"raw_answer\" must be a string, not a list"),
             (AnswerError::NoAnswerArgs, "the final action has no \"args\" with the answer (\"raw_answer\" is required)"),
             (AnswerError::BadNextNode { next_node: json!(5) }, "\"next_node\" must be a tool name or null, not 5"),
+            (
+                AnswerError::BrokenJson("it was cut off inside a string".into()),
+                "the final answer is not valid JSON: it was cut off inside a string",
+            ),
+            (AnswerError::NoAction, "the reply is no JSON action: reply with one JSON object {\"thought\", \"next_node\", \"args\"}"),
+            (AnswerError::BrokenAction("x".into()), "the action is not valid JSON: x"),
+            (AnswerError::BadPlan("x".into()), "the parallel plan is invalid: x"),
         ] {
             assert_eq!(e.to_string(), line);
         }

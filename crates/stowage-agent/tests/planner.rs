@@ -142,7 +142,7 @@ async fn sources_are_collected_from_marked_tools_and_deduplicated() {
 
 #[tokio::test]
 async fn a_missing_answer_gets_one_repair_round_then_the_fallback() {
-    let h = harness(vec![Turn::Text("{\"answer\": 42}".into()), answer("42")], |_| {}).await;
+    let h = harness(vec![Turn::Text("{\"result\": 42}".into()), answer("42")], |_| {}).await;
     let (out, _) = h.run("ana", "What is the answer?", None).await;
     let p = out.unwrap().payload;
     assert_eq!(p.raw_answer, "42");
@@ -151,20 +151,21 @@ async fn a_missing_answer_gets_one_repair_round_then_the_fallback() {
     assert_eq!(sent.len(), 2);
     assert!(sent[1].contains("Your final answer is invalid: the final answer has no \\\"raw_answer\\\""), "{}", sent[1]);
 
-    // Missing twice: a partial payload from the last observation, with a warning.
+    // Missing more often than the repair budget allows: a partial payload naming the last
+    // tool result, with a warning.
     let h = harness(
         vec![
             tool("echo", json!({"message": "the total is 1234"})),
-            Turn::Text("{\"answer\": 1}".into()),
+            Turn::Text("{\"result\": 1}".into()),
             Turn::Text("```json\n{\"total\": 1234}\n```".into()),
         ],
-        |_| {},
+        |c| c.max_repairs = 1,
     )
     .await;
     let (out, events) = h.run("ana", "Total?", None).await;
     let out = out.unwrap();
     let p = out.payload;
-    assert!(p.raw_answer.contains("the total is 1234") && p.raw_answer.contains("echo"), "{}", p.raw_answer);
+    assert!(p.raw_answer.contains("the total is 1234") && p.raw_answer.contains("from echo (call c1)"), "{}", p.raw_answer);
     assert_eq!(p.route.as_deref(), Some("partial"));
     assert_eq!(p.warnings.len(), 1);
     assert!(p.warnings[0].starts_with("invalid_final_answer: the final answer has no \"raw_answer\""), "{:?}", p.warnings);

@@ -61,4 +61,4 @@ pub use gateway::{
 };
 pub use outbox::Outbox;
 pub use session::{Caller, LOCAL_USER, Session, SessionKind};
-pub use upstream::{CallError, Health, InProcessFactory, InProcessPipes, TransportError, probe as probe_upstream};
+pub use upstream::{CallError, Health, InProcessFactory, InProcessPipes, TransportError, probe as probe_upstream, probe_stdio};

@@ -322,3 +322,24 @@ async fn the_python_client_through_the_gateway_to_fastmcp_over_sse() {
     gw.shutdown();
     server.kill().await;
 }
+
+/// The TypeScript and Python SDKs' Streamable HTTP servers answer a GET without a session id
+/// with 400 ("Bad Request: No valid session ID provided"), not 404 or 405: that is the answer
+/// most `"type": "sse"` mistakes meet, so it gets the fix too.
+#[tokio::test]
+async fn a_streamable_http_server_answering_400_to_the_sse_get_says_how_to_fix_it() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let app = axum::Router::new().route(
+        "/mcp",
+        axum::routing::get(|| async {
+            (
+                axum::http::StatusCode::BAD_REQUEST,
+                r#"{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"},"id":null}"#,
+            )
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let reason = start_reason(sse_spec("sdk", format!("http://127.0.0.1:{port}/mcp"), Duration::from_secs(5))).await;
+    assert!(reason.contains("400") && reason.contains("drop \"type\": \"sse\""), "{reason}");
+}

@@ -143,3 +143,21 @@ async fn a_tools_list_that_times_out_is_asked_again_and_clients_hear_of_it() {
     assert!(heard, "no list_changed after the retry: {:?}", client.notifications.lock().unwrap());
     gw.shutdown();
 }
+
+/// An upstream whose first `tools/list` is refused (the Python SDK answers a request that
+/// comes before its initialization finished with an error) is still starting, not listed with
+/// no tools: a client that lists at once waits for the retry and gets its tools in its first
+/// answer, which is all Codex ever reads.
+#[tokio::test]
+async fn a_refused_first_tools_list_is_not_an_empty_one() {
+    let mut spec = fixture_spec("fx", None, Duration::from_secs(5));
+    if let TransportSpec::Stdio { env, .. } = &mut spec.transport {
+        env.insert("STOWAGE_FIXTURE_REFUSE_FIRST_TOOLS_LIST".into(), "1".into());
+    }
+    let gw = start_without_waiting(vec![spec]);
+    let client = connect(&gw);
+    client.initialize("2025-06-18", json!({})).await;
+    let names = tool_names(&client.request("tools/list", json!({})).await);
+    assert!(names.iter().any(|n| n == "echo"), "the first answer lacks the upstream's tools: {names:?}");
+    gw.shutdown();
+}

@@ -1025,6 +1025,12 @@ function onAgentEvent(turn, ev) {
       if (d.done) turn.answer.classList.remove('streaming');
       break;
     }
+    case 'answer_reset':
+      // What streamed will not be the answer (the model is asked again, or a partial answer
+      // follows): the next chunks replace it.
+      turn.seg = '';
+      turn.answer.textContent = '';
+      break;
     case 'step':
       onStep(turn, d);
       break;

@@ -11,6 +11,7 @@
 //! Nothing here depends on the gateway, so the fixtures cannot accidentally share its bugs.
 
 pub mod client;
+pub mod investigation;
 pub mod model_stub;
 pub mod server;
 pub mod sink;
@@ -81,6 +82,11 @@ pub fn chain_fixture_bin() -> PathBuf {
 /// The path of the `stowage-conformance-fixture` binary (see [`fixture_bin`]).
 pub fn conformance_fixture_bin() -> PathBuf {
     bin("stowage-conformance-fixture")
+}
+
+/// The path of the `stowage-hosts-fixture` binary (see [`fixture_bin`]).
+pub fn hosts_fixture_bin() -> PathBuf {
+    bin("stowage-hosts-fixture")
 }
 
 /// `target/<profile>/<name>`, next to the running test's own `deps/` directory.

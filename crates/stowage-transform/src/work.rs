@@ -378,6 +378,10 @@ fn note_not_stored(fallback: Value, what: &str, e: &stowage_core::StoreError) ->
     }
 }
 
+/// A link (or text) block and an index where it goes in an array: `(doc, array pointer,
+/// index of the block it follows, discovery order, block)`.
+type Insert = (usize, String, usize, usize, Value);
+
 /// Stores every offload and writes its stub; returns how many were stored.
 pub(crate) async fn commit(
     docs: &mut Docs,
@@ -385,140 +389,169 @@ pub(crate) async fn commit(
     store: &StoreCtx<'_>,
     report: &mut TransformReport,
 ) -> Result<usize, TransformError> {
-    let mut inserts: Vec<(usize, String, usize, usize, Value)> = Vec::new();
+    let mut inserts: Vec<Insert> = Vec::new();
     let mut stored = 0;
-    for (seq, off) in offloads.into_iter().enumerate() {
+    for (seq, mut off) in offloads.into_iter().enumerate() {
         let pointer = docs.report_pointer(off.doc, &off.ptr);
         let payload_len = off.payload.len();
-        // A typed block's annotations (audience, priority) go on the link that replaces it.
-        let annotations = off.source.get("annotations").cloned();
-        let link_block = |r: &ArtifactRef| {
-            let mut b = stub::resource_link_block(r);
-            if let Some(a) = &annotations {
-                b["annotations"] = a.clone();
+        let payload = std::mem::replace(&mut off.payload, Payload::Text(String::new()));
+        // The provenance map is a few keys; the offload keeps its own for the link's annotations.
+        let result = store.put(payload, off.mime.clone(), off.filename.clone(), off.layer, &pointer, off.source.clone()).await;
+        match result {
+            Ok(r) => {
+                stored += 1;
+                place(docs, off, r, pointer, seq, &mut inserts, report);
             }
-            b
-        };
-        let result = store.put(off.payload, off.mime.clone(), off.filename.clone(), off.layer, &pointer, off.source).await;
-        let r = match result {
-            Ok(r) => r,
-            Err(source) if off.fatal && !store.withhold => {
-                return Err(TransformError::ArtifactStorageFailed { what: off.what, pointer, source });
-            }
-            Err(e) if off.fatal => {
-                // The store cannot take it (full, over quota, down): the rest of the result
-                // still reaches the model, and this value is named, never kept inline.
-                let note = withheld_note(&off.what, payload_len, &e);
-                report.warn_store(off.layer, Some(pointer.clone()), format!("cannot store {} ({}), withheld: {e}", off.what, e.code()));
-                report.withheld.push(crate::report::Withheld {
-                    pointer,
-                    what: off.what.clone(),
-                    size_bytes: payload_len as u64,
-                    reason: note.clone(),
-                });
-                let replacement = match off.render {
-                    Render::Link | Render::Blocks => stub::text_block(note),
-                    Render::BlobToText => blob_as_text(docs.docs[off.doc].value.pointer(&off.ptr), note),
-                    // A typed prefix is already in place of the value: it stays, as a preview.
-                    Render::Typed { value, .. } => value,
-                    Render::TextPreview { head, tail, omitted } => Value::String(text_preview(&head, &tail, omitted, &note)),
-                    _ => Value::String(note),
-                };
-                if let Some(slot) = docs.docs[off.doc].value.pointer_mut(&off.ptr) {
-                    *slot = replacement;
-                }
-                docs.docs[off.doc].changed = true;
-                continue;
-            }
-            Err(e) => {
-                // A value kept in place in part says where it was cut: that is what is missing.
-                let pointer = match &off.render {
-                    Render::Typed { cuts, .. } if !cuts.is_empty() => {
-                        cuts.iter().map(|c| c.pointer.as_str()).collect::<Vec<_>>().join(", ")
-                    }
-                    _ => pointer,
-                };
-                report.warn_store(
-                    off.layer,
-                    Some(pointer),
-                    format!("cannot store {} ({}), kept a truncated copy: {e}", off.what, e.code()),
-                );
-                if let (Some(slot), Some(fallback)) = (docs.docs[off.doc].value.pointer_mut(&off.ptr), off.fallback) {
-                    *slot = note_not_stored(fallback, &off.what, &e);
-                    docs.docs[off.doc].changed = true;
-                }
-                continue;
-            }
-        };
-        stored += 1;
-        let vars = off.vars.with_artifact(&r, off.content_type.as_deref());
-        // A tool's template may say "stored as {uri}": for content the NoOp store did not
-        // keep, the default summary says what it was and that it was not kept.
-        let summary = match &off.summary_template {
-            Some(t) if !r.is_truncated() => vars.fill(t),
-            _ => stub::default_summary(&r, &vars),
-        };
-        let line = stub::string_stub(&r, &summary);
-        let mut partial = None;
-        let mut cuts = Vec::new();
-        let replacement = match off.render {
-            Render::Typed { value, partial: p, cuts: c } => {
-                partial = Some(p);
-                cuts = c;
-                value
-            }
-            Render::StringStub => Value::String(line),
-            Render::Placeholder { placeholder } => Value::String(format!("{placeholder} {line}")),
-            Render::TextPreview { head, tail, omitted } => Value::String(text_preview(&head, &tail, omitted, &line)),
-            Render::JsonPreview { preview, schema } => {
-                let mut m = Map::new();
-                m.insert("$artifact".into(), artifact_object(&r, &summary));
-                m.insert("preview".into(), preview);
-                m.insert("schema".into(), schema);
-                Value::Object(m)
-            }
-            // Content the NoOp store did not keep gets no link: there is nothing behind one.
-            Render::Link if r.is_truncated() => stub::text_block(line),
-            Render::Link => {
-                let mut block = link_block(&r);
-                block["description"] = Value::String(summary.clone());
-                block
-            }
-            Render::BlobToText => blob_as_text(docs.docs[off.doc].value.pointer(&off.ptr), line),
-            Render::Blocks => {
-                if let Some((array_ptr, index)) = split_last(&off.ptr).and_then(|(a, i)| Some((a.to_owned(), i.parse::<usize>().ok()?)))
-                    && !r.is_truncated()
-                {
-                    inserts.push((off.doc, array_ptr, index, seq, link_block(&r)));
-                }
-                stub::text_block(line)
-            }
-        };
-        if let Some((array_ptr, index)) = docs.content_block_of(off.doc)
-            && !r.is_truncated()
-        {
-            inserts.push((0, array_ptr, index, seq, stub::resource_link_block(&r)));
+            Err(e) => not_stored(docs, off, pointer, payload_len, e, store.withhold, report)?,
         }
+    }
+    insert_links(docs, inserts);
+    Ok(stored)
+}
+
+/// An offload the store refused: the run fails (a fatal offload when nothing may be
+/// withheld), the value is withheld with a note (fatal), or a truncated copy stays (size net).
+fn not_stored(
+    docs: &mut Docs,
+    off: Offload,
+    pointer: String,
+    payload_len: usize,
+    e: stowage_core::StoreError,
+    withhold: bool,
+    report: &mut TransformReport,
+) -> Result<(), TransformError> {
+    if off.fatal && !withhold {
+        return Err(TransformError::ArtifactStorageFailed { what: off.what, pointer, source: e });
+    }
+    if off.fatal {
+        // The store cannot take it (full, over quota, down): the rest of the result
+        // still reaches the model, and this value is named, never kept inline.
+        let note = withheld_note(&off.what, payload_len, &e);
+        report.warn_store(off.layer, Some(pointer.clone()), format!("cannot store {} ({}), withheld: {e}", off.what, e.code()));
+        report.withheld.push(crate::report::Withheld {
+            pointer,
+            what: off.what.clone(),
+            size_bytes: payload_len as u64,
+            reason: note.clone(),
+        });
+        let replacement = match off.render {
+            Render::Link | Render::Blocks => stub::text_block(note),
+            Render::BlobToText => blob_as_text(docs.docs[off.doc].value.pointer(&off.ptr), note),
+            // A typed prefix is already in place of the value: it stays, as a preview.
+            Render::Typed { value, .. } => value,
+            Render::TextPreview { head, tail, omitted } => Value::String(text_preview(&head, &tail, omitted, &note)),
+            _ => Value::String(note),
+        };
         if let Some(slot) = docs.docs[off.doc].value.pointer_mut(&off.ptr) {
             *slot = replacement;
         }
         docs.docs[off.doc].changed = true;
-        report.artifacts.push(ArtifactRecord {
-            id: r.id.to_string(),
-            uri: r.uri.clone(),
-            pointer,
-            mime_type: r.mime_type.clone(),
-            size_bytes: r.size_bytes,
-            sha256: r.sha256.clone(),
-            layer: off.layer,
-            filename: r.filename.clone(),
-            summary,
-            partial,
-            cuts,
-            artifact: r,
-        });
+        return Ok(());
     }
-    // Insert `resource_link` blocks after their blocks. Deeper arrays first and, within an
+    // A value kept in place in part says where it was cut: that is what is missing.
+    let pointer = match &off.render {
+        Render::Typed { cuts, .. } if !cuts.is_empty() => cuts.iter().map(|c| c.pointer.as_str()).collect::<Vec<_>>().join(", "),
+        _ => pointer,
+    };
+    report.warn_store(off.layer, Some(pointer), format!("cannot store {} ({}), kept a truncated copy: {e}", off.what, e.code()));
+    if let (Some(slot), Some(fallback)) = (docs.docs[off.doc].value.pointer_mut(&off.ptr), off.fallback) {
+        *slot = note_not_stored(fallback, &off.what, &e);
+        docs.docs[off.doc].changed = true;
+    }
+    Ok(())
+}
+
+/// A stored offload's stub in its slot (by its render), the links it adds queued in
+/// `inserts`, and its record in the report.
+fn place(
+    docs: &mut Docs,
+    off: Offload,
+    r: ArtifactRef,
+    pointer: String,
+    seq: usize,
+    inserts: &mut Vec<Insert>,
+    report: &mut TransformReport,
+) {
+    // A typed block's annotations (audience, priority) go on the link that replaces it.
+    let annotations = off.source.get("annotations").cloned();
+    let link_block = |r: &ArtifactRef| {
+        let mut b = stub::resource_link_block(r);
+        if let Some(a) = &annotations {
+            b["annotations"] = a.clone();
+        }
+        b
+    };
+    let vars = off.vars.with_artifact(&r, off.content_type.as_deref());
+    // A tool's template may say "stored as {uri}": for content the NoOp store did not
+    // keep, the default summary says what it was and that it was not kept.
+    let summary = match &off.summary_template {
+        Some(t) if !r.is_truncated() => vars.fill(t),
+        _ => stub::default_summary(&r, &vars),
+    };
+    let line = stub::string_stub(&r, &summary);
+    let mut partial = None;
+    let mut cuts = Vec::new();
+    let replacement = match off.render {
+        Render::Typed { value, partial: p, cuts: c } => {
+            partial = Some(p);
+            cuts = c;
+            value
+        }
+        Render::StringStub => Value::String(line),
+        Render::Placeholder { placeholder } => Value::String(format!("{placeholder} {line}")),
+        Render::TextPreview { head, tail, omitted } => Value::String(text_preview(&head, &tail, omitted, &line)),
+        Render::JsonPreview { preview, schema } => {
+            let mut m = Map::new();
+            m.insert("$artifact".into(), artifact_object(&r, &summary));
+            m.insert("preview".into(), preview);
+            m.insert("schema".into(), schema);
+            Value::Object(m)
+        }
+        // Content the NoOp store did not keep gets no link: there is nothing behind one.
+        Render::Link if r.is_truncated() => stub::text_block(line),
+        Render::Link => {
+            let mut block = link_block(&r);
+            block["description"] = Value::String(summary.clone());
+            block
+        }
+        Render::BlobToText => blob_as_text(docs.docs[off.doc].value.pointer(&off.ptr), line),
+        Render::Blocks => {
+            if let Some((array_ptr, index)) = split_last(&off.ptr).and_then(|(a, i)| Some((a.to_owned(), i.parse::<usize>().ok()?)))
+                && !r.is_truncated()
+            {
+                inserts.push((off.doc, array_ptr, index, seq, link_block(&r)));
+            }
+            stub::text_block(line)
+        }
+    };
+    if let Some((array_ptr, index)) = docs.content_block_of(off.doc)
+        && !r.is_truncated()
+    {
+        inserts.push((0, array_ptr, index, seq, stub::resource_link_block(&r)));
+    }
+    if let Some(slot) = docs.docs[off.doc].value.pointer_mut(&off.ptr) {
+        *slot = replacement;
+    }
+    docs.docs[off.doc].changed = true;
+    report.artifacts.push(ArtifactRecord {
+        id: r.id.to_string(),
+        uri: r.uri.clone(),
+        pointer,
+        mime_type: r.mime_type.clone(),
+        size_bytes: r.size_bytes,
+        sha256: r.sha256.clone(),
+        layer: off.layer,
+        filename: r.filename.clone(),
+        summary,
+        partial,
+        cuts,
+        artifact: r,
+    });
+}
+
+/// Inserts queued `resource_link` blocks after their blocks.
+fn insert_links(docs: &mut Docs, mut inserts: Vec<Insert>) {
+    // Deeper arrays first and, within an
     // array, higher indices first, so every pending pointer and index still refers to the
     // original positions; several links after one block keep their discovery order.
     inserts.sort_by_key(|(doc, array_ptr, index, seq, _)| {
@@ -531,7 +564,6 @@ pub(crate) async fn commit(
             docs.docs[doc].changed = true;
         }
     }
-    Ok(stored)
 }
 
 /// An offloaded text as the model reads it: its head, one bracketed line saying how much was

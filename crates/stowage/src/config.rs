@@ -333,6 +333,60 @@ mod tests {
         assert_eq!(file, defaults, "examples/stowage.toml and the defaults differ");
     }
 
+    /// README's configuration table names every key of the defaults, and where a row gives a
+    /// plain TOML value as the default, it is the built-in one (a row that says "see file",
+    /// "unset", or per profile is checked for its key only).
+    #[test]
+    fn readme_documents_every_key_with_its_true_default() {
+        fn leaves(prefix: &str, v: &toml::Value, out: &mut Vec<(String, toml::Value)>) {
+            match v {
+                toml::Value::Table(t) if !t.is_empty() => {
+                    for (k, x) in t {
+                        let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                        leaves(&key, x, out);
+                    }
+                }
+                other => out.push((prefix.to_owned(), other.clone())),
+            }
+        }
+        let readme = include_str!("../../../README.md");
+        let table = readme.split_once("## Configuration: `stowage.toml`").expect("README's configuration section").1;
+        // Rows: | `key` | default | meaning |
+        let mut rows = std::collections::BTreeMap::new();
+        for line in table.lines().filter(|l| l.starts_with("| `")) {
+            let cells: Vec<&str> = line.split(" | ").collect();
+            let key = cells[0].trim_start_matches("| ").trim_matches('`').to_owned();
+            rows.insert(key, cells.get(1).copied().unwrap_or("").trim().to_owned());
+        }
+        let mut defaults = Vec::new();
+        leaves("", &toml::Value::Table(toml::Table::try_from(Config::default()).unwrap()), &mut defaults);
+        let mut problems = Vec::new();
+        for (key, value) in &defaults {
+            // `gateway.servers.<name>` covers the map of servers; the `[[hosts]]` rows cover the
+            // list of profiles, written as an array of tables.
+            let row = rows.get(key).or_else(|| {
+                rows.iter()
+                    .find(|(k, _)| {
+                        (k.contains('<') && key.starts_with(k.split('<').next().unwrap().trim_end_matches('.')))
+                            || (key == "hosts.profiles" && k.starts_with("[[hosts]]"))
+                    })
+                    .map(|(_, d)| d)
+            });
+            let Some(default) = row else {
+                problems.push(format!("{key}: no row (default {value})"));
+                continue;
+            };
+            // A cell that is one backticked TOML value is checked against the default.
+            let Some(literal) = default.strip_prefix('`').and_then(|d| d.strip_suffix('`')).filter(|d| !d.contains('`')) else { continue };
+            match toml::from_str::<toml::Table>(&format!("v = {literal}")) {
+                Ok(t) if t["v"] == *value => {}
+                Ok(t) => problems.push(format!("{key}: README says {literal}, the default is {value} ({})", t["v"])),
+                Err(_) => {}
+            }
+        }
+        assert!(problems.is_empty(), "README's configuration table is off:\n{}", problems.join("\n"));
+    }
+
     #[test]
     fn store_isolation_and_user_and_tenant_budgets_parse() {
         let text = "[store]\nisolate_sessions = true\n[retention]\nmax_user_bytes = 10\nmax_tenant_bytes = 20\n";

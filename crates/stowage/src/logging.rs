@@ -26,6 +26,18 @@ pub(crate) const WINDOW: Duration = Duration::from_secs(5);
 /// Distinct warnings tracked at once; past it, warnings pass unaggregated.
 const MAX_TRACKED: usize = 256;
 
+/// What a command logs by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// `serve` and the link server: one line per tool call and upstream (re)connection.
+    Serving,
+    /// `stowage agent`: warnings, but not the upstreams' own start-up retries (the command
+    /// waits for its servers and names one that cannot start in its one error line).
+    Agent,
+    /// Every other command: warnings.
+    Other,
+}
+
 /// Logs go to stderr so that stdout stays clean for data (`artifacts get`, `transform`).
 /// `serve` logs one line per tool call and upstream (re)connections by default.
 ///
@@ -33,9 +45,13 @@ const MAX_TRACKED: usize = 256;
 /// reads, often set machine-wide: Stowage's own wins when both are set), else the default.
 /// A filter that does not parse is said on stderr, not silently replaced. Colour only when
 /// stderr is a terminal: hosts capture it into log files, where escape codes are noise.
-pub(crate) fn init(serving: bool) {
+pub(crate) fn init(role: Role) {
     use std::io::IsTerminal;
-    let default = if serving { "warn,stowage::call=info,stowage::upstream=info,stowage::links=info" } else { "warn" };
+    let default = match role {
+        Role::Serving => "warn,stowage::call=info,stowage::upstream=info,stowage::links=info",
+        Role::Agent => "warn,stowage::upstream=error",
+        Role::Other => "warn",
+    };
     let chosen =
         ["STOWAGE_LOG", "RUST_LOG"].into_iter().find_map(|var| std::env::var(var).ok().filter(|v| !v.trim().is_empty()).map(|v| (var, v)));
     let filter = match chosen {

@@ -2,7 +2,8 @@
 //!
 //! This binary is wiring only: it parses arguments, loads `stowage.toml`, opens the configured
 //! store and hands over to the subcommand modules in [`cmd`]. Errors are printed as one line
-//! (`error: …`) with exit status 1; usage errors exit with 2.
+//! (`error: …`) with exit status 1; usage errors exit with 2; `stowage agent` exits with 3 when
+//! its answer is a partial payload (printed before the line that says why).
 #![forbid(unsafe_code)]
 
 mod cmd;
@@ -72,7 +73,11 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    logging::init(matches!(cli.command, Command::Serve(_) | Command::Links(cmd::links::LinksCommand::Serve { .. })));
+    logging::init(match cli.command {
+        Command::Serve(_) | Command::Links(cmd::links::LinksCommand::Serve { .. }) => logging::Role::Serving,
+        Command::Agent(_) => logging::Role::Agent,
+        _ => logging::Role::Other,
+    });
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => return fail(anyhow::anyhow!("cannot start the async runtime: {e}")),
@@ -191,5 +196,8 @@ fn hash_key(key: Option<String>) -> anyhow::Result<()> {
 fn fail(e: anyhow::Error) -> ExitCode {
     let message = format!("{e:#}").replace('\n', " ");
     eprintln!("error: {message}");
+    if e.downcast_ref::<cmd::agent::PartialAnswer>().is_some() {
+        return ExitCode::from(cmd::agent::PartialAnswer::EXIT_CODE);
+    }
     ExitCode::FAILURE
 }

@@ -139,7 +139,7 @@ pub(crate) fn plan(config: &Config, store: &StoreLocation, args: &ServeArgs) -> 
         links_config.public_url = base.url.clone();
         (Mode::Http { listen: gateway.listen.clone() }, LinksPlan::Http(base))
     };
-    let warnings = found.specs.iter().filter_map(missing_command).collect();
+    let warnings = found.specs.iter().flat_map(|u| missing_command(u).into_iter().chain(argument_warnings(u))).collect();
     Ok(Plan {
         mode,
         hosts,
@@ -201,6 +201,54 @@ fn missing_command(u: &UpstreamSpec) -> Option<String> {
     })
 }
 
+/// Extensions of files a server command is commonly given as an argument (a script, a
+/// config): an argument ending in one is a path even without a `/`.
+const FILE_EXTENSIONS: &[&str] =
+    &[".py", ".js", ".mjs", ".cjs", ".ts", ".jar", ".rb", ".sh", ".php", ".pl", ".json", ".toml", ".yaml", ".yml", ".db", ".sqlite"];
+
+/// Warnings for a stdio upstream's arguments that name a file a host would not find: a `~`
+/// (hosts pass arguments as they are, no shell expands it), a relative path (a host starts
+/// servers from its own working directory, often `/`), or an absolute path that does not
+/// exist. The entry is still served: the warning says how to fix it before a host meets it.
+fn argument_warnings(u: &UpstreamSpec) -> Vec<String> {
+    let TransportSpec::Stdio { args, cwd, .. } = &u.transport else { return Vec::new() };
+    let mut out = Vec::new();
+    for arg in args {
+        // `--config=./x.json`: the value is what may be a path.
+        let value = if arg.starts_with('-') { arg.split_once('=').map_or("", |(_, v)| v) } else { arg.as_str() };
+        if value.is_empty() || value.contains("://") || value.starts_with('@') {
+            continue;
+        }
+        let path = std::path::Path::new(value);
+        if value == "~" || value.starts_with("~/") || value.contains("/~/") {
+            out.push(format!(
+                "server {:?}: argument {arg:?} has a \"~\", which no shell expands when a host starts the server: give the absolute path",
+                u.name
+            ));
+            continue;
+        }
+        let path_like = value.contains('/') || FILE_EXTENSIONS.iter().any(|e| value.to_ascii_lowercase().ends_with(e));
+        if !path_like {
+            continue;
+        }
+        if path.is_relative() {
+            match cwd {
+                Some(dir) if !dir.join(path).exists() => {
+                    out.push(format!("server {:?}: argument {arg:?} names {}, which does not exist", u.name, dir.join(path).display()))
+                }
+                Some(_) => {}
+                None => out.push(format!(
+                    "server {:?}: argument {arg:?} is a relative path, resolved from the working directory a host starts the server in (often /): give the absolute path, or set the entry's cwd",
+                    u.name
+                )),
+            }
+        } else if !path.exists() {
+            out.push(format!("server {:?}: argument {arg:?} names a file that does not exist", u.name));
+        }
+    }
+    out
+}
+
 /// Whether `command` would be found: a path (relative to the entry's `cwd`, else ours) that is
 /// a file, or a name on `PATH`.
 fn command_exists(command: &str, cwd: Option<&std::path::Path>) -> bool {
@@ -242,6 +290,43 @@ fn check_exposure(listen: &str, has_auth: bool, allowed: bool) -> anyhow::Result
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn arguments_a_host_would_resolve_wrongly_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("server.py");
+        std::fs::write(&script, "").unwrap();
+        let spec = |args: &[&str], cwd: Option<&std::path::Path>| {
+            let mut u = UpstreamSpec::new(
+                "heavy",
+                TransportSpec::stdio("python3", args.iter().map(|a| (*a).to_owned()).collect()),
+                std::time::Duration::from_secs(30),
+            );
+            if let TransportSpec::Stdio { cwd: c, .. } = &mut u.transport {
+                *c = cwd.map(std::path::Path::to_path_buf);
+            }
+            u
+        };
+        let fine = [
+            spec(
+                &[script.to_str().unwrap(), "-m", "my.module", "--port=8080", "@scope/pkg", "mcp-server-fetch", "https://x.example/a.json"],
+                None,
+            ),
+            spec(&["server.py"], Some(dir.path())),
+        ];
+        for u in &fine {
+            assert_eq!(argument_warnings(u), Vec::<String>::new(), "{u:?}");
+        }
+        let warned = |args: &[&str], cwd: Option<&std::path::Path>| argument_warnings(&spec(args, cwd));
+        let w = warned(&["~/heavy.py"], None);
+        assert!(w.len() == 1 && w[0].starts_with("server \"heavy\": argument \"~/heavy.py\" has a \"~\""), "{w:?}");
+        assert!(warned(&["//~/heavy.py"], None)[0].contains("no shell expands"));
+        let w = warned(&["heavy.py"], None);
+        assert!(w[0].contains("relative path") && w[0].contains("often /"), "{w:?}");
+        assert!(warned(&["--config=conf/app.toml"], None)[0].contains("\"--config=conf/app.toml\" is a relative path"));
+        assert!(warned(&["/nonexistent/server.py"], None)[0].contains("does not exist"));
+        assert!(warned(&["missing.py"], Some(dir.path()))[0].contains("missing.py, which does not exist"));
+    }
 
     #[test]
     fn exposure_rules() {

@@ -23,11 +23,11 @@ fn fixture(dir: &std::path::Path) -> String {
             assert!(status.success());
         }
         std::fs::copy(stowage_testkit::fixture_bin(), &copy).unwrap();
-        if std::fs::read(&copy).unwrap().windows(13).any(|w| w == b"analyze_sales") {
+        if std::fs::read(&copy).unwrap().windows(13).any(|w| w == b"merge_results") {
             return copy.display().to_string();
         }
     }
-    panic!("the fixture binary has no analyze_sales tool");
+    panic!("the fixture binary has no merge_results tool");
 }
 
 struct Setup {
@@ -338,4 +338,123 @@ async fn agent_and_serve_shape_a_result_the_same_way_under_a_servers_own_transfo
     }
     assert!(agent_short.contains("short") && !agent_short.contains("artifact://"), "{agent_short}");
     assert_eq!(short["result"]["content"][0]["text"], "short", "{short}");
+}
+
+/// The parallel-plan example of README, "The agent planner": both halves of the year at once, merged by a join that
+/// `inject` hands their results to.
+fn half_year_plan() -> Value {
+    json!({
+        "plan": [
+            {"node": "analyze_sales", "args": {"quarter": "Q3", "year": 2024}},
+            {"node": "analyze_sales", "args": {"quarter": "Q4", "year": 2024}}
+        ],
+        "join": {"node": "merge_results", "args": {"label": "H2 2024"},
+                 "inject": {"branch_outputs": "$results", "total_requests": "$expect"}}
+    })
+}
+
+fn answer(text: &str) -> Turn {
+    Turn::Text(json!({"raw_answer": text}).to_string())
+}
+
+#[tokio::test]
+async fn the_parallel_plan_example_runs_through_the_cli_and_http_in_both_wire_formats() {
+    for backend in ["openai", "anthropic"] {
+        let stub = ModelStub::start(vec![Turn::tool("parallel_plan", half_year_plan()), answer("H2 2024: 1,694 rows merged.")]).await;
+        let s = Setup::new(&format!("{}backend = \"{backend}\"\n", agent_config(&stub)));
+        let out = s.command(&["agent", "How did H2 2024 go?", "--mcp-config", &s.mcp(), "--json"]).output().await.unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{backend}: {err}");
+        assert!(err.contains("→ merge_results") && err.contains("✓ merge_results"), "{err}");
+        let payload: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(payload["raw_answer"], "H2 2024: 1,694 rows merged.");
+        assert_eq!(payload["artifacts"]["analyze_sales"]["chart_options#2"]["title"]["text"], "Q4 2024 sales", "{backend}");
+        assert_eq!(payload["artifacts"]["analyze_sales"]["raw_data"].as_array().map(Vec::len), Some(847), "{backend}");
+        assert_eq!(payload["run"]["tool_calls"], 3);
+        let after = stub.requests()[1].body.clone();
+        assert!(after.contains("H2 2024: 2 branches of 2 expected, 0 failed; 1694 rows"), "{backend}: {after}");
+        assert!(stub.violations().is_empty(), "{backend}: {:?}", stub.violations());
+
+        // The same over HTTP.
+        let stub = ModelStub::start(vec![]).await;
+        stub.push_keyed("second half", [Turn::tool("parallel_plan", half_year_plan()), answer("H2 2024: 1,694 rows merged.")]);
+        let s = Setup::new(&format!("{}backend = \"{backend}\"\n", agent_config(&stub)));
+        let srv = serve(&s).await;
+        let evs = events(&post_run(&srv.base, None, json!({"query": "How did the second half of 2024 go?"})).await.text().await.unwrap());
+        let steps: Vec<String> = evs
+            .iter()
+            .filter(|(n, _)| n == "step")
+            .map(|(_, d)| format!("{}:{}", d["node"].as_str().unwrap(), d["status"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            steps,
+            [
+                "analyze_sales:started",
+                "analyze_sales:started",
+                "analyze_sales:ok",
+                "analyze_sales:ok",
+                "merge_results:started",
+                "merge_results:ok"
+            ],
+            "{backend}"
+        );
+        let (last, payload) = evs.last().unwrap();
+        assert_eq!(last, "done");
+        assert_eq!(payload["raw_answer"], "H2 2024: 1,694 rows merged.");
+        assert_eq!(payload["artifacts"]["analyze_sales"]["chart_options#2"]["title"]["text"], "Q4 2024 sales");
+        assert!(stub.violations().is_empty(), "{backend}: {:?}", stub.violations());
+    }
+}
+
+#[tokio::test]
+async fn the_agent_command_exits_3_on_a_partial_payload_and_fails_in_one_line_without_a_servers_tools() {
+    // A partial payload: printed, then exit status 3 with the line that says why.
+    let stub = ModelStub::start(vec![
+        Turn::tool("echo", json!({"message": "the total is 1234"})),
+        Turn::tool("echo", json!({"message": "again"})),
+        Turn::tool("echo", json!({"message": "once more"})),
+        Turn::tool("echo", json!({"message": "and again"})),
+    ])
+    .await;
+    let s = Setup::new(&format!("{}max_steps = 1\n", agent_config(&stub)));
+    let out = s.command(&["agent", "Total?", "--mcp-config", &s.mcp()]).output().await.unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stdout.contains("The last result, from echo (call c1), was: the total is 1234"), "{stdout}");
+    assert_eq!(stderr.trim_end().lines().last(), Some("error: the answer is partial (max_steps): max_steps_reached"), "{stderr}");
+    let out = s.command(&["agent", "Total?", "--mcp-config", &s.mcp(), "--json"]).output().await.unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let payload: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(payload["route"], "partial");
+
+    // A configured server that cannot start: its tools would be missing, so no question is asked.
+    let stub = ModelStub::start(vec![answer("never")]).await;
+    let s = Setup::new(&agent_config(&stub));
+    let servers = json!({"mcpServers": {"fx": {"command": fixture(s.dir.path())}, "gone": {"command": "/nonexistent/mcp-server"}}});
+    std::fs::write(s.dir.path().join("mcp.json"), servers.to_string()).unwrap();
+    let out = s.command(&["agent", "Hello", "--mcp-config", &s.mcp()]).output().await.unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.starts_with("error: MCP server gone is not available, so its tools are missing: "), "{err}");
+    assert!(err.contains("fix its entry (command, URL) or remove it from the configuration"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(stub.requests().is_empty(), "the model was not asked");
+}
+
+#[tokio::test]
+async fn the_agent_command_waits_for_a_server_that_is_still_starting() {
+    // A server that takes longer to start than the old fixed wait of 10 s.
+    let stub = ModelStub::start(vec![Turn::tool("echo", json!({"message": "late but here"})), answer("It answered.")]).await;
+    let s = Setup::new(&agent_config(&stub));
+    let fx = fixture(s.dir.path());
+    let servers = json!({"mcpServers": {"fx": {"command": "/bin/sh", "args": ["-c", format!("sleep 11; exec {fx}")]}}});
+    std::fs::write(s.dir.path().join("mcp.json"), servers.to_string()).unwrap();
+    let out = s.command(&["agent", "Echo", "--mcp-config", &s.mcp()]).output().await.unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("waiting for fx to start"), "{err}");
+    assert!(err.contains("✓ echo"), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "It answered.\n");
+    let offered = stub.requests()[0].body.clone();
+    assert!(offered.contains("\"echo\""), "the slow server's tools were offered");
 }

@@ -117,7 +117,7 @@ fn check_host(w: &World, host: &Host, era: &str, o: &Value) {
     assert_eq!(assets.len(), 1, "{ctx}: {}", o["screenshot"]);
     assert_eq!(assets[0]["sha256"], photo_sha.as_str(), "{ctx}: the stored image is the original");
     let uri = assets[0]["artifactUri"].as_str().unwrap();
-    assert!(shot.text(host.structured_only).contains(uri), "{ctx}: the reference is not where the host looks: {}", o["screenshot"]);
+    assert!(shot.text(host).contains(uri), "{ctx}: the reference is not where the host looks: {}", o["screenshot"]);
     let previews = shot.images();
     if host.previews {
         assert_eq!(previews.len(), 1, "{ctx}: one preview");
@@ -150,7 +150,7 @@ fn check_host(w: &World, host: &Host, era: &str, o: &Value) {
     // The log: whole where it fits; else its head and tail around a reference whose id is
     // the original text's hash.
     let log = Seen(&o["build_log"]);
-    let log_text = log.text(host.structured_only);
+    let log_text = log.text(host);
     assert!(log_text.contains("INFO step 0: compiled crate number 0"), "{ctx}: the head stays");
     assert!(log_text.contains("ERROR build failed"), "{ctx}: the tail stays");
     if host.max_text_bytes.is_some_and(|m| m < 17_000) {
@@ -171,10 +171,14 @@ fn check_host(w: &World, host: &Host, era: &str, o: &Value) {
 
     // Page 2 of the report's PDF, and only page 2.
     let page2 = &o["page2"];
-    let text = Seen(page2).text(false);
+    let text = Seen(page2).all_text();
     assert!(text.contains("This is page 2"), "{ctx}: {text}");
     assert!(!text.contains("This is page 1") && !text.contains("This is page 3"), "{ctx}: {text}");
-    assert_eq!(page2["structuredContent"]["pageCount"], 3);
+    if host.drops_text_beside_structured() {
+        assert!(page2.get("structuredContent").is_none(), "{ctx}: it would hide the page: {page2}");
+    } else {
+        assert_eq!(page2["structuredContent"]["pageCount"], 3);
+    }
 }
 
 async fn every_profile(era: &str) {
@@ -244,7 +248,7 @@ async fn a_full_store_withholds_with_a_note_and_recovers() {
     let (_serve, url) = w.serve(&config).await;
     let o = w.client(std::slice::from_ref(&url), "claude-code", "legacy", "screenshot,report").await;
     let shot = &o["screenshot"];
-    let text = Seen(shot).text(false);
+    let text = Seen(shot).all_text();
     assert!(shot["isError"] != true, "{shot}");
     assert!(text.contains("[withheld:") && text.contains("image/png"), "{text}");
     assert!(!text.contains(w.dir.path().to_str().unwrap()) && !text.contains("/tmp"), "no server path: {text}");
@@ -301,7 +305,7 @@ async fn a_decompression_bomb_and_a_malformed_pdf_are_clear_errors() {
     let answers = o["reads"].as_array().unwrap();
     for (a, want) in answers.iter().zip(["100000x100000", "PDF", "does not apply"]) {
         assert_eq!(a["isError"], true, "{a}");
-        let t = Seen(a).text(false);
+        let t = Seen(a).all_text();
         assert!(t.starts_with("bad_request: artifact_read:") && t.contains(want), "{t}");
         assert_eq!(t.lines().count(), 1, "one line: {t}");
     }

@@ -93,7 +93,7 @@ impl World {
 
 /// The o200k tokens a host's model reads of `r`.
 fn tokens(host: &Host, r: &Value) -> u64 {
-    Seen(r).tokens(host.structured_only)
+    Seen(r).tokens(host)
 }
 
 fn check(host: &Host, era: &str, o: &Value) {
@@ -111,7 +111,7 @@ fn check(host: &Host, era: &str, o: &Value) {
     for kb in [24, 26, 32, 120] {
         let r = &o["answers"][format!("text{kb}")];
         let whole = o[format!("text{kb}_whole")].as_str().unwrap();
-        let seen = Seen(r).text(host.structured_only);
+        let seen = Seen(r).text(host);
         let fits_as_is = host.max_text_bytes.is_none_or(|m| whole.len() <= m)
             && host.max_lines.is_none_or(|m| whole.lines().count() <= m)
             && host.max_tokens.is_none_or(|m| stowage_transform::tokens::count_exact(whole) <= m);
@@ -144,7 +144,7 @@ fn check(host: &Host, era: &str, o: &Value) {
     // The error keeps its first line and its exception.
     let crash = &o["answers"]["crash"];
     assert_eq!(crash["isError"], true, "{ctx}");
-    let text = Seen(crash).text(host.structured_only);
+    let text = Seen(crash).text(host);
     assert!(text.contains("Traceback (most recent call last):"), "{ctx}: {text:.300}");
     assert!(
         text.contains("ValueError: the invoice total 1,204.50 does not match its lines (1,240.50)"),
@@ -159,7 +159,7 @@ fn check(host: &Host, era: &str, o: &Value) {
     let assets = seen.assets();
     assert_eq!(assets.len(), 12, "{ctx}: {}", assets.len());
     for a in &assets {
-        assert!(seen.text(host.structured_only).contains(a["artifactUri"].as_str().unwrap()), "{ctx}: a screenshot is not named");
+        assert!(seen.text(host).contains(a["artifactUri"].as_str().unwrap()), "{ctx}: a screenshot is not named");
     }
     let previews = seen.images().len();
     let said = shots["_meta"]["io.stowage/transform"]["host"]["previews"].as_u64().unwrap_or(0) as usize;
@@ -171,8 +171,8 @@ fn check(host: &Host, era: &str, o: &Value) {
     // A reference is cheap.
     let pdf = &o["answers"]["report_pdf"];
     let cost = tokens(host, pdf);
-    assert!(cost <= 150, "{ctx}: the PDF's reference costs {cost} tokens: {}", Seen(pdf).text(host.structured_only));
-    let visible = Seen(pdf).text(host.structured_only);
+    assert!(cost <= 150, "{ctx}: the PDF's reference costs {cost} tokens: {}", Seen(pdf).text(host));
+    let visible = Seen(pdf).text(host);
     assert!(visible.matches("token=").count() <= 1, "{ctx}: a signed URL written twice: {visible}");
 }
 
@@ -232,6 +232,6 @@ async fn without_links_a_reference_costs_at_most_80_tokens() {
     let o = w.client(&stdio, default.client, "modern").await;
     let pdf = &o["answers"]["report_pdf"];
     let cost = tokens(default, pdf);
-    assert!(cost <= 80, "the PDF's reference costs {cost} tokens without links: {}", Seen(pdf).text(false));
-    assert!(!Seen(pdf).text(false).contains("http"), "no link without links");
+    assert!(cost <= 80, "the PDF's reference costs {cost} tokens without links: {}", Seen(pdf).all_text());
+    assert!(!Seen(pdf).all_text().contains("http"), "no link without links");
 }

@@ -43,7 +43,7 @@ args = ["600"]
     let rpc = RpcClient::connect(child.stdout.take().unwrap(), child.stdin.take().unwrap(), None);
     let init = rpc
         .request_within(
-            Duration::from_secs(9),
+            Duration::from_secs(15),
             "initialize",
             json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}),
         )
@@ -52,8 +52,11 @@ args = ["600"]
     rpc.notify("notifications/initialized", json!({}));
     let tools = rpc.request_within(Duration::from_secs(9), "tools/list", json!({})).await;
     let took = started.elapsed();
-    // The hanging upstream costs at most the start-up grace (3 s), never the old 10 s.
-    assert!(took < Duration::from_secs(5), "initialize + tools/list took {took:?}");
+    // The hanging upstream is alive, so it may be a slow one: it costs at most the start-up
+    // wait of a client no profile names (8 s, under the 10 s that Codex, the least patient
+    // host known, waits), never more, and the dead ones cost nothing.
+    let bound = Duration::from_millis(stowage_mcp::hosts::DEFAULT_STARTUP_WAIT_MS);
+    assert!(took >= bound - Duration::from_millis(500) && took < bound + Duration::from_secs(2), "initialize + tools/list took {took:?}");
     let names: Vec<&str> = tools["result"]["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
     assert!(names.contains(&"local_echo"), "{names:?}");
     // A call to the live upstream works; the dead ones are each one stand-in (never listed,

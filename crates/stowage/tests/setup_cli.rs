@@ -492,3 +492,39 @@ fn rust_log_is_honoured_stowage_log_wins_and_piped_stderr_has_no_colour() {
     let bad = run(&[("STOWAGE_LOG", "stowage=loudest")]);
     assert!(bad.starts_with("stowage: warning: STOWAGE_LOG=\"stowage=loudest\" is not a log filter"), "{bad}");
 }
+
+/// A command that fails to start says why where the user and the model look: its stand-in
+/// tool and `check-config` quote its exit status and the last lines of its stderr (what a
+/// Python server missing a module prints), and `check-config` warns of arguments a host would
+/// resolve wrongly (a `~`, which no shell expands when a host starts a server).
+#[tokio::test]
+async fn a_command_that_fails_to_start_is_named_with_its_stderr() {
+    let env = Env::new();
+    let fixture = stowage_testkit::fixture_bin();
+    let servers = json!({"mcpServers": {
+        "fixture": {"command": fixture},
+        "broken": {"command": "sh", "args": ["-c", "echo 'Traceback (most recent call last):' >&2; echo \"ModuleNotFoundError: No module named 'fastmcp'\" >&2; exit 1"]},
+        "tilde": {"command": "sh", "args": ["~/heavy.sh"]},
+    }});
+    let list = env.file("servers.json", &servers.to_string());
+    let list = list.to_str().unwrap();
+    let (rpc, child, stderr) = stdio_gateway(&env, &["serve", "--stdio", "--no-links", "--mcp-config", list]).await;
+    let tools = rpc.request("tools/list", json!({})).await;
+    let standin = tools["result"]["tools"].as_array().unwrap().iter().find(|t| t["name"] == "broken_unavailable").cloned();
+    let standin = standin.unwrap_or_else(|| panic!("no stand-in for the broken server: {tools}"));
+    let said = standin["description"].as_str().unwrap();
+    assert!(said.contains("exited with status 1") && said.contains("ModuleNotFoundError: No module named 'fastmcp'"), "{said}");
+    let r = rpc.call("broken_unavailable", json!({})).await;
+    assert!(r.to_string().contains("ModuleNotFoundError"), "the call says why too: {r}");
+    finish(rpc, child, stderr).await;
+
+    let out = env.run(&["check-config", "--mcp-config", list]);
+    let text = out_text(&out);
+    assert!(out.status.success(), "warnings only: {text}{}", err_text(&out));
+    assert!(text.contains("server \"broken\" does not start: exited with status 1; its stderr ended:"), "{text}");
+    assert!(text.contains("ModuleNotFoundError: No module named 'fastmcp'"), "{text}");
+    assert!(text.contains("argument \"~/heavy.sh\" has a \"~\""), "{text}");
+    assert!(text.contains("probe: answers initialize (stowage-fixture 1)"), "{text}");
+    let strict = env.run(&["check-config", "--strict", "--mcp-config", list]);
+    assert!(!strict.status.success(), "--strict fails on them: {}", out_text(&strict));
+}

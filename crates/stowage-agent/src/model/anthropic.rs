@@ -39,52 +39,70 @@ impl AnthropicModel {
     }
 }
 
-/// Content as a string when it is all text, else blocks.
-fn blocks(c: &Content) -> Value {
-    if !c.has_images() {
-        return json!(c.text());
-    }
-    let parts: Vec<Value> =
-        c.0.iter()
-            .map(|p| match p {
-                Part::Text(t) => json!({"type": "text", "text": t}),
-                Part::Image(i) => json!({"type": "image", "source": {"type": "base64", "media_type": i.mime_type, "data": &*i.data}}),
-            })
-            .collect();
-    Value::Array(parts)
+/// Content as blocks: text blocks that are not blank (the API refuses empty text), images.
+fn blocks(c: &Content) -> Vec<Value> {
+    c.0.iter()
+        .filter_map(|p| match p {
+            Part::Text(t) if t.trim().is_empty() => None,
+            Part::Text(t) => Some(json!({"type": "text", "text": t})),
+            Part::Image(i) => Some(json!({"type": "image", "source": {"type": "base64", "media_type": i.mime_type, "data": &*i.data}})),
+        })
+        .collect()
 }
 
-/// The request body. Tool results are user turns of `tool_result` blocks; consecutive ones
-/// share one turn, as the API requires.
+/// The request body, within the Messages API's published rules: turns alternate user and
+/// assistant, starting with the user; no content is empty; `tool_use` appears only when
+/// `tools` are sent, and each turn of `tool_use` blocks is answered by the next user turn,
+/// whose `tool_result` blocks come first. [`super::wire_messages`] drops empty turns and pairs
+/// every call with its result; consecutive turns of one role are then merged into one.
 pub(crate) fn body(model: &str, req: &ModelRequest<'_>, stream: bool) -> Value {
-    let mut messages: Vec<Value> = Vec::new();
-    for m in req.messages {
-        match m {
-            ChatMessage::User(c) => messages.push(json!({"role": "user", "content": blocks(c)})),
+    // (role, blocks), merged as they come.
+    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    for m in &super::wire_messages(req.messages, !req.tools.is_empty()) {
+        let (role, add) = match m {
+            ChatMessage::User(c) => ("user", blocks(c)),
             ChatMessage::Assistant { text, tool_calls } => {
-                let mut blocks = Vec::new();
-                if !text.is_empty() {
-                    blocks.push(json!({"type": "text", "text": text}));
+                let mut b = Vec::new();
+                if !text.trim().is_empty() {
+                    b.push(json!({"type": "text", "text": text}));
                 }
                 for c in tool_calls {
-                    blocks.push(json!({"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments}));
+                    b.push(json!({"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments}));
                 }
-                messages.push(json!({"role": "assistant", "content": blocks}));
+                ("assistant", b)
             }
             ChatMessage::ToolResult { call_id, content, is_error, .. } => {
-                let block = json!({"type": "tool_result", "tool_use_id": call_id, "content": blocks(content), "is_error": is_error});
-                match messages.last_mut() {
-                    Some(last)
-                        if last["role"] == "user"
-                            && last["content"].as_array().is_some_and(|c| c.iter().all(|b| b["type"] == "tool_result")) =>
-                    {
-                        last["content"].as_array_mut().expect("checked").push(block);
-                    }
-                    _ => messages.push(json!({"role": "user", "content": [block]})),
-                }
+                // All text: the compact string form ([`super::wire_messages`] made it non-blank).
+                let inner = if content.has_images() { Value::Array(blocks(content)) } else { json!(content.text()) };
+                ("user", vec![json!({"type": "tool_result", "tool_use_id": call_id, "content": inner, "is_error": is_error})])
             }
+        };
+        if add.is_empty() {
+            continue;
+        }
+        match turns.last_mut() {
+            Some((last, b)) if *last == role => {
+                b.extend(add);
+                // A user turn's tool results come before its text (the API requires them first).
+                b.sort_by_key(|x| x["type"] != "tool_result");
+            }
+            _ => turns.push((role, add)),
         }
     }
+    if turns.first().is_some_and(|(r, _)| *r == "assistant") {
+        turns.insert(0, ("user", vec![json!({"type": "text", "text": "(continue)"})]));
+    }
+    let messages: Vec<Value> = turns
+        .into_iter()
+        .map(|(role, b)| {
+            // A user turn of one text block goes as a string, as people write it.
+            if role == "user" && b.len() == 1 && b[0]["type"] == "text" {
+                json!({"role": role, "content": b[0]["text"]})
+            } else {
+                json!({"role": role, "content": b})
+            }
+        })
+        .collect();
     let mut body = json!({
         "model": model,
         "max_tokens": req.max_tokens,
@@ -262,5 +280,29 @@ impl Model for AnthropicModel {
     async fn check(&self) -> Result<(), ModelError> {
         // One page of up to 1000 models: aliases are matched against all of them.
         self.endpoint.check(|url| self.headers(self.endpoint.client.get(format!("{url}?limit=1000")))).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn turns_alternate_and_tool_results_come_first() {
+        let tools = [super::super::ToolSpec { name: "echo".into(), description: String::new(), input_schema: json!({"type": "object"}) }];
+        let messages = vec![
+            ChatMessage::User("q".into()),
+            ChatMessage::Assistant { text: String::new(), tool_calls: vec![ToolCall::new("t1", "echo", json!({}))] },
+            ChatMessage::ToolResult { call_id: "t1".into(), name: "echo".into(), content: "r".into(), is_error: false },
+            ChatMessage::Assistant { text: "\n".into(), tool_calls: Vec::new() },
+            ChatMessage::User("Your final answer is invalid".into()),
+        ];
+        let req = ModelRequest { system: "s", messages: &messages, tools: &tools, max_tokens: 10 };
+        let b = body("m", &req, true);
+        let roles: Vec<&str> = b["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+        assert_eq!(roles, ["user", "assistant", "user"]);
+        let last = &b["messages"][2]["content"];
+        assert_eq!(last[0]["type"], "tool_result");
+        assert_eq!(last[1], json!({"type": "text", "text": "Your final answer is invalid"}));
     }
 }

@@ -131,6 +131,11 @@ impl Content {
         self.images().next().is_some()
     }
 
+    /// No image and no text but whitespace: what the APIs refuse as a message's content.
+    pub(crate) fn is_blank(&self) -> bool {
+        self.0.iter().all(|p| matches!(p, Part::Text(t) if t.trim().is_empty()))
+    }
+
     /// The parts with every image replaced by its label.
     pub(crate) fn without_images(&self) -> Content {
         Content::from(self.text())
@@ -637,6 +642,73 @@ fn parse_arguments(name: &str, text: &str, cut: bool) -> (Value, Option<String>)
     }
 }
 
+/// The conversation as both APIs' published rules accept it, whatever the planner's history
+/// holds: no assistant turn without text or tool calls (Anthropic refuses empty content, and
+/// an empty reply is a fault the planner repairs, not a turn), no blank user turn, tool calls
+/// and their results only when the request offers tools (otherwise both become plain text),
+/// and every call answered by its result right after its turn (a result without its call is
+/// plain text; a call without its result gets one saying so).
+pub(crate) fn wire_messages(messages: &[ChatMessage], tools: bool) -> Vec<ChatMessage> {
+    let mut out: Vec<ChatMessage> = Vec::with_capacity(messages.len());
+    // Calls of the last assistant turn still waiting for their result: (id, name).
+    let mut open: Vec<(String, String)> = Vec::new();
+    let close = |out: &mut Vec<ChatMessage>, open: &mut Vec<(String, String)>| {
+        for (call_id, name) in open.drain(..) {
+            out.push(ChatMessage::ToolResult {
+                call_id,
+                name,
+                content: "error: no result was recorded for this call".into(),
+                is_error: true,
+            });
+        }
+    };
+    for m in messages {
+        match m {
+            ChatMessage::User(c) => {
+                close(&mut out, &mut open);
+                if !c.is_blank() {
+                    out.push(m.clone());
+                }
+            }
+            ChatMessage::Assistant { text, tool_calls } => {
+                close(&mut out, &mut open);
+                let (text, tool_calls) = if tools {
+                    (text.clone(), tool_calls.clone())
+                } else {
+                    let mut t = text.clone();
+                    for c in tool_calls {
+                        if !t.is_empty() {
+                            t.push('\n');
+                        }
+                        t.push_str(&format!("[called {} with {}]", c.name, c.arguments));
+                    }
+                    (t, Vec::new())
+                };
+                if text.trim().is_empty() && tool_calls.is_empty() {
+                    continue;
+                }
+                open = tool_calls.iter().map(|c| (c.id.clone(), c.name.clone())).collect();
+                out.push(ChatMessage::Assistant { text, tool_calls });
+            }
+            ChatMessage::ToolResult { call_id, name, content, is_error } => {
+                if let Some(at) = open.iter().position(|(id, _)| id == call_id) {
+                    open.remove(at);
+                    let content = if content.is_blank() { Content::from("(the tool returned nothing)") } else { content.clone() };
+                    out.push(ChatMessage::ToolResult { call_id: call_id.clone(), name: name.clone(), content, is_error: *is_error });
+                } else {
+                    close(&mut out, &mut open);
+                    let status = if *is_error { "error" } else { "ok" };
+                    let mut parts = vec![Part::Text(format!("Result of {name} ({status}):"))];
+                    parts.extend(content.0.iter().cloned());
+                    out.push(ChatMessage::User(Content(parts)));
+                }
+            }
+        }
+    }
+    close(&mut out, &mut open);
+    out
+}
+
 /// Text and arguments so far: over [`MAX_REPLY_BYTES`] the reply is refused.
 fn check_size(url: &str, reply: &ModelReply, pending: usize) -> Result<(), ModelError> {
     let size = reply.text.len() + pending;
@@ -676,6 +748,35 @@ mod tests {
         assert!(d <= Duration::from_secs(5) && d >= Duration::from_secs(3), "{d:?}");
         h.insert("retry-after", "soon".parse().unwrap());
         assert_eq!(retry_after(&h), None);
+    }
+
+    #[test]
+    fn the_wire_history_has_no_empty_turn_and_pairs_every_call_with_its_result() {
+        let call = |id: &str| ToolCall::new(id, "echo", serde_json::json!({"m": 1}));
+        let history = vec![
+            ChatMessage::User("q".into()),
+            ChatMessage::Assistant { text: " ".into(), tool_calls: Vec::new() },
+            ChatMessage::User("repair".into()),
+            ChatMessage::Assistant { text: String::new(), tool_calls: vec![call("a"), call("b")] },
+            ChatMessage::ToolResult { call_id: "a".into(), name: "echo".into(), content: Content::default(), is_error: false },
+            ChatMessage::ToolResult { call_id: "zz".into(), name: "echo".into(), content: "stray".into(), is_error: false },
+            ChatMessage::User("  ".into()),
+        ];
+        let out = wire_messages(&history, true);
+        assert_eq!(out.len(), 6, "{out:?}");
+        assert_eq!(out[1], ChatMessage::User("repair".into()), "the blank assistant turn is gone");
+        assert!(
+            matches!(&out[3], ChatMessage::ToolResult { call_id, content, .. } if call_id == "a" && content.text() == "(the tool returned nothing)")
+        );
+        // The call whose result the stray one is not: answered, before the stray becomes text.
+        assert!(matches!(&out[4], ChatMessage::ToolResult { call_id, is_error: true, .. } if call_id == "b"));
+        assert!(matches!(&out[5], ChatMessage::User(c) if c.text().starts_with("Result of echo (ok):")));
+        // Without tools offered, calls and results are text.
+        let out = wire_messages(&history[..5], false);
+        assert!(out.iter().all(|m| !matches!(m, ChatMessage::ToolResult { .. })), "{out:?}");
+        assert!(
+            matches!(&out[2], ChatMessage::Assistant { text, tool_calls } if tool_calls.is_empty() && text.contains("[called echo with {\"m\":1}]"))
+        );
     }
 
     #[test]

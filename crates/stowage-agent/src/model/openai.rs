@@ -50,7 +50,8 @@ fn user_content(c: &Content) -> Value {
     Value::Array(parts)
 }
 
-/// The request body.
+/// The request body: the conversation as [`super::wire_messages`] makes it valid, so a tool
+/// message always follows the assistant message whose `tool_calls` name it.
 pub(crate) fn body(model: &str, req: &ModelRequest<'_>, stream: bool) -> Value {
     let mut messages = vec![json!({"role": "system", "content": req.system})];
     // Images of the tool results since the last assistant message, sent after them.
@@ -60,7 +61,7 @@ pub(crate) fn body(model: &str, req: &ModelRequest<'_>, stream: bool) -> Value {
             messages.push(json!({"role": "user", "content": user_content(&Content(std::mem::take(pending)))}));
         }
     };
-    for m in req.messages {
+    for m in &super::wire_messages(req.messages, !req.tools.is_empty()) {
         if !matches!(m, ChatMessage::ToolResult { .. }) {
             flush(&mut messages, &mut pending);
         }
@@ -109,6 +110,50 @@ struct PartialCall {
     id: String,
     name: String,
     arguments: String,
+}
+
+/// Which call a streamed tool-call delta adds to. OpenAI and most servers number the calls
+/// (`index`); Gemini's OpenAI-compatible endpoint sends deltas without one, each call whole
+/// under its own `id`, and some servers send a call's later fragments with neither. Those are
+/// assembled by id, and by order where there is no id: a delta without either continues the
+/// last call, unless it names a tool while the last call has its name already (a new call).
+#[derive(Default)]
+struct Slots {
+    /// Call id → slot, for deltas without an index.
+    by_id: std::collections::HashMap<String, usize>,
+    /// Slots handed out so far (the highest index + 1).
+    count: usize,
+    /// Whether the last slot has its tool name.
+    last_named: bool,
+}
+
+impl Slots {
+    fn slot(&mut self, tc: &Value) -> usize {
+        let id = tc.get("id").and_then(Value::as_str).filter(|id| !id.is_empty());
+        let named = tc.pointer("/function/name").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
+        let slot = if let Some(i) = tc.get("index").and_then(Value::as_u64) {
+            let i = usize::try_from(i).unwrap_or(usize::MAX);
+            if let Some(id) = id {
+                self.by_id.entry(id.to_owned()).or_insert(i);
+            }
+            i
+        } else if let Some(id) = id {
+            let next = self.count;
+            *self.by_id.entry(id.to_owned()).or_insert(next)
+        } else if self.count == 0 || (named && self.last_named) {
+            self.count
+        } else {
+            self.count - 1
+        };
+        if slot >= self.count {
+            self.count = slot.saturating_add(1);
+            self.last_named = false;
+        }
+        if slot.saturating_add(1) == self.count && named {
+            self.last_named = true;
+        }
+        slot
+    }
 }
 
 fn finish_calls(reply: &mut ModelReply, calls: Vec<PartialCall>) {
@@ -161,6 +206,7 @@ async fn streamed(url: &str, mut events: SseReader, text: &mpsc::Sender<String>)
     let mut calls: Vec<PartialCall> = Vec::new();
     let mut pending = 0usize;
     let mut seen_indexes = std::collections::HashSet::new();
+    let mut slots = Slots::default();
     loop {
         let ev = match events.next().await {
             Ok(Some(ev)) => ev,
@@ -191,7 +237,7 @@ async fn streamed(url: &str, mut events: SseReader, text: &mpsc::Sender<String>)
             let _ = text.send(t.to_owned()).await;
         }
         for tc in delta.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
-            let i = tc.get("index").and_then(Value::as_u64).unwrap_or(calls.len().saturating_sub(1) as u64) as usize;
+            let i = slots.slot(tc);
             seen_indexes.insert(i);
             if i >= MAX_CALLS_PER_REPLY {
                 // Counted, never stored: a reply of 10,000 calls costs no memory.
@@ -201,7 +247,7 @@ async fn streamed(url: &str, mut events: SseReader, text: &mpsc::Sender<String>)
                 calls.resize_with(i + 1, PartialCall::default);
             }
             let c = &mut calls[i];
-            if let Some(id) = tc.get("id").and_then(Value::as_str) {
+            if let Some(id) = tc.get("id").and_then(Value::as_str).filter(|id| !id.is_empty()) {
                 c.id = id.to_owned();
             }
             if let Some(n) = tc.pointer("/function/name").and_then(Value::as_str) {
@@ -243,5 +289,28 @@ impl Model for OpenAiModel {
 
     async fn check(&self) -> Result<(), ModelError> {
         self.endpoint.check(|url| self.auth(self.endpoint.client.get(url))).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deltas_without_index_go_by_id_then_by_order() {
+        let mut by_index = Slots::default();
+        assert_eq!(by_index.slot(&json!({"index": 1, "id": "b"})), 1);
+        assert_eq!(by_index.slot(&json!({"index": 0})), 0);
+        // Gemini: each call whole, under its own id.
+        let mut ids = Slots::default();
+        let whole = |id: &str| json!({"id": id, "function": {"name": "weather", "arguments": "{}"}});
+        assert_eq!((ids.slot(&whole("x")), ids.slot(&whole("y")), ids.slot(&json!({"id": "x"}))), (0, 1, 0));
+        // Neither: a named delta starts a call, fragments continue the last one.
+        let mut order = Slots::default();
+        let named = json!({"function": {"name": "weather", "arguments": ""}});
+        let frag = json!({"function": {"arguments": "{\"city\""}});
+        assert_eq!([order.slot(&named), order.slot(&frag), order.slot(&named), order.slot(&frag)], [0, 0, 1, 1]);
+        // A fragment first has nothing to continue: it is the first call.
+        assert_eq!(Slots::default().slot(&frag), 0);
     }
 }

@@ -30,6 +30,12 @@ impl Drop for Harness {
     fn drop(&mut self) {
         self.gateway.shutdown();
         self._links_server.abort();
+        // Every test's requests, whatever it asserts: each must be one its API's published
+        // rules accept (the model stub's `rule_violations`).
+        if !std::thread::panicking() {
+            let v = self.stub.violations();
+            assert!(v.is_empty(), "requests the model API would refuse:\n{}", v.join("\n"));
+        }
     }
 }
 
@@ -54,12 +60,13 @@ fn fixture_copy(dir: &std::path::Path) -> std::path::PathBuf {
             assert!(status.success());
         }
         std::fs::copy(stowage_testkit::fixture_bin(), &copy).expect("copy the fixture");
-        let has_tools = std::fs::read(&copy).is_ok_and(|b| b.windows(b"analyze_sales".len()).any(|w| w == b"analyze_sales"));
+        // The newest tools this crate's tests use.
+        let has_tools = std::fs::read(&copy).is_ok_and(|b| b.windows(b"merge_results".len()).any(|w| w == b"merge_results"));
         if has_tools {
             return copy;
         }
     }
-    panic!("the fixture binary has no analyze_sales tool");
+    panic!("the fixture binary has no merge_results tool");
 }
 
 pub(crate) async fn harness(script: Vec<Turn>, config: impl FnOnce(&mut AgentConfig)) -> Harness {
@@ -257,7 +264,21 @@ pub(crate) fn done_payload(events: &[AgentEvent]) -> Value {
     }
 }
 
-/// The answer text the `chunk` events carried.
+/// The answer text a client shows after the events: what the `chunk` events carried since the
+/// last `answer_reset`.
 pub(crate) fn chunk_text(events: &[AgentEvent]) -> String {
-    events.iter().filter_map(|e| if let AgentEvent::Chunk { text, .. } = e { Some(text.as_str()) } else { None }).collect()
+    let mut shown = String::new();
+    for e in events {
+        match e {
+            AgentEvent::Chunk { text, .. } => shown.push_str(text),
+            AgentEvent::AnswerReset { .. } => shown.clear(),
+            _ => {}
+        }
+    }
+    shown
+}
+
+/// The reasons of the run's `answer_reset` events, in order.
+pub(crate) fn resets(events: &[AgentEvent]) -> Vec<String> {
+    events.iter().filter_map(|e| if let AgentEvent::AnswerReset { reason, .. } = e { Some(reason.clone()) } else { None }).collect()
 }

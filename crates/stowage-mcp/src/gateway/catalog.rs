@@ -269,6 +269,12 @@ impl Gateway {
                 };
                 let Ok(v) = result_value(&reply) else {
                     tracing::warn!(target: "stowage::upstream", upstream = %u.name(), "{method} returned an error");
+                    // A server that refuses `tools/list` (one not done starting: the Python
+                    // SDK answers requests before its initialization finished with an
+                    // error) is asked again; an optional list it lacks is simply empty.
+                    if method == "tools/list" {
+                        complete = false;
+                    }
                     break;
                 };
                 if let Some(items) = v.get(key).and_then(Value::as_array) {
@@ -509,7 +515,8 @@ pub(super) async fn refresh_loop(gw: Weak<Gateway>, index: usize) {
         let Some(gw) = gw.upgrade() else { return };
         // It (re)connected or its lists changed: what it served before may have too.
         gw.read_cache.forget_upstream(index);
-        if gw.refresh(index).await {
+        let complete = gw.refresh(index).await;
+        if complete {
             retry = RETRY_FIRST;
         } else if gw.upstreams[index].current().is_some() {
             // A list request failed while the upstream is up (a slow start, a timeout): ask
@@ -524,7 +531,10 @@ pub(super) async fn refresh_loop(gw: Weak<Gateway>, index: usize) {
                 }
             });
         }
-        if std::mem::take(&mut first) {
+        // Listed only once its tools are: a refresh that failed (a list request refused or
+        // timed out while the upstream was up) leaves it starting, so clients still in their
+        // start-up wait keep waiting for the retry instead of taking an empty list.
+        if complete && std::mem::take(&mut first) {
             // Read before the upstream counts as listed: a client answered after that point
             // waited for its lists (or saw them), so only earlier ones need telling.
             let announce = gw.has_clients();

@@ -124,6 +124,16 @@ pub(super) fn declared_capabilities(method: &str, params: &Value) -> Option<Valu
     }
 }
 
+/// Who a handshake says the client is (`clientInfo`), before it is answered: its host's
+/// start-up wait applies from the first request on.
+pub(super) fn declared_client_info<'a>(method: &str, params: &'a Value) -> Option<&'a Value> {
+    match method {
+        "initialize" => params.get("clientInfo"),
+        "server/discover" => params.pointer("/_meta/io.modelcontextprotocol~1clientInfo"),
+        _ => None,
+    }
+}
+
 pub(crate) fn is_modern_session(session: &Session) -> bool {
     session.protocol.lock().as_deref().is_some_and(|p| MODERN_VERSIONS.contains(&p))
 }

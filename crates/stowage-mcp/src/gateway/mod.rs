@@ -59,14 +59,6 @@ use crate::session::{Caller, Session, SessionKind, Sessions};
 use crate::shape::Shaper;
 use crate::upstream::{InProcessFactory, Upstream, UpstreamEnv};
 
-/// How long after start requests that need the catalog wait for upstreams still on their
-/// first connection attempt. Counted from the gateway's start, not per request, and short:
-/// the gateway serves at once, a down upstream holds nobody up, and one that comes up later is
-/// announced with `notifications/tools/list_changed` (see [`catalog`]); this grace only
-/// spares clients that connect the moment the gateway starts a second list request for
-/// upstreams that are a moment from ready.
-const STARTUP_GRACE: Duration = Duration::from_secs(3);
-
 /// How long a [`ControlCapabilities::FirstClient`] gateway waits for its client's handshake
 /// before its upstreams connect declaring every capability (someone typing at a terminal).
 const FIRST_CLIENT_WAIT: Duration = Duration::from_secs(5);
@@ -346,12 +338,23 @@ impl Gateway {
         }
     }
 
-    /// Waits until no upstream is still on its first attempt, or the start-up grace (3 s from
-    /// the gateway's start) is over: what requests that read the catalog wait for, and when
-    /// the banner can say what runs.
+    /// Waits until no upstream is still on its first attempt, or the start-up wait of a client
+    /// no profile names is over ([`crate::hosts::DEFAULT_STARTUP_WAIT_MS`], counted from when
+    /// the upstreams could start connecting): when the banner can say what runs, and what
+    /// callers in the process (the planner, the playground) wait for.
     pub async fn wait_startup(&self) {
+        self.wait_startup_within(Duration::from_millis(crate::hosts::DEFAULT_STARTUP_WAIT_MS)).await;
+    }
+
+    /// [`Gateway::wait_startup`] bounded by `bound` instead: a client's requests wait within
+    /// its host's start-up wait ([`crate::hosts::HostProfile::startup_wait_ms`]), below the
+    /// time that host itself waits for a server. Counted from when the upstreams could start,
+    /// not per request: the gateway serves at once, a dead upstream holds nobody up, and one
+    /// that comes up later is announced with `notifications/tools/list_changed` (which some
+    /// hosts never act on, hence a wait at all).
+    pub(crate) async fn wait_startup_within(&self, bound: Duration) {
         let from = self.upstreams_started().await;
-        let grace = (from + STARTUP_GRACE).saturating_duration_since(std::time::Instant::now());
+        let grace = (from + bound).saturating_duration_since(std::time::Instant::now());
         if !grace.is_zero() {
             self.wait_settled(grace).await;
         }
@@ -666,12 +669,14 @@ impl Gateway {
         let id = msg.id.clone().unwrap_or(Value::Null);
         let ok = |v: Value| Ok(Message::response(Value::Null, &v));
         // Capabilities and lists come from the upstreams: a request that arrives while one is
-        // on its first attempt waits for it a little (a down one holds nobody up).
+        // on its first attempt waits for it, within what the client's host waits for a server
+        // (its profile, known from the handshake on); a down one holds nobody up.
         if method != "ping" {
             if let Some(caps) = handshake::declared_capabilities(&method, &params) {
                 self.offer_control_capabilities(crate::session::upstream_capabilities(&caps));
+                self.note_client(session, handshake::declared_client_info(&method, &params));
             }
-            self.wait_startup().await;
+            self.wait_startup_within(self.host_profile(session).startup_wait()).await;
         }
         match method.as_str() {
             "initialize" => ok(self.initialize(session, &params)),

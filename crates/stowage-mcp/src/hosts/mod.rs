@@ -1,13 +1,17 @@
-//! Host profiles: what each kind of MCP client does with a tool result, so a result is shaped
-//! to reach that host's model whole.
+//! Host profiles: what each kind of MCP client shows its model of a tool result, so a result
+//! is shaped to reach that host's model whole.
 //!
-//! Hosts differ in hard limits: Claude Desktop rejects a result over 1 MB, Claude Code fails
-//! at 25k tokens and cuts error text at about 11,000 characters, Codex CLI cuts output at
-//! 10 KiB or 256 lines and shows the model only `structuredContent` when there is one, and
-//! LangChain, agno and Kiro choke on `resource_link` blocks. A reference the host cuts off or
-//! hides is lost to the model. So the client's `clientInfo.name` (from `initialize`, or on
-//! 2026-07-28 from each request's `_meta`) picks a [`HostProfile`], and the shaper
-//! ([`crate::shape`]) shapes each answer within it.
+//! Hosts differ, and what they do is measured, not assumed (README's host table; the tests in
+//! `crates/stowage/tests/real_hosts.rs` drive Claude Code and Codex CLI with a model server of
+//! our own and read what reached the model): Claude Code shows `JSON.stringify` of
+//! `structuredContent` instead of every text block when there is one, saves text over 50,000
+//! characters to a file and cuts error text over 10,000; Codex CLI shows only
+//! `structuredContent` when there is one (images dropped), cuts text at about 12 KB and never
+//! says a result was an error; Qwen Code and Gemini CLI show an error result whole, `_meta`
+//! included. A reference the host cuts off, hides or files away is lost to the model. So the
+//! client's `clientInfo.name` (from `initialize`, or on 2026-07-28 from each request's
+//! `_meta`) picks a [`HostProfile`], and the shaper ([`crate::shape`]) shapes each answer
+//! within it.
 //!
 //! The spec says servers SHOULD NOT change behaviour on `clientInfo`; these are the named
 //! clients' own hard limits, and shaping within them keeps the reference alive where the host
@@ -26,16 +30,41 @@ pub const DEFAULT_PROFILE: &str = "default";
 /// given by name ([`Hosts::by_name`], `Gateway::open_session_as`).
 pub const PLANNER_PROFILE: &str = "planner";
 
+/// How long a client no profile names waits, at most, for upstreams still starting before its
+/// first list is answered (from the moment its upstreams could start connecting). Below the
+/// shortest start-up timeout any host is known to keep for a server (Codex CLI's 10 s), so the
+/// gateway answers before the host gives up on it.
+pub const DEFAULT_STARTUP_WAIT_MS: u64 = 8_000;
+
 /// Which parts of a tool result a host puts before its model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Sees {
     /// The `content` blocks only.
     Content,
-    /// `structuredContent` when the result has one (then nothing else), else `content`.
+    /// `structuredContent` when the result has one (then nothing else, images included), else
+    /// `content` (Codex CLI, VS Code).
     Structured,
+    /// `structuredContent` instead of the text blocks when the result has one, with its
+    /// images, resource links and embedded resources still shown; an error result's text
+    /// blocks only (Claude Code).
+    StructuredAndMedia,
     /// Both.
     Both,
+}
+
+impl Sees {
+    /// Whether a text block beside `structuredContent` never reaches the model: an answer for
+    /// such a host writes what the model needs once, in `structuredContent` or in `content`
+    /// with no `structuredContent` at all.
+    pub fn drops_text_beside_structured(self) -> bool {
+        matches!(self, Sees::Structured | Sees::StructuredAndMedia)
+    }
+
+    /// Whether images beside `structuredContent` reach the model.
+    pub fn shows_images_beside_structured(self) -> bool {
+        self != Sees::Structured
+    }
 }
 
 /// One kind of client and what a result may put before its model.
@@ -71,6 +100,18 @@ pub struct HostProfile {
     /// Whether references carry signed download links (when links are on). `false`: the
     /// answer names `artifact://` URIs only, so no link token reaches the host's model.
     pub signed_links: bool,
+    /// The longest the host's first requests wait for upstreams that are alive and still
+    /// starting, in milliseconds: below the host's own start-up timeout, since a host that
+    /// never lists again (Codex) would otherwise never see a slow upstream's tools. A dead
+    /// upstream holds nobody up.
+    pub startup_wait_ms: u64,
+    /// Whether the host shows its model an `isError` result whole, as JSON, `_meta` included
+    /// (Qwen Code, Gemini CLI): such a result then carries no signed link or figure in
+    /// `_meta`.
+    pub errors_as_json: bool,
+    /// Whether the model learns that a result was an error (`isError`). Codex CLI shows an
+    /// error exactly like a success: its error answers then say so in their first line.
+    pub shows_error_flag: bool,
 }
 
 impl HostProfile {
@@ -90,7 +131,15 @@ impl HostProfile {
             max_image_edge: None,
             max_image_tokens: None,
             signed_links: true,
+            startup_wait_ms: DEFAULT_STARTUP_WAIT_MS,
+            errors_as_json: false,
+            shows_error_flag: true,
         }
+    }
+
+    /// [`HostProfile::startup_wait_ms`] as a duration.
+    pub fn startup_wait(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.startup_wait_ms)
     }
 
     /// The profile of unknown clients: no budget, today's shape.
@@ -112,11 +161,19 @@ impl HostProfile {
             || self.max_images.is_some()
             || self.max_image_tokens.is_some()
             || !self.signed_links
+            || self.errors_as_json
+            || !self.shows_error_flag
     }
 }
 
-/// The built-in profiles, from what each host publishes (README lists them with sources). The
-/// limits sit a little under the published ones: a host's own framing counts too.
+/// How long the named hosts that wait for their servers get: under the 30 s after which
+/// Claude Code drops a server (`MCP_TIMEOUT`) and Codex CLI fails a required one
+/// (`startup_timeout_sec`), both measured, with room for the gateway's own start.
+const PATIENT_HOST_WAIT_MS: u64 = 20_000;
+
+/// The built-in profiles, from what each host was measured to show its model (README's host
+/// table; Claude Code and Codex CLI are driven in `crates/stowage/tests/real_hosts.rs`). The
+/// limits sit a little under the measured ones: a host's own framing counts too.
 pub fn builtin() -> Vec<HostProfile> {
     let mut out = Vec::new();
     // Rejects any result over 1 MB ("Tool result is too large").
@@ -126,9 +183,14 @@ pub fn builtin() -> Vec<HostProfile> {
     p.max_image_edge = Some(1568);
     p.max_images = Some(20);
     out.push(p);
-    // Warns at 10k tokens and fails at 25k (images counted); text over 50,000 characters
-    // goes to a file; isError text cut at ~11,000 characters; images resized to 2000 px.
+    // Claude Code 2.1.197, measured: `structuredContent`, when present, replaces every text
+    // block (images and resource links stay); text over 50,000 characters is saved to a file
+    // and the model gets a 2 KB preview; an error's text over 10,000 characters keeps its
+    // first and last 5,000; the terminal warns at 10,000 tokens (a 25,000-token result is
+    // refused). It waits for servers up to `MCP_CONNECT_TIMEOUT_MS` and drops one slower
+    // than 30 s, and re-lists on list_changed.
     let mut p = HostProfile::named("claude-code", &["claude-code"]);
+    p.sees = Sees::StructuredAndMedia;
     p.max_tokens = Some(10_000);
     p.max_text_bytes = Some(40_000);
     p.max_error_chars = Some(10_000);
@@ -136,24 +198,53 @@ pub fn builtin() -> Vec<HostProfile> {
     p.max_image_edge = Some(2000);
     p.max_images = Some(8);
     p.max_image_tokens = Some(6_000);
+    p.startup_wait_ms = PATIENT_HOST_WAIT_MS;
     out.push(p);
-    // Cuts output at 10 KiB or 256 lines; only structuredContent reaches the model when
-    // present; a resource_link reaches it as raw JSON; images resized to 2048 px.
+    // Codex CLI 0.169.0, measured: only `structuredContent` when present (images and text
+    // dropped); about 12,000 bytes of output, cut in the middle, with no line limit; a
+    // resource_link as its raw JSON; an error shown exactly like a success. A required server
+    // is waited for up to 30 s; list_changed is never acted on, so its first list is all it
+    // ever sees.
     let mut p = HostProfile::named("codex", &["codex-mcp-client", "codex*"]);
     p.max_text_bytes = Some(10_000);
-    p.max_text_lines = Some(250);
     p.sees = Sees::Structured;
     p.resource_links = false;
     p.image_preview = true;
     p.max_image_edge = Some(2048);
     p.max_images = Some(8);
+    p.shows_error_flag = false;
+    p.startup_wait_ms = PATIENT_HOST_WAIT_MS;
     out.push(p);
-    // Truncates large results and points the model at a URI it cannot read. VS Code
+    // VS Code shows `JSON.stringify(structuredContent)` and no text when there is one
+    // (https://github.com/microsoft/vscode/issues/290063) and truncates large results; it
     // publishes no figure: 16k tokens is ours, well clear of where its truncation was seen.
-    let mut p = HostProfile::named("vscode", &["Visual Studio Code", "Visual Studio Code - Insiders"]);
+    let mut p = HostProfile::named("vscode", &["Visual Studio Code*", "vscode*"]);
+    p.sees = Sees::Structured;
     p.max_tokens = Some(16_000);
     p.image_preview = true;
     p.max_images = Some(8);
+    out.push(p);
+    // Qwen Code 0.15 (its client is named after the server's config key): text beside
+    // structuredContent shown, resource links shown, an error result shown whole as JSON
+    // (`_meta` included); output cut at 25,000 characters or 1,000 lines; never re-lists.
+    let mut p = HostProfile::named("qwen-code", &["qwen-cli-mcp-client*", "qwen-code*"]);
+    p.max_text_bytes = Some(24_900);
+    p.max_text_lines = Some(990);
+    p.errors_as_json = true;
+    p.startup_wait_ms = PATIENT_HOST_WAIT_MS;
+    out.push(p);
+    // opencode 1.18: resource links dropped; output cut at 50 KiB or 2,000 lines.
+    let mut p = HostProfile::named("opencode", &["opencode*"]);
+    p.resource_links = false;
+    p.max_text_bytes = Some(48_000);
+    p.max_text_lines = Some(1_990);
+    out.push(p);
+    // Gemini CLI 0.61: an error result shown whole as JSON (`_meta` included); text over
+    // 40,000 characters keeps its first 8,000 and last 32,000.
+    let mut p = HostProfile::named("gemini-cli", &["gemini-cli-mcp-client*", "gemini-cli*"]);
+    p.max_text_bytes = Some(38_000);
+    p.errors_as_json = true;
+    p.startup_wait_ms = PATIENT_HOST_WAIT_MS;
     out.push(p);
     // Show images; no published size limit.
     let mut p = HostProfile::named("connectors", &["cursor-vscode", "openai-mcp", "Anthropic/ClaudeAI"]);
@@ -229,6 +320,16 @@ pub struct HostOverride {
     /// Whether references carry signed download links. Unset: the profile's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signed_links: Option<bool>,
+    /// Milliseconds the host's first requests wait for upstreams still starting. Unset: the
+    /// profile's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_wait_ms: Option<u64>,
+    /// Whether the host shows an error result whole, as JSON. Unset: the profile's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errors_as_json: Option<bool>,
+    /// Whether the host tells its model a result was an error. Unset: the profile's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shows_error_flag: Option<bool>,
 }
 
 fn one_or_many<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
@@ -264,6 +365,15 @@ impl HostOverride {
         }
         if let Some(l) = self.signed_links {
             p.signed_links = l;
+        }
+        if let Some(w) = self.startup_wait_ms {
+            p.startup_wait_ms = w;
+        }
+        if let Some(e) = self.errors_as_json {
+            p.errors_as_json = e;
+        }
+        if let Some(e) = self.shows_error_flag {
+            p.shows_error_flag = e;
         }
     }
 }
@@ -375,17 +485,19 @@ impl Hosts {
         let profiles = added
             .into_iter()
             .chain(builtin)
-            .map(|p| (p.matches.iter().map(|m| WildMatch::new_case_insensitive(m)).collect(), Arc::new(p)))
+            .map(|p| (p.matches.iter().map(|m| WildMatch::new(&spelling(m))).collect(), Arc::new(p)))
             .collect();
         Ok(Hosts { adapt: config.adapt, profiles, default: Arc::new(default), preview: preview.clone() })
     }
 
-    /// The profile for a client that calls itself `client` (its `clientInfo.name`).
+    /// The profile for a client that calls itself `client` (its `clientInfo.name`). Names
+    /// are compared as spelled ([`spelling`]): case, spaces, `-`, `_` and `.` aside.
     pub fn profile_for(&self, client: Option<&str>) -> Arc<HostProfile> {
         let Some(name) = client.filter(|_| self.adapt) else { return self.default.clone() };
+        let name = spelling(name);
         self.profiles
             .iter()
-            .find(|(patterns, _)| patterns.iter().any(|p| p.matches(name)))
+            .find(|(patterns, _)| patterns.iter().any(|p| p.matches(&name)))
             .map_or_else(|| self.default.clone(), |(_, p)| p.clone())
     }
 
@@ -407,6 +519,13 @@ impl Hosts {
     pub fn profiles(&self) -> impl Iterator<Item = &HostProfile> {
         self.profiles.iter().map(|(_, p)| p.as_ref()).chain(std::iter::once(self.default.as_ref()))
     }
+}
+
+/// A client name as it is compared: lowercase, without spaces, `-`, `_` and `.`. One host
+/// sends its name in several spellings over versions and forks ("Visual Studio Code",
+/// "Visual-Studio-Code", "visual_studio_code"); a profile names it once.
+fn spelling(name: &str) -> String {
+    name.chars().filter(|c| !matches!(c, ' ' | '-' | '_' | '.')).flat_map(char::to_lowercase).collect()
 }
 
 #[cfg(test)]
@@ -431,6 +550,12 @@ mod tests {
             ("claude-code", "claude-code"),
             ("codex-mcp-client", "codex"),
             ("Visual Studio Code", "vscode"),
+            ("Visual-Studio-Code", "vscode"),
+            ("visual_studio_code - Insiders", "vscode"),
+            ("Claude Code", "claude-code"),
+            ("qwen-cli-mcp-client-stowage", "qwen-code"),
+            ("gemini-cli-mcp-client", "gemini-cli"),
+            ("opencode", "opencode"),
             ("cursor-vscode", "connectors"),
             ("openai-mcp", "connectors"),
             ("Anthropic/ClaudeAI", "connectors"),
@@ -461,7 +586,7 @@ mod tests {
         assert_eq!((mine.name.as_str(), mine.max_tokens, mine.sees), ("my-agent", Some(2000), Sees::Content));
         let codex = h.profile_for(Some("codex-mcp-client"));
         assert_eq!(codex.max_text_bytes, Some(20_000), "overridden");
-        assert_eq!(codex.max_text_lines, Some(250), "the rest kept");
+        assert!(!codex.resource_links && !codex.shows_error_flag, "the rest kept");
         assert_eq!(codex.sees, Sees::Structured);
 
         let off = hosts("[hosts]\nadapt = false\n").unwrap();

@@ -1,15 +1,19 @@
 //! What one reader answer may hold for the caller's host, and where its payload goes.
 //!
 //! A page is sized to the host's budgets before it is cut, so the shaper's final limit never
-//! has to cut it again (which would leave a gap between pages): bytes as the host counts them
-//! (JSON-escaped for a host that reads `structuredContent`), lines, and o200k tokens. The
-//! payload (a window of text, matching lines, a selection) is written once: in `content` for a
-//! host whose model reads `content`, in `structuredContent` for one that reads only that.
+//! has to cut it again (which would leave a gap between pages): bytes, lines, and o200k
+//! tokens. The payload (a window of text, matching lines, a selection, an image) is written
+//! once, in `content`, after a header line that says what it is and where the next page
+//! starts: every host shows its model `content` when there is no `structuredContent`. The
+//! same facts go to `structuredContent` for programs only for hosts whose model reads text
+//! beside it; Claude Code, Codex and VS Code show `structuredContent` instead of the text, so
+//! for them the answer carries none (the reader tools declare no `outputSchema`, which leaves
+//! `structuredContent` optional).
 
 use serde_json::{Map, Value, json};
 
 use super::READ_BUDGET_BYTES;
-use crate::hosts::{HostProfile, Sees};
+use crate::hosts::HostProfile;
 
 /// The longest edge of an image answer for a host with no published limit: the most a Claude
 /// model takes without resizing.
@@ -32,8 +36,9 @@ pub(crate) struct ReadHints {
     pub line_budget: usize,
     /// The most o200k tokens of payload.
     pub token_budget: Option<u64>,
-    /// The host's model reads only `structuredContent`.
-    pub structured: bool,
+    /// Whether the answer also carries its facts in `structuredContent`: not for a host that
+    /// shows `structuredContent` instead of the text beside it, where it would hide the page.
+    pub metadata: bool,
 }
 
 impl Default for ReadHints {
@@ -53,18 +58,15 @@ impl ReadHints {
                 .map_or(READ_BUDGET_BYTES, |b| b.saturating_sub(ROOM_BYTES).clamp(MIN_PAGE_BYTES, READ_BUDGET_BYTES)),
             line_budget: host.max_text_lines.map_or(usize::MAX, |l| l.saturating_sub(ROOM_LINES).max(10)),
             token_budget: host.max_tokens.map(|t| t.saturating_sub(ROOM_TOKENS).max(250)),
-            structured: host.sees == Sees::Structured,
+            metadata: !host.sees.drops_text_beside_structured(),
         }
     }
 
     /// The length in bytes of the longest prefix of `text` that fits one page (see the module
     /// docs), cut at a line end when one is in its last quarter. `text.len()` when it all fits.
     pub(crate) fn page_len(&self, text: &str) -> usize {
-        let mut n =
-            if self.structured { escaped_prefix(text, self.text_budget) } else { stowage_core::cut_at_char(text, self.text_budget).len() };
-        if !self.structured
-            && let Some((k, _)) = text[..n].match_indices('\n').nth(self.line_budget.saturating_sub(1))
-        {
+        let mut n = stowage_core::cut_at_char(text, self.text_budget).len();
+        if let Some((k, _)) = text[..n].match_indices('\n').nth(self.line_budget.saturating_sub(1)) {
             n = n.min(k + 1);
         }
         if let Some(t) = self.token_budget {
@@ -79,39 +81,26 @@ impl ReadHints {
     }
 
     /// An answer with its payload written once (see the module docs): `header` is the line
-    /// that says what the payload is, `payload` the text the model reads, and `structured`
-    /// gets it under `key` (as `as_value`) only for a host that reads `structuredContent`.
-    pub(crate) fn answer(&self, header: String, payload: String, mut structured: Map<String, Value>, key: &str, as_value: Value) -> Value {
-        if self.structured {
-            structured.insert(key.into(), as_value);
-            json!({"content": [{"type": "text", "text": header}], "structuredContent": structured})
-        } else {
-            let mut content = vec![json!({"type": "text", "text": header})];
-            if !payload.is_empty() {
-                content.push(json!({"type": "text", "text": payload}));
-            }
-            structured.insert("in".into(), json!("content"));
-            json!({"content": content, "structuredContent": structured})
+    /// that says what the payload is and how to go on, `payload` the text the model reads,
+    /// and `facts` what `structuredContent` carries for programs, where the host reads text
+    /// beside it (with `in: "content"`: the payload is in `content`, not repeated).
+    pub(crate) fn answer(&self, header: String, payload: String, facts: Map<String, Value>) -> Value {
+        let mut content = vec![json!({"type": "text", "text": header})];
+        if !payload.is_empty() {
+            content.push(json!({"type": "text", "text": payload}));
         }
+        self.with_facts(content, facts)
     }
-}
 
-/// The byte length of the longest prefix of `text` whose JSON-escaped form is at most `budget`
-/// bytes (what a host that reads `structuredContent` counts).
-fn escaped_prefix(text: &str, budget: usize) -> usize {
-    let mut used = 0;
-    for (i, c) in text.char_indices() {
-        let n = match c {
-            '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
-            c if (c as u32) < 0x20 => 6,
-            c => c.len_utf8(),
-        };
-        if used + n > budget {
-            return i;
+    /// `content` with `facts` in `structuredContent` where the host reads text beside it (see
+    /// [`ReadHints::answer`]).
+    pub(crate) fn with_facts(&self, content: Vec<Value>, mut facts: Map<String, Value>) -> Value {
+        if !self.metadata {
+            return json!({"content": content});
         }
-        used += n;
+        facts.insert("in".into(), json!("content"));
+        json!({"content": content, "structuredContent": facts})
     }
-    text.len()
 }
 
 #[cfg(test)]
@@ -128,23 +117,33 @@ mod tests {
         let csv: String = (0..40_000).map(|i| format!("{i},{},{}.{:02},north\n", i * 7 % 1000, i % 97, i % 100)).collect();
         let codex = hints("codex");
         let n = codex.page_len(&csv);
-        assert!(serde_json::to_string(&csv[..n]).unwrap().len() <= 10_000 - 1_000 + 2, "codex counts escaped bytes");
+        assert!(n <= 10_000 - 1_000, "codex counts bytes: {n}");
         assert!(csv[..n].ends_with('\n'));
         let code = hints("claude-code");
         let n = code.page_len(&csv);
         assert!(stowage_transform::tokens::count_exact(&csv[..n]) <= 9_400, "claude-code counts tokens");
+        let qwen = hints("qwen-code");
+        assert!(csv[..qwen.page_len(&csv)].lines().count() <= 1_000, "qwen-code counts lines");
         let default = ReadHints::default();
         assert!(default.page_len(&csv) <= READ_BUDGET_BYTES && default.token_budget.is_none());
         assert_eq!(default.page_len("short"), 5);
     }
 
     #[test]
-    fn the_payload_is_written_once() {
-        let both = ReadHints::default().answer("[head]".into(), "text".into(), Map::new(), "text", json!("text"));
+    fn the_payload_is_written_once_in_content() {
+        let facts = || {
+            let mut m = Map::new();
+            m.insert("nextOffset".into(), json!(4));
+            m
+        };
+        let both = ReadHints::default().answer("[head]".into(), "text".into(), facts());
         assert_eq!(both["content"][1]["text"], "text");
-        assert!(both["structuredContent"].get("text").is_none());
-        let codex = hints("codex").answer("[head]".into(), "text".into(), Map::new(), "text", json!("text"));
-        assert_eq!(codex["structuredContent"]["text"], "text");
-        assert_eq!(codex["content"].as_array().unwrap().len(), 1);
+        assert_eq!(both["structuredContent"], json!({"nextOffset": 4, "in": "content"}));
+        // Hosts that show structuredContent instead of text get none: the page stays visible.
+        for host in ["codex", "claude-code", "vscode"] {
+            let v = hints(host).answer("[head]".into(), "text".into(), facts());
+            assert_eq!(v["content"][1]["text"], "text", "{host}");
+            assert!(v.get("structuredContent").is_none(), "{host}: {v}");
+        }
     }
 }

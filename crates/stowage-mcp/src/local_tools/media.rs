@@ -140,10 +140,12 @@ async fn read_image(
         structured.insert("region".into(), json!({"x": r.x, "y": r.y, "width": r.width, "height": r.height}));
     }
     let data = base64::engine::general_purpose::STANDARD.encode(&out.bytes);
-    Ok(json!({
-        "content": [{"type": "text", "text": line}, {"type": "image", "data": data, "mimeType": out.mime_type}],
-        "structuredContent": structured,
-    }))
+    // The image is in content, where every host shows it when there is no structuredContent
+    // (Codex drops images beside it).
+    Ok(hints.with_facts(
+        vec![json!({"type": "text", "text": line}), json!({"type": "image", "data": data, "mimeType": out.mime_type})],
+        structured,
+    ))
 }
 
 async fn read_pdf(
@@ -190,7 +192,7 @@ async fn read_pdf(
     let Some(first) = text.pages.first() else {
         head.push_str("; no pages]");
         structured.insert("pages".into(), json!([]));
-        return Ok(hints.answer(head, String::new(), structured, "pages", json!([])));
+        return Ok(hints.answer(head, String::new(), structured));
     };
     let first_chars = first.text.chars().count();
     if offset > first_chars {
@@ -232,12 +234,7 @@ async fn read_pdf(
         None
     };
     let shown = &body[..n];
-    let given: Vec<Value> = spans
-        .iter()
-        .filter(|s| s.start <= n)
-        .map(|s| json!({"page": s.page, "from": s.skip, "text": &body[s.start..s.end.min(n)]}))
-        .collect();
-    let numbers: Vec<u32> = given.iter().filter_map(|p| p["page"].as_u64()).map(|p| p as u32).collect();
+    let numbers: Vec<u32> = spans.iter().filter(|s| s.start <= n).map(|s| s.page).collect();
     match (numbers.first(), numbers.last()) {
         (Some(a), Some(b)) if a == b => head.push_str(&format!("; page {a}")),
         (Some(a), Some(b)) => head.push_str(&format!("; pages {a}-{b}")),
@@ -253,8 +250,9 @@ async fn read_pdf(
         structured.insert("next".into(), json!({"pages": range, "offset": into}));
     }
     head.push(']');
+    structured.insert("pages".into(), json!(numbers));
     structured.insert("truncated".into(), json!(next.is_some()));
-    Ok(hints.answer(head, shown.to_owned(), structured, "pages", Value::Array(given)))
+    Ok(hints.answer(head, shown.to_owned(), structured))
 }
 
 /// The characters of PDF text one grep searches at most.
@@ -288,7 +286,6 @@ fn pdf_grep(
     last_asked: u32,
 ) -> Value {
     let mut listing = String::new();
-    let mut matches = Vec::new();
     let mut ends: Vec<(usize, u32, usize)> = Vec::new(); // (end in listing, page, offset of the line after)
     'pages: for p in &text.pages {
         let mut pos = 0;
@@ -300,7 +297,6 @@ fn pdf_grep(
                 let shown = if shown.len() < line.len() { format!("{shown}…") } else { shown.to_owned() };
                 listing.push_str(&format!("p{} l{}@{pos}: {shown}\n", p.number, i + 1));
                 ends.push((listing.len(), p.number, after));
-                matches.push(json!({"page": p.number, "line": i + 1, "offset": pos, "text": shown}));
                 if listing.len() > hints.text_budget.saturating_mul(2) {
                     break 'pages;
                 }
@@ -312,8 +308,7 @@ fn pdf_grep(
     let kept = ends.iter().take_while(|(end, _, _)| *end <= fit).count().max(ends.len().min(1));
     let next = (kept < ends.len()).then(|| (ends[kept - 1].1, ends[kept - 1].2));
     listing.truncate(if kept == 0 { 0 } else { ends[kept - 1].0 });
-    matches.truncate(kept);
-    head.push_str(&format!("; {} matching lines for /{}/, each as p<page> l<line>@<offset in the page>: text", matches.len(), re.as_str()));
+    head.push_str(&format!("; {kept} matching lines for /{}/, each as p<page> l<line>@<offset in the page>: text", re.as_str()));
     if text.truncated {
         head.push_str(&format!("; searched the first {PDF_GREP_CHARS} characters"));
     }
@@ -324,7 +319,7 @@ fn pdf_grep(
     }
     head.push(']');
     structured.insert("grep".into(), json!(re.as_str()));
-    structured.insert("count".into(), json!(matches.len()));
+    structured.insert("count".into(), json!(kept));
     structured.insert("truncated".into(), json!(next.is_some()));
-    hints.answer(head, listing, structured, "matches", Value::Array(matches))
+    hints.answer(head, listing, structured)
 }

@@ -32,19 +32,6 @@ pub(super) fn def() -> Value {
             },
             "required": ["id"],
         },
-        "outputSchema": {
-            "type": "object",
-            "properties": {
-                "id": {"type": "string"},
-                "pointer": {"type": "string"},
-                "jmespath": {"type": "string"},
-                "result": {"description": "the selected JSON value (cut to the budget when truncated), for hosts that read only structuredContent; for others it is the JSON text in content, not repeated here"},
-                "in": {"type": "string", "description": "\"content\" when the selection is in content and not repeated here"},
-                "truncated": {"type": "boolean"},
-                "note": {"type": "string", "description": "what was cut and how to narrow the selection"},
-            },
-            "required": ["id", "truncated"],
-        },
         "annotations": {"readOnlyHint": true, "idempotentHint": true, "openWorldHint": false},
     })
 }
@@ -96,9 +83,9 @@ pub(super) async fn call(
 }
 
 /// `selected` cut (keeping its type) to what fits one page for the host: its JSON text within
-/// the page's bytes (escaped, for a host that reads structuredContent), lines and tokens.
+/// the page's bytes, lines and tokens.
 fn fit_selection(selected: Value, hints: &ReadHints) -> (Value, Option<String>, String) {
-    let mut budget = if hints.structured { hints.text_budget * 2 / 3 } else { hints.text_budget };
+    let mut budget = hints.text_budget;
     let mut selected = Some(selected);
     for _ in 0..4 {
         let (result, note) = cap(selected.take().expect("put back below"), budget);
@@ -144,7 +131,7 @@ fn answer(bytes: &Bytes, id: &str, selector: Selector, hints: &ReadHints) -> Res
         }
     };
     drop(doc);
-    let (result, note, json_text) = fit_selection(selected, hints);
+    let (_, note, json_text) = fit_selection(selected, hints);
     let where_ = match &selector {
         Selector::Pointer(p) => format!("pointer {p:?}"),
         Selector::JmesPath(e) => format!("jmespath {:?}", e.as_str()),
@@ -159,7 +146,7 @@ fn answer(bytes: &Bytes, id: &str, selector: Selector, hints: &ReadHints) -> Res
     if let Some(n) = note {
         out.insert("note".into(), n.into());
     }
-    Ok(hints.answer(header, json_text, out, "result", result))
+    Ok(hints.answer(header, json_text, out))
 }
 
 /// Where a pointer stops matching, and what is there: the help a model needs to fix it.
@@ -289,14 +276,11 @@ mod tests {
     fn run(doc: &Value, args: Value) -> Result<Value, ToolError> {
         let selector = parse(&args)?;
         let bytes = Bytes::from(serde_json::to_vec(doc).unwrap());
-        let hints = ReadHints {
-            structured: true,
-            text_budget: READ_BUDGET_BYTES,
-            line_budget: usize::MAX,
-            token_budget: None,
-            max_image_edge: 1568,
-        };
-        answer(&bytes, "t_0123456789abcdef", selector, &hints).map(|v| v["structuredContent"].clone())
+        let v = answer(&bytes, "t_0123456789abcdef", selector, &ReadHints::default())?;
+        // The facts, with the selection the model reads (the JSON text in content) as `result`.
+        let mut facts = v["structuredContent"].clone();
+        facts["result"] = serde_json::from_str(v["content"][1]["text"].as_str().unwrap()).unwrap();
+        Ok(facts)
     }
 
     #[test]
@@ -326,13 +310,14 @@ mod tests {
     #[test]
     fn a_big_selection_fits_each_hosts_own_limits() {
         // 15,000 rows of a structured result, queried as each host: the text the model reads
-        // stays within that host's published limits (Codex: 10 KiB and 256 lines; Claude
-        // Code: 10,000 o200k tokens), and the answer says it was cut and how to narrow it.
+        // stays within that host's measured limits (Codex: about 12,000 bytes; Claude Code:
+        // 10,000 o200k tokens, where its terminal warns), and the answer says it was cut and
+        // how to narrow it.
         let doc = json!({"rows": (0..15_000).map(|i| json!({"id": i, "name": format!("row {i}"), "total": i * 3})).collect::<Vec<_>>()});
         let bytes = Bytes::from(serde_json::to_vec(&doc).unwrap());
         let hosts = crate::hosts::Hosts::default();
         for (name, max_bytes, max_lines, max_tokens) in [
-            ("codex", 10 * 1024, 256, u64::MAX),
+            ("codex", 10 * 1024, usize::MAX, u64::MAX),
             ("claude-code", usize::MAX, usize::MAX, 10_000),
             ("default", usize::MAX, usize::MAX, u64::MAX),
         ] {
@@ -340,15 +325,14 @@ mod tests {
             let hints = ReadHints::for_host(&host);
             for args in [json!({"pointer": "/rows"}), json!({"jmespath": "rows[?total > `100`]"})] {
                 let v = answer(&bytes, "t_0123456789abcdef", parse(&args).unwrap(), &hints).unwrap();
-                let seen = match host.sees {
-                    crate::hosts::Sees::Structured => v["structuredContent"].to_string(),
-                    _ => v["content"].as_array().unwrap().iter().filter_map(|b| b["text"].as_str()).collect::<Vec<_>>().join("\n"),
-                };
+                // Every host reads the page in content: hosts that would show structuredContent
+                // instead get none.
+                assert_eq!(v.get("structuredContent").is_some(), host.name == "default", "{name}");
+                let seen = v["content"].as_array().unwrap().iter().filter_map(|b| b["text"].as_str()).collect::<Vec<_>>().join("\n");
                 assert!(seen.len() <= max_bytes, "{name} {args}: {} bytes", seen.len());
                 assert!(seen.lines().count() <= max_lines, "{name} {args}: {} lines", seen.lines().count());
                 let tokens = stowage_transform::tokens::count_exact(&seen);
                 assert!(tokens <= max_tokens, "{name} {args}: {tokens} tokens");
-                assert_eq!(v["structuredContent"]["truncated"], true, "{name} {args}");
                 assert!(seen.contains("narrow it"), "{name} {args}: {}", &seen[..seen.len().min(400)]);
             }
         }

@@ -49,42 +49,6 @@ pub(super) fn def() -> Value {
             },
             "required": ["id"],
         },
-        "outputSchema": {
-            "type": "object",
-            "properties": {
-                "id": {"type": "string"},
-                "mimeType": {"type": "string"},
-                "totalChars": {"type": "integer", "description": "characters in the whole artifact"},
-                "offset": {"type": "integer"},
-                "length": {"type": "integer", "description": "characters in this window"},
-                "startLine": {"type": "integer", "description": "line number (from 1) where the window starts"},
-                "text": {"type": "string", "description": "the window, for hosts that read only structuredContent (else it is in content, not repeated here)"},
-                "in": {"type": "string", "description": "\"content\" when the text, matches or pages are in content and not repeated here"},
-                "count": {"type": "integer", "description": "grep: matching lines in this answer"},
-                "grep": {"type": "string"},
-                "matches": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "properties": {"line": {"type": "integer"}, "offset": {"type": "integer"}, "text": {"type": "string"}, "page": {"type": "integer", "description": "PDFs: the page of the line (line and offset are then within it)"}},
-                        "required": ["line", "offset", "text"],
-                    },
-                },
-                "truncated": {"type": "boolean", "description": "the answer was cut at the budget"},
-                "nextOffset": {"type": "integer", "description": "where the next call starts, when there is more"},
-                "width": {"type": "integer", "description": "images: the original's width in pixels"},
-                "height": {"type": "integer", "description": "images: the original's height in pixels"},
-                "region": {"type": "object", "description": "images: the region returned"},
-                "returned": {"type": "object", "description": "images: the size and type of the image returned"},
-                "pageCount": {"type": "integer", "description": "PDFs: pages in the whole document"},
-                "pages": {
-                    "type": "array",
-                    "items": {"type": "object", "properties": {"page": {"type": "integer"}, "text": {"type": "string"}}, "required": ["page", "text"]},
-                },
-                "hasTextLayer": {"type": "boolean", "description": "PDFs: false when the pages have no text (a scan)"},
-            },
-            "required": ["id"],
-        },
         "annotations": {"readOnlyHint": true, "idempotentHint": true, "openWorldHint": false},
     })
 }
@@ -203,12 +167,11 @@ fn window(wanted: &str, offset: usize, total: usize, start_line: usize, mut out:
         header.push_str("; end of text");
     }
     header.push(']');
-    hints.answer(header, text.to_owned(), out, "text", Value::String(text.to_owned()))
+    hints.answer(header, text.to_owned(), out)
 }
 
 /// The lines of `region` that match `re`, as many as fit the host's page.
 fn grep(region: &str, re: &Regex, offset: usize, start_line: usize, mut out: Map<String, Value>, hints: &ReadHints) -> Value {
-    let mut matches = Vec::new();
     let mut listing = String::new();
     // Where each listed line ends in `listing`, and where the line after it starts in the text.
     let mut ends: Vec<(usize, usize)> = Vec::new();
@@ -223,7 +186,6 @@ fn grep(region: &str, re: &Regex, offset: usize, start_line: usize, mut out: Map
             let number = start_line + i;
             listing.push_str(&format!("{number}@{pos}: {shown}\n"));
             ends.push((listing.len(), after));
-            matches.push(json!({"line": number, "offset": pos, "text": shown}));
             if listing.len() > hints.text_budget.saturating_mul(2) {
                 break; // already more than a page: the cut below decides
             }
@@ -236,10 +198,8 @@ fn grep(region: &str, re: &Regex, offset: usize, start_line: usize, mut out: Map
     let kept = ends.iter().take_while(|(end, _)| *end <= fit).count().max(ends.len().min(1));
     let next = (kept < ends.len()).then(|| ends[kept - 1].1);
     listing.truncate(if kept == 0 { 0 } else { ends[kept - 1].0 });
-    matches.truncate(kept);
     let id = out["id"].as_str().unwrap_or_default().to_owned();
-    let mut header =
-        format!("[{id}: {} matching lines for /{}/ from offset {offset}, each as line@offset: text", matches.len(), re.as_str());
+    let mut header = format!("[{id}: {kept} matching lines for /{}/ from offset {offset}, each as line@offset: text", re.as_str());
     out.insert("grep".into(), re.as_str().into());
     out.insert("truncated".into(), next.is_some().into());
     if let Some(n) = next {
@@ -247,8 +207,8 @@ fn grep(region: &str, re: &Regex, offset: usize, start_line: usize, mut out: Map
         header.push_str(&format!("; a page of what fits this host; more: artifact_read grep with offset={n}"));
     }
     header.push(']');
-    out.insert("count".into(), matches.len().into());
-    hints.answer(header, listing, out, "matches", Value::Array(matches))
+    out.insert("count".into(), kept.into());
+    hints.answer(header, listing, out)
 }
 
 #[cfg(test)]
@@ -264,16 +224,26 @@ mod tests {
         }
     }
 
-    /// The answer for a host that reads structuredContent, where the payload goes there.
+    /// The answer's facts with its page under `text` and, for grep, its lines as `matches`
+    /// ({line, offset, text}, parsed from the `line@offset: text` listing the model reads).
     fn run(text: &str, args: Value) -> Result<Value, ToolError> {
-        let hints = ReadHints {
-            structured: true,
-            text_budget: READ_BUDGET_BYTES,
-            line_budget: usize::MAX,
-            token_budget: None,
-            max_image_edge: 1568,
-        };
-        run_for(text, args, &hints).map(|v| v["structuredContent"].clone())
+        let v = run_for(text, args.clone(), &ReadHints::default())?;
+        let mut facts = v["structuredContent"].clone();
+        let page = v["content"].get(1).and_then(|b| b["text"].as_str()).unwrap_or("").to_owned();
+        if args.get("grep").is_some() {
+            let matches: Vec<Value> = page
+                .lines()
+                .map(|l| {
+                    let (at, text) = l.split_once(": ").unwrap();
+                    let (line, offset) = at.split_once('@').unwrap();
+                    json!({"line": line.parse::<u64>().unwrap(), "offset": offset.parse::<u64>().unwrap(), "text": text})
+                })
+                .collect();
+            facts["matches"] = json!(matches);
+        } else {
+            facts["text"] = json!(page);
+        }
+        Ok(facts)
     }
 
     fn run_for(text: &str, args: Value, hints: &ReadHints) -> Result<Value, ToolError> {
@@ -303,7 +273,7 @@ mod tests {
         let text = "日本語のテキスト\n".repeat(5_000);
         let v = run(&text, json!({"length": 1_000_000_000u64})).unwrap();
         let got = v["text"].as_str().unwrap();
-        assert!(serde_json::to_string(got).unwrap().len() <= READ_BUDGET_BYTES && got.len() > READ_BUDGET_BYTES / 2);
+        assert!(got.len() <= READ_BUDGET_BYTES && got.len() > READ_BUDGET_BYTES / 2);
         assert!(got.ends_with('\n'), "cut at a line end when one is close");
         assert_eq!(v["truncated"], true);
         assert_eq!(v["nextOffset"].as_u64().unwrap() as usize, got.chars().count());
@@ -341,12 +311,16 @@ mod tests {
     }
 
     #[test]
-    fn hosts_that_read_content_get_the_text_once_there() {
+    fn every_host_gets_the_page_in_content_once() {
         let text = "line\n".repeat(10);
         let v = run_for(&text, json!({}), &ReadHints::default()).unwrap();
         assert_eq!(v["content"][1]["text"], text.as_str());
         assert!(v["structuredContent"].get("text").is_none(), "not twice: {v}");
         assert_eq!(v["structuredContent"]["in"], "content");
+        let codex = ReadHints::for_host(&crate::hosts::builtin().into_iter().find(|p| p.name == "codex").unwrap());
+        let v = run_for(&text, json!({}), &codex).unwrap();
+        assert_eq!(v["content"][1]["text"], text.as_str());
+        assert!(v.get("structuredContent").is_none(), "Codex would show it instead of the page: {v}");
     }
 
     #[test]

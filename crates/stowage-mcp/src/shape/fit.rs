@@ -29,7 +29,7 @@ use stowage_transform::twins::Twin;
 use super::host::{is_reference, offload_image};
 use super::measure::{Measure, Tokens, measure, structured_only};
 use super::offload::{CallContext, store};
-use crate::hosts::{HostProfile, Sees};
+use crate::hosts::HostProfile;
 
 /// Parts smaller than this are never worth offloading: the note that replaces them is about
 /// as long.
@@ -258,7 +258,7 @@ fn largest_candidate(result: &Value, profile: &HostProfile, twins: &[Twin], all:
             }
         }
     }
-    let sees_structured = profile.sees != Sees::Content || twins.iter().any(|t| !t.string);
+    let sees_structured = super::measure::shown(result, profile).structured || twins.iter().any(|t| !t.string);
     if (all || sees_structured)
         && let Some(s) = result.get("structuredContent")
     {

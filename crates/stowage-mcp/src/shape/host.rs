@@ -4,10 +4,12 @@
 //! 1. `resource_link` blocks become text for hosts that cannot take them: a signed link joins
 //!    the line that names its artifact (`… Download: <url>`), so its URL is still written once;
 //!    another link becomes a line of its own;
-//! 2. for hosts that read only `structuredContent`, the lines the gateway wrote in `content`
-//!    go into `structuredContent.stowage` too (where the tool's `outputSchema` allows a key of
-//!    ours);
-//! 3. previews of offloaded images, then the image budget: previews from the last go first,
+//! 2. for hosts that drop text beside `structuredContent` (Codex, Claude Code, VS Code), the
+//!    lines the gateway wrote in `content` go into `structuredContent.stowage` too (where the
+//!    tool's `outputSchema` allows a key of ours);
+//! 3. for hosts whose model is not told a result was an error (Codex), an error answer opens
+//!    with a line that says so ([`FAILED_LINE`]);
+//! 4. previews of offloaded images, then the image budget: previews from the last go first,
 //!    then inline images are offloaded (see [`super::preview`]).
 //!
 //! Budgets (bytes, lines, tokens) are the last step's business ([`super::fit`]), after the
@@ -80,7 +82,7 @@ pub(crate) fn links_as_text(result: &mut Value) -> bool {
     changed
 }
 
-/// For hosts that show the model only `structuredContent`: see the module docs (step 2).
+/// For hosts that drop text beside `structuredContent`: see the module docs (step 2).
 pub(crate) fn structured_visibility(result: &mut Value, ctx: &CallContext) -> bool {
     let schema = ctx.output_schema.as_deref().map(crate::output_schema::OutputSchema::schema);
     let lines: Vec<Value> = result
@@ -113,6 +115,24 @@ pub(crate) fn structured_visibility(result: &mut Value, ctx: &CallContext) -> bo
             false
         }
     }
+}
+
+/// The first line of an error answer for a host that shows an error exactly like a success
+/// (Codex CLI): without it, its model reads a failure as the tool's result.
+pub(crate) const FAILED_LINE: &str = "Error: this tool call failed (isError); what follows is the error, not a result.";
+
+/// Opens an `isError` answer with [`FAILED_LINE`], for hosts whose model is not told a result
+/// was an error. Whether anything changed.
+pub(crate) fn say_it_failed(result: &mut Value) -> bool {
+    if result.get("isError").and_then(Value::as_bool) != Some(true) {
+        return false;
+    }
+    let Some(blocks) = result.get_mut("content").and_then(Value::as_array_mut) else { return false };
+    if blocks.first().and_then(|b| b.get("text")).and_then(Value::as_str) == Some(FAILED_LINE) {
+        return false;
+    }
+    blocks.insert(0, json!({"type": "text", "text": FAILED_LINE}));
+    true
 }
 
 /// The image budget (count and tokens): previews from the last go first, then the largest

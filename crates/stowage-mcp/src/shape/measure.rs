@@ -59,24 +59,63 @@ pub fn image_tokens(w: u32, h: u32) -> u64 {
     u64::from(w.div_ceil(28)) * u64::from(h.div_ceil(28))
 }
 
-/// Whether the host shows the model `structuredContent` alone for this answer.
+/// Which parts of an answer a host shows its model (see [`crate::hosts::Sees`] and the
+/// profile's error rules).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Shown {
+    /// The text blocks of `content`.
+    pub text: bool,
+    /// Images, resource links and embedded resources.
+    pub media: bool,
+    /// `structuredContent`, as JSON.
+    pub structured: bool,
+    /// The whole answer as JSON, `_meta` included (an error, for some hosts).
+    pub whole: bool,
+}
+
+/// What `profile`'s host shows its model of `result`, as measured for each host.
+pub(crate) fn shown(result: &Value, profile: &HostProfile) -> Shown {
+    let has_structured = result.get("structuredContent").is_some_and(|s| !s.is_null());
+    let is_error = result.get("isError").and_then(Value::as_bool) == Some(true);
+    if is_error && profile.errors_as_json {
+        return Shown { text: false, media: false, structured: false, whole: true };
+    }
+    if is_error && profile.sees == Sees::StructuredAndMedia {
+        // Claude Code: an error's text blocks (and link lines) only.
+        return Shown { text: true, media: false, structured: false, whole: false };
+    }
+    match (profile.sees, has_structured) {
+        (_, false) | (Sees::Content, true) => Shown { text: true, media: true, structured: false, whole: false },
+        (Sees::Both, true) => Shown { text: true, media: true, structured: true, whole: false },
+        (Sees::Structured, true) => Shown { text: false, media: false, structured: true, whole: false },
+        (Sees::StructuredAndMedia, true) => Shown { text: false, media: true, structured: true, whole: false },
+    }
+}
+
+/// Whether the host shows the model no text block of this answer, only its
+/// `structuredContent` (and perhaps media): the answer's text is then cut, if at all, where
+/// the model reads it.
 pub fn structured_only(result: &Value, profile: &HostProfile) -> bool {
-    profile.sees == Sees::Structured && result.get("structuredContent").is_some_and(|s| !s.is_null())
+    let s = shown(result, profile);
+    s.structured && !s.text
 }
 
 /// The text a host's model reads from `result`; `twinned`: the answer repeats its
 /// `structuredContent` in a text block, which is then read once (in `content`).
 pub fn visible_text(result: &Value, profile: &HostProfile, twinned: bool) -> String {
+    let shown = shown(result, profile);
+    if shown.whole {
+        return result.to_string();
+    }
     let mut out = String::new();
     let structured = result.get("structuredContent").filter(|s| !s.is_null());
-    let show_content = !(profile.sees == Sees::Structured && structured.is_some());
-    let show_structured = structured.is_some() && profile.sees != Sees::Content && !(twinned && show_content);
-    if show_content && let Some(blocks) = result.get("content").and_then(Value::as_array) {
+    let show_structured = shown.structured && !(twinned && shown.text);
+    if let Some(blocks) = result.get("content").and_then(Value::as_array) {
         for b in blocks {
             match b.get("type").and_then(Value::as_str) {
-                Some("text") => push(&mut out, b.get("text").and_then(Value::as_str).unwrap_or("")),
-                Some("resource_link") => push(&mut out, &b.to_string()),
-                Some("resource") => {
+                Some("text") if shown.text => push(&mut out, b.get("text").and_then(Value::as_str).unwrap_or("")),
+                Some("resource_link") if shown.text || shown.media => push(&mut out, &b.to_string()),
+                Some("resource") if shown.media => {
                     let r = &b["resource"];
                     match (r.get("text").and_then(Value::as_str), r.get("blob").and_then(Value::as_str)) {
                         (Some(t), _) => push(&mut out, t),
@@ -94,12 +133,18 @@ pub fn visible_text(result: &Value, profile: &HostProfile, twinned: bool) -> Str
     out
 }
 
+/// The sizes of the images `profile`'s model sees in `result` (none where the host drops
+/// them: beside `structuredContent` for Codex, in an error for Claude Code).
+pub(crate) fn shown_image_sizes(result: &Value, profile: &HostProfile) -> Vec<(u32, u32)> {
+    if shown(result, profile).media { image_sizes(result) } else { Vec::new() }
+}
+
 /// What `profile`'s model reads of `result`, for people to look at (the playground): the text,
 /// a value carried twice once, and how many images beside it.
 pub fn model_view(result: &Value, profile: &HostProfile) -> Value {
     let twinned = result.get("structuredContent").is_some() && !stowage_transform::twins::find(result).is_empty();
     let text = visible_text(result, profile, twinned);
-    serde_json::json!({"text": text, "images": image_sizes(result).len(), "tokens": stowage_transform::tokens::count_exact(&text)})
+    serde_json::json!({"text": text, "images": shown_image_sizes(result, profile).len(), "tokens": stowage_transform::tokens::count_exact(&text)})
 }
 
 fn push(out: &mut String, s: &str) {
@@ -150,7 +195,7 @@ pub(crate) fn measure(result: &Value, profile: &HostProfile, twins: &[stowage_tr
     let result_chars =
         json.chars().count().saturating_sub(meta_chars + image_chars + stowage_transform::twins::duplicate_chars(result, twins));
     let text = visible_text(result, profile, !twins.is_empty());
-    let sizes = image_sizes(result);
+    let sizes = shown_image_sizes(result, profile);
     let image_tokens: u64 = sizes.iter().map(|&(w, h)| image_tokens(w, h)).sum();
     let estimate = (text.len() as u64).div_ceil(ESTIMATE_BYTES_PER_TOKEN);
     let (text_tokens, tokens_estimated) = match tokens {
@@ -185,13 +230,25 @@ mod tests {
     }
 
     #[test]
-    fn structured_hosts_read_only_structured_content_when_there_is_one() {
-        let r = json!({"content": [{"type": "text", "text": "the long text"}], "structuredContent": {"a": 1}});
-        let codex = profile("codex");
+    fn each_host_reads_what_it_was_measured_to_show() {
+        let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+        let r = json!({"content": [{"type": "text", "text": "the long text"}, {"type": "image", "data": png, "mimeType": "image/png"}],
+            "structuredContent": {"a": 1}, "_meta": {"io.stowage/assets": [{"uri": "http://x/a?token=t"}]}});
+        let (codex, code, default) = (profile("codex"), profile("claude-code"), HostProfile::default_profile());
         assert_eq!(visible_text(&r, &codex, false), "{\"a\":1}");
-        assert_eq!(visible_text(&r, &profile("claude-code"), false), "the long text\n{\"a\":1}");
+        assert!(shown_image_sizes(&r, &codex).is_empty(), "Codex drops images beside structuredContent");
+        assert_eq!(visible_text(&r, &code, false), "{\"a\":1}", "Claude Code drops the text beside structuredContent");
+        assert_eq!(shown_image_sizes(&r, &code).len(), 1, "and keeps the image");
+        assert_eq!(visible_text(&r, &default, false), "the long text\n{\"a\":1}");
         let plain = json!({"content": [{"type": "text", "text": "only text"}]});
         assert_eq!(visible_text(&plain, &codex, false), "only text");
+        // Errors: Claude Code reads the text only; Qwen Code and Gemini CLI read it all, _meta too.
+        let mut err = r.clone();
+        err["isError"] = json!(true);
+        assert_eq!(visible_text(&err, &code, false), "the long text");
+        assert!(shown_image_sizes(&err, &code).is_empty());
+        let qwen = profile("qwen-code");
+        assert!(visible_text(&err, &qwen, false).contains("token=t"), "the whole error, _meta included");
     }
 
     #[test]

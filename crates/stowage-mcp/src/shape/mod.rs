@@ -201,6 +201,12 @@ impl Shaper {
         self.links.as_deref().filter(|_| host.signed_links)
     }
 
+    /// The links an answer carries: [`Shaper::links_for`], and none in an error for a host that
+    /// shows an error whole, `_meta` included (a signed link there would reach its model).
+    fn links_in(&self, host: &HostProfile, is_error: bool) -> Option<&dyn LinkMinter> {
+        self.links_for(host).filter(|_| !(is_error && host.errors_as_json))
+    }
+
     /// The pipeline answers from `upstream` go through.
     pub fn pipeline(&self, upstream: &str) -> &Arc<Pipeline> {
         self.pipelines.of(upstream)
@@ -242,7 +248,7 @@ impl Shaper {
         let report = off.report.clone();
         let artifacts = contract::unique_assets(&off.items);
         let mut changed = !report.artifacts.is_empty() || !report.warnings.is_empty() || !report.withheld.is_empty();
-        let mut value = apply_contract(off, self.links_for(job.host));
+        let mut value = apply_contract(off, self.links_in(job.host, opts.preview_chars.is_some()));
         // Only an answer the rewrite changed is checked: an untouched one is the upstream's as
         // it sent it, and small calls pay nothing.
         let check = match job.ctx.output_schema.as_deref() {
@@ -302,8 +308,11 @@ impl Shaper {
         if !job.host.resource_links {
             changed |= host::links_as_text(&mut draft.value);
         }
-        if job.host.sees == crate::hosts::Sees::Structured && draft.kind == Kind::ToolResult {
+        if job.host.sees.drops_text_beside_structured() && draft.kind == Kind::ToolResult {
             changed |= host::structured_visibility(&mut draft.value, job.ctx);
+        }
+        if !job.host.shows_error_flag {
+            changed |= host::say_it_failed(&mut draft.value);
         }
         if let (Some(report), Some(store)) = (&draft.report, job.store.filter(|s| !s.is_noop())) {
             changed |= preview::add_previews(&mut draft.value, report, job.host, job.preview, store, &job.ctx.scope).await > 0;
@@ -324,7 +333,7 @@ impl Shaper {
         draft.changed |= fitted.changed;
         draft.stored.extend(fitted.stored.iter().cloned());
         // Parts moved out after the contract are artifacts like the others: listed for hosts.
-        contract::record_stored(&mut draft.value, &draft.stored, self.links_for(job.host));
+        contract::record_stored(&mut draft.value, &draft.stored, self.links_in(job.host, is_error));
         let m = fitted.after;
         let tokens_in = match (&draft.raw, draft.changed) {
             (_, false) => m.tokens(),
@@ -386,6 +395,10 @@ impl Shaper {
         if draft.kind == Kind::Local && !figures.fitted && !job.host.adapts() && draft.error.is_none() {
             // The gateway's own small answers carry no stats unless something happened to
             // them: the figures are in the events and the call report.
+            return;
+        }
+        if job.host.errors_as_json && draft.value.get("isError").and_then(Value::as_bool) == Some(true) {
+            // That host shows this `_meta` to its model: the figures stay in the events.
             return;
         }
         let ms = (draft.started.elapsed().as_secs_f64() * 10_000.0).round() / 10.0;

@@ -1,6 +1,8 @@
 //! Image previews: an offloaded image keeps a downscaled copy beside its reference, so a vision
 //! model still sees it, within the host's image budget (fewer or smaller previews when
-//! needed, never the original).
+//! needed, never the original). A preview is always smaller, in bytes, than the image it
+//! stands for, and all of an answer's previews together take at most half of a host's byte
+//! limit (Claude Desktop's 1 MB), counted as sent.
 //!
 //! The preview is made from the stored original (read back as the call's owner) on the CPU
 //! pool: decoding a large image is tens of milliseconds of CPU, and the decoder refuses
@@ -21,6 +23,9 @@ use crate::hosts::HostProfile;
 
 /// The smallest preview worth sending: below this edge the model sees little.
 const MIN_EDGE: u32 = 112;
+/// The smallest byte budget a preview is worth making in: below it, even a thumbnail is
+/// blurred past use.
+const MIN_PREVIEW_BYTES: usize = 2 * 1024;
 /// Images larger than this are not previewed (their decode alone would hold a pool thread too
 /// long); artifact_read still fits them on request.
 const MAX_SOURCE_BYTES: u64 = 64 * 1024 * 1024;
@@ -71,12 +76,22 @@ pub(super) async fn add_previews(
     if edge < MIN_EDGE {
         return 0;
     }
-    let opts = stowage_media::PreviewOptions { max_edge: edge, max_bytes: config.max_bytes };
     let access = Access::owner_of(scope);
     let mut added = 0;
-    for a in images.into_iter().take(n) {
+    // What previews may add to the answer, as sent (base64): half a host's byte limit, so the
+    // previews never crowd out the answer they illustrate.
+    let mut room_bytes = profile.max_result_bytes.map_or(usize::MAX, |m| m / 2);
+    for (i, a) in images.into_iter().take(n).enumerate() {
         let uri = a.artifact.uri.clone();
         let id: ArtifactId = a.artifact.id.clone();
+        // Each preview gets its share of what is left, and is smaller than its original: a
+        // preview that costs more than the image it stands for is no preview.
+        let share = (room_bytes / (n - i)).saturating_mul(3) / 4;
+        let max_bytes = config.max_bytes.min(share).min((a.artifact.size_bytes as usize).saturating_sub(1));
+        if max_bytes < MIN_PREVIEW_BYTES {
+            tracing::debug!(target: "stowage::hosts", artifact = %uri, max_bytes, "no preview: no room for one smaller than the original");
+            continue;
+        }
         let bytes = match store.get(&access, &id).await {
             Ok(b) => b,
             Err(e) => {
@@ -84,6 +99,7 @@ pub(super) async fn add_previews(
                 continue;
             }
         };
+        let opts = stowage_media::PreviewOptions { max_edge: edge, max_bytes };
         let made = crate::cpu_pool::run(move || stowage_media::preview(&bytes, &opts, &stowage_media::ImageLimits::default())).await;
         let p = match made {
             Ok(p) => p,
@@ -100,6 +116,7 @@ pub(super) async fn add_previews(
         });
         if insert_after_reference(result, &uri, block) {
             added += 1;
+            room_bytes = room_bytes.saturating_sub(p.bytes.len().div_ceil(3) * 4);
         }
     }
     added

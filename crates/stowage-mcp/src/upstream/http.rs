@@ -160,7 +160,7 @@ pub(crate) async fn probe(
     match status.as_u16() {
         200..=299 => Ok(format!("answers (HTTP {})", status.as_u16())),
         401 | 403 => Err(TransportError::Refused { request, status }),
-        _ => Err(TransportError::Status { request, status, sse_hint: sse && matches!(status.as_u16(), 404 | 405) }),
+        _ => Err(TransportError::Status { request, status, sse_hint: sse && super::transport_error::sse_get_looks_streamable(status) }),
     }
 }
 

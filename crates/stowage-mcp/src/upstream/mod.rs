@@ -594,6 +594,55 @@ pub async fn probe(spec: &UpstreamSpec, timeout: Duration) -> Option<Result<Stri
     }
 }
 
+/// Starts a stdio upstream's command as the gateway would (its environment, its working
+/// directory) and asks it `initialize` within `timeout`, then stops it: what `check-config`
+/// says of a command before a host starts it. `None` for an upstream that is not a command.
+/// The error is one line: why it could not start, its exit status and the last lines of its
+/// stderr, or that it did not answer in time.
+pub async fn probe_stdio(spec: &UpstreamSpec, timeout: Duration, secret_env: &[String]) -> Option<Result<String, String>> {
+    let TransportSpec::Stdio { command, args, env, cwd, inherit_env } = &spec.transport else { return None };
+    let mut link = match stdio::spawn(&spec.name, command, args, env, *inherit_env, secret_env, cwd.as_ref(), 16 << 20) {
+        Ok(link) => link,
+        Err(e) => return Some(Err(format!("cannot start {command}: {e}"))),
+    };
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": UPSTREAM_PROTOCOL, "capabilities": {},
+        "clientInfo": {"name": "stowage-check-config", "version": env!("CARGO_PKG_VERSION")}}});
+    if link.tx.send(init.to_string().into_bytes()).await.is_err() {
+        return Some(Err("closed its input at once".into()));
+    }
+    let answer = tokio::time::timeout(timeout, async {
+        while let Some(inbound) = link.rx.recv().await {
+            match inbound {
+                Inbound::Line(line, _) => {
+                    let Ok(msg) = serde_json::from_slice::<Value>(&line) else { continue };
+                    if msg.get("id") != Some(&json!(1)) {
+                        continue;
+                    }
+                    return match (msg.get("result"), msg.get("error")) {
+                        (Some(r), _) => {
+                            let info = r.pointer("/serverInfo/name").and_then(Value::as_str).unwrap_or("a server");
+                            let version = r.pointer("/serverInfo/version").and_then(Value::as_str).unwrap_or("");
+                            Ok(format!("answers initialize ({info} {version})").replace(" )", ")"))
+                        }
+                        (_, Some(e)) => {
+                            Err(format!("refused initialize: {}", e.get("message").and_then(Value::as_str).unwrap_or("an error")))
+                        }
+                        _ => Err("answered initialize with neither a result nor an error".into()),
+                    };
+                }
+                Inbound::TooLong { .. } => return Err("answered initialize with an oversized message".into()),
+                Inbound::Closed(reason) => return Err(reason),
+            }
+        }
+        Err("closed its output".into())
+    })
+    .await;
+    Some(answer.unwrap_or_else(|_| {
+        Err(format!("did not answer initialize within {} s: a host would list it as still starting, or give up on it", timeout.as_secs()))
+    }))
+}
+
 /// Capabilities the control connection declares: everything a client may offer, since the
 /// clients behind it may support any of them (a request one cannot serve gets an error).
 pub(crate) fn client_capabilities() -> Value {

@@ -55,7 +55,7 @@ pub(crate) async fn connect(
         return Err(if matches!(status.as_u16(), 401 | 403) {
             TransportError::Refused { request, status }
         } else {
-            TransportError::Status { request, status, sse_hint: matches!(status.as_u16(), 404 | 405) }
+            TransportError::Status { request, status, sse_hint: super::transport_error::sse_get_looks_streamable(status) }
         });
     }
     let content_type = resp.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();

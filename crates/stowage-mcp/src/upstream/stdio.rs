@@ -6,7 +6,10 @@
 //! reaped. Its stderr is forwarded to our log, line by line, tagged with the server name: read
 //! as bytes (a line that is not UTF-8 is shown lossily), at most [`STDERR_LINE_BYTES`] of a
 //! line kept, and always drained, so a chatty or binary stderr can neither stop the reader
-//! nor fill the pipe and block the child.
+//! nor fill the pipe and block the child. Its last lines are kept too ([`StderrTail`]): a child
+//! that exits says why there (`ModuleNotFoundError`, `can't open file '//~/server.py'`), so
+//! its close reason, which the stand-in tool, `unready_upstreams` and `check-config` show,
+//! quotes them.
 //!
 //! Its stdin and stdout pipes are enlarged to 1 MiB (Linux; best effort): through the
 //! default 64 KiB pipe a 50 MB result takes ~800 writer/reader wake-ups, and on the loaded
@@ -27,6 +30,62 @@ use crate::framing::{FrameError, LineReader, write_line};
 
 /// The most of one stderr line that reaches the log.
 pub(crate) const STDERR_LINE_BYTES: usize = 4096;
+
+/// How many of a child's last stderr lines its close reason quotes, and how much of each.
+const TAIL_LINES: usize = 3;
+const TAIL_LINE_CHARS: usize = 240;
+
+/// The last lines a child wrote to stderr (blank ones skipped), each cut and with anything
+/// that looks like a credential (a long run of letters and digits) masked: the close reason
+/// reaches a model through the stand-in tool.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct StderrTail(std::sync::Arc<parking_lot::Mutex<std::collections::VecDeque<String>>>);
+
+impl StderrTail {
+    fn push(&self, line: &[u8]) {
+        let text = String::from_utf8_lossy(line);
+        let text = text.trim();
+        if text.is_empty() {
+            return;
+        }
+        let mut lines = self.0.lock();
+        if lines.len() == TAIL_LINES {
+            lines.pop_front();
+        }
+        lines.push_back(mask_secrets(stowage_core::cut_at_char(text, TAIL_LINE_CHARS)));
+    }
+
+    /// `reason`, followed by the last stderr lines when there are any.
+    pub(crate) fn explain(&self, reason: String) -> String {
+        let lines = self.0.lock();
+        if lines.is_empty() {
+            return reason;
+        }
+        format!("{reason}; its stderr ended: {}", lines.iter().map(String::as_str).collect::<Vec<_>>().join(" | "))
+    }
+}
+
+/// `text` with every run of 32 or more letters, digits, `-` and `_` that mixes letters and
+/// digits (API keys, tokens) replaced by `[masked]`.
+fn mask_secrets(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut run = String::new();
+    let flush = |run: &mut String, out: &mut String| {
+        let secret = run.len() >= 32 && run.chars().any(|c| c.is_ascii_digit()) && run.chars().any(|c| c.is_ascii_alphabetic());
+        out.push_str(if secret { "[masked]" } else { run.as_str() });
+        run.clear();
+    };
+    for c in text.chars() {
+        if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+            run.push(c);
+        } else {
+            flush(&mut run, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut run, &mut out);
+    out
+}
 
 /// Kills the child's whole process group when dropped.
 #[derive(Debug)]
@@ -102,15 +161,19 @@ pub(crate) fn spawn(
     enlarge_pipe(&stdin, name);
 
     let server = name.to_owned();
-    tokio::spawn(async move {
+    let tail = StderrTail::default();
+    let tail_in = tail.clone();
+    let stderr_task = tokio::spawn(async move {
         let mut lines = LineReader::new(stderr, STDERR_LINE_BYTES);
         loop {
             match lines.next_line().await {
                 Ok(Some(line)) => {
                     tracing::info!(target: "stowage::upstream", upstream = %server, "stderr: {}", String::from_utf8_lossy(&line));
+                    tail_in.push(&line);
                 }
                 Err(FrameError::TooLong { head, .. }) => {
                     tracing::info!(target: "stowage::upstream", upstream = %server, "stderr: {}… (line cut)", String::from_utf8_lossy(&head));
+                    tail_in.push(&head);
                 }
                 Ok(None) | Err(FrameError::Io(_)) => break,
             }
@@ -125,10 +188,13 @@ pub(crate) fn spawn(
     tokio::spawn(async move {
         let status = child.wait().await;
         let _ = eof_rx.await;
+        // Its last words: stderr may still be draining when stdout closed (a grandchild can
+        // hold the pipe open, so the wait is short).
+        let _ = tokio::time::timeout(std::time::Duration::from_millis(300), stderr_task).await;
         let reason = match status {
             Ok(s) => match s.code() {
-                Some(code) => format!("exited with status {code}"),
-                None => format!("was killed ({s})"),
+                Some(code) => tail.explain(format!("exited with status {code}")),
+                None => tail.explain(format!("was killed ({s})")),
             },
             Err(e) => format!("could not be waited on: {e}"),
         };
@@ -217,6 +283,25 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_tail_keeps_the_last_lines_cut_and_masked() {
+        let tail = StderrTail::default();
+        assert_eq!(tail.explain("exited with status 1".into()), "exited with status 1");
+        for line in
+            ["Traceback (most recent call last):", "", "  File \"/srv/heavy.py\", line 1", "ModuleNotFoundError: No module named 'fastmcp'"]
+        {
+            tail.push(line.as_bytes());
+        }
+        assert_eq!(
+            tail.explain("exited with status 1".into()),
+            "exited with status 1; its stderr ended: Traceback (most recent call last): | File \"/srv/heavy.py\", line 1 | ModuleNotFoundError: No module named 'fastmcp'"
+        );
+        tail.push(format!("bad key sk-{}abc123 at /opt/{}", "x".repeat(40), "y".repeat(300)).as_bytes());
+        let said = tail.explain(String::new());
+        assert!(said.contains("bad key [masked] at /opt/yyy") && !said.contains("abc123"), "{said}");
+        assert!(said.len() < 3 * (TAIL_LINE_CHARS + 10) + 40, "{said}");
+    }
 
     fn vars(pairs: &[(&str, &str)]) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
         pairs.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect()

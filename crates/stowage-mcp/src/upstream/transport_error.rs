@@ -10,6 +10,13 @@ use reqwest::StatusCode;
 /// The hint given wherever an SSE upstream looks like a Streamable HTTP one.
 const TRY_STREAMABLE: &str = "if it speaks Streamable HTTP, drop \"type\": \"sse\"";
 
+/// Whether `status`, the answer to a legacy SSE transport's `GET`, is what a Streamable HTTP
+/// server answers there: 400 (the TypeScript and Python SDKs, without a session id), 404 or
+/// 405 (no GET stream). Such an upstream gets [`TRY_STREAMABLE`].
+pub(crate) fn sse_get_looks_streamable(status: StatusCode) -> bool {
+    matches!(status.as_u16(), 400 | 404 | 405)
+}
+
 /// Why an HTTP or SSE transport could not be set up or reached.
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
@@ -75,7 +82,7 @@ pub enum TransportError {
         /// 401 or 403.
         status: StatusCode,
     },
-    /// Any other status that is not success; `sse_hint`: the status (404, 405 to an SSE GET)
+    /// Any other status that is not success; `sse_hint`: the status (400, 404, 405 to an SSE GET)
     /// suggests the server speaks Streamable HTTP instead.
     #[error("answered {request} with HTTP {status}{}", if *.sse_hint { format!(" ({TRY_STREAMABLE})") } else { String::new() })]
     Status {

@@ -29,6 +29,8 @@
 //! | `tool_error` | a result with `isError: true` |
 //! | `get_links` | `resource_link`s to a small note, the 200 KB report and a resource that does not exist |
 //! | `edit_note` | sets `fx://docs/note.txt`'s text and sends `notifications/resources/updated` for it |
+//! | `rendezvous` | answers once `n` calls with the same `key` are in flight (an error after 5 s): calls that run at once, proved without a clock |
+//! | `merge_results` | a join: totals over `branch_outputs` (rows and revenue of `raw_data` lists, their `summary`s), with `total_requests` and `failures` echoed |
 //!
 //! Resources (`resources/read`): `fx://docs/report.pdf` (a 200 KB PDF blob), `fx://docs/log.txt`
 //! (17,000 characters of text), `fx://docs/note.txt` (one short line), `fx://docs/dot.png` (a
@@ -38,7 +40,8 @@
 //! message holding a 600×600 PNG image block.
 //!
 //! `STOWAGE_FIXTURE_IGNORE_FIRST_TOOLS_LIST=1` leaves its first `tools/list` unanswered (a
-//! server slow to start).
+//! server slow to start); `STOWAGE_FIXTURE_REFUSE_FIRST_TOOLS_LIST=1` answers it with an error
+//! (what the Python SDK answers a request that comes before its initialization finished).
 //!
 //! `STOWAGE_FIXTURE_NO_TEMPLATES=1` answers `resources/templates/list` with "method not found",
 //! as servers that have resources but no templates do.
@@ -83,8 +86,11 @@ struct Fixture {
     /// `STOWAGE_FIXTURE_IGNORE_FIRST_TOOLS_LIST=1`: the first `tools/list` is never answered (a
     /// server slow to start: the gateway's list request times out and must be tried again).
     ignore_first_tools_list: std::sync::atomic::AtomicBool,
+    refuse_first_tools_list: std::sync::atomic::AtomicBool,
     /// `STOWAGE_FIXTURE_NO_TEMPLATES=1`: `resources/templates/list` is not implemented.
     no_templates: bool,
+    /// `rendezvous` calls that arrived, by key.
+    rendezvous: std::sync::Mutex<std::collections::HashMap<String, u64>>,
 }
 
 /// The blank the id of a prepared response line is written into.
@@ -182,6 +188,44 @@ fn analyze_sales(args: &Value) -> Value {
     json!({"content": [{"type": "text", "text": structured.to_string()}], "structuredContent": structured})
 }
 
+/// A join for parallel plans: it takes the branches' results as they came.
+fn merge_results_tool() -> Value {
+    json!({
+        "name": "merge_results",
+        "description": "Merge the results of several analyses",
+        "inputSchema": {"type": "object", "required": ["branch_outputs"], "properties": {
+            "branch_outputs": {"type": "array"}, "total_requests": {"type": "integer"}, "failures": {"type": "array"},
+            "label": {"type": "string"}}},
+        "outputSchema": {"type": "object", "properties": {
+            "summary": {"type": "string"}, "branches": {"type": "integer"}, "rows": {"type": "integer"}, "revenue": {"type": "number"}}}
+    })
+}
+
+fn merge_results(args: &Value) -> Value {
+    let outputs = args.get("branch_outputs").and_then(Value::as_array).cloned().unwrap_or_default();
+    let (mut rows, mut revenue) = (0usize, 0f64);
+    let mut summaries = Vec::new();
+    for o in &outputs {
+        if let Some(data) = o.get("raw_data").and_then(Value::as_array) {
+            rows += data.len();
+            revenue += data.iter().filter_map(|r| r.get("revenue").and_then(Value::as_f64)).sum::<f64>();
+        }
+        if let Some(s) = o.get("summary").and_then(Value::as_str) {
+            summaries.push(s.to_owned());
+        }
+    }
+    let failures = args.get("failures").and_then(Value::as_array).map_or(0, Vec::len);
+    let label = args.get("label").and_then(Value::as_str).unwrap_or("merged");
+    let summary = format!(
+        "{label}: {} branches of {} expected, {failures} failed; {rows} rows, revenue {revenue:.1}",
+        outputs.len(),
+        args.get("total_requests").map_or_else(|| "?".to_owned(), Value::to_string)
+    );
+    let structured = json!({"summary": summary, "branches": outputs.len(), "rows": rows, "revenue": revenue, "summaries": summaries,
+                            "failures": failures});
+    json!({"content": [{"type": "text", "text": structured.to_string()}], "structuredContent": structured})
+}
+
 /// A search whose results are sources: `score` maps onto `relevance_score`.
 fn search_docs_tool() -> Value {
     json!({
@@ -239,6 +283,9 @@ impl Handler for Fixture {
         let args = params.get("arguments").cloned().unwrap_or(json!({}));
         let r = match method {
             "tools/list" if self.ignore_first_tools_list.swap(false, std::sync::atomic::Ordering::SeqCst) => return Ok(None),
+            "tools/list" if self.refuse_first_tools_list.swap(false, std::sync::atomic::Ordering::SeqCst) => {
+                return Err((-32602, "Received request before initialization was complete".into()));
+            }
             "tools/list" if self.stateless => json!({"tools": [
                 tool("sample", json!({})),
                 tool("touch", json!({})),
@@ -286,6 +333,8 @@ impl Handler for Fixture {
                 tool("tool_error", json!({})),
                 tool("edit_note", json!({"text": {"type": "string"}})),
                 tool("get_links", json!({})),
+                tool("rendezvous", json!({"key": {"type": "string"}, "n": {"type": "integer"}})),
+                merge_results_tool(),
             ]}),
             "tools/call" => match name {
                 "echo" => text_result(args.get("message").and_then(Value::as_str).unwrap_or("").to_owned()),
@@ -516,6 +565,25 @@ impl Handler for Fixture {
                     peer.notify("notifications/resources/updated", json!({"uri": "fx://docs/note.txt"}));
                     text_result("edited".to_owned())
                 }
+                "rendezvous" => {
+                    let key = args.get("key").and_then(Value::as_str).unwrap_or("").to_owned();
+                    let n = args.get("n").and_then(Value::as_u64).unwrap_or(2);
+                    *self.rendezvous.lock().unwrap().entry(key.clone()).or_insert(0) += 1;
+                    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+                    loop {
+                        let arrived = self.rendezvous.lock().unwrap().get(&key).copied().unwrap_or(0);
+                        if arrived >= n {
+                            let met = json!({"key": key, "met": n});
+                            break json!({"content": [{"type": "text", "text": format!("{key}: all {n} calls met")}], "structuredContent": met});
+                        }
+                        if std::time::Instant::now() > deadline {
+                            let text = format!("{key}: only {arrived} of {n} calls arrived within 5 s: they were not run at once");
+                            break json!({"content": [{"type": "text", "text": text}], "isError": true});
+                        }
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                }
+                "merge_results" => merge_results(&args),
                 other => return Err((code::INVALID_PARAMS, format!("unknown tool: {other}"))),
             },
             "tasks/get" | "tasks/result" => {
@@ -638,7 +706,9 @@ async fn main() {
         blobs: Default::default(),
         many: std::env::var("STOWAGE_FIXTURE_RESOURCES").ok().and_then(|v| v.parse().ok()).unwrap_or(0),
         ignore_first_tools_list: std::env::var_os("STOWAGE_FIXTURE_IGNORE_FIRST_TOOLS_LIST").is_some().into(),
+        refuse_first_tools_list: std::env::var_os("STOWAGE_FIXTURE_REFUSE_FIRST_TOOLS_LIST").is_some().into(),
         no_templates: std::env::var("STOWAGE_FIXTURE_NO_TEMPLATES").is_ok_and(|v| v == "1"),
+        rendezvous: Default::default(),
     });
     fixture.log(&format!("started pid {}", std::process::id()));
     eprintln!("stowage-fixture: serving on stdio");

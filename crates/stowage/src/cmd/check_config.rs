@@ -4,9 +4,11 @@
 //! the shared backends it also connects to the database and the bucket, read-only, and checks
 //! that they are one store's, as `serve` does when it opens the store.
 //! Starts nothing and creates nothing (except with `--tools`, which starts the upstreams, lists
-//! their tools and prints which inputs blob chaining detected as taking file bytes). HTTP upstreams are probed (an `initialize`, within a
-//! few seconds; `--no-probe` skips it), since a down one is the first thing a user would want
-//! to hear about before a host starts the gateway.
+//! their tools and prints which inputs blob chaining detected as taking file bytes). Upstreams
+//! are probed (`--no-probe` skips it): an HTTP one gets an `initialize` within a few seconds,
+//! a command is started as a host would start it and asked the same, then stopped, so one that
+//! fails says why (its exit status and the last lines of its stderr) before a host meets it.
+//! Arguments a host would resolve wrongly (a `~`, a relative path, a missing file) are warnings.
 //!
 //! Errors (exit 1) are what `serve` refuses or leaves out; warnings (exit 0, or 1 with
 //! `--strict`) are what `serve` serves as unavailable: the same entries, in the same words, as
@@ -27,6 +29,9 @@ use crate::wiring::StoreLocation;
 
 /// How long the probe of one HTTP upstream may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a command may take to answer `initialize`: what a host no profile names is given
+/// by `serve` for its upstreams to start.
+const STDIO_PROBE_TIMEOUT: Duration = Duration::from_millis(stowage_mcp::hosts::DEFAULT_STARTUP_WAIT_MS);
 
 #[derive(Debug, Args)]
 pub(crate) struct CheckConfigArgs {
@@ -36,7 +41,8 @@ pub(crate) struct CheckConfigArgs {
     /// stowage.toml there and every relative path are looked up from it.
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<PathBuf>,
-    /// Do not probe HTTP upstreams (by default each gets an initialize request, 3 s at most).
+    /// Do not probe upstreams (by default each HTTP one gets an initialize request, 3 s at
+    /// most, and each command is started and asked the same, 8 s at most, then stopped).
     #[arg(long)]
     pub no_probe: bool,
     /// Exit non-zero on warnings too (upstreams that are unreachable or whose command is
@@ -118,11 +124,25 @@ pub(crate) async fn run(config: &Config, source: &ConfigSource, store: &StoreLoc
     let probes = if cli.no_probe {
         Vec::new()
     } else {
-        futures::future::join_all(plan.upstreams.iter().map(|u| stowage_mcp::probe_upstream(u, PROBE_TIMEOUT))).await
+        let secrets = super::serve::secret_env_vars(&plan);
+        futures::future::join_all(plan.upstreams.iter().map(|u| {
+            let missing = plan.warnings.iter().any(|w| w.starts_with(&format!("server {:?}:", u.name)) && w.contains("not an executable"));
+            let secrets = &secrets;
+            async move {
+                match stowage_mcp::probe_upstream(u, PROBE_TIMEOUT).await {
+                    Some(r) => Some(r.map_err(|e| e.to_string())),
+                    // A command is started as a host would start it, within the time a host
+                    // gives it; one already reported missing is not run.
+                    None if !missing => stowage_mcp::probe_stdio(u, STDIO_PROBE_TIMEOUT, secrets).await,
+                    None => None,
+                }
+            }
+        }))
+        .await
     };
     for (i, u) in plan.upstreams.iter().enumerate() {
         println!("  {} (timeout {}s)", u.describe(), u.request_timeout.as_secs());
-        if let Some(w) = plan.warnings.iter().find(|w| w.starts_with(&format!("server {:?}:", u.name))) {
+        for w in plan.warnings.iter().filter(|w| w.starts_with(&format!("server {:?}:", u.name))) {
             warnings += 1;
             println!("    warning: {w}");
         }
@@ -130,8 +150,13 @@ pub(crate) async fn run(config: &Config, source: &ConfigSource, store: &StoreLoc
             Some(Some(Ok(what))) => println!("    probe: {what}"),
             Some(Some(Err(why))) => {
                 warnings += 1;
+                let what = if matches!(u.transport, stowage_mcp::config::TransportSpec::Stdio { .. }) {
+                    "does not start"
+                } else {
+                    "cannot be reached"
+                };
                 println!(
-                    "    warning: server {:?} cannot be reached: {why}; serve lists its last known tools (or one stand-in) as unavailable until it answers",
+                    "    warning: server {:?} {what}: {why}; serve lists its last known tools (or one stand-in) as unavailable until it answers",
                     u.name
                 );
             }

@@ -1,6 +1,7 @@
-//! What each built-in host profile's host does with a tool result, as the host publishes it
-//! (not as our profile says), and a result as the Python client dumped it: shared by the tests
-//! that drive `stowage serve` as each host (`hosts.rs`, `reading_loop.rs`).
+//! What each built-in host profile's host does with a tool result, as measured from the hosts
+//! themselves (README's host table; Claude Code and Codex CLI are driven for real in
+//! `real_hosts.rs`), not as our profile says, and a result as the Python client dumped it:
+//! shared by the tests that drive `stowage serve` as each host (`hosts.rs`, `reading_loop.rs`).
 #![allow(dead_code)]
 
 use base64::Engine as _;
@@ -33,29 +34,65 @@ impl Seen<'_> {
         })
     }
 
-    /// The text the host's model reads: only `structuredContent` for a host that reads only
-    /// it (when there is one), else the text of the content blocks (a link as its JSON) and
-    /// `structuredContent`, a value carried twice read once.
-    pub(crate) fn text(&self, structured_only: bool) -> String {
-        if structured_only && let Some(s) = self.structured() {
-            return s.to_string();
+    /// The text of every block and of `structuredContent` (a value carried twice read once):
+    /// what a host that shows everything reads.
+    pub(crate) fn all_text(&self) -> String {
+        self.text_as(Shows::Both, false)
+    }
+
+    /// The text `host`'s model reads of this result, by the host's measured rules.
+    pub(crate) fn text(&self, host: &Host) -> String {
+        self.text_as(host.shows, host.errors_as_json)
+    }
+
+    fn is_error(&self) -> bool {
+        self.0["isError"] == true
+    }
+
+    /// Whether `host` shows this result's text blocks, images (and links), and
+    /// `structuredContent`.
+    fn parts(&self, shows: Shows, errors_as_json: bool) -> (bool, bool, bool) {
+        if self.is_error() && errors_as_json {
+            return (false, false, false);
         }
+        if self.is_error() && shows == Shows::StructuredAndMedia {
+            return (true, false, false);
+        }
+        match (shows, self.structured().is_some()) {
+            (_, false) | (Shows::Content, true) => (true, true, false),
+            (Shows::Both, true) => (true, true, true),
+            (Shows::Structured, true) => (false, false, true),
+            (Shows::StructuredAndMedia, true) => (false, true, true),
+        }
+    }
+
+    fn text_as(&self, shows: Shows, errors_as_json: bool) -> String {
+        if self.is_error() && errors_as_json {
+            return self.0.to_string();
+        }
+        let (text, media, structured) = self.parts(shows, errors_as_json);
         let mut parts: Vec<String> = Vec::new();
         for b in self.blocks() {
             match b["type"].as_str() {
-                Some("text") => parts.push(b["text"].as_str().unwrap().to_owned()),
-                Some("resource_link") => parts.push(b.to_string()),
-                Some("resource") => parts.push(b["resource"].to_string()),
+                Some("text") if text => parts.push(b["text"].as_str().unwrap().to_owned()),
+                Some("resource_link") if text || media => parts.push(b.to_string()),
+                Some("resource") if media => parts.push(b["resource"].to_string()),
                 _ => {}
             }
         }
-        if !structured_only
-            && !self.structured_repeats_content()
+        if structured
+            && !(text && self.structured_repeats_content())
             && let Some(s) = self.structured()
         {
             parts.push(s.to_string());
         }
         parts.join("\n")
+    }
+
+    /// The images `host`'s model sees: none beside structuredContent for Codex, none in an
+    /// error for Claude Code.
+    pub(crate) fn shown_images(&self, host: &Host) -> Vec<(u32, u32, usize)> {
+        if self.parts(host.shows, host.errors_as_json).1 { self.images() } else { Vec::new() }
     }
 
     /// (width, height, encoded bytes) of each image block.
@@ -75,8 +112,9 @@ impl Seen<'_> {
         self.images().iter().map(|&(w, h, _)| u64::from(w.div_ceil(28)) * u64::from(h.div_ceil(28))).sum()
     }
 
-    pub(crate) fn tokens(&self, structured_only: bool) -> u64 {
-        stowage_transform::tokens::count_exact(&self.text(structured_only)) + self.image_tokens()
+    pub(crate) fn tokens(&self, host: &Host) -> u64 {
+        let images: u64 = self.shown_images(host).iter().map(|&(w, h, _)| u64::from(w.div_ceil(28)) * u64::from(h.div_ceil(28))).sum();
+        stowage_transform::tokens::count_exact(&self.text(host)) + images
     }
 
     pub(crate) fn has_links(&self) -> bool {
@@ -93,7 +131,21 @@ impl Seen<'_> {
     }
 }
 
-/// What each built-in profile's host does, as it publishes it (not as our profile says).
+/// Which parts of a result a host shows its model, as measured (see `hosts::Sees` in the
+/// gateway, which must agree; this copy is the tests' own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shows {
+    Content,
+    /// structuredContent alone when there is one (Codex; VS Code).
+    Structured,
+    /// structuredContent instead of text blocks, media kept; errors as text only (Claude Code).
+    StructuredAndMedia,
+    Both,
+}
+
+/// What each built-in profile's host does, as measured (not as our profile says): Claude Code
+/// 2.1.197 and Codex CLI 0.169.0 by `real_hosts.rs`; Qwen Code, opencode and Gemini CLI as
+/// README's host table reports them.
 pub(crate) struct Host {
     pub client: &'static str,
     pub profile: &'static str,
@@ -103,11 +155,20 @@ pub(crate) struct Host {
     pub max_lines: Option<usize>,
     pub max_tokens: Option<u64>,
     pub max_error_chars: Option<usize>,
-    pub structured_only: bool,
+    pub shows: Shows,
     pub takes_links: bool,
     pub previews: bool,
     pub max_images: usize,
     pub max_image_tokens: Option<u64>,
+    /// An error result is shown whole, as JSON, `_meta` included.
+    pub errors_as_json: bool,
+}
+
+impl Host {
+    /// Whether the host shows structuredContent instead of the text beside it.
+    pub(crate) fn drops_text_beside_structured(&self) -> bool {
+        matches!(self.shows, Shows::Structured | Shows::StructuredAndMedia)
+    }
 }
 
 pub(crate) const HOSTS: &[Host] = &[
@@ -119,11 +180,12 @@ pub(crate) const HOSTS: &[Host] = &[
         max_lines: None,
         max_tokens: None,
         max_error_chars: None,
-        structured_only: false,
+        shows: Shows::Both,
         takes_links: true,
         previews: true,
         max_images: 20,
         max_image_tokens: None,
+        errors_as_json: false,
     },
     Host {
         client: "claude-code",
@@ -132,26 +194,28 @@ pub(crate) const HOSTS: &[Host] = &[
         max_text_bytes: Some(50_000),
         max_lines: None,
         max_tokens: Some(10_000),
-        max_error_chars: Some(11_000),
-        structured_only: false,
+        max_error_chars: Some(10_000),
+        shows: Shows::StructuredAndMedia,
         takes_links: true,
         previews: true,
         max_images: 8,
         max_image_tokens: Some(6_000),
+        errors_as_json: false,
     },
     Host {
         client: "codex-mcp-client",
         profile: "codex",
         max_result_bytes: None,
-        max_text_bytes: Some(10 * 1024),
-        max_lines: Some(256),
+        max_text_bytes: Some(11_950),
+        max_lines: None,
         max_tokens: None,
-        max_error_chars: Some(10 * 1024),
-        structured_only: true,
+        max_error_chars: Some(11_950),
+        shows: Shows::Structured,
         takes_links: false,
         previews: true,
         max_images: 8,
         max_image_tokens: None,
+        errors_as_json: false,
     },
     Host {
         client: "Visual Studio Code",
@@ -161,11 +225,57 @@ pub(crate) const HOSTS: &[Host] = &[
         max_lines: None,
         max_tokens: Some(16_000),
         max_error_chars: None,
-        structured_only: false,
+        shows: Shows::Structured,
         takes_links: true,
         previews: true,
         max_images: 8,
         max_image_tokens: None,
+        errors_as_json: false,
+    },
+    Host {
+        client: "qwen-cli-mcp-client-stowage",
+        profile: "qwen-code",
+        max_result_bytes: None,
+        max_text_bytes: Some(25_000),
+        max_lines: Some(1_000),
+        max_tokens: None,
+        max_error_chars: None,
+        shows: Shows::Both,
+        takes_links: true,
+        previews: false,
+        max_images: usize::MAX,
+        max_image_tokens: None,
+        errors_as_json: true,
+    },
+    Host {
+        client: "opencode",
+        profile: "opencode",
+        max_result_bytes: None,
+        max_text_bytes: Some(50 * 1024),
+        max_lines: Some(2_000),
+        max_tokens: None,
+        max_error_chars: None,
+        shows: Shows::Both,
+        takes_links: false,
+        previews: false,
+        max_images: usize::MAX,
+        max_image_tokens: None,
+        errors_as_json: false,
+    },
+    Host {
+        client: "gemini-cli-mcp-client",
+        profile: "gemini-cli",
+        max_result_bytes: None,
+        max_text_bytes: Some(40_000),
+        max_lines: None,
+        max_tokens: None,
+        max_error_chars: None,
+        shows: Shows::Both,
+        takes_links: true,
+        previews: false,
+        max_images: usize::MAX,
+        max_image_tokens: None,
+        errors_as_json: true,
     },
     Host {
         client: "cursor-vscode",
@@ -175,11 +285,12 @@ pub(crate) const HOSTS: &[Host] = &[
         max_lines: None,
         max_tokens: None,
         max_error_chars: None,
-        structured_only: false,
+        shows: Shows::Both,
         takes_links: true,
         previews: true,
         max_images: 8,
         max_image_tokens: None,
+        errors_as_json: false,
     },
     Host {
         client: "mcp",
@@ -189,11 +300,12 @@ pub(crate) const HOSTS: &[Host] = &[
         max_lines: None,
         max_tokens: None,
         max_error_chars: None,
-        structured_only: false,
+        shows: Shows::Both,
         takes_links: false,
         previews: false,
         max_images: usize::MAX,
         max_image_tokens: None,
+        errors_as_json: false,
     },
     Host {
         client: "some-agent",
@@ -203,19 +315,20 @@ pub(crate) const HOSTS: &[Host] = &[
         max_lines: None,
         max_tokens: None,
         max_error_chars: None,
-        structured_only: false,
+        shows: Shows::Both,
         takes_links: true,
         previews: false,
         max_images: usize::MAX,
         max_image_tokens: None,
+        errors_as_json: false,
     },
 ];
 
-/// Asserts that what `host`'s model sees of `r` (the answer of `name`) is within its limits.
+/// Asserts that what `host`'s model sees of `r` (the answer of `name`) is within its limits,
+/// and that nothing it shows carries a signed link where it cannot use one.
 pub(crate) fn fits(host: &Host, name: &str, r: &Value) {
     let seen = Seen(r);
-    let structured_only = host.structured_only;
-    let text = seen.text(structured_only);
+    let text = seen.text(host);
     let ctx = format!("{} ({name})", host.profile);
     let is_error = r["isError"] == true;
     if let Some(max) = host.max_result_bytes {
@@ -228,18 +341,22 @@ pub(crate) fn fits(host: &Host, name: &str, r: &Value) {
         assert!(text.lines().count() <= max, "{ctx}: {} lines", text.lines().count());
     }
     if let Some(max) = host.max_tokens {
-        assert!(seen.tokens(structured_only) <= max, "{ctx}: {} tokens", seen.tokens(structured_only));
+        assert!(seen.tokens(host) <= max, "{ctx}: {} tokens", seen.tokens(host));
     }
     if is_error && let Some(max) = host.max_error_chars {
         assert!(text.chars().count() <= max, "{ctx}: {} characters of error text", text.chars().count());
     }
+    if is_error && host.errors_as_json {
+        assert!(!text.contains("token="), "{ctx}: a signed link in an error this host shows whole: {text}");
+    }
     assert!(host.takes_links || !seen.has_links(), "{ctx}: a resource_link went to a host that cannot take it");
-    let images = seen.images();
+    let images = seen.shown_images(host);
     assert!(images.len() <= host.max_images, "{ctx}: {} images", images.len());
     if let Some(max) = host.max_image_tokens {
-        assert!(seen.image_tokens() <= max, "{ctx}: {} image tokens", seen.image_tokens());
+        let tokens: u64 = images.iter().map(|&(w, h, _)| u64::from(w.div_ceil(28)) * u64::from(h.div_ceil(28))).sum();
+        assert!(tokens <= max, "{ctx}: {tokens} image tokens");
     }
-    for (w, h, bytes) in &images {
+    for (w, h, bytes) in &seen.images() {
         assert!(*w.max(h) <= 768 && *bytes <= 96 * 1024, "{ctx}: a preview of {w}x{h}, {bytes} bytes");
     }
 }

@@ -1,6 +1,8 @@
 """Walks the reading loop through the gateway as one named host (its clientInfo.name), in one
 protocol era, with the official Python client (which checks each structuredContent against the
-tool's outputSchema), and prints what came back as JSON for tests/reading_loop.rs.
+tool's outputSchema, where one is declared), following each answer as the model reads it (the
+header line says where the next page starts), and prints what came back as JSON for
+tests/reading_loop.rs.
 
 The loop: FastMCP texts of 24, 26, 32 and 120 KB; a 2 MB CSV read back page by page with
 artifact_read; artifact_query on 15,000 structured rows; a 39 KB error trace; twelve
@@ -32,19 +34,37 @@ def artifact_of(result, prefix):
 
 
 def payload(result):
-    """The page a reader answer gives: in structuredContent for a host that reads only that,
-    else in content after the header line (and then not repeated in structuredContent)."""
-    sc = result.structured_content or {}
-    if sc.get("in") == "content":
-        assert "text" not in sc and "result" not in sc and "pages" not in sc, f"the page is written twice: {sc}"
-        return result.content[1].text if len(result.content) > 1 else ""
-    for key in ("text", "result", "pages"):
-        if key in sc:
-            v = sc[key]
-            if key == "pages":
-                return "".join(f"--- page {p['page']}{' from character ' + str(p['from']) if p.get('from') else ''} ---\n{p['text']}" for p in v)
-            return v if isinstance(v, str) else json.dumps(v)
-    raise AssertionError(f"no page in {dump(result)}")
+    """The page a reader answer gives, as the model reads it: in content after the header line,
+    for every host (hosts that would show structuredContent instead get none; the others get
+    the facts there, never the page a second time)."""
+    sc = result.structured_content
+    if sc is not None:
+        assert sc.get("in") == "content", f"facts without in=content: {sc}"
+        assert "text" not in sc and "result" not in sc and "matches" not in sc, f"the page is written twice: {sc}"
+    return result.content[1].text if len(result.content) > 1 else ""
+
+
+def header(result):
+    return result.content[0].text
+
+
+def next_offset(result):
+    """Where the next page starts, as the header line tells the model (`more: artifact_read
+    offset=N`); the structured facts, where the host gets them, agree."""
+    m = re.search(r"more: artifact_read offset=(\d+)", header(result))
+    n = int(m.group(1)) if m else None
+    if result.structured_content is not None:
+        assert result.structured_content.get("nextOffset") == n, (header(result), result.structured_content)
+    return n
+
+
+def next_pages(result):
+    """A PDF answer's continuation from its header (`more: pages="R" offset=N`, or `more:
+    pages="R"`)."""
+    m = re.search(r'more: pages="([^"]+)"(?: offset=(\d+))?', header(result))
+    if not m:
+        return None
+    return {"pages": m.group(1), "offset": int(m.group(2) or 0)}
 
 
 async def main():
@@ -74,11 +94,11 @@ async def main():
             assert not page.is_error, dump(page)
             answers.append(dump(page))
             got += payload(page)
-            sc = page.structured_content
-            if "nextOffset" not in sc:
+            nxt = next_offset(page)
+            if nxt is None:
                 break
-            assert sc["nextOffset"] == offset + len(payload(page)), "nextOffset is the first character not given"
-            offset = sc["nextOffset"]
+            assert nxt == offset + len(payload(page)), "the next offset is the first character not given"
+            offset = nxt
         out["pages"]["csv"] = answers
         out["csv_whole"] = got == fixture.csv_text()
         out["csv_pages"] = len(answers)
@@ -109,7 +129,7 @@ async def main():
             assert not page.is_error, dump(page)
             answers.append(dump(page))
             texts.append(payload(page))
-            nxt = (page.structured_content or {}).get("next")
+            nxt = next_pages(page)
             if not nxt:
                 break
             args = {"id": pdf_id, "pages": nxt["pages"], "offset": nxt["offset"]}
