@@ -41,10 +41,28 @@ impl BrowserGuard {
 
     /// Why `req` may not come in (one line naming the setting that would let it), if it may not.
     pub fn refuse(&self, req: &Request) -> Option<String> {
+        if let Some(why) = self.refuse_host(req) {
+            return Some(why);
+        }
         let headers = req.headers();
+        if let Some(origin) = headers.get(header::ORIGIN) {
+            let o = origin.to_str().unwrap_or("").trim_end_matches('/').to_ascii_lowercase();
+            if !origin_is_loopback(&o) && !self.origins.contains(&o) {
+                return Some(format!("origin {o:?} is not allowed (set gateway.allowed_origins)"));
+            }
+        }
+        None
+    }
+}
+
+impl BrowserGuard {
+    /// The `Host` half of [`BrowserGuard::refuse`] alone (DNS rebinding), for routes any page
+    /// may use with a token it holds, whatever its origin (signed links).
+    pub fn refuse_host(&self, req: &Request) -> Option<String> {
         // HTTP/2 carries the host in the `:authority` pseudo-header, which lands in the URI,
         // not in a Host header.
-        let host = headers
+        let host = req
+            .headers()
             .get(header::HOST)
             .and_then(|h| h.to_str().ok())
             .map(str::to_owned)
@@ -53,12 +71,6 @@ impl BrowserGuard {
             .to_ascii_lowercase();
         if !host_allowed(&host, &self.hosts) {
             return Some(format!("host {host:?} is not allowed (set gateway.allowed_hosts)"));
-        }
-        if let Some(origin) = headers.get(header::ORIGIN) {
-            let o = origin.to_str().unwrap_or("").trim_end_matches('/').to_ascii_lowercase();
-            if !origin_is_loopback(&o) && !self.origins.contains(&o) {
-                return Some(format!("origin {o:?} is not allowed (set gateway.allowed_origins)"));
-            }
         }
         None
     }
@@ -92,11 +104,25 @@ fn host_allowed(host: &str, allowed: &[String]) -> bool {
     allowed.iter().any(|a| a == host || a == name)
 }
 
-/// Whether a (lowercased) `Origin` is a page served from this machine.
+/// Whether a (lowercased) `Origin` is a page served from this machine: `http(s)://` and a
+/// loopback name, with at most a numeric port after it. Anything else after the name
+/// (`http://127.0.0.1:23101.evil.example`, a path, user info) is another origin.
 pub fn origin_is_loopback(origin: &str) -> bool {
-    let rest = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://")).unwrap_or("");
-    let name = rest.rsplit_once(':').map_or(rest, |(n, _)| n);
-    matches!(name, "localhost" | "127.0.0.1" | "[::1]")
+    let Some(rest) = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://")) else { return false };
+    let (name, port) = match rest.strip_prefix('[') {
+        // An IPv6 literal: the name runs to its closing bracket.
+        Some(v6) => match v6.split_once(']') {
+            Some((addr, after)) => (&rest[..addr.len() + 2], after),
+            None => return false,
+        },
+        None => match rest.find(':') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, ""),
+        },
+    };
+    let port_ok =
+        port.is_empty() || port.strip_prefix(':').is_some_and(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()));
+    port_ok && matches!(name, "localhost" | "127.0.0.1" | "[::1]")
 }
 
 #[cfg(test)]
@@ -122,6 +148,20 @@ mod tests {
         assert!(g.refuse(&req("", None)).is_some());
         assert!(g.refuse(&req("localhost", Some("http://localhost.evil.example"))).unwrap().contains("allowed_origins"));
         assert!(g.refuse(&req("localhost", Some("null"))).is_some());
+        // A name that only starts like a loopback origin is another site.
+        for foreign in [
+            "http://127.0.0.1:23101.evil.example",
+            "http://127.0.0.1.evil.example",
+            "http://localhost:80@evil.example",
+            "http://[::1]:8080.evil.example",
+            "ftp://127.0.0.1",
+        ] {
+            assert!(!origin_is_loopback(foreign), "{foreign}");
+            assert!(g.refuse(&req("127.0.0.1:8787", Some(foreign))).is_some(), "{foreign}");
+        }
+        for local in ["http://127.0.0.1", "http://127.0.0.1:23101", "https://localhost:6274", "http://[::1]:8080", "http://[::1]"] {
+            assert!(origin_is_loopback(local), "{local}");
+        }
         // A wildcard listen address names no host of its own.
         assert!(BrowserGuard::new("0.0.0.0:8787", &[], &[]).refuse(&req("0.0.0.0:8787", None)).is_some());
     }

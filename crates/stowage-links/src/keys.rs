@@ -20,6 +20,9 @@ pub const KEY_FILE_NAME: &str = "links.key";
 /// Shortest secret accepted: 32 bytes, the HMAC-SHA256 block-size recommendation's floor.
 const MIN_SECRET_LEN: usize = 32;
 
+/// What a key's fingerprint is the MAC of (never a token's bytes: no token starts so).
+const FINGERPRINT_LABEL: &[u8] = b"stowage link-signing key fingerprint v1";
+
 /// Why a key ring cannot be built or loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
@@ -146,6 +149,22 @@ impl KeyRing {
         self.keys.iter().map(|k| k.id.as_str()).collect()
     }
 
+    /// Each key's id with a fingerprint of its secret, newest first: 16 hex digits of the
+    /// key's own HMAC over a fixed label. Two instances hold the same secret under an id
+    /// exactly when their fingerprints for it agree; a fingerprint tells nothing about the
+    /// secret, so a shared store may record them (its identity check refuses an instance whose
+    /// key differs from the fleet's).
+    pub fn fingerprints(&self) -> Vec<(String, String)> {
+        self.keys
+            .iter()
+            .map(|k| {
+                let mut mac = k.mac.clone();
+                mac.update(FINGERPRINT_LABEL);
+                (k.id.clone(), hex::encode(&mac.finalize().into_bytes()[..8]))
+            })
+            .collect()
+    }
+
     /// Mints a token for `operation` on `target` (an artifact id or slot id) owned by `owner`,
     /// valid until `expires_at` (Unix seconds). Signed with the newest key.
     pub fn mint(&self, operation: Operation, target: &str, owner: &Owner, expires_at: u64) -> String {
@@ -270,6 +289,20 @@ mod tests {
 
     fn owner() -> Owner {
         Owner { session_id: Some("s1".into()), ..Default::default() }
+    }
+
+    #[test]
+    fn fingerprints_tell_secrets_apart_and_nothing_about_them() {
+        let a = ring(&["k1", "k2"]).fingerprints();
+        assert_eq!(a.len(), 2);
+        assert_eq!((a[0].0.as_str(), a[0].1.len()), ("k1", 16));
+        assert_eq!(a, ring(&["k1", "k2"]).fingerprints(), "the same secrets, the same fingerprints");
+        let other = KeyRing::new([("k1", b"another-secret-for-k1-padded-to-32-bytes".to_vec())]).unwrap().fingerprints();
+        assert_eq!(other[0].0, "k1");
+        assert_ne!(other[0].1, a[0].1, "another secret under the same id");
+        assert_ne!(a[0].1, a[1].1);
+        let secret = b"secret-for-k1-padded-to-32-bytes!!";
+        assert!(!a[0].1.contains(&hex::encode(&secret[..4])), "not the secret's own bytes");
     }
 
     #[test]

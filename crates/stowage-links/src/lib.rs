@@ -59,18 +59,44 @@ impl SignedLink {
     }
 }
 
+/// Where a signer's links point: one base URL, or one asked for at each mint.
+enum Base {
+    Fixed(String),
+    Dynamic(BaseUrl),
+}
+
+/// A base URL asked for at each mint (see [`LinkSigner::with_base`]).
+pub type BaseUrl = std::sync::Arc<dyn Fn() -> String + Send + Sync>;
+
 /// Mints links: a key ring plus where links point and how long they live.
-#[derive(Debug)]
 pub struct LinkSigner {
     ring: KeyRing,
-    public_url: String,
+    base: Base,
     ttl: std::time::Duration,
+}
+
+impl std::fmt::Debug for LinkSigner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // A dynamic base is not asked here: asking may do work (start a server).
+        let base = match &self.base {
+            Base::Fixed(url) => url.as_str(),
+            Base::Dynamic(_) => "(asked at each mint)",
+        };
+        f.debug_struct("LinkSigner").field("ring", &self.ring).field("public_url", &base).field("ttl", &self.ttl).finish()
+    }
 }
 
 impl LinkSigner {
     /// A signer with `ring`'s newest key, `config`'s public URL and TTL.
     pub fn new(ring: KeyRing, config: &LinksConfig) -> Self {
-        LinkSigner { ring, public_url: config.public_url.trim_end_matches('/').to_owned(), ttl: config.ttl }
+        LinkSigner { ring, base: Base::Fixed(config.public_url.trim_end_matches('/').to_owned()), ttl: config.ttl }
+    }
+
+    /// A signer whose links point wherever `base` says at the moment each is minted (a server
+    /// that may move: a stdio gateway's link server, started again on another port when the
+    /// one before it died). `base` runs on every mint, so it must be quick when nothing moved.
+    pub fn with_base(ring: KeyRing, ttl: std::time::Duration, base: BaseUrl) -> Self {
+        LinkSigner { ring, base: Base::Dynamic(base), ttl }
     }
 
     /// The key ring (verifiers share it).
@@ -78,9 +104,12 @@ impl LinkSigner {
         &self.ring
     }
 
-    /// The base URL links are built on, without a trailing `/`.
-    pub fn public_url(&self) -> &str {
-        &self.public_url
+    /// The base URL links are built on now, without a trailing `/`.
+    pub fn public_url(&self) -> String {
+        match &self.base {
+            Base::Fixed(url) => url.clone(),
+            Base::Dynamic(f) => f().trim_end_matches('/').to_owned(),
+        }
     }
 
     /// A read link to `id` for `owner`, valid for `ttl` (default: the configured TTL) from `now`.
@@ -98,7 +127,7 @@ impl LinkSigner {
     /// use it to cap a link at the artifact's own expiry.
     pub fn artifact_link_until(&self, id: &stowage_core::ArtifactId, owner: &stowage_core::Owner, expires_at: u64) -> SignedLink {
         let token = self.ring.mint_compact(id.as_str(), owner, expires_at);
-        SignedLink { url: artifact_url(&self.public_url, id, &token), expires_at }
+        SignedLink { url: artifact_url(&self.public_url(), id, &token), expires_at }
     }
 
     /// A read link to an artifact for its own owner, valid for `ttl` (default: the configured
@@ -120,7 +149,7 @@ impl LinkSigner {
     pub fn upload_link(&self, slot: &str, owner: &stowage_core::Owner, now: u64, ttl: Option<std::time::Duration>) -> SignedLink {
         let expires_at = now + ttl.unwrap_or(self.ttl).as_secs();
         let token = self.ring.mint(Operation::Write, slot, owner, expires_at);
-        SignedLink { url: upload_url(&self.public_url, slot, &token), expires_at }
+        SignedLink { url: upload_url(&self.public_url(), slot, &token), expires_at }
     }
 }
 

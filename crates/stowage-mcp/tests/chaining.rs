@@ -226,6 +226,54 @@ async fn oversize_and_non_text_inputs_are_refused_with_the_fix() {
     assert!(message.contains("is not UTF-8 text") && message.contains("base64 or url input mode"), "{message}");
 }
 
+/// One call naming artifacts many times: what it would materialize in all, and what it would
+/// write to files, is capped per call; over a cap the call is refused in one line naming it,
+/// before a byte is read and before the upstream is called. Under the caps it goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fan_out_is_capped_per_call_before_anything_is_read() {
+    let defaults = stowage_mcp::chaining::ChainingConfig::default();
+    assert_eq!((defaults.max_materialize_bytes_per_call, defaults.max_file_bytes_per_call), (64 << 20, 64 << 20));
+    let w = world(|c| {
+        c.max_materialize_bytes_per_call = 1 << 20;
+        c.max_file_bytes_per_call = 512 << 10;
+    })
+    .await;
+    let doc = w.put("local", &vec![b'd'; 300 << 10], "text/plain").await;
+    let uri = doc.id.uri();
+    // Five times 300 KiB inline: over the 1 MiB a call may materialize.
+    let r = w.call("b_echo", json!({"message": uri, "more": [uri, uri, uri, uri]})).await;
+    let (code, message) = refusal(&r);
+    assert_eq!(code, "bad_request");
+    assert_eq!(
+        message,
+        format!(
+            "b_echo's inputs would put {} bytes inline or in files (5 inputs), over the {} bytes one call may ([gateway.chaining] max_materialize_bytes_per_call); pass fewer or smaller artifacts, or give b_echo the url input mode",
+            5 * (300 << 10),
+            1 << 20
+        )
+    );
+    // Three fit, and reach the tool.
+    let r = w.call("b_echo", json!({"message": uri, "more": [uri, uri]})).await;
+    assert!(r.get("isError").is_none(), "{r}");
+    // The tool echoed the first as base64 (offloaded on its way back: it is long).
+    assert_eq!(r["_meta"]["io.stowage/assets"][0]["size"], (300u64 << 10).div_ceil(3) * 4, "{r}");
+    // Two as files: over the 512 KiB a call may write.
+    let r = w.call("p_read_path", json!({"path": uri, "also": uri})).await;
+    let (code, message) = refusal(&r);
+    assert_eq!(code, "bad_request");
+    assert!(message.contains(&format!("would write {} bytes of files (2 inputs)", 2 * (300 << 10))), "{message}");
+    assert!(message.contains("[gateway.chaining] max_file_bytes_per_call"), "{message}");
+    // A detected input (no rule) counts the same: one artifact past the call's cap.
+    let big = w.put("local", &vec![b'b'; 1536 << 10], "application/octet-stream").await;
+    let r = w.call("n_upload_file", json!({"content_base64": big.id.uri(), "name": "big.bin"})).await;
+    let (code, message) = refusal(&r);
+    assert_eq!(code, "bad_request");
+    assert!(message.starts_with("n_upload_file's inputs would put 1572864 bytes inline or in files (1 input)"), "{message}");
+    // url mode reads nothing and is not capped.
+    let r = w.call("u_echo", json!({"message": uri, "more": [uri, uri, uri, uri, uri]})).await;
+    assert!(r.get("isError").is_none(), "{r}");
+}
+
 impl World {
     /// Every artifact the local user holds.
     async fn local_artifacts(&self) -> Vec<ArtifactRef> {

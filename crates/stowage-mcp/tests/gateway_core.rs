@@ -250,6 +250,24 @@ async fn a_store_failure_is_published() {
     gw.shutdown();
 }
 
+/// `tools/call` whose `arguments` is not an object (`[1,2]`, a string, a number) is refused by
+/// the gateway with JSON-RPC invalid params naming what it must be, for an upstream's tool and
+/// the gateway's own alike; `null` counts as no arguments.
+#[tokio::test]
+async fn non_object_arguments_are_invalid_params_and_never_forwarded() {
+    let c = Client::start(vec![fixture_spec("fx", None, T)], Arc::new(MemSink::default()), fast_config(), None).await;
+    for (tool, args, kind) in
+        [("echo", json!([1, 2]), "an array"), ("echo", json!("message"), "a string"), ("artifact_read", json!(7), "a number")]
+    {
+        let r = c.request("tools/call", json!({"name": tool, "arguments": args})).await;
+        assert_eq!(r["error"]["code"], -32602, "{r}");
+        let message = r["error"]["message"].as_str().unwrap();
+        assert_eq!(message, format!("tools/call arguments must be an object of {tool}'s named inputs ({{\"input\": value}}), not {kind}"));
+    }
+    let r = c.request("tools/call", json!({"name": "pid", "arguments": null})).await;
+    assert!(text(&r).parse::<u32>().is_ok(), "null is no arguments: {r}");
+}
+
 /// A tools/call result that is not an object (a bare base64 string) cannot be rewritten: the
 /// client gets a clear error, and none of its bytes.
 #[tokio::test]

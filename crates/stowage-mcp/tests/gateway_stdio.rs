@@ -155,6 +155,27 @@ async fn a_full_store_withholds_what_it_cannot_take_and_the_rest_reaches_the_cli
     assert!(r.to_string().contains("artifact://"), "{r}");
 }
 
+/// A long text the store cannot take (full): what stays in place is cut, and says both that it
+/// was cut and that the whole was not stored, so the model does not take the cut for all there is.
+#[tokio::test]
+async fn a_long_text_on_a_full_store_is_cut_with_a_not_stored_note() {
+    let sink = Arc::new(MemSink { fail: true.into(), ..Default::default() });
+    let c = one_fixture(sink.clone()).await;
+    let long: String = (0..200_000).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+    let r = c.call("echo", json!({"message": long})).await;
+    let result = &r["result"];
+    assert_ne!(result["isError"], true, "{r}");
+    let text = texts(result).join("\n");
+    assert!(text.len() < 40_000, "cut: {}", text.len());
+    assert!(text.starts_with("abcdefghij"), "the head stays: {}", &text[..100]);
+    assert!(
+        text.ends_with("[text of 200000 characters — not stored, only its start is here: the artifact store cannot take it now (full or unavailable); call the tool again later]"),
+        "{}",
+        &text[text.len().saturating_sub(600)..]
+    );
+    assert!(!r.to_string().contains("artifact://"), "nothing was stored, so nothing is referenced");
+}
+
 #[tokio::test]
 async fn crash_mid_call_gives_a_clear_error_and_the_next_call_works() {
     let c = one_fixture(Arc::default()).await;

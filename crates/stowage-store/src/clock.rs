@@ -1,10 +1,12 @@
 //! Where stores get the time from: the system clock in production, a [`ManualClock`] in tests.
 //!
 //! Expiry and LRU order both depend on "now"; injecting it lets tests move time by hours
-//! without sleeping.
+//! without sleeping. A store several instances share decides by one clock, the database's
+//! ([`DbClock`]): an instance whose own clock is off must not expire or judge anything by it.
+//! [`SkewedClock`] is such an instance's clock, for tests.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use stowage_core::Timestamp;
 
@@ -59,6 +61,56 @@ impl Clock for ManualClock {
     }
 }
 
+/// The system clock moved by a fixed offset: a machine whose clock is off (tests).
+#[derive(Debug, Clone, Copy)]
+pub struct SkewedClock {
+    /// How far ahead of the real time it runs (negative: behind).
+    pub offset: time::Duration,
+}
+
+impl SkewedClock {
+    /// A clock `offset` ahead of the system's (negative: behind).
+    pub fn new(offset: time::Duration) -> Self {
+        SkewedClock { offset }
+    }
+}
+
+impl Clock for SkewedClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::now_utc() + self.offset
+    }
+}
+
+/// Another machine's clock (the shared store's database), read once in a while and carried
+/// forward between readings by this machine's monotonic clock: steps of this machine's wall
+/// clock (a late NTP correction, a wrong setting) never move it.
+#[derive(Debug)]
+#[cfg_attr(not(all(feature = "postgres", feature = "s3")), allow(dead_code))]
+pub(crate) struct DbClock {
+    /// A reading of the other clock and the monotonic instant it stands for.
+    reading: Mutex<(Timestamp, Instant)>,
+}
+
+#[cfg_attr(not(all(feature = "postgres", feature = "s3")), allow(dead_code))]
+impl DbClock {
+    pub(crate) fn new(at: Timestamp, when: Instant) -> Self {
+        DbClock { reading: Mutex::new((at, when)) }
+    }
+
+    /// A fresh reading (a few milliseconds of monotonic drift since the last one go).
+    pub(crate) fn set(&self, at: Timestamp, when: Instant) {
+        *self.reading.lock().unwrap_or_else(|e| e.into_inner()) = (at, when);
+    }
+}
+
+impl Clock for DbClock {
+    fn now(&self) -> Timestamp {
+        let (at, when) = *self.reading.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if now >= when { at + now.duration_since(when) } else { at - when.duration_since(now) }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,5 +122,17 @@ mod tests {
         let start = b.now();
         a.advance(Duration::from_secs(90));
         assert_eq!(b.now() - start, time::Duration::seconds(90));
+    }
+
+    #[test]
+    fn a_db_clock_carries_its_reading_forward_by_the_monotonic_clock() {
+        let reading = time::macros::datetime!(2030-06-01 12:00:00 UTC);
+        let c = DbClock::new(reading, Instant::now() - Duration::from_secs(5));
+        let now = c.now();
+        assert!(now - reading >= time::Duration::seconds(5) && now - reading < time::Duration::seconds(6), "{now}");
+        c.set(reading, Instant::now() + Duration::from_secs(2));
+        assert!(c.now() < reading, "a reading for a later instant counts back");
+        let skewed = SkewedClock::new(time::Duration::hours(-2)).now();
+        assert!((Timestamp::now_utc() - skewed - time::Duration::hours(2)).abs() < time::Duration::seconds(1));
     }
 }

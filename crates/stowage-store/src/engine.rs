@@ -41,7 +41,8 @@ const MAX_LIST_LIMIT: usize = 1000;
 
 pub(crate) struct Engine<I, B> {
     index: I,
-    blobs: B,
+    /// Shared with the readiness probe's task.
+    blobs: Arc<B>,
     config: RetentionConfig,
     clock: Arc<dyn Clock>,
     failpoints: Failpoints,
@@ -53,8 +54,9 @@ pub(crate) struct Engine<I, B> {
     isolation: Isolation,
     /// How long gc waits before believing a blob is gone (see [`Engine::dangling`]).
     grace: Duration,
-    /// The last write probe's time and outcome (see `ready`).
-    probe: tokio::sync::Mutex<Option<(std::time::Instant, std::result::Result<(), NotReady>)>>,
+    /// The write probe's state (see `ready`), and a count of probes done, to wait on.
+    probe: Arc<std::sync::Mutex<ProbeState>>,
+    probe_done: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 /// How an engine is set up besides its index and blobs.
@@ -75,7 +77,7 @@ impl<I: Index, B: Blobs> Engine<I, B> {
         let Settings { config, clock, failpoints, isolation, last_tick, grace } = settings;
         Engine {
             index,
-            blobs,
+            blobs: Arc::new(blobs),
             config,
             clock,
             failpoints,
@@ -83,7 +85,8 @@ impl<I: Index, B: Blobs> Engine<I, B> {
             last_tick: AtomicI64::new(last_tick),
             isolation,
             grace,
-            probe: tokio::sync::Mutex::new(None),
+            probe: Arc::default(),
+            probe_done: Arc::new(tokio::sync::watch::Sender::new(0)),
         }
     }
 
@@ -502,23 +505,41 @@ impl<I: Index, B: Blobs> ArtifactStore for Engine<I, B> {
             Ok(Err(e)) => {
                 return Err(NotReady { dependency: I::DEPENDENCY, reason: "unreachable or failing".into(), detail: e.to_string() });
             }
-            Err(_) => return Err(not_ready_timeout(I::DEPENDENCY)),
+            Err(_) => return Err(not_ready_timeout(I::DEPENDENCY, READY_TIMEOUT)),
         }
-        // A write to the blob storage, at most once per PROBE_TTL: probes stay cheap, and a
-        // burst of them waits for one write.
-        let mut cached = self.probe.lock().await;
-        if let Some((at, outcome)) = &*cached
-            && at.elapsed() < PROBE_TTL
-        {
-            return outcome.clone();
-        }
-        let outcome = match tokio::time::timeout(READY_TIMEOUT, self.blobs.probe_write()).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err((reason, e))) => Err(NotReady { dependency: B::DEPENDENCY, reason, detail: e.to_string() }),
-            Err(_) => Err(not_ready_timeout(B::DEPENDENCY)),
+        // A write to the blob storage, at most one at a time and once per PROBE_TTL: probes
+        // stay cheap, and a burst of them shares one write. The write runs on its own, so a
+        // slow but healthy bucket (seconds per request, as puts still succeed) never makes a
+        // readiness check wait for it: while it runs, the last success answers, for as long
+        // as a put would wait for the bucket (PROBE_PATIENCE).
+        let mut changed = {
+            let mut st = lock(&self.probe);
+            if let Some((at, outcome)) = &st.last
+                && at.elapsed() < PROBE_TTL
+            {
+                return outcome.clone();
+            }
+            let running_for = match st.running_since {
+                Some(since) => since.elapsed(),
+                None => {
+                    st.running_since = Some(std::time::Instant::now());
+                    self.spawn_write_probe();
+                    Duration::ZERO
+                }
+            };
+            if running_for >= PROBE_PATIENCE {
+                return Err(not_ready_timeout(B::DEPENDENCY, PROBE_PATIENCE));
+            }
+            if matches!(st.last, Some((_, Ok(())))) {
+                return Ok(());
+            }
+            // Nothing proven yet, or the last write failed: this check waits for the write.
+            self.probe_done.subscribe()
         };
-        *cached = Some((std::time::Instant::now(), outcome.clone()));
-        outcome
+        match tokio::time::timeout(READY_TIMEOUT, changed.changed()).await {
+            Ok(Ok(())) => lock(&self.probe).last.as_ref().map_or(Err(not_ready_timeout(B::DEPENDENCY, READY_TIMEOUT)), |(_, o)| o.clone()),
+            _ => Err(not_ready_timeout(B::DEPENDENCY, READY_TIMEOUT)),
+        }
     }
 
     async fn gc(&self) -> Result<GcReport> {
@@ -643,14 +664,50 @@ impl<I: Index, B: Blobs> Engine<I, B> {
     }
 }
 
-/// How long the readiness check waits for the index and for the write probe, each.
+/// How long the readiness check waits for the index, and for a write probe when no earlier
+/// one succeeded.
 pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a write probe's outcome answers readiness checks.
 pub(crate) const PROBE_TTL: Duration = Duration::from_secs(3);
+/// How long a write probe may run before the storage counts as not ready: as long as a put
+/// waits for one call to the bucket (`blobs::object::CALL_TIMEOUT`).
+pub(crate) const PROBE_PATIENCE: Duration = Duration::from_secs(10);
 
-fn not_ready_timeout(dependency: &'static str) -> NotReady {
-    let secs = READY_TIMEOUT.as_secs();
+fn not_ready_timeout(dependency: &'static str, waited: Duration) -> NotReady {
+    let secs = waited.as_secs();
     NotReady { dependency, reason: "timed out".into(), detail: format!("{dependency}: no answer within {secs}s") }
+}
+
+/// The write probe: the last outcome, and since when the one running now has run.
+#[derive(Default)]
+struct ProbeState {
+    last: Option<(std::time::Instant, std::result::Result<(), NotReady>)>,
+    running_since: Option<std::time::Instant>,
+}
+
+fn lock(state: &std::sync::Mutex<ProbeState>) -> std::sync::MutexGuard<'_, ProbeState> {
+    state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl<I: Index, B: Blobs> Engine<I, B> {
+    /// Runs one write probe on its own task; its outcome lands in `probe` and wakes whoever
+    /// waits for it.
+    fn spawn_write_probe(&self) {
+        let (blobs, state, done) = (self.blobs.clone(), self.probe.clone(), self.probe_done.clone());
+        tokio::spawn(async move {
+            let outcome = match tokio::time::timeout(PROBE_PATIENCE * 2, blobs.probe_write()).await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err((reason, e))) => Err(NotReady { dependency: B::DEPENDENCY, reason, detail: e.to_string() }),
+                Err(_) => Err(not_ready_timeout(B::DEPENDENCY, PROBE_PATIENCE * 2)),
+            };
+            {
+                let mut st = lock(&state);
+                st.last = Some((std::time::Instant::now(), outcome));
+                st.running_since = None;
+            }
+            done.send_modify(|n| *n += 1);
+        });
+    }
 }
 
 #[cfg(test)]

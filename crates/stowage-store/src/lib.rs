@@ -65,7 +65,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use tokio::io::AsyncRead;
 
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ManualClock, SkewedClock, SystemClock};
 #[cfg(feature = "test-hooks")]
 #[doc(hidden)]
 pub use failpoint::{FailpointHook, PutStep};
@@ -79,7 +79,7 @@ pub use retention::{CleanupStrategy, RetentionConfig};
 #[cfg(all(feature = "postgres", feature = "s3"))]
 pub use shared::StoreCheck;
 #[cfg(all(feature = "postgres", feature = "s3"))]
-pub use shared::{BucketLocation, DEFAULT_SHARED_GC_GRACE, Provider, SharedStore, SharedStoreBuilder};
+pub use shared::{BucketLocation, DEFAULT_SHARED_GC_GRACE, MAX_CLOCK_SKEW, Provider, SharedStore, SharedStoreBuilder, skew_warning};
 pub use stowage_core::{ArtifactId, ArtifactRef, ArtifactScope, ArtifactSink, Isolation, Owner, PutOptions, StoreError};
 
 /// A shared, type-erased store: what the CLI and the server hold.

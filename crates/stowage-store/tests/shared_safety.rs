@@ -164,7 +164,7 @@ async fn an_index_from_before_identities_is_claimed_only_where_its_blobs_are() {
     p.delete_key("stowage/stowage-store.json").await;
     assert_eq!(p.builder("stowage").check().await.unwrap(), StoreCheck::Unclaimed);
     let err = p.builder("elsewhere").open().await.unwrap_err().to_string();
-    assert!(err.contains("none of the 3 newest records' blobs is at s3://shared/elsewhere"), "{err}");
+    assert!(err.contains("only 0 of the 3 newest records' blobs are at s3://shared/elsewhere"), "{err}");
     let claimed = p.open("stowage").await;
     assert_eq!(p.pg.psql("shared", "SELECT value FROM stowage.settings WHERE key = 'store_id'"), claimed.store_id());
 }

@@ -349,13 +349,33 @@ fn blob_as_text(entry: Option<&Value>, line: String) -> Value {
 /// The line a withheld value becomes: what it was, how big, and why, in words that name no
 /// server path (a backend's own message may: it goes to the log and the event bus only).
 fn withheld_note(what: &str, size: usize, e: &stowage_core::StoreError) -> String {
+    format!("[withheld: {what}, {} — not stored: {}]", stowage_core::human_size(size as u64), not_stored_why(e))
+}
+
+/// Why the store did not take a value, in words that name no server path.
+fn not_stored_why(e: &stowage_core::StoreError) -> String {
     use stowage_core::StoreError;
-    let why = match e {
+    match e {
         // These name a limit and how to change it, nothing of the server.
         StoreError::TooLarge { .. } | StoreError::QuotaExceeded { .. } => e.to_string(),
         _ => "the artifact store cannot take it now (full or unavailable); call the tool again later".to_owned(),
-    };
-    format!("[withheld: {what}, {} — not stored: {why}]", stowage_core::human_size(size as u64))
+    }
+}
+
+/// A truncated copy kept in place of a value the store did not take, saying so: a cut that
+/// looks like the whole (or like an offload whose artifact exists) would mislead the model.
+fn note_not_stored(fallback: Value, what: &str, e: &stowage_core::StoreError) -> Value {
+    let why = not_stored_why(e);
+    match fallback {
+        Value::String(kept) => Value::String(format!("{kept}\n[{what} — not stored, only its start is here: {why}]")),
+        Value::Object(mut m) => {
+            m.insert("not_stored".into(), Value::String(format!("{what}: {why}")));
+            Value::Object(m)
+        }
+        // A typed prefix (an array that must stay valid for the tool's schema) keeps its shape;
+        // the report and the event say what happened.
+        other => other,
+    }
 }
 
 /// A link (or text) block and an index where it goes in an array: `(doc, array pointer,
@@ -435,7 +455,7 @@ fn not_stored(
     };
     report.warn_store(off.layer, Some(pointer), format!("cannot store {} ({}), kept a truncated copy: {e}", off.what, e.code()));
     if let (Some(slot), Some(fallback)) = (docs.docs[off.doc].value.pointer_mut(&off.ptr), off.fallback) {
-        *slot = fallback;
+        *slot = note_not_stored(fallback, &off.what, &e);
         docs.docs[off.doc].changed = true;
     }
     Ok(())

@@ -739,7 +739,17 @@ fn store_failures() {
     // The size net degrades instead: truncated text and a warning, the result comes back.
     let out = try_run(TransformConfig::default(), Arc::new(FailingSink), "t", None, json!({"log": "x".repeat(40_000)})).unwrap();
     let s = out.value["log"].as_str().unwrap();
-    assert!(s.ends_with("\n... [truncated: 8000 chars]") && s.len() < 32_100, "{}", s.len());
+    // The cut says so, and says the whole was not stored (it is not an offload with a link).
+    assert!(
+        s.contains("\n... [truncated: 8000 chars]\n[text of 40000 characters — not stored, only its start is here: "),
+        "{}",
+        &s[31_900..]
+    );
+    assert!(
+        s.ends_with("the artifact store cannot take it now (full or unavailable); call the tool again later]") && s.len() < 32_300,
+        "{}",
+        s.len()
+    );
     assert_eq!(out.report.warnings.len(), 1);
     assert!(out.report.warnings[0].message.contains("artifact_storage_failed"));
     // Offloaded for its tokens: the copy kept is within the budget.

@@ -165,6 +165,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let store = wiring::open_store(&config, &location)?;
             cmd::transform::run(args, config.transform.clone(), wiring::sink(store)).await
         }
+        // The store is at another location than its index records: it cannot be opened.
+        Command::Artifacts(cmd::artifacts::ArtifactsCommand::Relocate) => wiring::relocate_shared_store(&config, &location).await,
         Command::Artifacts(cmd) => {
             let store = wiring::open_store(&config, &location)?;
             cmd::artifacts::run(store.as_ref(), cmd).await

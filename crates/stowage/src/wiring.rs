@@ -99,7 +99,7 @@ pub(crate) fn open_store(config: &Config, location: &StoreLocation) -> anyhow::R
                 .map_err(|e| one_cause(format!("cannot open store {}", dir.display()), e))?;
             Arc::new(store)
         }
-        Backend::S3 | Backend::Gcs | Backend::Azure => Arc::new(open_shared(config, isolation)?),
+        Backend::S3 | Backend::Gcs | Backend::Azure => Arc::new(open_shared(config, location, isolation)?),
         Backend::Memory => Arc::new(MemoryStore::builder().retention(config.retention.clone()).isolation(isolation).build()),
         // Keeps nothing, so there is nothing to isolate.
         Backend::Noop => Arc::new(NoOpStore::new()),
@@ -161,26 +161,56 @@ fn check_backend_keys(config: &Config) -> anyhow::Result<()> {
 /// The shared backends (`s3`, `gcs`, `azure`). Opening one is async (it connects and migrates the database) while the
 /// commands open their store synchronously; every command runs on the multi-threaded runtime,
 /// where `block_in_place` may wait for it without stalling other tasks.
-fn open_shared(config: &Config, isolation: Isolation) -> anyhow::Result<SharedStore> {
+fn open_shared(config: &Config, location: &StoreLocation, isolation: Isolation) -> anyhow::Result<SharedStore> {
     let store = &config.store;
-    let open = shared_builder(config, isolation)?.open();
+    let open = shared_builder(config, location, isolation)?.open();
     let handle = tokio::runtime::Handle::current();
-    tokio::task::block_in_place(|| handle.block_on(open))
-        .map_err(|e| one_cause(format!("cannot open the {} store (bucket {})", store.backend.name(), store.bucket), e))
+    let shared = tokio::task::block_in_place(|| handle.block_on(open))
+        .map_err(|e| one_cause(format!("cannot open the {} store (bucket {})", store.backend.name(), store.bucket), e))?;
+    // Not through tracing: a quiet STOWAGE_LOG must not hide it.
+    let skew = shared.clock_skew();
+    if skew.unsigned_abs() > stowage_store::MAX_CLOCK_SKEW {
+        eprintln!("stowage: warning: {}", stowage_store::skew_warning(skew));
+    }
+    Ok(shared)
 }
 
-/// The shared store's builder, as `serve` configures it.
-fn shared_builder(config: &Config, isolation: Isolation) -> anyhow::Result<stowage_store::SharedStoreBuilder> {
+/// `stowage artifacts relocate`: records the configured bucket location as the shared store's
+/// (see [`stowage_store::SharedStoreBuilder::relocate`]).
+pub(crate) async fn relocate_shared_store(config: &Config, location: &StoreLocation) -> anyhow::Result<()> {
+    let store = &config.store;
+    if store.backend.provider().is_none() {
+        bail!(
+            "stowage artifacts relocate moves a shared store ([store] backend = \"s3\", \"gcs\" or \"azure\"); an fs store moves with its directory"
+        );
+    }
+    check_backend_keys(config)?;
+    let isolation = Isolation::from_isolate_sessions(store.isolate_sessions);
+    let from = shared_builder(config, location, isolation)?
+        .relocate()
+        .await
+        .map_err(|e| one_cause(format!("cannot relocate the {} store to bucket {}", store.backend.name(), store.bucket), e))?;
+    eprintln!(
+        "relocated: the store's blobs are now at bucket {} prefix {:?} (they were at {from}); start the instances with this configuration, and remove the old copy once they run",
+        store.bucket, store.prefix
+    );
+    Ok(())
+}
+
+/// The shared store's builder, as `serve` configures it. The link-signing keys' fingerprints
+/// go with it when the keys load (the store refuses keys that are not the fleet's); a command
+/// run without the secrets at hand (`stowage artifacts ls`) mints no link and checks none.
+fn shared_builder(config: &Config, location: &StoreLocation, isolation: Isolation) -> anyhow::Result<stowage_store::SharedStoreBuilder> {
     let (store, index) = (&config.store, &config.index);
     let non_empty = |s: &str| (!s.trim().is_empty()).then(|| s.trim().to_owned());
-    let location = BucketLocation {
+    let bucket = BucketLocation {
         provider: store.backend.provider().context("not an object-store backend")?,
         bucket: store.bucket.clone(),
         prefix: store.prefix.clone(),
         endpoint: non_empty(&store.endpoint),
         region: non_empty(&store.region),
     };
-    let mut builder = SharedStore::builder(location, index.url.clone())
+    let mut builder = SharedStore::builder(bucket, index.url.clone())
         .index_schema(index.schema.clone())
         .max_connections(index.max_connections)
         .retention(config.retention.clone())
@@ -188,20 +218,29 @@ fn shared_builder(config: &Config, isolation: Isolation) -> anyhow::Result<stowa
     if !index.ca_file.is_empty() {
         builder = builder.index_ca_file(&index.ca_file);
     }
+    if let Ok(ring) = config.links.key_ring(&location.dir) {
+        builder = builder.link_keys(ring.fingerprints());
+    }
     Ok(builder)
 }
 
 /// What `check-config` says about the shared store: connects to its database and bucket,
 /// changing nothing, and reports whether they are one store's (the same check `serve` runs
 /// when it opens the store, where a mismatch refuses to start). `None` for the other backends.
-pub(crate) async fn check_shared_store(config: &Config) -> anyhow::Result<Option<stowage_store::StoreCheck>> {
+pub(crate) async fn check_shared_store(
+    config: &Config,
+    location: &StoreLocation,
+) -> anyhow::Result<Option<(stowage_store::StoreCheck, time::Duration)>> {
     if config.store.backend.provider().is_none() {
         return Ok(None);
     }
     check_backend_keys(config)?;
     let isolation = Isolation::from_isolate_sessions(config.store.isolate_sessions);
-    let check = shared_builder(config, isolation)?.check().await;
-    check.map(Some).map_err(|e| one_cause(format!("the {} store (bucket {})", config.store.backend.name(), config.store.bucket), e))
+    let name = || format!("the {} store (bucket {})", config.store.backend.name(), config.store.bucket);
+    let builder = shared_builder(config, location, isolation)?;
+    let skew = builder.clock_skew().await.map_err(|e| one_cause(name(), e))?;
+    let check = builder.check().await.map_err(|e| one_cause(name(), e))?;
+    Ok(Some((check, skew)))
 }
 
 /// `context: error` as one error: a store error's message already ends with its cause, so

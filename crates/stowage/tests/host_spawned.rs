@@ -270,11 +270,12 @@ async fn links_outlive_the_session_for_two_hosts_at_once_and_a_restart() {
     assert!(!status.contains(&format!("by pid {pid} ")), "a new server: {status}");
 }
 
-/// The configured port held by another program: the store's link server takes its own port
-/// (the same for every session of this store), the banner says so, links outlive the session,
-/// and the other program is never asked for an artifact.
+/// The configured port held by another program: the store's link server takes a port the
+/// system picks (none another user could compute and take in advance), the banner says so,
+/// links outlive the session and the next session reuses the server, and the other program
+/// is never asked for an artifact.
 #[tokio::test]
-async fn with_the_port_taken_links_move_to_the_stores_own_port_and_still_outlive_the_session() {
+async fn with_the_port_taken_links_move_to_a_port_the_system_picks_and_still_outlive_the_session() {
     let Some((python, everything)) = peers() else { return };
     let m = Machine::new();
     let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -284,14 +285,178 @@ async fn with_the_port_taken_links_move_to_the_stores_own_port_and_still_outlive
     let id = m.put_note();
     let (first, stderr) = m.session(&python, url_calls(&id)).await;
     assert!(stderr.contains(&format!("127.0.0.1:{port} is taken by another program")), "{stderr}");
+    assert!(stderr.contains("a port the system picked, another each time the link server starts"), "{stderr}");
     let link = link_of(&first["calls"][0]);
     assert!(!link.starts_with(&format!("http://127.0.0.1:{port}/")), "{link}");
     assert_eq!(download(&link).await.unwrap(), (200, NOTE.to_owned()));
     let (second, _) = m.session(&python, url_calls(&id)).await;
     let origin = |l: &str| l.split("/artifacts/").next().unwrap().to_owned();
-    assert_eq!(origin(&link_of(&second["calls"][0])), origin(&link), "one port per store");
+    assert_eq!(origin(&link_of(&second["calls"][0])), origin(&link), "the next session reuses the server");
     squatter.set_nonblocking(true).unwrap();
     assert!(squatter.accept().is_err(), "nothing was sent to the program on the configured port");
+}
+
+/// The link server killed in the middle of a session: the next link the session mints goes
+/// to a new server (on the configured port, which the kill freed), never to the dead one, and
+/// the session says so; links minted before download again. Its log is the owner's only, so
+/// the next gateway finds nothing loose in the store.
+#[tokio::test]
+async fn a_link_server_killed_mid_session_is_replaced_before_the_next_link() {
+    let Some((python, everything)) = peers() else { return };
+    let m = Machine::new();
+    let port = free_port();
+    m.servers(json!({"everything": {"command": "node", "args": [everything, "stdio"]}}));
+    m.write("conf/stowage.toml", &format!("[links]\npublic_url = \"http://127.0.0.1:{port}\"\n"));
+    let id = m.put_note();
+    let state = m.store().join("links/server.json");
+    let calls = json!([
+        {"tool": "artifact_url", "arguments": {"id": id}},
+        {"kill_pid_in": state},
+        {"tool": "artifact_url", "arguments": {"id": id}},
+        {"tool": "artifact_read", "arguments": {"id": id}},
+    ]);
+    let (seen, stderr) = m.session(&python, calls).await;
+    let (before, after) = (link_of(&seen["calls"][0]), link_of(&seen["calls"][2]));
+    let killed = seen["calls"][1]["killed"].as_u64().unwrap();
+    let base = format!("http://127.0.0.1:{port}/artifacts/");
+    assert!(before.starts_with(&base) && after.starts_with(&base), "{before} {after}");
+    assert!(
+        stderr.contains(&format!("this store's link server (pid {killed}) is gone; download links are now served by a new one (pid ")),
+        "{stderr}"
+    );
+    assert!(call_text(&seen["calls"][3]).contains("hello from the shell"));
+    for link in [&after, &before] {
+        assert_eq!(download(link).await.unwrap(), (200, NOTE.to_owned()), "{link}");
+    }
+    let (status, _) = text(&m.run(&["links", "status"]));
+    assert!(
+        status.contains(&format!("served at http://127.0.0.1:{port}/artifacts/")) && !status.contains(&format!("by pid {killed} ")),
+        "{status}"
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &str| std::fs::metadata(m.store().join(p)).unwrap().permissions().mode() & 0o777;
+        assert_eq!((mode("links"), mode("links/server.json"), mode("links/server.log")), (0o700, 0o600, 0o600));
+        let (_, stderr) = m.session(&python, json!([])).await;
+        assert!(!stderr.contains("give group or others access"), "the store is private: {stderr}");
+    }
+}
+
+/// Another local user, and a web page, against a running link server: its control routes
+/// answer only requests signed with the secret in the owner's `server.json` (0600), which is
+/// never served; an unsigned or id-bearing request to stop it or lease it for an hour is
+/// refused; a foreign Host is refused on every route and an Origin on the control routes. As
+/// root, the second user is uid 65534 (nobody), with every directory on the way opened to it:
+/// it cannot read the secret, stop or renew the server. The owner's `links status` and `stop`
+/// still work.
+#[tokio::test]
+async fn the_link_server_answers_its_owner_only() {
+    let Some((python, everything)) = peers() else { return };
+    let m = Machine::new();
+    m.servers(json!({"everything": {"command": "node", "args": [everything, "stdio"]}}));
+    let id = m.put_note();
+    let (seen, _) = m.session(&python, url_calls(&id)).await;
+    let link = link_of(&seen["calls"][0]);
+    let state: Value = serde_json::from_slice(&std::fs::read(m.store().join("links/server.json")).unwrap()).unwrap();
+    let (port, pid) = (state["port"].as_u64().unwrap(), state["pid"].as_u64().unwrap());
+    let secret = state["secret"].as_str().unwrap().to_owned();
+    assert_eq!(secret.len(), 64, "{state}");
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let control = format!("{base}/_stowage/link-server");
+    let sid = state["id"].as_str().unwrap();
+    // Unsigned, or with the server's id (what used to authorise): refused, and nothing leaks.
+    let who = client.get(&control).send().await.unwrap();
+    assert_eq!(who.status(), 403);
+    let body = who.text().await.unwrap();
+    assert!(!body.contains(&secret) && !body.contains(sid), "{body}");
+    let lease = client.post(format!("{control}/lease")).json(&json!({"id": sid, "hold_secs": 3600})).send().await.unwrap();
+    assert_eq!(lease.status(), 403);
+    let stop = client.post(format!("{control}/stop")).json(&json!({"id": sid})).send().await.unwrap();
+    assert_eq!(stop.status(), 403);
+    // A forged signature: refused.
+    let forged = format!("{}.{}.{}", time::OffsetDateTime::now_utc().unix_timestamp(), "0".repeat(32), "0".repeat(64));
+    let stop = client.post(format!("{control}/stop")).header("x-stowage-control", forged).json(&json!({})).send().await.unwrap();
+    assert_eq!(stop.status(), 403);
+    // DNS rebinding: a foreign Host is refused on a download and on the control routes; a
+    // page's Origin on the control routes.
+    let path = link.strip_prefix(&base).unwrap();
+    let rebound = client.get(format!("{base}{path}")).header("host", "evil.example").send().await.unwrap();
+    assert_eq!(rebound.status(), 403);
+    let refused: Value = rebound.json().await.unwrap();
+    assert!(refused["error"]["message"].as_str().unwrap().starts_with("host \"evil.example\" is not allowed"), "{refused}");
+    assert_eq!(client.post(format!("{control}/stop")).header("host", format!("evil.example:{port}")).send().await.unwrap().status(), 403);
+    let paged = client.get(&control).header("origin", "http://127.0.0.1:23101.evil.example").send().await.unwrap();
+    assert_eq!(paged.status(), 403);
+    // The link itself still works, and the server still runs, not leased for an hour.
+    assert_eq!(download(&link).await.unwrap(), (200, NOTE.to_owned()));
+    let (status, _) = text(&m.run(&["links", "status"]));
+    assert!(status.contains(&format!("by pid {pid} ")), "{status}");
+    let until = status.split("until at least ").nth(1).unwrap().split_whitespace().next().unwrap();
+    let until = time::OffsetDateTime::parse(until, &time::format_description::well_known::Rfc3339).unwrap().unix_timestamp();
+    assert!(until <= time::OffsetDateTime::now_utc().unix_timestamp() + 930, "extended by someone: {status}");
+
+    if is_root() {
+        // Every directory from / to the state file opened to others (0711): only the file's
+        // own mode stands between uid 65534 and the secret.
+        use std::os::unix::fs::PermissionsExt;
+        let mut dir = m.store().join("links");
+        while dir.starts_with(m.tmp.path().parent().unwrap()) && dir != Path::new("/") {
+            let mode = std::fs::metadata(&dir).unwrap().permissions().mode() | 0o711;
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+            dir = dir.parent().unwrap().to_path_buf();
+        }
+        let as_nobody = |program: &str, args: &[&str]| {
+            let out = Command::new("setpriv")
+                .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+                .arg(program)
+                .args(args)
+                .current_dir("/")
+                .env_clear()
+                .env("PATH", std::env::var("PATH").unwrap_or_default())
+                .env("HOME", "/nonexistent")
+                .output()
+                .unwrap();
+            (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
+        };
+        let file = m.store().join("links/server.json");
+        let (read, said) = as_nobody("cat", &[file.to_str().unwrap()]);
+        assert!(!read && said.contains("Permission denied"), "nobody read the state file: {said}");
+        let store = m.store();
+        let (_, said) = as_nobody(BIN, &["--store", store.to_str().unwrap(), "links", "stop"]);
+        assert!(!said.contains("stopped the link server"), "{said}");
+        for (route, body) in [("lease", json!({"id": sid, "hold_secs": 3600}).to_string()), ("stop", json!({"id": sid}).to_string())] {
+            let (_, code) = as_nobody(
+                "curl",
+                &[
+                    "-s",
+                    "-o",
+                    "/dev/null",
+                    "-w",
+                    "%{http_code}",
+                    "-H",
+                    "content-type: application/json",
+                    "-d",
+                    &body,
+                    &format!("{control}/{route}"),
+                ],
+            );
+            assert_eq!(code.trim(), "403", "nobody's {route}: {code}");
+        }
+        let (status, _) = text(&m.run(&["links", "status"]));
+        assert!(status.contains(&format!("by pid {pid} ")), "nobody stopped it: {status}");
+    } else {
+        eprintln!("\n!!!!!!!! SKIPPED the second-user half: not root, so no other uid to run as !!!!!!!!\n");
+    }
+    // The owner stops it.
+    let out = m.run(&["links", "stop"]);
+    assert!(out.status.success() && text(&out).1.contains("stopped the link server"), "{:?}", text(&out));
+}
+
+fn is_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").map(|m| m.uid() == 0).unwrap_or(false)
 }
 
 /// A state file left by a server that is gone (the machine restarted), naming a port now held

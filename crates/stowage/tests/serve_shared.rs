@@ -57,6 +57,11 @@ fn config(s3: &BucketServer, pg_url: &str) -> String {
 /// `stowage ARGS…` on `config` with the bucket credentials in the environment, to its end
 /// (30 s at most): (success, stdout, stderr).
 fn run_stowage(config: &str, args: &[&str]) -> (bool, String, String) {
+    run_stowage_env(config, args, &[])
+}
+
+/// [`run_stowage`] with more (or other) environment variables.
+fn run_stowage_env(config: &str, args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let conf = dir.path().join("stowage.toml");
     std::fs::write(&conf, config).unwrap();
@@ -67,6 +72,7 @@ fn run_stowage(config: &str, args: &[&str]) -> (bool, String, String) {
         .env("AWS_ACCESS_KEY_ID", "testing")
         .env("AWS_SECRET_ACCESS_KEY", "testing")
         .env("STOWAGE_TEST_LINK_KEY", LINK_KEY)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -99,6 +105,11 @@ fn until_not_ready(port: u16) -> Value {
 }
 
 fn start(config: &str) -> Server {
+    start_env(config, &[])
+}
+
+/// [`start`] with more environment variables.
+fn start_env(config: &str, env: &[(&str, &str)]) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let conf = dir.path().join("stowage.toml");
     std::fs::write(&conf, config).unwrap();
@@ -114,6 +125,7 @@ fn start(config: &str) -> Server {
         .env("AZURE_STORAGE_ACCOUNT_NAME", support::AZURITE_ACCOUNT)
         .env("AZURE_STORAGE_ACCOUNT_KEY", support::AZURITE_KEY)
         .env("STOWAGE_TEST_LINK_KEY", LINK_KEY)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)
@@ -314,6 +326,107 @@ fn a_misconfigured_instance_refuses_to_start_and_the_fleet_keeps_its_records() {
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&pdf));
     let log = std::fs::read_to_string(a._dir.path().join("serve.log")).unwrap_or_default();
     assert!(!log.contains("removing a record"), "{log}");
+}
+
+/// Three instances of one fleet, one with a clock 2 h ahead and one 2 h behind (the test
+/// hook `STOWAGE_TEST_CLOCK_SKEW_SECS` moves a test build's clock): the two warn at start, in
+/// one line, and `check-config` says the same (a warning; `--strict` fails on it). Each stores,
+/// every instance sweeps every second, and nothing anyone stored goes; every link downloads.
+#[test]
+fn instances_whose_clocks_are_off_warn_and_delete_nothing() {
+    let Some(pg) = Postgres::start() else { return };
+    let Some(s3) = BucketServer::start(BucketKind::Moto, "artifacts") else { return };
+    let url = pg.create_database("stowage");
+    let conf = format!("{}\n[retention]\ngc_interval = \"1s\"\nttl = \"1h\"\n", config(&s3, &url));
+    let right = start(&conf);
+    let ahead = start_env(&conf, &[("STOWAGE_TEST_CLOCK_SKEW_SECS", "7200")]);
+    let behind = start_env(&conf, &[("STOWAGE_TEST_CLOCK_SKEW_SECS", "-7200")]);
+    let log = |s: &Server| std::fs::read_to_string(s._dir.path().join("serve.log")).unwrap_or_default();
+    for (server, way) in [(&ahead, "ahead of"), (&behind, "behind")] {
+        let warned: Vec<String> = log(server).lines().filter(|l| l.contains("clock is")).map(str::to_owned).collect();
+        assert_eq!(warned.len(), 1, "{}", log(server));
+        assert!(warned[0].starts_with("stowage: warning: this machine's clock is 7200.0s ") && warned[0].contains(way), "{}", warned[0]);
+        assert!(warned[0].contains("decides expiry and gc by the database's clock"), "{}", warned[0]);
+    }
+    assert!(!log(&right).contains("clock is"), "{}", log(&right));
+    // Each stores a text of its own (offloaded: over the inline limit).
+    let mut links = Vec::new();
+    for (i, server) in [&right, &ahead, &behind, &right].into_iter().enumerate() {
+        let message = format!("{i} {}", "stored by one instance of the fleet ".repeat(1200));
+        let result = Client::connect(server.port).call("echo", json!({"message": message}));
+        links.push(result["_meta"]["io.stowage/assets"][0]["uri"].as_str().unwrap_or_else(|| panic!("not offloaded: {result}")).to_owned());
+    }
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(pg.psql("stowage", "SELECT count(*) FROM stowage.artifacts"), "4", "nothing was deleted");
+    for link in &links {
+        let (status, _, _) = http(right.port, "GET", &path_of(link), &[], None);
+        assert_eq!(status, 200, "{link}");
+    }
+    let (ok, out, _) = run_stowage_env(&conf, &["check-config"], &[("STOWAGE_TEST_CLOCK_SKEW_SECS", "-7200")]);
+    assert!(ok, "a clock that is off is a warning: {out}");
+    assert!(out.contains("clock: warning: this machine's clock is 7200.0s behind the database's"), "{out}");
+    let (ok, _, err) = run_stowage_env(&conf, &["check-config", "--strict"], &[("STOWAGE_TEST_CLOCK_SKEW_SECS", "-7200")]);
+    assert!(!ok && err.contains("(--strict)"), "{err}");
+    let (ok, out, _) = run_stowage(&conf, &["check-config"]);
+    // Same machine, same clock: a few milliseconds at most, never "-0.0s".
+    assert!(ok && (out.contains("clock: 0.0s from the database's") || out.contains("clock: 0.1s from the database's")), "{out}");
+}
+
+/// An instance started with another secret under the fleet's link key id: it refuses to
+/// start, in one line naming the key, and `check-config` says the same; the fleet's links work.
+#[test]
+fn another_link_secret_is_refused_at_start_and_by_check_config() {
+    let Some(pg) = Postgres::start() else { return };
+    let Some(s3) = BucketServer::start(BucketKind::Moto, "artifacts") else { return };
+    let url = pg.create_database("stowage");
+    let conf = config(&s3, &url);
+    let a = start(&conf);
+    let result = Client::connect(a.port).call("get_report", json!({}));
+    let link = result["_meta"]["io.stowage/assets"][0]["uri"].as_str().unwrap().to_owned();
+    let other = [("STOWAGE_TEST_LINK_KEY", "YW5vdGhlci1saW5rLWtleS1vZi0zMi1ieXRlcy1oZXJl")];
+    let (ok, _, err) = run_stowage_env(&conf, &["serve", "--listen", &format!("127.0.0.1:{}", support::free_port())], &other);
+    assert!(!ok, "{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error: ")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].contains("link-signing key \"shared\" of this instance has another secret than store "), "{}", lines[0]);
+    let (ok, out, _) = run_stowage_env(&conf, &["check-config"], &other);
+    assert!(!ok && out.contains("store identity: error: ") && out.contains("link-signing key \"shared\""), "{out}");
+    let (status, _, _) = http(a.port, "GET", &path_of(&link), &[], None);
+    assert_eq!(status, 200);
+}
+
+/// What `serve` refuses, `check-config` refuses too (exit 1, the same line), and neither leaves
+/// a schema behind: another `isolate_sessions` than the fleet's, a typo in `[index] schema`,
+/// another database.
+#[test]
+fn check_config_refuses_what_serve_refuses_and_neither_leaves_a_schema() {
+    let Some(pg) = Postgres::start() else { return };
+    let Some(s3) = BucketServer::start(BucketKind::Moto, "artifacts") else { return };
+    let url = pg.create_database("stowage");
+    let conf = config(&s3, &url);
+    let a = start(&conf);
+    Client::connect(a.port).call("get_report", json!({}));
+    let schemas = |db: &str| {
+        pg.psql(db, "SELECT coalesce(string_agg(nspname, ',' ORDER BY nspname), '') FROM pg_namespace WHERE nspname NOT LIKE 'pg_%' AND nspname NOT IN ('information_schema', 'public')")
+    };
+    let other_db = pg.create_database("other");
+    let cases = [
+        ("isolate_sessions", conf.replace("[index]", "isolate_sessions = true\n\n[index]"), "keys its records by user isolation"),
+        ("a schema typo", conf.replace("[index]\n", "[index]\nschema = \"stowgae\"\n"), "schema stowgae records no store"),
+        ("another database", conf.replace(&url, &other_db), "/other schema stowage records no store"),
+    ];
+    for (what, bad, says) in cases {
+        let (ok, _, err) = run_stowage(&bad, &["serve", "--listen", &format!("127.0.0.1:{}", support::free_port())]);
+        assert!(!ok, "{what}: serve started");
+        let line = err.lines().find(|l| l.starts_with("error: ")).unwrap_or_else(|| panic!("{what}: {err}"));
+        assert!(line.contains(says), "{what}: {line}");
+        let (ok, out, _) = run_stowage(&bad, &["check-config"]);
+        assert!(!ok, "{what}: check-config passed: {out}");
+        let reason = line.split_once(": ").unwrap().1.split_once(": ").unwrap().1;
+        assert!(out.contains("store identity: error: ") && out.contains(reason), "{what}: {out}\nserve said: {line}");
+    }
+    assert_eq!(schemas("stowage"), "stowage", "no schema left behind");
+    assert_eq!(schemas("other"), "", "no schema left behind");
 }
 
 /// A bucket that starts refusing writes (a policy change, a credential that lost its write

@@ -142,6 +142,12 @@ pub struct ChainingConfig {
     /// Largest artifact or fetched body materialized inline or as a file (`base64`, `text`,
     /// `path`), in bytes; larger ones are refused with a hint to use `url`.
     pub max_materialize_bytes: u64,
+    /// Most bytes one call may materialize in all (every artifact and fetched body put inline
+    /// or in a file for it): the gateway holds them, and the upstream is sent them, at once.
+    /// A call over it is refused before anything is read or the upstream is called.
+    pub max_materialize_bytes_per_call: u64,
+    /// Most bytes one call may have written to temporary files (`path` inputs), in all.
+    pub max_file_bytes_per_call: u64,
     /// Largest body a tool may upload to one output blob's slot, in bytes (the store's
     /// `retention.max_artifact_bytes` applies too).
     pub max_output_bytes: u64,
@@ -160,6 +166,8 @@ impl Default for ChainingConfig {
             fetch_allowed_hosts: Vec::new(),
             input_link_ttl_secs: 300,
             max_materialize_bytes: 16 << 20,
+            max_materialize_bytes_per_call: 64 << 20,
+            max_file_bytes_per_call: 64 << 20,
             max_output_bytes: 50 << 20,
             presign_direct: false,
         }

@@ -3,7 +3,8 @@
 //! model left it empty.
 //!
 //! Everything that can refuse a call is checked before a byte is read: the owner (the
-//! caller's, as in configured chaining), expiry, `max_materialize_bytes`, the property's
+//! caller's, as in configured chaining), expiry, `max_materialize_bytes` (each artifact) and
+//! the per-call totals (`max_materialize_bytes_per_call`, `max_file_bytes_per_call`), the property's
 //! `maxLength` (counted as base64 for base64 properties), its media types (`contentMediaType`,
 //! the mime sibling's `enum`) and the upstream's `max_request_bytes`. One refusal refuses the
 //! call; the upstream is not called.
@@ -21,7 +22,7 @@ use stowage_store::Access;
 
 use super::InputMode;
 use super::detect::{DetectedInput, Step, ToolInputs, media_type_allowed};
-use super::inputs::{InputEnv, Materialized, check_size, inline, lookup, materialize, scheme_of, store_error};
+use super::inputs::{InputEnv, Materialized, check_call_totals, check_size, inline, lookup, materialize, scheme_of, store_error};
 use crate::tool_error::ToolError;
 
 /// The body limit of the upstream a call goes to.
@@ -91,6 +92,8 @@ pub(crate) async fn fill(
     // 1. Every check that needs no bytes, for every target, before anything is read.
     let mut looked_up = Vec::with_capacity(targets.len());
     let mut request = arguments.to_string().len() as u64;
+    // What the call materializes in all (and writes to files), from the artifacts' sizes.
+    let (mut total, mut files, mut count) = (0u64, 0u64, 0usize);
     for t in &targets {
         let what = || format!("{tool}'s {}", t.input.path);
         request = request.saturating_sub(t.uri.len() as u64);
@@ -115,6 +118,11 @@ pub(crate) async fn fill(
         };
         if t.input.form != InputMode::Url {
             check_size(env, tool, &t.uri, meta.size_bytes)?;
+            total = total.saturating_add(meta.size_bytes);
+            count += 1;
+            if t.input.form == InputMode::Path {
+                files = files.saturating_add(meta.size_bytes);
+            }
         }
         if let Some(max) = t.input.max_length.filter(|&m| matches!(t.input.form, InputMode::Base64) && sent > m) {
             return Err(ToolError::bad_request(format!(
@@ -127,6 +135,7 @@ pub(crate) async fn fill(
         request += sent;
         looked_up.push(Some((meta, store)));
     }
+    check_call_totals(env, tool, total, files, Some(count))?;
     if let Some(max) = limits.max_request_bytes.filter(|&m| request > m) {
         return Err(ToolError::bad_request(format!(
             "{tool}'s arguments would be {request} bytes with the artifacts filled in, over the {max} bytes upstream {} accepts (gateway.servers.{}.max_request_bytes); pass a smaller artifact, or use a tool that takes a URL",
@@ -160,6 +169,7 @@ pub(crate) async fn fill(
         let new = match t.input.form {
             InputMode::Url => materialize(env, tool, InputMode::Url, scope, &t.uri, &mut done).await?.unwrap_or_else(|| t.uri.clone()),
             form => {
+                done.take(env, tool, form, meta.size_bytes)?;
                 let bytes = store.get(&Access::owner_of(scope), &meta.id).await.map_err(store_error(&t.uri))?;
                 file_ext = infer::get(&bytes).map(|k| k.extension());
                 let new = inline(tool, form, &t.uri, meta.id.as_str(), &bytes, &mut done)?;

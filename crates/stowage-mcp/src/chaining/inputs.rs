@@ -28,6 +28,41 @@ pub(crate) struct Materialized {
     dir: Option<tempfile::TempDir>,
     /// How many URIs were rewritten.
     pub rewritten: usize,
+    /// Bytes materialized for the call so far (inline or in files), and written to files.
+    bytes: u64,
+    file_bytes: u64,
+}
+
+impl Materialized {
+    /// Counts `size` more bytes materialized for the call in `mode` (a file too for `path`),
+    /// refusing what would pass `[gateway.chaining]`'s per-call caps.
+    pub(super) fn take(&mut self, env: &InputEnv<'_>, tool: &str, mode: InputMode, size: u64) -> Result<(), ToolError> {
+        let (bytes, files) =
+            (self.bytes.saturating_add(size), self.file_bytes.saturating_add(if mode == InputMode::Path { size } else { 0 }));
+        check_call_totals(env, tool, bytes, files, None)?;
+        (self.bytes, self.file_bytes) = (bytes, files);
+        Ok(())
+    }
+}
+
+/// Refuses a call whose inputs would come to `bytes` materialized (`files` of them in
+/// temporary files) past `[gateway.chaining]`'s per-call caps, in one line naming the cap.
+/// `count`: how many artifacts, when known.
+pub(super) fn check_call_totals(env: &InputEnv<'_>, tool: &str, bytes: u64, files: u64, count: Option<usize>) -> Result<(), ToolError> {
+    let of = count.map(|n| format!(" ({n} input{})", if n == 1 { "" } else { "s" })).unwrap_or_default();
+    let max = env.config.max_materialize_bytes_per_call;
+    if bytes > max {
+        return Err(ToolError::bad_request(format!(
+            "{tool}'s inputs would put {bytes} bytes inline or in files{of}, over the {max} bytes one call may ([gateway.chaining] max_materialize_bytes_per_call); pass fewer or smaller artifacts, or give {tool} the url input mode"
+        )));
+    }
+    let max = env.config.max_file_bytes_per_call;
+    if files > max {
+        return Err(ToolError::bad_request(format!(
+            "{tool}'s inputs would write {files} bytes of files{of}, over the {max} bytes one call may ([gateway.chaining] max_file_bytes_per_call); pass fewer or smaller artifacts, or give {tool} the url input mode"
+        )));
+    }
+    Ok(())
 }
 
 fn forbidden(message: String) -> ToolError {
@@ -80,6 +115,21 @@ pub(crate) async fn translate_inputs(
     let mut positions = Vec::new();
     uri_positions(arguments, &mut String::new(), &mut positions);
     let mut done = Materialized::default();
+    // The call's total, from the artifacts' sizes, before a byte of any is read.
+    if mode != InputMode::Url {
+        let mut total = 0u64;
+        let mut count = 0;
+        for at in &positions {
+            let Some(Value::String(uri)) = arguments.pointer(at) else { continue };
+            if scheme_of(uri).is_some_and(|s| s.eq_ignore_ascii_case("artifact")) {
+                let (meta, _) = lookup(env, scope, uri).await?;
+                total = total.saturating_add(meta.size_bytes);
+                count += 1;
+            }
+        }
+        let files = if mode == InputMode::Path { total } else { 0 };
+        check_call_totals(env, tool, total, files, Some(count))?;
+    }
     let mut replacements = Vec::with_capacity(positions.len());
     for at in positions {
         let Some(Value::String(uri)) = arguments.pointer(&at) else { continue };
@@ -129,6 +179,7 @@ pub(super) async fn materialize(
                 }
                 _ => {
                     check_size(env, tool, uri, meta.size_bytes)?;
+                    done.take(env, tool, mode, meta.size_bytes)?;
                     let bytes = store.get(&Access::owner_of(scope), &meta.id).await.map_err(store_error(uri))?;
                     inline(tool, mode, uri, meta.id.as_str(), &bytes, done).map(Some)
                 }
@@ -138,7 +189,7 @@ pub(super) async fn materialize(
             // The tool fetches it itself, as it would without the gateway.
             InputMode::Url => Ok(None),
             _ => {
-                let bytes = fetch(env, tool, uri).await?;
+                let bytes = fetch(env, tool, uri, done, mode).await?;
                 inline(tool, mode, uri, "fetched", &bytes, done).map(Some)
             }
         },
@@ -283,7 +334,7 @@ fn write_file(done: &mut Materialized, name: &str, bytes: &[u8]) -> std::io::Res
 
 /// Fetches an `https://` URL for the model, only from an allowed host, without following
 /// redirects (a redirect could point anywhere) and within the size cap.
-async fn fetch(env: &InputEnv<'_>, tool: &str, uri: &str) -> Result<Vec<u8>, ToolError> {
+async fn fetch(env: &InputEnv<'_>, tool: &str, uri: &str, done: &mut Materialized, mode: InputMode) -> Result<Vec<u8>, ToolError> {
     let host = reqwest::Url::parse(uri).ok().and_then(|u| u.host_str().map(str::to_owned)).unwrap_or_default();
     if !env.config.may_fetch(&host) {
         return Err(forbidden(format!(
@@ -304,6 +355,8 @@ async fn fetch(env: &InputEnv<'_>, tool: &str, uri: &str) -> Result<Vec<u8>, Too
     while let Some(chunk) = response.chunk().await.map_err(|e| failed(e.to_string()))? {
         body.extend_from_slice(&chunk);
         check_size(env, tool, uri, body.len() as u64)?;
+        // Counted as it arrives: a body's size is known only once it is whole.
+        done.take(env, tool, mode, chunk.len() as u64)?;
     }
     Ok(body)
 }

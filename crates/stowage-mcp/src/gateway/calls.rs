@@ -205,6 +205,23 @@ impl Gateway {
         host: Option<Arc<crate::hosts::HostProfile>>,
     ) -> Result<CallReply, GatewayError> {
         let name = params.get("name").and_then(Value::as_str).unwrap_or("").to_owned();
+        // A tool's inputs are named: nothing else is forwarded, rewritten for chaining or
+        // handed to the gateway's own tools (`null` is taken as no arguments).
+        match params.get("arguments") {
+            Some(Value::Null) => drop(params.as_object_mut().map(|p| p.remove("arguments"))),
+            Some(args) if !args.is_object() => {
+                let kind = match args {
+                    Value::Array(_) => "an array",
+                    Value::String(_) => "a string",
+                    Value::Number(_) => "a number",
+                    _ => "a boolean",
+                };
+                return Err(GatewayError::InvalidParams(format!(
+                    "tools/call arguments must be an object of {name}'s named inputs ({{\"input\": value}}), not {kind}"
+                )));
+            }
+            _ => {}
+        }
         let host = host.unwrap_or_else(|| self.host_profile(session));
         let mut scope = session.scope.clone();
         if trace.is_some() {

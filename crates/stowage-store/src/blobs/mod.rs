@@ -18,7 +18,7 @@ mod publishing;
 pub(crate) use fs::FsBlobs;
 pub(crate) use memory::MemoryBlobs;
 #[cfg(all(feature = "postgres", feature = "s3"))]
-pub(crate) use object::{Bucket, ObjectBlobs};
+pub(crate) use object::{Bucket, MARKER, ObjectBlobs};
 #[cfg(all(feature = "postgres", feature = "s3"))]
 pub(crate) use publishing::Journal;
 

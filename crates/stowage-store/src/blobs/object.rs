@@ -51,6 +51,7 @@ use super::{
     stream_too_large,
 };
 use crate::Result;
+use crate::clock::Clock;
 use crate::mime::SNIFF_LEN;
 
 /// What the blobs need of a bucket client: the object API and presigning. Every provider's
@@ -92,10 +93,14 @@ async fn timed<T>(limit: Duration, call: impl Future<Output = object_store::Resu
     }
 }
 
-/// The marker's content: the store id, and what wrote it (for an operator reading it).
+/// The marker's content: the store id, its generation (see `crate::identity`), and what wrote
+/// it (for an operator reading it).
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Marker {
     store_id: String,
+    /// Absent in a marker written before generations: 0.
+    #[serde(default)]
+    generation: u64,
     #[serde(default)]
     about: String,
 }
@@ -118,6 +123,12 @@ pub(crate) struct ObjectBlobs {
     journal: Arc<Journal>,
     /// The store id the marker must hold, once the identity check has established it.
     store_id: std::sync::OnceLock<String>,
+    /// The fleet's clock (the database's): what "older than the grace" is judged by.
+    clock: Arc<dyn Clock>,
+    /// Why this location is no longer the store's (a stale copy, a relocated store), once an
+    /// identity check found so: puts are refused and readiness fails until a check finds it
+    /// the store's again.
+    fenced: Arc<Mutex<Option<String>>>,
 }
 
 impl std::fmt::Debug for ObjectBlobs {
@@ -194,7 +205,15 @@ fn temp_owner(name: &str) -> Option<i32> {
 
 impl ObjectBlobs {
     /// Blobs under `prefix` in `bucket`; `scheme` (`s3`, `gs`, `az`) only names it in messages.
-    pub(crate) fn new(store: Arc<dyn Bucket>, scheme: &str, bucket: &str, prefix: &str, grace: Duration, journal: Arc<Journal>) -> Self {
+    pub(crate) fn new(
+        store: Arc<dyn Bucket>,
+        scheme: &str,
+        bucket: &str,
+        prefix: &str,
+        grace: Duration,
+        journal: Arc<Journal>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         let bucket_url = format!("{scheme}://{bucket}");
         let target = if prefix.is_empty() { bucket_url.clone() } else { format!("{bucket_url}/{prefix}") };
         ObjectBlobs {
@@ -206,6 +225,40 @@ impl ObjectBlobs {
             in_flight: Arc::default(),
             journal,
             store_id: std::sync::OnceLock::new(),
+            clock,
+            fenced: Arc::default(),
+        }
+    }
+
+    /// The fleet's time less the grace: what was written before it is old enough to judge.
+    fn grace_cutoff(&self) -> SystemTime {
+        SystemTime::from(self.clock.now()).checked_sub(self.grace).unwrap_or(SystemTime::UNIX_EPOCH)
+    }
+
+    /// Stops this instance's puts at this location, saying why (an identity check found that
+    /// the location is not the store's any more); `None` lifts it.
+    pub(crate) fn set_fenced(&self, why: Option<String>) {
+        *self.fenced.lock().unwrap_or_else(|e| e.into_inner()) = why;
+    }
+
+    fn fenced(&self) -> Option<String> {
+        self.fenced.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Whether puts here are stopped (see [`ObjectBlobs::set_fenced`]).
+    pub(crate) fn is_fenced(&self) -> bool {
+        self.fenced().is_some()
+    }
+
+    /// A put at a fenced location fails before anything is written.
+    fn check_fence(&self) -> Result<()> {
+        match self.fenced() {
+            Some(why) => Err(StoreError::backend(
+                "put",
+                self.target.clone(),
+                format!("this instance takes no puts: its bucket location is not the store's any more ({why})"),
+            )),
+            None => Ok(()),
         }
     }
 
@@ -213,8 +266,8 @@ impl ObjectBlobs {
         self.prefix.clone().join(MARKER)
     }
 
-    /// The store id in the location's marker, `None` when there is none.
-    pub(crate) async fn read_marker(&self) -> Result<Option<String>> {
+    /// The store id and generation in the location's marker, `None` when there is none.
+    pub(crate) async fn read_marker(&self) -> Result<Option<(String, u64)>> {
         let key = self.marker_key();
         let fail = self.fail("read store marker", &key);
         let got = match timed(CALL_TIMEOUT, self.store.get(&key)).await {
@@ -226,15 +279,17 @@ impl ObjectBlobs {
         let marker: Marker = serde_json::from_slice(&body).map_err(|e| {
             StoreError::backend("read store marker", format!("{}/{key}", self.bucket_url), format!("not a stowage store marker ({e})"))
         })?;
-        Ok(Some(marker.store_id))
+        Ok(Some((marker.store_id, marker.generation)))
     }
 
-    /// Writes the location's marker naming `store_id`.
-    pub(crate) async fn write_marker(&self, store_id: &str) -> Result<()> {
+    /// Writes the location's marker naming `store_id` at `generation`.
+    pub(crate) async fn write_marker(&self, store_id: &str, generation: u64) -> Result<()> {
         let key = self.marker_key();
         let marker = Marker {
             store_id: store_id.to_owned(),
-            about: "this prefix holds the blobs of the Stowage store with this id; its PostgreSQL index records the same id".into(),
+            generation,
+            about: "this prefix holds the blobs of the Stowage store with this id; its PostgreSQL index records the same id and generation"
+                .into(),
         };
         let body = serde_json::to_vec_pretty(&marker).map_err(|e| StoreError::backend("write store marker", key.to_string(), e))?;
         timed(CALL_TIMEOUT, self.store.put(&key, PutPayload::from(body))).await.map_err(self.fail("write store marker", &key))?;
@@ -378,6 +433,7 @@ impl Blobs for ObjectBlobs {
     const DEPENDENCY: &'static str = "bucket";
 
     async fn stage_bytes(&self, data: Bytes) -> Result<Staged<ObjectPending>> {
+        self.check_fence()?;
         let sha256 = sha256_hex_off_thread(data.clone()).await?;
         let size = data.len() as u64;
         let head = data.slice(..data.len().min(SNIFF_LEN));
@@ -395,6 +451,7 @@ impl Blobs for ObjectBlobs {
     }
 
     async fn stage_stream(&self, mut reader: BoxReader, limit: Limit) -> Result<Staged<ObjectPending>> {
+        self.check_fence()?;
         let first = read_chunk(&mut reader).await.map_err(read_stream_error)?;
         if first.len() as u64 > limit.1 {
             return Err(stream_too_large(first.len() as u64, limit));
@@ -542,7 +599,7 @@ impl Blobs for ObjectBlobs {
 
     async fn list(&self) -> Result<Vec<BlobInfo>> {
         let dir = self.prefix.clone().join("blobs");
-        let cutoff = SystemTime::now().checked_sub(self.grace).unwrap_or(SystemTime::UNIX_EPOCH);
+        let cutoff = self.grace_cutoff();
         let mut out = Vec::new();
         let mut listing = self.store.list(Some(&dir));
         loop {
@@ -564,6 +621,9 @@ impl Blobs for ObjectBlobs {
 
     /// A small object written under `tmp/` and deleted again: the bucket takes writes now.
     async fn probe_write(&self) -> Result<(), (String, StoreError)> {
+        if let Err(e) = self.check_fence() {
+            return Err(("not the store's location".to_owned(), e));
+        }
         let key = self.temp_dir().join(temp_name(self.journal.instance()).as_str());
         lock(&self.in_flight).insert(key.to_string());
         let put = timed(CALL_TIMEOUT, self.store.put(&key, PutPayload::from_static(b"stowage readiness probe\n"))).await;
@@ -577,22 +637,26 @@ impl Blobs for ObjectBlobs {
 
     async fn verify_location(&self) -> Result<()> {
         let Some(want) = self.store_id.get() else { return Ok(()) };
+        let fail = |why: String| StoreError::backend("verify store marker", format!("{}/{}", self.bucket_url, self.marker_key()), why);
+        if let Some(why) = self.fenced() {
+            return Err(fail(format!("this location is not the store's any more ({why}); gc will not judge blobs here")));
+        }
+        // The index's generation now (instances advance it), and the marker's: the marker
+        // may be one ahead while an advance is half done, never behind.
+        let generation = self.journal.index().setting("generation").await?.and_then(|g| g.parse::<u64>().ok()).unwrap_or(0);
         match self.read_marker().await? {
-            Some(have) if &have == want => Ok(()),
-            found => Err(StoreError::backend(
-                "verify store marker",
-                format!("{}/{}", self.bucket_url, self.marker_key()),
-                match found {
-                    Some(other) => format!("it names store {other}, not this store ({want}); gc will not judge blobs here"),
-                    None => format!("it is missing (this store is {want}); gc will not judge blobs here"),
-                },
-            )),
+            Some((have, g)) if &have == want && (g == generation || g == generation + 1) => Ok(()),
+            Some((have, g)) if &have == want => Err(fail(format!(
+                "it is at generation {g} and the index at {generation}: this location is not the store's current one (a stale copy); gc will not judge blobs here"
+            ))),
+            Some((other, _)) => Err(fail(format!("it names store {other}, not this store ({want}); gc will not judge blobs here"))),
+            None => Err(fail(format!("it is missing (this store is {want}); gc will not judge blobs here"))),
         }
     }
 
     async fn clean_temp(&self) -> Result<TempSweep> {
         let dir = self.temp_dir();
-        let cutoff = SystemTime::now().checked_sub(self.grace).unwrap_or(SystemTime::UNIX_EPOCH);
+        let cutoff = self.grace_cutoff();
         let mut sweep = TempSweep::default();
         let listing = timed(CALL_TIMEOUT, self.store.list(Some(&dir)).try_collect::<Vec<_>>());
         let found = listing.await.map_err(self.fail("list staged uploads", &dir))?;

@@ -98,6 +98,11 @@ const LIVENESS_CHECK: Duration = Duration::from_secs(1);
 const RECONNECT_MAX: Duration = Duration::from_secs(5);
 
 impl Journal {
+    /// The index the journal writes to.
+    pub(crate) fn index(&self) -> &PgIndex {
+        &self.index
+    }
+
     /// Takes a liveness key (random; another if a live instance holds it) and its lock, and
     /// keeps the lock held (reconnecting after a database outage) until `stop` is cancelled.
     pub(crate) async fn start(index: PgIndex, stop: CancellationToken) -> Result<Arc<Self>> {

@@ -382,6 +382,8 @@ pub(crate) enum ProxyMode {
     RefuseWrites = 1,
     /// Reads the request and never answers (a bucket that hangs).
     Hang = 2,
+    /// Forwards every request 2.5 s late (a slow but healthy bucket).
+    Slow = 3,
 }
 
 /// A small HTTP proxy in front of a bucket server, switchable at run time between passing
@@ -496,6 +498,7 @@ fn proxy_one(mut client: TcpStream, upstream: u16, mode: &std::sync::atomic::Ato
             );
             return;
         }
+        m if m == ProxyMode::Slow as u8 => std::thread::sleep(Duration::from_millis(2500)),
         _ => {}
     }
     let Ok(mut up) = TcpStream::connect(("127.0.0.1", upstream)) else { return };

@@ -56,6 +56,10 @@ pub(crate) enum ArtifactsCommand {
         #[arg(long)]
         drop_dangling: bool,
     },
+    /// Shared stores: record the configured bucket location as the store's, after every
+    /// object (the store's marker included) was copied there and every instance stopped; the
+    /// old location is refused from then on (docs/deploy.md, moving a bucket).
+    Relocate,
 }
 
 #[derive(Debug, Args)]
@@ -125,6 +129,7 @@ pub(crate) async fn run(store: &dyn ArtifactStore, cmd: ArtifactsCommand) -> any
             }
             print_json(&report)
         }
+        ArtifactsCommand::Relocate => unreachable!("relocate opens no store (main.rs runs it)"),
     }
 }
 

@@ -88,9 +88,23 @@ pub(crate) async fn run(config: &Config, source: &ConfigSource, store: &StoreLoc
     }
     println!("store: {}", store.describe(config.store.backend));
     // The check serve runs when it opens a shared store: a mismatch refuses to start there.
-    let store_check = crate::wiring::check_shared_store(config).await;
+    let store_check = crate::wiring::check_shared_store(config, store).await;
+    let mut clock_off = None;
     match &store_check {
-        Ok(Some(check)) => println!("store identity: {check}"),
+        Ok(Some((check, skew))) => {
+            println!("store identity: {check}");
+            if skew.unsigned_abs() > stowage_store::MAX_CLOCK_SKEW {
+                println!("clock: warning: {}", stowage_store::skew_warning(*skew));
+                clock_off = Some(stowage_store::skew_warning(*skew));
+            } else {
+                println!(
+                    "clock: {:.1}s from the database's (within {}s; the store decides expiry and gc by the database's)",
+                    // Rounded to tenths first, and + 0.0 so a few ms behind is "0.0s", not "-0.0s".
+                    (skew.whole_milliseconds() as f64 / 100.0).round() / 10.0 + 0.0,
+                    stowage_store::MAX_CLOCK_SKEW.as_secs()
+                );
+            }
+        }
         Ok(None) => {}
         Err(e) => println!("store identity: error: {e:#}"),
     }
@@ -184,6 +198,9 @@ pub(crate) async fn run(config: &Config, source: &ConfigSource, store: &StoreLoc
     }
     if let Some(e) = agent_down {
         anyhow::ensure!(!cli.strict, "the agent's model is not available: {e} (--strict)");
+    }
+    if let Some(w) = clock_off {
+        anyhow::ensure!(!cli.strict, "{w} (--strict)");
     }
     Ok(())
 }

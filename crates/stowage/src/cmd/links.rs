@@ -44,7 +44,7 @@ pub(crate) async fn status(location: &StoreLocation) -> anyhow::Result<()> {
         return Ok(());
     }
     match link_server::identity(&state).await {
-        Ok(who) if who.id == state.id => {
+        Ok(who) if who.pid == state.pid => {
             println!("download links of the store {} are served at {}/artifacts/…", location.dir.display(), state.url());
             println!("  by pid {} (stowage {}), since {}", state.pid, state.version, rfc3339(state.started_at));
             println!(
@@ -53,7 +53,7 @@ pub(crate) async fn status(location: &StoreLocation) -> anyhow::Result<()> {
             );
             println!("  log: {}", files.log().display());
         }
-        Ok(_) => anyhow::bail!("{} answers for another link server than this store's (pid {})", state.url(), state.pid),
+        Ok(who) => anyhow::bail!("{} answers for another link server (pid {}) than this store's (pid {})", state.url(), who.pid, state.pid),
         Err(e) => anyhow::bail!("the link server of this store (pid {}, {}) does not answer: {e:#}", state.pid, state.url()),
     }
     Ok(())

@@ -93,6 +93,14 @@ pub(crate) async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()>
         links.public_url = url;
         links_listener = Some(listener);
     }
+    // The link server is watched for as long as this gateway runs: a link for people is
+    // minted only for a server that is alive (a new one is started when it died), or for
+    // this process's own listener when none can be.
+    let supervisor = link_server.as_ref().map(|(want, leased)| {
+        let s = crate::link_server::Supervisor::new(want.clone(), leased, links.public_url.clone());
+        s.clone().keep_leased();
+        s
+    });
     let mut extra_routes = None;
     let mut link_service = None;
     let mut people_links = None;
@@ -100,11 +108,11 @@ pub(crate) async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()>
     if plan.links != LinksPlan::Off {
         let ring = links.key_ring(&store_dir).context("cannot load the link-signing key")?;
         let signer = Arc::new(LinkSigner::new(ring, &links));
-        let people_signer = match &link_server {
-            Some(l) => {
-                let people = stowage_links::LinksConfig { public_url: l.state.url(), ..links.clone() };
+        let people_signer = match &supervisor {
+            Some(sup) => {
                 let ring = links.key_ring(&store_dir).context("cannot load the link-signing key")?;
-                let s = Arc::new(LinkSigner::new(ring, &people));
+                let sup = sup.clone();
+                let s = Arc::new(LinkSigner::with_base(ring, links.ttl, Arc::new(move || sup.base_url())));
                 people_links = Some(stowage_http::LinkService::new(ctx.store.clone(), s.clone()));
                 s
             }
@@ -189,7 +197,7 @@ pub(crate) async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()>
         auth: plan.auth,
         links: link_service,
         people_links,
-        links_banner: link_server.as_ref().map(|l| {
+        links_banner: link_server.as_ref().map(|(_, l)| {
             format!(
                 "  download links: {}/artifacts/…  (served for this store by its link server, pid {}, after this session too: stowage links status)\n",
                 l.state.url(),
@@ -265,14 +273,14 @@ async fn collect_garbage(store: Arc<dyn ArtifactStore>, every: std::time::Durati
     }
 }
 
-/// Makes sure the store's link server runs and holds a lease on it while this gateway runs
-/// (see [`crate::link_server`]). `None` (said on stderr) when the store lives in this process
+/// Makes sure the store's link server runs and takes a lease on it (see
+/// [`crate::link_server`]). `None` (said on stderr) when the store lives in this process
 /// only, or the server cannot be started or reused: links are then served by this process.
 async fn ensure_link_server(
     ctx: &ServeContext<'_>,
     links: &stowage_links::LinksConfig,
     wanted: &str,
-) -> Option<crate::link_server::Leased> {
+) -> Option<(crate::link_server::Want, crate::link_server::Leased)> {
     use crate::config::Backend;
     if matches!(ctx.store_backend, Backend::Memory | Backend::Noop) {
         // Its artifacts live in this process: its links cannot outlive it either.
@@ -280,23 +288,27 @@ async fn ensure_link_server(
     }
     let port = loopback_port(wanted).unwrap_or(8787);
     let store_dir = &ctx.store_location.dir;
-    let hold = crate::link_server::hold_for(links.ttl);
     let attempt = async {
         let ring = links.key_ring(store_dir).context("cannot load the link-signing key")?;
-        let probe = crate::link_server::Probe::new(&ring);
-        crate::link_server::ensure(store_dir, ctx.config_source.path(), port, hold, &probe).await
+        let want = crate::link_server::Want {
+            store_dir: store_dir.clone(),
+            config_file: ctx.config_source.path().map(std::path::Path::to_path_buf),
+            port,
+            hold: crate::link_server::hold_for(links.ttl),
+            probe: crate::link_server::Probe::new(&ring),
+        };
+        crate::link_server::ensure(&want).await.map(|leased| (want, leased))
     };
     match attempt.await {
-        Ok(leased) => {
+        Ok((want, leased)) => {
             if leased.state.port != port {
                 eprintln!(
-                    "stowage: 127.0.0.1:{port} is taken by another program; this store's download links are served on {} instead",
+                    "stowage: 127.0.0.1:{port} is taken by another program; this store's download links are served on {} instead (a port the system picked, another each time the link server starts)",
                     leased.state.url()
                 );
             }
             tracing::debug!(target: "stowage::links", pid = leased.state.pid, port = leased.state.port, started = leased.started, until = leased.until, "link server");
-            crate::link_server::keep_leased(leased.state.clone(), hold);
-            Some(leased)
+            Some((want, leased))
         }
         Err(e) => {
             eprintln!("stowage: warning: download links are served by this process only and stop working when it exits: {e:#}");

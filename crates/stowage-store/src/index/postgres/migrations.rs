@@ -43,9 +43,7 @@ async fn apply_in_transaction(client: &tokio_postgres::Client, schema: &str, iso
         .map_err(pg)?;
     let current: i32 = client.query_one("SELECT COALESCE(MAX(version), 0) FROM schema_migrations", &[]).await.map_err(pg)?.get(0);
     if current > SCHEMA_VERSION {
-        return Err(format!(
-            "schema {schema} is at version {current}, newer than this Stowage knows ({SCHEMA_VERSION}); run a newer Stowage or point [index] schema elsewhere"
-        ));
+        return Err(too_new(schema, current));
     }
     for (version, name, sql) in MIGRATIONS.iter().filter(|(v, _, _)| *v > current) {
         client.batch_execute(sql).await.map_err(|e| format!("migration {version} ({name}): {}", super::describe(&e)))?;
@@ -58,12 +56,40 @@ async fn apply_in_transaction(client: &tokio_postgres::Client, schema: &str, iso
             client.execute("INSERT INTO settings (key, value) VALUES ('isolation', $1)", &[&want]).await.map_err(pg)?;
         }
         Some(have) if have == want => {}
-        Some(have) => {
-            return Err(format!(
-                "schema {schema} keys its records by {have} isolation, but this store is opened with {want} isolation; \
-                 set [store] isolate_sessions to match the other instances, or use another [index] schema"
-            ));
-        }
+        Some(have) => return Err(other_isolation(schema, &have, want)),
     }
     Ok((current < SCHEMA_VERSION).then_some(current))
+}
+
+/// What [`apply`] would refuse about an existing schema, found without changing anything
+/// (`check-config`): a version newer than this build knows, or another isolation. Errors are
+/// [`apply`]'s, word for word.
+pub(crate) async fn check(client: &tokio_postgres::Client, schema: &str, isolation: Isolation) -> Result<(), String> {
+    let pg = |e: tokio_postgres::Error| super::describe(&e);
+    let versions = format!("{schema}.schema_migrations");
+    let has_versions: bool = client.query_one("SELECT to_regclass($1) IS NOT NULL", &[&versions]).await.map_err(pg)?.get(0);
+    if has_versions {
+        let current: i32 = client.query_one(&format!("SELECT COALESCE(MAX(version), 0) FROM {versions}"), &[]).await.map_err(pg)?.get(0);
+        if current > SCHEMA_VERSION {
+            return Err(too_new(schema, current));
+        }
+    }
+    let row = client.query_opt(&format!("SELECT value FROM {schema}.settings WHERE key = 'isolation'"), &[]).await.map_err(pg)?;
+    match row.map(|r| r.get::<_, String>(0)) {
+        Some(have) if have != isolation.as_str() => Err(other_isolation(schema, &have, isolation.as_str())),
+        _ => Ok(()),
+    }
+}
+
+fn too_new(schema: &str, current: i32) -> String {
+    format!(
+        "schema {schema} is at version {current}, newer than this Stowage knows ({SCHEMA_VERSION}); run a newer Stowage or point [index] schema elsewhere"
+    )
+}
+
+fn other_isolation(schema: &str, have: &str, want: &str) -> String {
+    format!(
+        "schema {schema} keys its records by {have} isolation, but this store is opened with {want} isolation; \
+         set [store] isolate_sessions to match the other instances, or use another [index] schema"
+    )
 }

@@ -166,13 +166,50 @@ impl PgIndex {
     /// Connects, creates the schema if needed and applies the migrations this version ships.
     /// Refuses a database whose schema is newer than this version knows, or whose records
     /// were keyed under another isolation.
+    #[cfg(test)]
     pub(crate) async fn open(opts: &PgOptions, isolation: Isolation) -> Result<Self> {
         let index = Self::connect(opts).await?;
-        let client = index.client("open index").await?;
-        migrations::apply(&client, &index.schema, isolation)
-            .await
-            .map_err(|e| StoreError::backend("migrate index", index.target.clone(), e))?;
+        index.migrate(isolation).await?;
         Ok(index)
+    }
+
+    /// Creates the schema if needed and applies the migrations this version ships, in one
+    /// transaction (a refusal leaves nothing behind). Refuses a schema newer than this version
+    /// knows, or whose records were keyed under another isolation.
+    pub(crate) async fn migrate(&self, isolation: Isolation) -> Result<()> {
+        let client = self.client("open index").await?;
+        migrations::apply(&client, &self.schema, isolation).await.map_err(|e| StoreError::backend("migrate index", self.target.clone(), e))
+    }
+
+    /// What [`PgIndex::migrate`] would refuse about the existing schema, changing nothing: the
+    /// same one-line errors.
+    pub(crate) async fn check_schema(&self, isolation: Isolation) -> Result<()> {
+        let client = self.client("open index").await?;
+        migrations::check(&client, &self.schema, isolation).await.map_err(|e| StoreError::backend("migrate index", self.target.clone(), e))
+    }
+
+    /// The database's clock (`clock_timestamp()`, microseconds), and the monotonic instant the
+    /// reading stands for: the middle of the round trip.
+    pub(crate) async fn db_time(&self) -> Result<(stowage_core::Timestamp, std::time::Instant)> {
+        let client = self.client("read database clock").await?;
+        let sent = std::time::Instant::now();
+        let row = client
+            .query_one("SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::BIGINT", &[])
+            .await
+            .map_err(self.fail("read database clock"))?;
+        let back = std::time::Instant::now();
+        let micros: i64 = row.get(0);
+        let at = stowage_core::Timestamp::from_unix_timestamp_nanos(i128::from(micros) * 1000)
+            .map_err(|e| StoreError::backend("read database clock", self.target.clone(), e.to_string()))?;
+        Ok((at, sent + (back - sent) / 2))
+    }
+
+    /// The instances holding their liveness lock now (each instance's key).
+    pub(crate) async fn live_instance_count(&self) -> Result<i64> {
+        let sql = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2 \
+                   AND classid::bigint = $1 \
+                   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
+        Ok(self.query_one("read index", sql, &[&i64::from(LOCK_INSTANCE)]).await?.get(0))
     }
 
     /// A pool for the index, without touching its schema (`check-config` reads through it and
