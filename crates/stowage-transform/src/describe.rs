@@ -309,6 +309,9 @@ impl Shape {
             let low = !n.overflow && distinct <= LOW_CARDINALITY && (distinct as u64) < scalars.max(2);
             if scalars == 1 && distinct == 1 {
                 let _ = write!(out, "; value {}", n.values.keys().next().map_or("", String::as_str));
+                if n.str_max > VALUE_CHARS {
+                    let _ = write!(out, " ({} chars)", n.str_max);
+                }
             } else if low {
                 let mut vals: Vec<(&String, &u64)> = n.values.iter().collect();
                 vals.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
