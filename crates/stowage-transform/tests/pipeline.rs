@@ -296,7 +296,12 @@ fn a_part_cut_to_nothing_keeps_its_described_shape() {
     assert_eq!(out.value["structuredContent"]["warehouses"], json!([]), "each warehouse is over the typed budget");
     let a = &out.report.artifacts[0];
     assert!(a.summary.contains("shape of warehouses"), "{}", a.summary);
-    for line in [".[]: object ×40", ".[].region: string ×40; values \"east\" 10", ".[].bins: array ×40; length 60", ".[].bins[].qty: integer ×2400; min 0 max"] {
+    for line in [
+        ".[]: object ×40",
+        ".[].region: string ×40; values \"east\" 10",
+        ".[].bins: array ×40; length 60",
+        ".[].bins[].qty: integer ×2400; min 0 max",
+    ] {
         assert!(a.summary.contains(line), "{line} not in {}", a.summary);
     }
     assert!(a.summary.len() < 2_500, "{}", a.summary.len());

@@ -62,15 +62,23 @@ pub(super) async fn call(
 
 /// Reads the text as `format` (or as the first of JSON, NDJSON and CSV that fits) and writes
 /// its shape within the host's page.
-fn describe(id: &str, text: &str, format: Option<Format>, pointer: Option<&str>, size: &str, hints: &ReadHints) -> Result<Value, ToolError> {
+fn describe(
+    id: &str,
+    text: &str,
+    format: Option<Format>,
+    pointer: Option<&str>,
+    size: &str,
+    hints: &ReadHints,
+) -> Result<Value, ToolError> {
     let (format, value) = match format {
         Some(f) => (f, input::parse(ARTIFACT_DESCRIBE_TOOL, id, text, f)?),
         None => sniff(id, text)?,
     };
     let value = match pointer {
-        Some(p) => value.pointer(p).cloned().ok_or_else(|| {
-            ToolError::bad_request(format!("artifact_describe: pointer {p:?} selects nothing in artifact {id}"))
-        })?,
+        Some(p) => value
+            .pointer(p)
+            .cloned()
+            .ok_or_else(|| ToolError::bad_request(format!("artifact_describe: pointer {p:?} selects nothing in artifact {id}")))?,
         None => value,
     };
     let shape = match (&value, format) {

@@ -31,9 +31,9 @@ pub(super) fn count_argument(arguments: &Value, has_grep: bool) -> Result<bool, 
     match arguments.get("count") {
         None | Some(Value::Null) | Some(Value::Bool(false)) => Ok(false),
         Some(Value::Bool(true)) if has_grep => Ok(true),
-        Some(Value::Bool(true)) => Err(ToolError::bad_request(
-            "artifact_read: \"count\" goes with \"grep\": give the regex whose matching lines to count",
-        )),
+        Some(Value::Bool(true)) => {
+            Err(ToolError::bad_request("artifact_read: \"count\" goes with \"grep\": give the regex whose matching lines to count"))
+        }
         Some(v) => Err(ToolError::bad_request(format!("artifact_read: \"count\" must be true or false, not {v}"))),
     }
 }

@@ -129,7 +129,9 @@ fn delimited(tool: &str, id: &str, text: &str, delimiter: u8) -> Result<Value, T
     };
     let headers: Vec<String> = reader.headers().map_err(bad)?.iter().map(str::to_owned).collect();
     if headers.len() < 2 && delimiter == b',' && headers.first().is_some_and(|h| h.contains('\t')) {
-        return Err(ToolError::bad_request(format!("{tool}: artifact {id} is not CSV: its header has tabs, not commas; pass \"as\": \"tsv\"")));
+        return Err(ToolError::bad_request(format!(
+            "{tool}: artifact {id} is not CSV: its header has tabs, not commas; pass \"as\": \"tsv\""
+        )));
     }
     let mut rows = Vec::new();
     for record in reader.records() {

@@ -63,11 +63,11 @@ thread_local! {
 /// One step of an unbounded built-in: an error once the deadline passed or the caller gave up
 /// (and from then on, so `try` cannot resume the loop).
 fn step() -> Result<(), Error<Val>> {
-    if let Some((deadline, stop)) = FENCE.get() {
-        if stop.load(Ordering::Relaxed) || Instant::now() >= deadline {
-            stop.store(true, Ordering::Relaxed);
-            return Err(Error::str(format!("stopped: the program ran past its time limit ({})", secs(LIMIT.get()))));
-        }
+    if let Some((deadline, stop)) = FENCE.get()
+        && (stop.load(Ordering::Relaxed) || Instant::now() >= deadline)
+    {
+        stop.store(true, Ordering::Relaxed);
+        return Err(Error::str(format!("stopped: the program ran past its time limit ({})", secs(LIMIT.get()))));
     }
     Ok(())
 }
@@ -88,11 +88,7 @@ fn funs() -> impl Iterator<Item = Fun<D>> {
         run(("stderr_empty", v(0), |_| Box::new(std::iter::empty()))),
         run(("_stowage_step", v(0), |cv| box_once(step().map(|()| cv.1).map_err(Exn::from)))),
     ];
-    jaq_core::funs()
-        .chain(jaq_std::funs())
-        .chain(jaq_json::funs())
-        .filter(move |(name, _, _)| !replaced.contains(name))
-        .chain(ours)
+    jaq_core::funs().chain(jaq_std::funs()).chain(jaq_json::funs()).filter(move |(name, _, _)| !replaced.contains(name)).chain(ours)
 }
 
 /// The generators that could run forever, redefined to step the fence (same meaning as
@@ -181,9 +177,10 @@ fn at_error(code: &str, piece: &str, why: &str) -> ToolError {
 type Filter = jaq_core::Filter<D>;
 
 fn compile(code: &str) -> Result<Filter, ToolError> {
-    let defs = jaq_core::defs().chain(jaq_std::defs()).chain(jaq_json::defs()).chain(
-        jaq_core::load::parse(FENCED_DEFS, |p| p.defs()).expect("the fenced definitions parse"),
-    );
+    let defs = jaq_core::defs()
+        .chain(jaq_std::defs())
+        .chain(jaq_json::defs())
+        .chain(jaq_core::load::parse(FENCED_DEFS, |p| p.defs()).expect("the fenced definitions parse"));
     let loader = Loader::new(defs);
     let arena = Arena::default();
     let modules = loader.load(&arena, File { code, path: () }).map_err(|errs| {
@@ -376,7 +373,7 @@ fn read(id: &str, bytes: &Bytes, format: Format) -> Result<Val, ToolError> {
             )));
         }
         return jaq_json::read::parse_single(bytes).map_err(|e| {
-                ToolError::bad_request(format!(
+            ToolError::bad_request(format!(
                 "artifact_query: artifact {id} is not JSON ({e}); pass \"as\": \"csv\", \"tsv\", \"ndjson\" or \"lines\" for other text"
             ))
         });

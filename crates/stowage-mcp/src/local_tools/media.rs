@@ -280,7 +280,13 @@ fn byte_of_char(text: &str, chars: usize) -> usize {
 }
 
 /// How many lines of each page match `re` (pages without a match left out), and the total.
-fn pdf_count(text: &stowage_media::PdfText, re: &regex::Regex, mut head: String, mut structured: Map<String, Value>, hints: &ReadHints) -> Value {
+fn pdf_count(
+    text: &stowage_media::PdfText,
+    re: &regex::Regex,
+    mut head: String,
+    mut structured: Map<String, Value>,
+    hints: &ReadHints,
+) -> Value {
     let per_page: Vec<(u32, usize)> =
         text.pages.iter().map(|p| (p.number, p.text.lines().filter(|l| re.is_match(l)).count())).filter(|(_, n)| *n > 0).collect();
     let total: usize = per_page.iter().map(|(_, n)| n).sum();

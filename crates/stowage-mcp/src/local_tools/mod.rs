@@ -19,6 +19,7 @@
 //! Their answers go through the shaper's host step and final limit, not through the transform
 //! pipeline again: they are already small, and a window must reach the model as it is.
 
+pub(crate) mod collect;
 mod describe;
 mod grep;
 mod hints;
@@ -77,6 +78,7 @@ impl LocalTools<'_> {
             defs.push(read::def());
             defs.push(query::def());
             defs.push(describe::def());
+            defs.push(collect::def());
             defs.push(resources::def());
         }
         defs

@@ -111,9 +111,9 @@ fn ids_argument(arguments: &Value) -> Result<(Vec<String>, bool), ToolError> {
                 .ok_or_else(|| ToolError::bad_request("artifact_query: \"ids\" must be a list of artifact ids or artifact:// URIs"))?;
             Ok((ids, true))
         }
-        (None, Some(_)) => {
-            Err(ToolError::bad_request(format!("artifact_query: \"ids\" must be a list of 1 to {MAX_IDS} artifact ids or artifact:// URIs")))
-        }
+        (None, Some(_)) => Err(ToolError::bad_request(format!(
+            "artifact_query: \"ids\" must be a list of 1 to {MAX_IDS} artifact ids or artifact:// URIs"
+        ))),
         (None, None) => Err(ToolError::bad_request(
             "artifact_query needs \"id\" (an artifact id or artifact:// URI from an earlier tool result) or \"ids\" (a list of them)",
         )),
@@ -189,7 +189,7 @@ pub(super) async fn call(
         facts.insert("nextOffset".into(), json!(n));
     }
     if cut {
-        let note = header.trim_start_matches('[').trim_end_matches(']').splitn(2, ": ").nth(1).unwrap_or_default().to_owned();
+        let note = header.trim_start_matches('[').trim_end_matches(']').split_once(": ").map(|x| x.1).unwrap_or_default().to_owned();
         facts.insert("note".into(), json!(note));
     }
     Ok(hints.answer(header, page.payload, facts))
@@ -336,7 +336,8 @@ mod tests {
     #[test]
     fn a_cut_selection_states_its_true_total_and_continues_at_offset() {
         // The fault this guards: 20,000 items reported as "cut to items 0..1691 of 2666".
-        let orders: Vec<Value> = (0..20_000).map(|i| json!({"id": format!("O-{i}"), "customer": format!("customer {}", i % 1500), "total": i})).collect();
+        let orders: Vec<Value> =
+            (0..20_000).map(|i| json!({"id": format!("O-{i}"), "customer": format!("customer {}", i % 1500), "total": i})).collect();
         let doc = json!({"orders": orders}).to_string();
         let host = crate::hosts::builtin().into_iter().find(|p| p.name == "claude-code").unwrap();
         let hints = ReadHints::for_host(&host);
@@ -349,7 +350,11 @@ mod tests {
         let second: Vec<Value> = serde_json::from_str(&p2).unwrap();
         assert_eq!(second[0]["id"], format!("O-{next}"), "{h2}");
         let (h3, p3, _) = answer_for(&doc, json!({"jmespath": "orders", "offset": 19_999}), hints).unwrap();
-        assert_eq!(serde_json::from_str::<Value>(&p3).unwrap(), json!([{"id": "O-19999", "customer": "customer 499", "total": 19999}]), "{h3}");
+        assert_eq!(
+            serde_json::from_str::<Value>(&p3).unwrap(),
+            json!([{"id": "O-19999", "customer": "customer 499", "total": 19999}]),
+            "{h3}"
+        );
         assert!(!h3.contains("more:"), "{h3}");
         let e = answer_for(&doc, json!({"jq": ".orders", "offset": 20_001}), hints).unwrap_err();
         assert!(e.message.contains("past the end: the selection has 20000 items"), "{e}");
@@ -360,10 +365,16 @@ mod tests {
         let csv: String = std::iter::once("id,region,amount\n".to_owned())
             .chain((0..300).map(|i| format!("{i},{},{}\n", ["north", "south", "east"][i % 3], i * 2)))
             .collect();
-        let (_, n, _) = answer_for(&csv, json!({"as": "csv", "jq": "[.[] | select(.region == \"east\" and .amount > 100)] | length"}), ReadHints::default()).unwrap();
+        let (_, n, _) = answer_for(
+            &csv,
+            json!({"as": "csv", "jq": "[.[] | select(.region == \"east\" and .amount > 100)] | length"}),
+            ReadHints::default(),
+        )
+        .unwrap();
         assert_eq!(n, "83");
         let (_, top, _) =
-            answer_for(&csv, json!({"as": "csv", "jq": "[.[] | select(.region == \"east\")] | max_by(.amount)"}), ReadHints::default()).unwrap();
+            answer_for(&csv, json!({"as": "csv", "jq": "[.[] | select(.region == \"east\")] | max_by(.amount)"}), ReadHints::default())
+                .unwrap();
         assert_eq!(serde_json::from_str::<Value>(&top).unwrap(), json!({"id": 299, "region": "east", "amount": 598}));
         let e = answer_for("a,b\n1,2\n3\n", json!({"as": "csv", "jq": "length"}), ReadHints::default()).unwrap_err();
         assert!(e.message.contains("not CSV at line 3"), "{e}");
