@@ -30,6 +30,7 @@
 
 pub mod clamp;
 mod config;
+pub mod describe;
 mod error;
 pub mod fastjson;
 pub mod layers;

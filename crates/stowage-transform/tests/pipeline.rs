@@ -272,6 +272,41 @@ fn an_offloaded_list_stays_a_list_under_its_output_schema() {
     assert!(out.report.bytes_out < 6_000, "{}", out.report.bytes_out);
 }
 
+/// An inventory whose warehouses are each bigger than the typed budget, beside a long line of
+/// notes: the typed prefix of `warehouses` keeps no item, so the summary the model reads
+/// carries the described shape of what was cut (not a bare `warehouses: []`).
+#[test]
+fn a_part_cut_to_nothing_keeps_its_described_shape() {
+    let warehouses: Vec<Value> = (0..40)
+        .map(|w| {
+            let bins: Vec<Value> = (0..60)
+                .map(|b| {
+                    let zone = ["A", "B", "C"][b % 3];
+                    json!({"sku": format!("SKU-{w}-{b}"), "qty": (w * 7 + b) % 500, "zone": zone})
+                })
+                .collect();
+            let region = ["north", "south", "east", "west"][w % 4];
+            json!({"id": format!("WH-{w:02}"), "region": region, "bins": bins})
+        })
+        .collect();
+    let doc = json!({"warehouses": warehouses, "notes": "n".repeat(4_500)});
+    let schema = json!({"type": "object", "properties": {"warehouses": {"type": "array"}, "notes": {"type": "string"}}});
+    let v = json!({"content": [{"type": "text", "text": doc.to_string()}], "structuredContent": doc});
+    let out = try_run(TransformConfig::default(), MemorySink::new(), "inventory", Some(&schema), v).unwrap();
+    assert_eq!(out.value["structuredContent"]["warehouses"], json!([]), "each warehouse is over the typed budget");
+    let a = &out.report.artifacts[0];
+    assert!(a.summary.contains("shape of warehouses"), "{}", a.summary);
+    for line in [
+        ".[]: object ×40",
+        ".[].region: string ×40; values \"east\" 10",
+        ".[].bins: array ×40; length 60",
+        ".[].bins[].qty: integer ×2400; min 0 max",
+    ] {
+        assert!(a.summary.contains(line), "{line} not in {}", a.summary);
+    }
+    assert!(a.summary.len() < 2_500, "{}", a.summary.len());
+}
+
 #[test]
 fn an_offloaded_dict_and_a_pydantic_model_keep_their_schema() {
     // dict[str, int]: open object, no required keys.

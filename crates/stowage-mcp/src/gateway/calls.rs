@@ -247,6 +247,21 @@ impl Gateway {
             return Ok(self.answered_here(&host, &scope, call, name, "stowage".into(), started, result).await);
         }
         let local = self.local_tools();
+        if name == crate::local_tools::collect::ARTIFACT_COLLECT_TOOL
+            && let Some(store) = local.readers()
+        {
+            // The collection calls the caller's own tools, so it runs here, beside them.
+            let started = Instant::now();
+            let args = params.get("arguments").cloned().unwrap_or(json!({}));
+            let hints = crate::local_tools::ReadHints::for_host(&host);
+            let pages = super::collect::CallerPages { gw: self, session, outbox, host: host.name.clone() };
+            let result = match crate::local_tools::collect::parse(&args) {
+                Ok(request) => crate::local_tools::collect::collect(&pages, store, &scope, request, &hints).await,
+                Err(e) => Err(e),
+            };
+            let result = result.unwrap_or_else(crate::local_tools::ToolError::into_result);
+            return Ok(self.answered_here(&host, &scope, call, name, "stowage".into(), started, result).await);
+        }
         if local.handles(&name) {
             let started = Instant::now();
             let args = params.get("arguments").cloned().unwrap_or(json!({}));

@@ -23,6 +23,7 @@
 mod calls;
 mod catalog;
 mod chain_hook;
+mod collect;
 mod forward;
 mod handshake;
 mod inbound;

@@ -1,4 +1,4 @@
-//! The `grep` argument of `artifact_read`, compiled: shared by the text reader (`read.rs`) and
+//! The `grep` argument of `artifact_read`, compiled, and its `count`: shared by the text reader (`read.rs`) and
 //! the PDF reader (`media.rs`), which `read.rs` hands PDFs to, so neither imports the other
 //! for it.
 
@@ -23,4 +23,17 @@ pub(super) fn grep_argument(arguments: &Value) -> Result<Option<Regex>, ToolErro
         })?),
         Some(v) => return Err(ToolError::bad_request(format!("artifact_read: \"grep\" must be a non-empty regex string, not {v}"))),
     })
+}
+
+/// The `count` argument: `true` answers how many lines match instead of listing them; it
+/// needs `grep`.
+pub(super) fn count_argument(arguments: &Value, has_grep: bool) -> Result<bool, ToolError> {
+    match arguments.get("count") {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => Ok(false),
+        Some(Value::Bool(true)) if has_grep => Ok(true),
+        Some(Value::Bool(true)) => {
+            Err(ToolError::bad_request("artifact_read: \"count\" goes with \"grep\": give the regex whose matching lines to count"))
+        }
+        Some(v) => Err(ToolError::bad_request(format!("artifact_read: \"count\" must be true or false, not {v}"))),
+    }
 }

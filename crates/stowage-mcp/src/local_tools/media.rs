@@ -58,7 +58,7 @@ pub(crate) async fn read(
 /// Refuses an argument of `artifact_read` that does not apply to this kind of artifact, naming
 /// the ones that do.
 pub(crate) fn refuse_other(arguments: &Value, allowed: &[&str], what: &str) -> Result<(), ToolError> {
-    for key in ["offset", "length", "grep", "max_edge", "region", "pages"] {
+    for key in ["offset", "length", "grep", "count", "max_edge", "region", "pages"] {
         if !allowed.contains(&key) && arguments.get(key).is_some_and(|v| !v.is_null()) {
             return Err(ToolError::bad_request(format!(
                 "artifact_read: \"{key}\" does not apply to {what}; it takes {}",
@@ -155,7 +155,7 @@ async fn read_pdf(
     arguments: &Value,
     hints: ReadHints,
 ) -> Result<Value, ToolError> {
-    refuse_other(arguments, &["pages", "offset", "grep"], "a PDF")?;
+    refuse_other(arguments, &["pages", "offset", "grep", "count"], "a PDF")?;
     let pages = match arguments.get("pages") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s.clone()),
@@ -164,6 +164,7 @@ async fn read_pdf(
     };
     let offset = super::usize_argument(super::ARTIFACT_READ_TOOL, arguments, "offset")?.unwrap_or(0);
     let grep = super::grep::grep_argument(arguments)?;
+    let count = super::grep::count_argument(arguments, grep.is_some())?;
     let bytes = bytes_of(store, scope, &meta).await?;
     // A window needs the text up to its end; grep searches further (bounded all the same).
     let max_chars = if grep.is_some() { PDF_GREP_CHARS } else { offset.saturating_add(hints.text_budget * 2).min(PDF_GREP_CHARS) };
@@ -186,6 +187,9 @@ async fn read_pdf(
     structured.insert("pageCount".into(), json!(text.page_count));
     structured.insert("hasTextLayer".into(), json!(text.has_text_layer));
     if let Some(re) = grep {
+        if count {
+            return Ok(pdf_count(&text, &re, head, structured, &hints));
+        }
         return Ok(pdf_grep(&text, &re, head, structured, &hints, last_asked));
     }
     // The window: from `offset` characters into the first page asked for.
@@ -273,6 +277,29 @@ fn asked_last(pages: Option<&str>, page_count: u32) -> u32 {
 /// The byte index of character `chars` of `text` (its end when shorter).
 fn byte_of_char(text: &str, chars: usize) -> usize {
     text.char_indices().nth(chars).map_or(text.len(), |(i, _)| i)
+}
+
+/// How many lines of each page match `re` (pages without a match left out), and the total.
+fn pdf_count(
+    text: &stowage_media::PdfText,
+    re: &regex::Regex,
+    mut head: String,
+    mut structured: Map<String, Value>,
+    hints: &ReadHints,
+) -> Value {
+    let per_page: Vec<(u32, usize)> =
+        text.pages.iter().map(|p| (p.number, p.text.lines().filter(|l| re.is_match(l)).count())).filter(|(_, n)| *n > 0).collect();
+    let total: usize = per_page.iter().map(|(_, n)| n).sum();
+    head.push_str(&format!("; {total} lines match /{}/ on {} pages, per page as p<page>: <lines>", re.as_str(), per_page.len()));
+    if text.truncated {
+        head.push_str(&format!("; counted in the first {PDF_GREP_CHARS} characters"));
+    }
+    head.push(']');
+    let listing: String = per_page.iter().map(|(p, n)| format!("p{p}: {n}\n")).collect();
+    structured.insert("grep".into(), json!(re.as_str()));
+    structured.insert("count".into(), json!(total));
+    structured.insert("perPage".into(), json!(per_page.iter().map(|(p, n)| json!({"page": p, "count": n})).collect::<Vec<_>>()));
+    hints.answer(head, listing, structured)
 }
 
 /// The lines of the PDF's pages that match `re`, each with its page and line number, as many

@@ -1,7 +1,9 @@
 //! Tools the gateway answers itself, one file each: `artifact_url` (a fresh signed link),
 //! `artifact_read` (a window of a text artifact, or its lines matching a regex),
-//! `artifact_query` (a part of a JSON artifact by JSON Pointer or JMESPath) and
-//! `artifact_list` (the caller's artifacts; `resources.rs` also serves them as MCP resources).
+//! `artifact_query` (a question of an artifact's data: jq, JMESPath or a JSON Pointer over
+//! JSON, CSV, NDJSON or lines; `jq.rs` runs programs, `input.rs` reads the formats, `page.rs`
+//! pages answers), `artifact_describe` (the inferred shape of its data) and `artifact_list`
+//! (the caller's artifacts; `resources.rs` also serves them as MCP resources).
 //!
 //! All of them look artifacts up as the calling session's owner, so none can reveal another
 //! owner's artifact: an unknown id, a guessed id and someone else's id all answer
@@ -17,9 +19,14 @@
 //! Their answers go through the shaper's host step and final limit, not through the transform
 //! pipeline again: they are already small, and a window must reach the model as it is.
 
+pub(crate) mod collect;
+mod describe;
 mod grep;
 mod hints;
+mod input;
+mod jq;
 mod media;
+mod page;
 mod query;
 mod read;
 pub(crate) mod resources;
@@ -33,6 +40,7 @@ use stowage_core::{ArtifactId, ArtifactRef, ArtifactScope, cut_at_char, human_si
 use stowage_http::{ApiError, LinkService};
 use stowage_store::{Access, ArtifactStore};
 
+pub(crate) use describe::ARTIFACT_DESCRIBE_TOOL;
 pub(crate) use hints::ReadHints;
 pub(crate) use query::ARTIFACT_QUERY_TOOL;
 pub(crate) use read::ARTIFACT_READ_TOOL;
@@ -69,6 +77,8 @@ impl LocalTools<'_> {
         if self.readers().is_some() {
             defs.push(read::def());
             defs.push(query::def());
+            defs.push(describe::def());
+            defs.push(collect::def());
             defs.push(resources::def());
         }
         defs
@@ -78,7 +88,7 @@ impl LocalTools<'_> {
     pub(crate) fn handles(&self, name: &str) -> bool {
         match name {
             ARTIFACT_URL_TOOL => self.links.is_some(),
-            ARTIFACT_READ_TOOL | ARTIFACT_QUERY_TOOL | ARTIFACT_LIST_TOOL => self.readers().is_some(),
+            ARTIFACT_READ_TOOL | ARTIFACT_QUERY_TOOL | ARTIFACT_DESCRIBE_TOOL | ARTIFACT_LIST_TOOL => self.readers().is_some(),
             _ => false,
         }
     }
@@ -91,6 +101,7 @@ impl LocalTools<'_> {
             ARTIFACT_URL_TOOL => url::call(self.links?, scope, arguments).await,
             ARTIFACT_READ_TOOL => read::call(self.readers()?, scope, arguments, hints).await,
             ARTIFACT_QUERY_TOOL => query::call(self.readers()?, scope, arguments, hints).await,
+            ARTIFACT_DESCRIBE_TOOL => describe::call(self.readers()?, scope, arguments, hints).await,
             ARTIFACT_LIST_TOOL => resources::call(self.readers()?, scope, arguments).await,
             _ => return None,
         };
@@ -142,13 +153,6 @@ fn is_binary_type(mime: &str) -> bool {
         || essence.starts_with("application/vnd.ms-")
 }
 
-/// The artifact as text, looked up as `scope`'s owner; a binary artifact is refused with what
-/// it is and what to use instead.
-async fn read_text(store: &Arc<dyn ArtifactStore>, scope: &ArtifactScope, tool: &str, id: &str) -> Result<(ArtifactRef, Bytes), ToolError> {
-    let meta = meta_of(store, scope, id).await?;
-    text_of(store, scope, tool, meta).await
-}
-
 /// The record of artifact `id` (a bare id or an `artifact://` URI), looked up as `scope`'s
 /// owner: another owner's id answers like one that never existed.
 async fn meta_of(store: &Arc<dyn ArtifactStore>, scope: &ArtifactScope, id: &str) -> Result<ArtifactRef, ToolError> {
@@ -156,7 +160,8 @@ async fn meta_of(store: &Arc<dyn ArtifactStore>, scope: &ArtifactScope, id: &str
     store.meta(&Access::owner_of(scope), &id).await.map_err(|e| ToolError::from(ApiError::from(e)))
 }
 
-/// [`read_text`] for a record already looked up.
+/// The artifact as text (a record looked up with [`meta_of`]); a binary artifact is refused
+/// with what it is and what to use instead.
 async fn text_of(
     store: &Arc<dyn ArtifactStore>,
     scope: &ArtifactScope,

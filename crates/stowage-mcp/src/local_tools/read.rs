@@ -30,7 +30,7 @@ pub(super) fn def() -> Value {
     json!({
         "name": ARTIFACT_READ_TOOL,
         "title": "Read an artifact: text, an image, or PDF pages",
-        "description": format!("Reads an artifact (an id or artifact:// URI from an earlier tool result) past its preview. Text: a window of characters from `offset`, or with `grep` the lines matching a regex, with line numbers; a page of at most {READ_BUDGET_BYTES} bytes per call (less when your host takes less), and when cut, call again with offset = nextOffset. Image: the image itself, fitted to `max_edge`, or a `region` of the original at native resolution (to zoom into part of a large screenshot). PDF: the text of `pages` (\"2\", \"1-3\", \"4-\") from `offset` characters into the first of them, or with `grep` the matching lines and their pages. Audio and other binaries: use artifact_url."),
+        "description": format!("Reads an artifact (an id or artifact:// URI from an earlier tool result) past its preview. Text: a window of characters from `offset`, or with `grep` the lines matching a regex, with line numbers (with `count: true`, only how many match); a page of at most {READ_BUDGET_BYTES} bytes per call (less when your host takes less), and when cut, call again with offset = nextOffset. Image: the image itself, fitted to `max_edge`, or a `region` of the original at native resolution (to zoom into part of a large screenshot). PDF: the text of `pages` (\"2\", \"1-3\", \"4-\") from `offset` characters into the first of them, or with `grep` the matching lines and their pages. Audio and other binaries: use artifact_url."),
         "inputSchema": {
             "type": "object",
             "properties": {
@@ -38,6 +38,7 @@ pub(super) fn def() -> Value {
                 "offset": {"type": "integer", "minimum": 0, "description": "character offset to start at (default 0); for a PDF, into the first page asked for"},
                 "length": {"type": "integer", "minimum": 1, "description": format!("characters to read (default and most: what fits {READ_BUDGET_BYTES} bytes); with grep, how far to search")},
                 "grep": {"type": "string", "description": "a regular expression (Rust regex syntax; (?i) for case-insensitive): return the matching lines instead of a window (text and PDFs)"},
+                "count": {"type": "boolean", "description": "with grep: answer only how many lines match (per page for a PDF), not the lines"},
                 "max_edge": {"type": "integer", "minimum": 16, "maximum": 8192, "description": "images: the longest edge of the image returned, in pixels (default: what the host takes)"},
                 "region": {
                     "type": "object",
@@ -58,6 +59,7 @@ struct Request {
     offset: usize,
     length: Option<usize>,
     grep: Option<Regex>,
+    count: bool,
 }
 
 fn parse(arguments: &Value) -> Result<Request, ToolError> {
@@ -67,7 +69,8 @@ fn parse(arguments: &Value) -> Result<Request, ToolError> {
         return Err(ToolError::bad_request("artifact_read: \"length\" must be at least 1 (leave it out to read as much as fits)"));
     }
     let grep = grep_argument(arguments)?;
-    Ok(Request { offset, length, grep })
+    let count = super::grep::count_argument(arguments, grep.is_some())?;
+    Ok(Request { offset, length, grep, count })
 }
 
 pub(super) async fn call(
@@ -84,7 +87,7 @@ pub(super) async fn call(
     }
     // Arguments first: a bad regex is an error whatever the id.
     let request = parse(arguments)?;
-    super::media::refuse_other(arguments, &["offset", "length", "grep"], "text")?;
+    super::media::refuse_other(arguments, &["offset", "length", "grep", "count"], "text")?;
     let (meta, bytes) = text_of(store, scope, ARTIFACT_READ_TOOL, meta).await?;
     let mut head = Map::new();
     head.insert("id".into(), meta.id.as_str().into());
@@ -116,6 +119,7 @@ fn answer(bytes: &Bytes, request: Request, mut out: Map<String, Value>, hints: &
     out.insert("offset".into(), request.offset.into());
     Ok(match &request.grep {
         None => window(&text[start..end], request.offset, total, start_line, out, hints),
+        Some(re) if request.count => count(&text[start..end], re, request.offset, out, hints),
         Some(re) => grep(&text[start..end], re, request.offset, start_line, out, hints),
     })
 }
@@ -168,6 +172,19 @@ fn window(wanted: &str, offset: usize, total: usize, start_line: usize, mut out:
     }
     header.push(']');
     hints.answer(header, text.to_owned(), out)
+}
+
+/// How many lines of `region` match `re`: the whole region, however long, in one answer.
+fn count(region: &str, re: &Regex, offset: usize, mut out: Map<String, Value>, hints: &ReadHints) -> Value {
+    let n = region.lines().filter(|l| re.is_match(l)).count();
+    let lines = region.lines().count();
+    let id = out["id"].as_str().unwrap_or_default().to_owned();
+    let from = if offset > 0 { format!(" from offset {offset}") } else { String::new() };
+    let header = format!("[{id}: {n} of {lines} lines match /{}/{from}]", re.as_str());
+    out.insert("grep".into(), re.as_str().into());
+    out.insert("count".into(), n.into());
+    out.insert("lines".into(), lines.into());
+    hints.answer(header, String::new(), out)
 }
 
 /// The lines of `region` that match `re`, as many as fit the host's page.
@@ -321,6 +338,18 @@ mod tests {
         let v = run_for(&text, json!({}), &codex).unwrap();
         assert_eq!(v["content"][1]["text"], text.as_str());
         assert!(v.get("structuredContent").is_none(), "Codex would show it instead of the page: {v}");
+    }
+
+    #[test]
+    fn grep_counts_without_listing() {
+        let text: String = (0..50_000).map(|i| format!("{} code E{}\n", if i % 5 == 0 { "ERROR" } else { "INFO" }, i % 7)).collect();
+        let v = run_for(&text, json!({"grep": "^ERROR .*E3$", "count": true}), &ReadHints::default()).unwrap();
+        let expected = (0..50_000).filter(|i| i % 5 == 0 && i % 7 == 3).count();
+        assert_eq!(v["content"][0]["text"], format!("[t_0123456789abcdef: {expected} of 50000 lines match /^ERROR .*E3$/]"));
+        assert_eq!(v["content"].as_array().unwrap().len(), 1, "no listing: {v}");
+        assert_eq!(v["structuredContent"]["count"], expected);
+        let e = run(&text, json!({"count": true})).unwrap_err();
+        assert!(e.message.contains("\"count\" goes with \"grep\""), "{e}");
     }
 
     #[test]

@@ -10,6 +10,8 @@ use stowage_core::ArtifactSink;
 use stowage_mcp::config::{GatewayConfig, TransportSpec, UpstreamSpec};
 use stowage_mcp::shape::{Pipelines, Shaper};
 use stowage_mcp::{Gateway, GatewayOptions, InProcessFactory, SessionMode};
+// Re-exported for the test files; not every file uses every one.
+#[allow(unused_imports)]
 pub(crate) use stowage_testkit::{MemSink, RpcClient, ServerRequestHandler, fixture_bin};
 
 pub(crate) fn fixture_spec(name: &str, log: Option<&std::path::Path>, timeout: Duration) -> UpstreamSpec {

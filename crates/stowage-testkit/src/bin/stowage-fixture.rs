@@ -31,6 +31,7 @@
 //! | `edit_note` | sets `fx://docs/note.txt`'s text and sends `notifications/resources/updated` for it |
 //! | `rendezvous` | answers once `n` calls with the same `key` are in flight (an error after 5 s): calls that run at once, proved without a clock |
 //! | `merge_results` | a join: totals over `branch_outputs` (rows and revenue of `raw_data` lists, their `summary`s), with `total_requests` and `failures` echoed |
+//! | `list_tickets` | 600 tickets, 20 a page, behind `cursor` (`next_cursor`, null on the last page); `ticket 377` is the refund. Knobs: `loop_at` (that page's cursor points back at page 1), `fail_at` (that page is an `isError` result), `stuck` (the cursor argument is ignored), `delay_ms` (a sleep per page) |
 //!
 //! Resources (`resources/read`): `fx://docs/report.pdf` (a 200 KB PDF blob), `fx://docs/log.txt`
 //! (17,000 characters of text), `fx://docs/note.txt` (one short line), `fx://docs/dot.png` (a
@@ -149,6 +150,43 @@ fn image_result() -> Value {
 
 fn tool(name: &str, props: Value) -> Value {
     json!({"name": name, "description": format!("fixture tool {name}"), "inputSchema": {"type": "object", "properties": props}})
+}
+
+/// One page of `list_tickets` (see the module docs): `{tickets, total, next_cursor}` in
+/// `structuredContent` and as JSON text.
+async fn list_tickets(args: &Value) -> Value {
+    const TOTAL: u64 = 600;
+    const PER: u64 = 20;
+    let int = |k: &str| args.get(k).and_then(Value::as_u64);
+    if let Some(ms) = int("delay_ms") {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    let stuck = args.get("stuck").and_then(Value::as_bool) == Some(true);
+    let page = match args.get("cursor").and_then(Value::as_str) {
+        Some(c) if !stuck => match c.strip_prefix("page-").and_then(|n| n.parse::<u64>().ok()) {
+            Some(n) => n,
+            None => return json!({"content": [{"type": "text", "text": format!("invalid cursor {c:?}")}], "isError": true}),
+        },
+        _ => 0,
+    };
+    if int("fail_at") == Some(page) {
+        return json!({"content": [{"type": "text", "text": format!("the ticket database timed out on page {page}")}], "isError": true});
+    }
+    let tickets: Vec<Value> = (page * PER..((page + 1) * PER).min(TOTAL))
+        .map(|i| {
+            let subject = if i == 377 { "refund failed twice".to_owned() } else { format!("login problem {i}") };
+            json!({"id": format!("T-{i}"), "subject": subject, "status": if i % 3 == 0 { "closed" } else { "open" }, "priority": i % 4})
+        })
+        .collect();
+    let next = if int("loop_at") == Some(page) {
+        json!("page-1")
+    } else if (page + 1) * PER < TOTAL {
+        json!(format!("page-{}", page + 1))
+    } else {
+        Value::Null
+    };
+    let body = json!({"tickets": tickets, "total": TOTAL, "next_cursor": next});
+    json!({"content": [{"type": "text", "text": body.to_string()}], "structuredContent": body})
 }
 
 /// A `SalesAnalysisResult`: light fields for the model, two marked artifacts.
@@ -335,8 +373,13 @@ impl Handler for Fixture {
                 tool("get_links", json!({})),
                 tool("rendezvous", json!({"key": {"type": "string"}, "n": {"type": "integer"}})),
                 merge_results_tool(),
+                tool("list_tickets", json!({
+                    "cursor": {"type": "string"}, "status": {"type": "string"}, "loop_at": {"type": "integer"},
+                    "fail_at": {"type": "integer"}, "stuck": {"type": "boolean"}, "delay_ms": {"type": "integer"},
+                })),
             ]}),
             "tools/call" => match name {
+                "list_tickets" => list_tickets(&args).await,
                 "echo" => text_result(args.get("message").and_then(Value::as_str).unwrap_or("").to_owned()),
                 "get_view_pdf" => {
                     let size = args.get("bytes").and_then(Value::as_u64).unwrap_or(375_000) as usize;

@@ -251,10 +251,25 @@ pub(crate) fn collect_typed(docs: &mut Docs, config: &TransformConfig, output_sc
             })
             .collect();
         let example = format!("length({})", jmespath_of(&main.ptr[root_ptr.len()..]));
-        let summary = format!(
+        let mut summary = format!(
             "{template}; {}; the rest is only in the artifact: artifact_query selects parts of it (JMESPath, e.g. {example}), artifact_read reads it as text",
             kept_notes.join(", ")
         );
+        // A part cut to nothing (each of its items too big to keep) would leave the model an
+        // empty array and no idea what was there: the summary carries its described shape
+        // (set as a template variable, so braces in the data are never read as placeholders).
+        let empty: Vec<&TypedCut> = walk.cuts.iter().filter(|c| c.partial.kept == 0 && c.partial.total > 0).collect();
+        if !empty.is_empty() {
+            let mut shape = String::new();
+            let each = SHAPE_CHARS / empty.len();
+            for c in &empty {
+                let at = jmespath_of(&c.ptr[root_ptr.len()..]);
+                shape.push_str(&format!("\nshape of {at} (jq paths from it):\n"));
+                shape.push_str(crate::describe::describe(&c.taken).render(each).trim_end());
+            }
+            vars.set("shape", shape);
+            summary.push_str("{shape}");
+        }
         let cuts = walk
             .cuts
             .iter()
@@ -304,6 +319,9 @@ fn jmespath_of(pointer: &str) -> String {
     }
     out
 }
+
+/// Characters of described shape a typed preview carries for parts cut to nothing.
+const SHAPE_CHARS: usize = 1_200;
 
 /// A part of a typed value cut to its prefix: where, what it was, and how much stayed.
 struct TypedCut {

@@ -1,0 +1,504 @@
+//! `artifact_query`'s `jq`: a jq program run by jaq (the `jaq-core`, `jaq-std` and
+//! `jaq-json` crates), within documented limits, so a model's program answers a question
+//! about an artifact (a count, a group, a filtered top row) instead of paging through it.
+//!
+//! A program is the model's input, so it runs fenced in:
+//! - it may not define functions (`def`) or load modules (`import`, `include`): with the
+//!   built-ins (`map`, `select`, `group_by`, `reduce`, `limit`, …) a data question needs
+//!   neither, and without them no program recurses on its own;
+//! - the unbounded built-ins (`range`, `repeat`, `recurse`/`..`, `while`, `until`) check a
+//!   deadline at every step, so a program that would run past [`TIME_LIMIT`] stops there;
+//! - at most [`MAX_OUTPUTS`] results and [`MAX_OUTPUT_BYTES`] bytes of them are kept;
+//! - inputs are at most [`MAX_INPUT_BYTES`] and nested at most [`MAX_INPUT_DEPTH`] deep;
+//! - `env` answers `{}` and `debug`/`stderr` write nowhere: nothing of the gateway's
+//!   environment or log is reachable from a program;
+//! - it runs on a thread of its own (a large stack, at the CPU pool's low priority), never on
+//!   the shared CPU pool: a program stuck in plain iteration past its deadline (a cross
+//!   product of two big arrays) cannot hold the pool, and the caller is answered at the
+//!   deadline whatever the thread still does. At most [`MAX_RUNNING`] programs run at once;
+//!   one still running past its deadline holds its place until it ends.
+
+use std::cell::Cell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use jaq_core::box_iter::box_once;
+use jaq_core::load::{Arena, File, Loader, lex};
+use jaq_core::native::{Fun, run, v};
+use jaq_core::{Compiler, Ctx, Error, Exn, ValT as _, Vars, data};
+use jaq_json::Val;
+use serde_json::Value;
+
+use super::ToolError;
+use super::input::{self, Format};
+
+/// The longest a program runs before it is stopped.
+pub(crate) const TIME_LIMIT: Duration = Duration::from_secs(5);
+/// Results kept at most (a stream longer than this is cut, and the answer says so).
+pub(crate) const MAX_OUTPUTS: usize = 1_000_000;
+/// Bytes of results (as compact JSON) kept at most.
+pub(crate) const MAX_OUTPUT_BYTES: usize = 64 << 20;
+/// Bytes of input (all artifacts together) a program reads at most.
+pub(crate) const MAX_INPUT_BYTES: usize = 64 << 20;
+/// How deeply an input's JSON may nest.
+pub(crate) const MAX_INPUT_DEPTH: usize = 1_000;
+/// The longest program text.
+pub(crate) const MAX_PROGRAM_CHARS: usize = 4_000;
+/// Programs running at once, across the gateway.
+pub(crate) const MAX_RUNNING: usize = 2;
+/// A runner thread's stack: deep values (built by a program, or walked by `..`) recurse.
+const STACK_BYTES: usize = 256 << 20;
+
+type D = data::JustLut<Val>;
+
+thread_local! {
+    /// The running program's deadline and stop flag (a runner thread runs one program).
+    static FENCE: Cell<Option<(Instant, &'static AtomicBool)>> = const { Cell::new(None) };
+    /// The running program's time limit, for its messages.
+    static LIMIT: Cell<Duration> = const { Cell::new(TIME_LIMIT) };
+}
+
+/// One step of an unbounded built-in: an error once the deadline passed or the caller gave up
+/// (and from then on, so `try` cannot resume the loop).
+fn step() -> Result<(), Error<Val>> {
+    if let Some((deadline, stop)) = FENCE.get()
+        && (stop.load(Ordering::Relaxed) || Instant::now() >= deadline)
+    {
+        stop.store(true, Ordering::Relaxed);
+        return Err(Error::str(format!("stopped: the program ran past its time limit ({})", secs(LIMIT.get()))));
+    }
+    Ok(())
+}
+
+/// The natives: jaq's standard ones, with `range` checking the fence, `env` empty, the log
+/// and stderr writers inert, and `_stowage_step` for the redefined generators.
+fn funs() -> impl Iterator<Item = Fun<D>> {
+    let replaced = ["range", "env", "debug_empty", "stderr_empty"];
+    let ours: [Fun<D>; 5] = [
+        run(("range", v(3), |mut cv| {
+            let by = cv.0.pop_var();
+            let to = cv.0.pop_var();
+            let from = cv.0.pop_var();
+            Box::new(range(from, to, by))
+        })),
+        run(("env", v(0), |_| box_once(Ok(Val::obj(Default::default()))))),
+        run(("debug_empty", v(0), |_| Box::new(std::iter::empty()))),
+        run(("stderr_empty", v(0), |_| Box::new(std::iter::empty()))),
+        run(("_stowage_step", v(0), |cv| box_once(step().map(|()| cv.1).map_err(Exn::from)))),
+    ];
+    jaq_core::funs().chain(jaq_std::funs()).chain(jaq_json::funs()).filter(move |(name, _, _)| !replaced.contains(name)).chain(ours)
+}
+
+/// The generators that could run forever, redefined to step the fence (same meaning as
+/// jaq's own definitions).
+const FENCED_DEFS: &str = r#"
+def repeat(f): def rec: f, (_stowage_step | rec); rec;
+def recurse(f): def rec: ., (f | _stowage_step | rec); rec;
+def recurse: recurse(.[]?);
+def recurse(f; cond): recurse(f | select(cond));
+def while(cond; update): def rec: if cond then ., (update | _stowage_step | rec) else empty end; rec;
+def until(cond; update): def rec: if cond then . else update | _stowage_step | rec end; rec;
+"#;
+
+/// `range($from; $to; $by)`, stepping the fence at every value.
+fn range<'a>(from: Val, to: Val, by: Val) -> impl Iterator<Item = jaq_core::ValX<'a, Val>> {
+    use std::cmp::Ordering::{Equal, Greater, Less};
+    let cmp = by.partial_cmp(&Val::from(0isize)).unwrap_or(Equal);
+    let mut next: Option<Result<Val, Exn<'a, Val>>> = Some(Ok(from));
+    std::iter::from_fn(move || {
+        let x = match next.take()? {
+            Ok(x) => x,
+            Err(e) => return Some(Err(e)),
+        };
+        let go_on = match cmp {
+            Greater => x < to,
+            Less => x > to,
+            Equal => x != to,
+        };
+        if !go_on {
+            return None;
+        }
+        if let Err(e) = step() {
+            return Some(Err(Exn::from(e)));
+        }
+        next = Some((x.clone() + by.clone()).map_err(Exn::from));
+        Some(Ok(x))
+    })
+}
+
+/// Checks a program before anything is read: its length, no `def`/`import`/`include`, and
+/// that it parses and compiles. The error says where, in one line.
+pub(crate) fn check(code: &str) -> Result<(), ToolError> {
+    if code.trim().is_empty() {
+        return Err(ToolError::bad_request("artifact_query: \"jq\" is empty; give a program such as \".orders | length\""));
+    }
+    if code.chars().count() > MAX_PROGRAM_CHARS {
+        return Err(ToolError::bad_request(format!(
+            "artifact_query: the jq program is {} characters; at most {MAX_PROGRAM_CHARS}",
+            code.chars().count()
+        )));
+    }
+    let tokens = lex::Lexer::new(code).lex().map_err(|errs| {
+        let (expect, found) = &errs[0];
+        at_error(code, found, &format!("expected {}", expect.as_str()))
+    })?;
+    if let Some(word) = forbidden_word(&tokens) {
+        return Err(ToolError::bad_request(format!(
+            "artifact_query: jq programs here may not use `{word}` (no function definitions or modules); use the built-ins such as map, select, group_by, reduce"
+        )));
+    }
+    compile(code).map(drop)
+}
+
+/// The first `def`, `import` or `include` keyword among `tokens`.
+fn forbidden_word<'a>(tokens: &[lex::Token<&'a str>]) -> Option<&'a str> {
+    tokens.iter().find_map(|lex::Token(s, tok)| match tok {
+        lex::Tok::Word if matches!(*s, "def" | "import" | "include") => Some(*s),
+        lex::Tok::Block(inner) => forbidden_word(inner),
+        lex::Tok::Str(parts) => parts.iter().find_map(|p| match p {
+            lex::StrPart::Term(t) => forbidden_word(std::slice::from_ref(t)),
+            _ => None,
+        }),
+        _ => None,
+    })
+}
+
+/// One line for an error at `piece` (a slice of `code`): the character where it is, and why.
+fn at_error(code: &str, piece: &str, why: &str) -> ToolError {
+    let at = jaq_core::load::span(code, piece).start.min(code.len());
+    let column = code[..at].chars().count();
+    let near = stowage_transform::stub::one_line(piece, 20);
+    let near = if near.is_empty() { "the end".to_owned() } else { format!("`{near}`") };
+    ToolError::bad_request(format!("artifact_query: jq program does not parse at character {column} (near {near}): {why}"))
+}
+
+type Filter = jaq_core::Filter<D>;
+
+fn compile(code: &str) -> Result<Filter, ToolError> {
+    let defs = jaq_core::defs()
+        .chain(jaq_std::defs())
+        .chain(jaq_json::defs())
+        .chain(jaq_core::load::parse(FENCED_DEFS, |p| p.defs()).expect("the fenced definitions parse"));
+    let loader = Loader::new(defs);
+    let arena = Arena::default();
+    let modules = loader.load(&arena, File { code, path: () }).map_err(|errs| {
+        let Some((_, e)) = errs.into_iter().next() else { return ToolError::bad_request("artifact_query: jq program does not parse") };
+        match e {
+            jaq_core::load::Error::Lex(es) => es.first().map_or_else(
+                || ToolError::bad_request("artifact_query: jq program does not parse"),
+                |(expect, found)| at_error(code, found, &format!("expected {}", expect.as_str())),
+            ),
+            jaq_core::load::Error::Parse(es) => es.first().map_or_else(
+                || ToolError::bad_request("artifact_query: jq program does not parse"),
+                |(expect, found)| at_error(code, found, &format!("expected {}", expect.as_str())),
+            ),
+            jaq_core::load::Error::Io(_) => ToolError::bad_request("artifact_query: jq programs here may not load modules"),
+        }
+    })?;
+    Compiler::default().with_funs(funs()).compile(modules).map_err(|errs| {
+        let first = errs.into_iter().next().and_then(|(_, es)| es.into_iter().next());
+        match first {
+            Some((name, undefined)) => at_error(code, name, &format!("undefined {} {name}", undefined.as_str())),
+            None => ToolError::bad_request("artifact_query: jq program does not compile"),
+        }
+    })
+}
+
+/// What a program read: the artifacts' bytes (with their ids), as `format`, and whether
+/// several were given (`ids`: the program then sees an array of them).
+pub(crate) struct Input {
+    pub(crate) docs: Vec<(String, Bytes)>,
+    pub(crate) format: Format,
+    pub(crate) several: bool,
+}
+
+/// What a program gave.
+#[derive(Debug)]
+pub(crate) struct Output {
+    /// Each result as compact JSON, except that a single result is kept as a value too, so
+    /// the answer can page through its items.
+    pub(crate) results: Vec<Val>,
+    /// Why the results stop early, when they do (a limit), in one line.
+    pub(crate) stopped: Option<String>,
+}
+
+/// A value the answer pages through, built on the runner thread (jaq's values stay there).
+#[derive(Debug)]
+pub(crate) enum Paged {
+    /// A stream of several results, or the items of one array result: each as compact JSON.
+    Items { items: Vec<String>, stream: bool },
+    /// The members of one object result: key and value as compact JSON.
+    Members(Vec<(String, String)>),
+    /// One string result, as its text.
+    Text(String),
+    /// One number, boolean or null, as JSON.
+    Scalar(String),
+}
+
+/// Runs `code` over `input` within the limits (see the module docs): the results as the
+/// answer pages them, and why they stop early when they do.
+pub(crate) async fn run_program(code: String, input: Input) -> Result<(Paged, Option<String>), ToolError> {
+    run_within(code, input, TIME_LIMIT).await
+}
+
+/// "5 s", "0.3 s".
+fn secs(d: Duration) -> String {
+    format!("{} s", d.as_secs_f64())
+}
+
+/// [`run_program`] with another time limit (tests).
+async fn run_within(code: String, input: Input, limit: Duration) -> Result<(Paged, Option<String>), ToolError> {
+    static RUNNING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_RUNNING);
+    let permit = tokio::time::timeout(limit, RUNNING.acquire())
+        .await
+        .map_err(|_| ToolError::bad_request("artifact_query: other jq programs are still running past their limit; try again shortly"))?
+        .expect("the semaphore is never closed");
+    let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+    let stop_flag = Arc::new(StopOnDrop(stop));
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let deadline = Instant::now() + limit;
+    let guard = stop_flag.clone();
+    let spawned = std::thread::Builder::new().name("stowage-jq".into()).stack_size(STACK_BYTES).spawn(move || {
+        let _permit = permit;
+        let _guard = guard;
+        lower_priority();
+        FENCE.set(Some((deadline, stop)));
+        LIMIT.set(limit);
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| execute(&code, input)));
+        let out = match out {
+            Ok(r) => r.map(|o| {
+                let stopped = o.stopped.clone();
+                (page(o.results), stopped)
+            }),
+            Err(_) => Err(ToolError::bad_request("artifact_query: the jq program failed inside the interpreter")),
+        };
+        let _ = tx.send(out);
+    });
+    if let Err(e) = spawned {
+        return Err(ToolError::bad_request(format!("artifact_query: cannot start a jq runner ({e})")));
+    }
+    match tokio::time::timeout(limit + Duration::from_millis(500), rx).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(_)) => Err(ToolError::bad_request("artifact_query: the jq runner ended without an answer")),
+        Err(_) => {
+            stop.store(true, Ordering::Relaxed);
+            Err(ToolError::bad_request(format!(
+                "artifact_query: the jq program ran past its time limit ({}) and was stopped; narrow it (select first, then group or count)",
+                secs(limit)
+            )))
+        }
+    }
+}
+
+/// Frees nothing (the flag is `'static`): tells a runner still going that nobody waits.
+struct StopOnDrop(&'static AtomicBool);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+fn lower_priority() {
+    #[cfg(unix)]
+    {
+        use thread_priority::{ThreadPriority, ThreadPriorityValue};
+        if let Ok(p) = ThreadPriorityValue::try_from(25u8) {
+            let _ = thread_priority::set_current_thread_priority(ThreadPriority::Crossplatform(p));
+        }
+    }
+}
+
+/// Parses the input and runs the program, on the runner thread.
+fn execute(code: &str, input: Input) -> Result<Output, ToolError> {
+    let filter = compile(code)?;
+    let mut values = Vec::with_capacity(input.docs.len());
+    for (id, bytes) in &input.docs {
+        values.push(read(id, bytes, input.format)?);
+    }
+    let value = if input.several { values.into_iter().collect::<Val>() } else { values.pop().unwrap_or_default() };
+    let ctx = Ctx::<D>::new(&filter.lut, Vars::new([]));
+    let mut results = Vec::new();
+    let mut bytes = 0usize;
+    let mut stopped = None;
+    for r in filter.id.run((ctx, value)).map(jaq_core::unwrap_valr) {
+        match r {
+            Ok(v) => {
+                bytes += approx_len(&v);
+                results.push(v);
+                if results.len() >= MAX_OUTPUTS || bytes > MAX_OUTPUT_BYTES {
+                    stopped = Some(format!(
+                        "stopped after {} results ({} of JSON): the output limit is {MAX_OUTPUTS} results or {} MiB",
+                        results.len(),
+                        stowage_core::human_size(bytes as u64),
+                        MAX_OUTPUT_BYTES >> 20
+                    ));
+                    break;
+                }
+            }
+            Err(e) => {
+                if FENCE.get().is_some_and(|(_, stop)| stop.load(Ordering::Relaxed)) {
+                    stopped = Some(format!(
+                        "stopped: the program ran past its time limit ({}); narrow it (select first, then group or count)",
+                        secs(LIMIT.get())
+                    ));
+                    break;
+                }
+                let what = stowage_transform::stub::one_line(&e.to_string(), 300);
+                return Err(ToolError::bad_request(format!("artifact_query: the jq program failed: {what}")));
+            }
+        }
+    }
+    Ok(Output { results, stopped })
+}
+
+/// A result's size as compact JSON, roughly (the output limit's measure), without writing it.
+fn approx_len(v: &Val) -> usize {
+    match v {
+        Val::Arr(a) => 2 + a.iter().map(|x| approx_len(x) + 1).sum::<usize>(),
+        Val::Obj(o) => 2 + o.iter().map(|(k, x)| approx_len(k) + approx_len(x) + 2).sum::<usize>(),
+        Val::TStr(b) | Val::BStr(b) => b.len() + 2,
+        _ => 8,
+    }
+}
+
+/// One input as `format`, as a jq value.
+fn read(id: &str, bytes: &Bytes, format: Format) -> Result<Val, ToolError> {
+    if format == Format::Json {
+        if let Some(depth) = too_deep(bytes) {
+            return Err(ToolError::bad_request(format!(
+                "artifact_query: artifact {id} nests deeper than {MAX_INPUT_DEPTH} levels (at byte {depth}); jq reads at most that"
+            )));
+        }
+        return jaq_json::read::parse_single(bytes).map_err(|e| {
+            ToolError::bad_request(format!(
+                "artifact_query: artifact {id} is not JSON ({e}); pass \"as\": \"csv\", \"tsv\", \"ndjson\" or \"lines\" for other text"
+            ))
+        });
+    }
+    let text = std::str::from_utf8(bytes).unwrap_or_default();
+    let value = input::parse("artifact_query", id, text, format)?;
+    Ok(to_val(&value))
+}
+
+/// The byte offset where `bytes` (JSON) first nests deeper than [`MAX_INPUT_DEPTH`], if it does.
+fn too_deep(bytes: &[u8]) -> Option<usize> {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for (i, &b) in bytes.iter().enumerate() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_INPUT_DEPTH {
+                    return Some(i);
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// A serde value as a jq value.
+pub(crate) fn to_val(v: &Value) -> Val {
+    match v {
+        Value::Null => Val::Null,
+        Value::Bool(b) => Val::from(*b),
+        Value::Number(n) => Val::from_num(&n.to_string()).unwrap_or_default(),
+        Value::String(s) => Val::from(s.clone()),
+        Value::Array(a) => a.iter().map(to_val).collect(),
+        Value::Object(m) => Val::obj(m.iter().map(|(k, v)| (Val::from(k.clone()), to_val(v))).collect()),
+    }
+}
+
+/// The results as the answer pages them: one array result by its items, one object by its
+/// members, one string by its text; several results as a stream of items.
+fn page(mut results: Vec<Val>) -> Paged {
+    if results.len() != 1 {
+        return Paged::Items { items: results.iter().map(ToString::to_string).collect(), stream: true };
+    }
+    match results.pop().expect("one result") {
+        Val::Arr(a) => Paged::Items { items: a.iter().map(ToString::to_string).collect(), stream: false },
+        Val::Obj(o) => Paged::Members(o.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+        Val::TStr(b) => Paged::Text(String::from_utf8_lossy(&b).into_owned()),
+        other => Paged::Scalar(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMIT_IN_TESTS: Duration = Duration::from_millis(300);
+
+    fn run_on(code: &str, doc: &str) -> Result<(Paged, Option<String>), ToolError> {
+        check(code)?;
+        let input = Input { docs: vec![("t_1".into(), Bytes::copy_from_slice(doc.as_bytes()))], format: Format::Json, several: false };
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(run_within(code.into(), input, LIMIT_IN_TESTS))
+    }
+
+    #[test]
+    fn programs_answer_counts_groups_and_filters() {
+        let doc = r#"{"rows": [{"code": "E1", "n": 3}, {"code": "E2", "n": 5}, {"code": "E1", "n": 1}]}"#;
+        match run_on(".rows | length", doc).unwrap().0 {
+            Paged::Scalar(s) => assert_eq!(s, "3"),
+            other => panic!("{other:?}"),
+        }
+        match run_on("[.rows[] | .code] | group_by(.) | map({(.[0]): length}) | add", doc).unwrap().0 {
+            Paged::Members(m) => assert_eq!(m, vec![("\"E1\"".into(), "2".into()), ("\"E2\"".into(), "1".into())]),
+            other => panic!("{other:?}"),
+        }
+        match run_on(".rows[] | select(.n > 2) | .code", doc).unwrap().0 {
+            Paged::Items { items, stream } => assert_eq!((items, stream), (vec!["\"E1\"".to_owned(), "\"E2\"".to_owned()], true)),
+            other => panic!("{other:?}"),
+        }
+        match run_on("env", doc).unwrap().0 {
+            Paged::Items { items, .. } => panic!("{items:?}"),
+            Paged::Members(m) => assert!(m.is_empty(), "the gateway's environment is not a program's"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn bad_programs_say_where_in_one_line() {
+        let e = check(".rows | map(.code").unwrap_err();
+        assert!(e.message.contains("does not parse at character") && !e.message.contains('\n'), "{e}");
+        let e = check(".rows | nosuchfn").unwrap_err();
+        assert!(e.message.contains("undefined filter nosuchfn") && e.message.contains("character 8"), "{e}");
+        let e = check("def f: f; f").unwrap_err();
+        assert!(e.message.contains("may not use `def`"), "{e}");
+        let e = check("[.[] | \"\\(def f: 1; f)\"]").unwrap_err();
+        assert!(e.message.contains("`def`"), "{e}");
+        assert!(check("import \"x\" as x; .").unwrap_err().message.contains("`import`"));
+        let e = run_on(".a + 1", r#"{"a": "x"}"#).unwrap_err();
+        assert!(e.message.starts_with("artifact_query: the jq program failed: cannot"), "{e}");
+    }
+
+    #[test]
+    fn runaway_programs_stop_at_the_limit() {
+        let started = Instant::now();
+        let (out, stopped) = run_on("[range(1e15)] | length", "null").unwrap();
+        assert!(stopped.unwrap().contains("ran past its time limit (0.3 s)"), "{out:?}");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        let (_, stopped) = run_on("last(repeat(1))", "null").unwrap();
+        assert!(stopped.is_some());
+        // A caught step error does not resume the loop.
+        let (_, stopped) = run_on("[limit(3; try repeat(1) catch 0)], (last(range(1e15)) | tostring)", "null").unwrap();
+        assert!(stopped.is_some());
+        let deep = "[".repeat(5_000) + &"]".repeat(5_000);
+        assert!(run_on(".", &deep).unwrap_err().message.contains("nests deeper than 1000"));
+    }
+}
