@@ -75,13 +75,21 @@ pub struct GatewayConfig {
     /// client that left without `DELETE` does not take those messages from the one that is
     /// still there. It still exists (it is ended after `session_idle_timeout_secs`).
     pub absent_after_secs: u64,
-    /// `per_client` upstreams: a client's own upstream session with nothing in flight for
-    /// this long is closed (a stdio child is stopped); the next call opens a new one.
+    /// `per_client` upstreams: a client's own upstream session (or a pristine one) with
+    /// nothing in flight for this long is closed (a stdio child is stopped); the next request
+    /// opens a new one. A spare process unused this long is stopped too.
     pub upstream_session_idle_secs: u64,
-    /// `per_client` upstreams: client sessions open at once per upstream. At the cap, the
-    /// least recently used idle one is closed for a new client; if none is idle, the new
-    /// client's call fails with a clear error.
+    /// `per_client` upstreams: upstream sessions open at once per upstream besides the
+    /// gateway's own, counted from the moment each process starts: clients' own, pristine
+    /// ones and spares. At the cap, the least recently used idle one is closed for a new
+    /// client; if none is idle, the new client's request fails at once with an error naming
+    /// the cap.
     pub max_upstream_sessions: usize,
+    /// `per_client` and `isolated` stdio upstreams: processes started ahead of need, not yet
+    /// initialized, that the next client needing a session of its own (or a pristine one)
+    /// takes instead of waiting for a cold start; one is started again when one is taken.
+    /// They count against `max_upstream_sessions`. 0: none.
+    pub spare_upstream_processes: usize,
     /// Blob chaining: per-tool input rules and the hosts the gateway may fetch from.
     pub chaining: crate::chaining::ChainingConfig,
     /// Upstream resource reads (`resources/read`).
@@ -169,6 +177,7 @@ impl Default for GatewayConfig {
             absent_after_secs: 10,
             upstream_session_idle_secs: 600,
             max_upstream_sessions: 64,
+            spare_upstream_processes: 1,
             chaining: Default::default(),
             resources: Default::default(),
             servers: BTreeMap::new(),
@@ -200,13 +209,21 @@ pub enum PrefixMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SessionMode {
-    /// One upstream session (one child, one `Mcp-Session-Id`) for every client: cheapest, and
-    /// right for stateless servers. What the server keeps per session is shared by all clients.
+    /// One upstream session (one child, one `Mcp-Session-Id`) for every client: the
+    /// configuration says the server keeps nothing per session that clients could see of each
+    /// other. Cheapest; what the server keeps per session is shared by all clients.
     Shared,
-    /// Each client gets its own upstream session: a child process per client for stdio
-    /// servers, a session per client for HTTP ones, as if each had connected directly. The
-    /// default of `stowage serve` over HTTP.
+    /// Each client gets its own upstream session, as if it had connected directly: a session
+    /// per client for HTTP servers; for stdio servers, where a session is a process, a client
+    /// that declares nothing the server could ask back is served by a pristine session of its
+    /// identity for what cannot change session state (lists, reads, tools the server marks
+    /// `readOnlyHint`) until its first request that can, which opens its own. The default of
+    /// `stowage serve` over HTTP.
     PerClient,
+    /// Each client gets its own upstream session from its first request on, nothing served
+    /// by a pristine one: for a stdio server whose read-only tools still answer differently
+    /// per session (one that makes up an identity per session, say).
+    Isolated,
 }
 
 impl SessionMode {
@@ -270,8 +287,9 @@ pub struct ServerConfig {
     pub tls_ca_file: Option<PathBuf>,
     /// Overrides `request_timeout_secs` for this server.
     pub request_timeout_secs: Option<u64>,
-    /// `shared` or `per_client`; default: `per_client` over HTTP (a stdio gateway's one
-    /// client has the shared session to itself).
+    /// `shared`, `per_client` or `isolated`; default: `per_client` over HTTP (a stdio
+    /// gateway's one client has the shared session to itself). `shared` declares the server
+    /// stateless: every client shares one upstream session.
     pub session_mode: Option<SessionMode>,
     /// The largest request body this server (or a proxy in front of it) accepts, in bytes.
     /// Blob chaining refuses, before calling it, a call whose arguments would grow past it

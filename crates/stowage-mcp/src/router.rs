@@ -44,11 +44,17 @@ pub struct OwnLists {
     pub built: Option<(u64, Option<Arc<Catalog>>)>,
 }
 
-/// One upstream's tools and prompts as one client's own session listed them.
+/// One upstream's tools and prompts as one client's own session (or the pristine session it
+/// uses) listed them.
 #[derive(Debug, Clone, Default)]
 pub struct OwnList {
     /// The connection they came from: a new one (the old one ended) lists again.
     pub conn: u64,
+    /// For a pristine session's listing (shared by every client using that session): which of
+    /// its listings this is; the session saying its lists changed starts a new one.
+    pub epoch: u64,
+    /// Whether it is a pristine session's listing, the same for every client that uses it.
+    pub pristine: bool,
     pub tools: Vec<Value>,
     pub prompts: Vec<Value>,
 }

@@ -11,6 +11,7 @@
 //! 3. sampling and elicitation requests and log messages on a stream-less transport (stdio,
 //!    in-process): the call, when exactly one call is in flight on that connection;
 //! 4. anything else is session-level: a client's own upstream session belongs to that client;
+//!    a pristine session, or one several sessions share, belongs to nobody;
 //!    a shared connection belongs to a client only while it is the gateway's only client
 //!    that is present (an HTTP client with no stream open, nothing in flight and no request
 //!    for `gateway.absent_after_secs` has most likely left without `DELETE`, and does not
@@ -157,8 +158,9 @@ impl CallRoutes {
         }
         let owner = match &conn.role {
             ConnRole::Client { session: Some(s), .. } => s.upgrade(),
-            // A stateless user's connection has no stream outside its calls.
-            ConnRole::Client { session: None, .. } => None,
+            // A connection several sessions share (a stateless user's, a group's) has no stream
+            // outside its calls, and a pristine session serves many clients.
+            ConnRole::Client { session: None, .. } | ConnRole::Pool { .. } => None,
             ConnRole::Control => self.sessions.only_one(),
         };
         match owner {

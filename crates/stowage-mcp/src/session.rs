@@ -88,6 +88,10 @@ pub struct Session {
     pub own_lists: Mutex<crate::router::OwnLists>,
     /// Whether the client is still there, as its transport can tell (see [`Session::present`]).
     presence: std::sync::OnceLock<Box<dyn Fn() -> bool + Send + Sync>>,
+    /// Set for sessions that share their upstream sessions with the other sessions of the
+    /// same owner opened under the same host profile (the planner's: see
+    /// [`Session::set_upstream_group`]).
+    upstream_group: std::sync::OnceLock<String>,
     closed: CancellationToken,
 }
 
@@ -123,6 +127,7 @@ impl Session {
             resource_routes: Mutex::new(HashMap::new()),
             own_lists: Mutex::default(),
             presence: std::sync::OnceLock::new(),
+            upstream_group: std::sync::OnceLock::new(),
             closed: CancellationToken::new(),
         }
     }
@@ -132,21 +137,57 @@ impl Session {
         self.kind == SessionKind::Stateless
     }
 
-    /// Which upstream session this client's requests use in `per_client` mode: its own, or,
-    /// for a stateless client, one per identity and declared capabilities (a stateless
-    /// request has no session to keep, and what a server offers may depend on what the client
-    /// can do).
+    /// Which upstream session this client's requests use in `per_client` mode: its own; for a
+    /// stateless client, one per identity and declared capabilities (a stateless request has
+    /// no session to keep, and what a server offers may depend on what the client can do);
+    /// for a session in an upstream group (the planner's), one per group, owner and
+    /// capabilities, so that group keeps its upstream sessions from one session to the next.
     pub fn upstream_key(&self) -> String {
-        match self.kind {
-            SessionKind::Stateless => {
-                let part = |p: &Option<String>| p.as_deref().map_or("-".to_owned(), |s| format!("{}:{s}", s.len()));
-                let caps = self.upstream_capabilities();
-                let caps: Vec<String> =
-                    ["sampling", "elicitation", "roots"].iter().filter_map(|k| caps.get(*k).map(|v| format!("{k}={v}"))).collect();
-                format!("user|{}|{}|{}", part(&self.scope.tenant_id), part(&self.scope.user_id), caps.join(";"))
-            }
+        let owner = || {
+            let part = |p: &Option<String>| p.as_deref().map_or("-".to_owned(), |s| format!("{}:{s}", s.len()));
+            format!("{}|{}", part(&self.scope.tenant_id), part(&self.scope.user_id))
+        };
+        let caps = || {
+            let caps = self.upstream_capabilities();
+            let caps: Vec<String> =
+                ["sampling", "elicitation", "roots"].iter().filter_map(|k| caps.get(*k).map(|v| format!("{k}={v}"))).collect();
+            caps.join(";")
+        };
+        match (self.kind, self.upstream_group.get()) {
+            (SessionKind::Stateless, _) => format!("user|{}|{}", owner(), caps()),
+            (_, Some(group)) => format!("group|{}:{group}|{}|{}", group.len(), owner(), caps()),
             _ => self.id.clone(),
         }
+    }
+
+    /// Makes this session share its upstream sessions with every other session of the same
+    /// owner in `group` (the planner puts each of its conversations in one): they keep one
+    /// upstream session per server between them, open until idle, instead of one each.
+    /// Set once, before the first request.
+    pub fn set_upstream_group(&self, group: &str) {
+        let _ = self.upstream_group.set(group.to_owned());
+    }
+
+    /// Whether this session's upstream sessions are shared with other sessions of its owner
+    /// (a stateless client's, or a group's): no single session owns their session-level
+    /// messages, and one session ending does not end them.
+    pub(crate) fn shares_upstream_sessions(&self) -> bool {
+        self.is_stateless() || self.upstream_group.get().is_some()
+    }
+
+    /// The pristine upstream session this client may use for what cannot change session state
+    /// (see `upstream::sessions`): one per identity, so connections of different people never
+    /// meet even there.
+    pub(crate) fn pristine_key(&self) -> String {
+        let part = |p: &Option<String>| p.as_deref().map_or("-".to_owned(), |s| format!("{}:{s}", s.len()));
+        format!("pristine|{}|{}", part(&self.scope.tenant_id), part(&self.scope.user_id))
+    }
+
+    /// Whether the client declared nothing an upstream could ask it for (sampling,
+    /// elicitation, roots): only such a client may be served by a pristine session, where a
+    /// question the server asked could not be told apart from another client's.
+    pub(crate) fn asks_nothing_back(&self) -> bool {
+        self.upstream_capabilities().as_object().is_none_or(serde_json::Map::is_empty)
     }
 
     /// The capabilities a client-session upstream connection declares: exactly those of the
@@ -351,6 +392,41 @@ mod tests {
         assert_ne!(a.upstream_key(), c.upstream_key());
         let s = Session::new(SessionKind::Http, Caller::default(), None);
         assert_eq!(s.upstream_key(), s.id);
+    }
+
+    #[test]
+    fn sessions_of_one_group_and_owner_share_an_upstream_key_and_no_one_else_does() {
+        let ana = Caller { tenant: None, user: Some("ana".into()) };
+        let group = |caller: &Caller, group: &str| {
+            let s = Session::new(SessionKind::InProcess, caller.clone(), None);
+            s.set_upstream_group(group);
+            s
+        };
+        let (a, b) = (group(&ana, "planner"), group(&ana, "planner"));
+        assert_eq!(a.upstream_key(), b.upstream_key());
+        assert!(a.shares_upstream_sessions());
+        assert_ne!(a.upstream_key(), group(&Caller { tenant: None, user: Some("bob".into()) }, "planner").upstream_key());
+        assert_ne!(a.upstream_key(), group(&ana, "other").upstream_key());
+        // Neither a plain session of the same owner nor a stateless request of theirs.
+        let plain = Session::new(SessionKind::InProcess, ana.clone(), None);
+        assert!(!plain.shares_upstream_sessions());
+        assert_ne!(a.upstream_key(), plain.upstream_key());
+        assert_ne!(a.upstream_key(), Session::new(SessionKind::Stateless, ana, None).upstream_key());
+    }
+
+    #[test]
+    fn only_clients_that_declare_nothing_to_ask_may_use_a_pristine_session_of_their_identity() {
+        let s = Session::new(SessionKind::Http, Caller::default(), None);
+        assert!(s.asks_nothing_back());
+        *s.client_capabilities.lock() = json!({"experimental": {}, "extensions": {}});
+        assert!(s.asks_nothing_back(), "capabilities an upstream never uses do not count");
+        for caps in [json!({"roots": {}}), json!({"sampling": {}}), json!({"elicitation": {"form": {}}})] {
+            *s.client_capabilities.lock() = caps.clone();
+            assert!(!s.asks_nothing_back(), "{caps}");
+        }
+        let other = Session::new(SessionKind::Http, Caller { tenant: Some("t".into()), user: Some("u".into()) }, None);
+        assert_ne!(s.pristine_key(), other.pristine_key());
+        assert_eq!(s.pristine_key(), Session::new(SessionKind::Stateless, Caller::default(), None).pristine_key());
     }
 
     #[tokio::test]

@@ -717,11 +717,12 @@ fn fixture_children() -> usize {
 
 /// With per-client upstream sessions (the default over HTTP), clients that leave without
 /// `DELETE` cost a bounded number of upstream sessions: 1,000 sessions are opened and
-/// abandoned, 200 of them after listing tools (which opens the client's own upstream
-/// session, a child process of the fixture), with `max_upstream_sessions = 8`. The upstream
-/// never has more than 8 client sessions (plus the gateway's own), the least recently used
-/// idle one making room, and a client that comes after them all, one that never sends
-/// `initialized`, lists and calls as usual.
+/// abandoned, 200 of them after listing tools and calling one the fixture does not mark
+/// read-only (which opens the client's own upstream session, a child process of the
+/// fixture), with `max_upstream_sessions = 8`. The upstream never has more than 8 client
+/// sessions (plus the gateway's own), the least recently used idle one making room, and a
+/// client that comes after them all, one that never sends `initialized`, lists and calls as
+/// usual.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_abandoned_sessions_cost_bounded_upstream_sessions_and_affect_no_one() {
     let config = stowage_mcp::config::GatewayConfig { max_upstream_sessions: 8, ..fast_config() };
@@ -740,7 +741,11 @@ async fn a_thousand_abandoned_sessions_cost_bounded_upstream_sessions_and_affect
             let (status, _, msgs) = post(&url, Some(&sid), BOTH, rpc(2, "tools/list", json!({}))).await;
             assert_eq!(status, 200);
             assert!(msgs[0]["result"]["tools"].as_array().unwrap().iter().any(|t| t["name"] == "echo"), "{msgs:?}");
+            let (_, _, msgs) =
+                post(&url, Some(&sid), BOTH, rpc(3, "tools/call", json!({"name": "echo", "arguments": {"message": "hi"}}))).await;
+            assert_eq!(msgs.last().unwrap()["result"]["content"][0]["text"], "hi", "{msgs:?}");
             most = most.max(gw.upstreams[0].client_sessions());
+            assert!(gw.upstreams[0].sessions_held() <= 8, "sessions, starting ones and spares count against the cap");
         }
     }
     assert_eq!(most, 8, "the cap is reached and held");

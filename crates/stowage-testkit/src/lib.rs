@@ -84,6 +84,11 @@ pub fn conformance_fixture_bin() -> PathBuf {
     bin("stowage-conformance-fixture")
 }
 
+/// The path of the `stowage-session-fixture` binary (state per session; see [`fixture_bin`]).
+pub fn session_fixture_bin() -> PathBuf {
+    bin("stowage-session-fixture")
+}
+
 /// The path of the `stowage-hosts-fixture` binary (see [`fixture_bin`]).
 pub fn hosts_fixture_bin() -> PathBuf {
     bin("stowage-hosts-fixture")

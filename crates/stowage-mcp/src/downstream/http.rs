@@ -17,6 +17,13 @@
 //! request cancelled upstream (an upstream request in flight, `Outstanding`, cancels when dropped). A stream delivered whole
 //! keeps nothing, and replay is bounded over all sessions (`resume_max_total_bytes`).
 //!
+//! A request the client cancels (`notifications/cancelled`) gets no response, as the
+//! specification says, and its stream is left open, quiet but for keep-alives, until the
+//! client lets go of it or its session ends: what the reference servers do. A stream that
+//! ended without an answer after its priming event would make a client resume it (the
+//! TypeScript SDK tries twice, gets a 400 each time and logs both). At most
+//! [`MAX_IN_FLIGHT`] cancelled streams are held open per session; past that one simply ends.
+//!
 //! Sessions cannot lock an identity out: one idle past `session_idle_timeout_secs` is ended by
 //! a sweeper, and at `max_sessions_per_identity` a new `initialize` ends the identity's least
 //! recently used idle session (clients that never send `DELETE` abandon sessions all the
@@ -70,6 +77,8 @@ struct HttpSession {
     standalone: Mutex<Option<u64>>,
     last_seen: Mutex<Instant>,
     permits: Arc<Semaphore>,
+    /// Streams of cancelled requests held open (see the module's documentation).
+    cancelled: Arc<Semaphore>,
 }
 
 impl HttpSession {
@@ -221,6 +230,7 @@ async fn post_mcp(
                 standalone: Mutex::new(None),
                 last_seen: Mutex::new(Instant::now()),
                 permits,
+                cancelled: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
             });
             // A client that stopped talking, with nothing open and nothing in flight, has most
             // likely gone without `DELETE` (health checks, CLIs): it no longer takes a shared
@@ -263,15 +273,25 @@ async fn post_mcp(
     let gw = st.gw.clone();
     let priming = speaks_at_least(&session, PRIMING_SINCE);
     let stateless = http.is_none();
+    let hold_cancelled = http.as_ref().map(|hs| hs.cancelled.clone()).filter(|_| accepts_sse(&headers));
     let task = tokio::spawn(async move {
         let resp = gw.handle(&session, msg, &tx).await;
-        if let Some(r) = resp {
-            crate::session::deliver_or_log(&tx, r.to_line(), "a response").await;
+        drop(permit);
+        match resp {
+            Some(r) => crate::session::deliver_or_log(&tx, r.to_line(), "a response").await,
+            // Cancelled by the client: no response, and the stream stays open (holding `tx`)
+            // until the client lets go of it (the pump then aborts this task after the resume
+            // window) or the session ends.
+            None => {
+                if let Some(held) = hold_cancelled.and_then(|h| h.try_acquire_owned().ok()) {
+                    session.closed().await;
+                    drop(held);
+                }
+            }
         }
         if stateless {
             gw.close_session(&session);
         }
-        drop(permit);
     });
     let mut response = if accepts_sse(&headers) {
         match &http {

@@ -323,7 +323,8 @@ impl Gateway {
             ));
             return Ok(guard.refuse(e));
         }
-        let mut reply = match self.forward(session, tool.upstream, "tools/call", params, outbox).await {
+        let need = super::forward::need_of_call(&tool.def, &params);
+        let mut reply = match self.forward_as(session, tool.upstream, "tools/call", params, outbox, need).await {
             Ok(r) => r,
             Err(e) => {
                 guard.finish(CallOutcome::Error, Some(e.to_string()), [0; 4], 0);

@@ -15,7 +15,7 @@ use crate::outbox::Outbox;
 use crate::output_schema::OutputSchema;
 use crate::router::{Catalog, OwnList, UpstreamLists};
 use crate::session::Session;
-use crate::upstream::result_value;
+use crate::upstream::{Conn, ConnRole, Need, result_value};
 
 /// Signals within this window after the first are folded into one refresh.
 const DEBOUNCE: Duration = Duration::from_millis(50);
@@ -64,48 +64,104 @@ impl Gateway {
         json!({ "prompts": prompts })
     }
 
-    /// Lists tools and prompts on `session`'s own upstream session of every `per_client`
-    /// upstream, where they were not listed yet on the connection that is open now (a client's
-    /// own session starts here, as it would if the client connected directly). An upstream
-    /// whose session cannot be had (it is down, or at its session cap) is shown as the
-    /// catalog lists it; its calls then say why.
+    /// Lists tools and prompts on the upstream session that serves `session`'s lists on every
+    /// `per_client` upstream (its own, or the pristine one it uses), where they were not
+    /// listed yet on the connection that is open now, as they would be if the client
+    /// connected directly. A pristine session's listing is fetched once and shared by every
+    /// client that uses it. An upstream whose session cannot be had (it is down, or at its
+    /// session cap) is shown as the catalog lists it; its calls then say why.
     pub(super) async fn list_own(self: &Arc<Self>, session: &Arc<Session>) {
-        let key = session.upstream_key();
         for (i, u) in self.upstreams.iter().enumerate() {
             if u.mode.is_shared() || u.current().is_none_or(|c| c.is_stateless()) || !(u.capability("tools") || u.capability("prompts")) {
                 continue;
             }
-            let open = u.client_conn(&key).map(|c| c.id);
-            if open.is_some() && session.own_lists.lock().by_upstream.get(&i).map(|l| l.conn) == open {
+            let conn = match u.connection_for(session, Need::Pristine, u.spec.request_timeout).await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::debug!(target: "stowage::upstream", upstream = %u.name(), "no upstream session to list on: {e}");
+                    continue;
+                }
+            };
+            let pristine = matches!(conn.role, ConnRole::Pool { .. });
+            let epoch = if pristine { self.pristine_epoch(i) } else { 0 };
+            if session.own_lists.lock().by_upstream.get(&i).is_some_and(|l| l.conn == conn.id && l.epoch == epoch) {
                 continue;
             }
-            match self.fetch_own(session, i).await {
+            let listed =
+                if pristine { self.pristine_listing(session, i, &conn, epoch).await } else { self.fetch_own(session, i, &conn).await };
+            match listed {
                 Ok(list) => {
                     let mut own = session.own_lists.lock();
                     own.by_upstream.insert(i, list);
                     own.built = None;
                 }
                 Err(e) => {
-                    tracing::debug!(target: "stowage::upstream", upstream = %u.name(), "listing on a client's own session failed: {e}")
+                    tracing::debug!(target: "stowage::upstream", upstream = %u.name(), "listing on a client's upstream session failed: {e}")
                 }
             }
         }
     }
 
-    /// Upstream `i`'s tools and prompts as `session`'s own upstream session lists them.
-    async fn fetch_own(self: &Arc<Self>, session: &Arc<Session>, i: usize) -> Result<OwnList, GatewayError> {
+    /// Upstream `i`'s tools and prompts as `session`'s own upstream session `conn` lists them.
+    async fn fetch_own(self: &Arc<Self>, session: &Arc<Session>, i: usize, conn: &Conn) -> Result<OwnList, GatewayError> {
         let u = &self.upstreams[i];
         // Nobody listens for the requests' own notifications.
         let outbox = Outbox::with_capacity(1).0;
-        let mut list = OwnList::default();
+        let mut list = OwnList { conn: conn.id, ..Default::default() };
         if u.capability("tools") {
             list.tools = self.forward_pages(session, i, "tools/list", "tools", &outbox).await?;
         }
         if u.capability("prompts") {
             list.prompts = self.forward_pages(session, i, "prompts/list", "prompts", &outbox).await?;
         }
-        list.conn = u.client_conn(&session.upstream_key()).map_or(0, |c| c.id);
         Ok(list)
+    }
+
+    /// The listing of upstream `i`'s pristine session `conn`, fetched by the first client that
+    /// needs it and kept for every other (fifty clients arriving at once cost one listing).
+    async fn pristine_listing(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        i: usize,
+        conn: &Conn,
+        epoch: u64,
+    ) -> Result<OwnList, GatewayError> {
+        let fetching = self.pristine_lists[i].fetching.clone();
+        let _one_at_a_time = fetching.lock().await;
+        if let Some(l) = self.pristine_lists[i].kept.lock().get(&conn.id).filter(|l| l.epoch == epoch) {
+            return Ok(l.clone());
+        }
+        let mut list = self.fetch_own(session, i, conn).await?;
+        list.epoch = epoch;
+        list.pristine = true;
+        // A listing that raced a change is not kept (the next client lists again).
+        if self.pristine_epoch(i) == epoch {
+            let mut kept = self.pristine_lists[i].kept.lock();
+            // One entry per pristine session (per identity); those of sessions since closed go.
+            if kept.len() >= 64 {
+                kept.clear();
+            }
+            kept.insert(conn.id, list.clone());
+        }
+        Ok(list)
+    }
+
+    /// Which of upstream `i`'s pristine listings is current.
+    fn pristine_epoch(&self, i: usize) -> u64 {
+        self.pristine_lists[i].epoch.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// A pristine session of upstream `i` said its lists changed (`conn`): its listing is
+    /// fetched again, and every client that listed from it is told.
+    pub(super) fn pristine_lists_changed(&self, i: usize, conn: u64, msg: &Message) {
+        self.pristine_lists[i].epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.pristine_lists[i].kept.lock().clear();
+        for s in self.sessions.live() {
+            let listed_there = s.own_lists.lock().by_upstream.get(&i).is_some_and(|l| l.conn == conn);
+            if listed_there {
+                s.notify(msg);
+            }
+        }
     }
 
     /// A tool or prompt name no list has, as the upstream it names would know it: with

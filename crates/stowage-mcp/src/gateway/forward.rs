@@ -1,8 +1,16 @@
 //! Forwarding: a client's request to the right upstream connection (its own upstream session
-//! in `per_client` mode), with progress tokens mapped and the call registered so what the
-//! upstream says during it reaches this client alone; and the way back, an upstream's
-//! questions (sampling, elicitation, roots) put to the client it belongs to, in the form the
-//! client's revision understands, and only if the client declared it can answer.
+//! in `per_client` mode, or a pristine one for what cannot change session state), with
+//! progress tokens mapped and the call registered so what the upstream says during it
+//! reaches this client alone; and the way back, an upstream's questions (sampling,
+//! elicitation, roots) put to the client it belongs to, in the form the client's revision
+//! understands, and only if the client declared it can answer.
+//!
+//! What cannot change session state ([`Need::Pristine`], see `upstream::sessions`) is decided
+//! here, conservatively: the list methods, `resources/read`, `prompts/get`,
+//! `completion/complete` and `tasks/list`, which retrieve by the protocol's design, and a
+//! `tools/call` of a tool whose own listing says `annotations.readOnlyHint: true`, without a
+//! `task` (a task lives in the session). Everything else, unknown methods included, needs the
+//! client's own session.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -18,7 +26,7 @@ use crate::jsonrpc::{Message, Raw, code, to_raw};
 use crate::outbox::Outbox;
 use crate::routes::{Attribution, CallTarget};
 use crate::session::Session;
-use crate::upstream::{CallError, Conn, result_value};
+use crate::upstream::{CallError, Conn, Need, result_value};
 
 /// How many `input_required` rounds one call may take with a stateless upstream.
 const MAX_INPUT_ROUNDS: usize = 16;
@@ -44,6 +52,30 @@ impl Drop for Cleanup<'_> {
     }
 }
 
+/// What a request with `method` needs of the upstream session it goes to, the tool call's
+/// read-only hint aside (see [`Gateway::forward_as`]).
+pub(super) fn need_of(method: &str) -> Need {
+    match method {
+        "tools/list"
+        | "prompts/list"
+        | "resources/list"
+        | "resources/templates/list"
+        | "resources/read"
+        | "prompts/get"
+        | "completion/complete"
+        | "tasks/list"
+        | "ping" => Need::Pristine,
+        _ => Need::Own,
+    }
+}
+
+/// What a call of the tool listed as `def` needs: a pristine session only when the server
+/// marks the tool read-only and the call starts no task.
+pub(super) fn need_of_call(def: &Value, params: &Value) -> Need {
+    let read_only = def.pointer("/annotations/readOnlyHint") == Some(&Value::Bool(true));
+    if read_only && params.get("task").is_none() { Need::Pristine } else { Need::Own }
+}
+
 impl Gateway {
     /// Sends a request to upstream `index` on behalf of `session` and waits for its reply.
     /// Dropping this future (client gone, cancelled) cancels the upstream request.
@@ -52,8 +84,21 @@ impl Gateway {
         session: &Arc<Session>,
         index: usize,
         method: &str,
+        params: Value,
+        outbox: &Outbox,
+    ) -> Result<Message, GatewayError> {
+        self.forward_as(session, index, method, params, outbox, need_of(method)).await
+    }
+
+    /// [`Gateway::forward`] on a connection fit for `need`.
+    pub(super) async fn forward_as(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        index: usize,
+        method: &str,
         mut params: Value,
         outbox: &Outbox,
+        need: Need,
     ) -> Result<Message, GatewayError> {
         let upstream = &self.upstreams[index];
         let timeout = upstream.spec.request_timeout;
@@ -67,7 +112,7 @@ impl Gateway {
             self.routes.map_progress(mine.clone(), original, outbox);
             cleanup.token = Some(mine);
         }
-        let conn = upstream.connection_for(session, timeout).await?;
+        let conn = upstream.connection_for(session, need, timeout).await?;
         let out = conn.start(method, Some(to_raw(&params))).await?;
         self.routes.begin_call(conn.id, out.id, session, outbox, crate::inputs::current());
         cleanup.call = Some((conn.id, out.id));
@@ -426,6 +471,27 @@ mod tests {
         let mut p = json!({"_meta":{"io.modelcontextprotocol/clientInfo":{}}});
         strip_envelope(&mut p);
         assert_eq!(p, json!({}));
+    }
+
+    #[test]
+    fn only_retrievals_and_tools_marked_read_only_may_go_to_a_pristine_session() {
+        for m in ["tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read", "prompts/get"] {
+            assert_eq!(need_of(m), Need::Pristine, "{m}");
+        }
+        for m in ["tools/call", "resources/subscribe", "resources/unsubscribe", "logging/setLevel", "tasks/get", "tasks/cancel", "x/y"] {
+            assert_eq!(need_of(m), Need::Own, "{m}");
+        }
+        let read_only = json!({"name": "snapshot", "annotations": {"readOnlyHint": true}});
+        assert_eq!(need_of_call(&read_only, &json!({"name": "snapshot"})), Need::Pristine);
+        assert_eq!(need_of_call(&read_only, &json!({"name": "snapshot", "task": {"ttl": 1000}})), Need::Own, "a task lives in the session");
+        for def in [
+            json!({"name": "navigate"}),
+            json!({"name": "navigate", "annotations": {"readOnlyHint": false}}),
+            json!({"name": "navigate", "annotations": {"readOnlyHint": "true"}}),
+            json!({"name": "navigate", "annotations": {"destructiveHint": false, "idempotentHint": true}}),
+        ] {
+            assert_eq!(need_of_call(&def, &json!({})), Need::Own, "{def}");
+        }
     }
 
     #[test]

@@ -77,7 +77,7 @@ impl Gateway {
                     ConnRole::Control => self.upstreams[conn.upstream].stale.mark_changed(),
                     // A client's own upstream session changed its lists (a session resource, a
                     // tool): that client alone is told, and lists them again from its own session.
-                    ConnRole::Client { session: Some(s), .. } => {
+                    ConnRole::Client { session: Some(s), key } => {
                         if let Some(s) = s.upgrade() {
                             if method != "notifications/resources/list_changed" {
                                 let mut own = s.own_lists.lock();
@@ -86,8 +86,14 @@ impl Gateway {
                             }
                             s.notify(&msg);
                         }
+                        self.tell_listeners_of(key, &msg);
                     }
-                    ConnRole::Client { session: None, .. } => {}
+                    // A stateless user's own session: their listen streams hear it.
+                    ConnRole::Client { session: None, key } => {
+                        self.tell_listeners_of(key, &msg);
+                    }
+                    // A pristine session's lists changed: every client listing from it is told.
+                    ConnRole::Pool { .. } => self.pristine_lists_changed(conn.upstream, conn.id, &msg),
                 }
             }
             "notifications/resources/updated" => {
@@ -106,14 +112,20 @@ impl Gateway {
                 }
                 match &conn.role {
                     // A client's own upstream session: its subscriptions are that client's.
-                    ConnRole::Client { session: Some(s), .. } => {
+                    ConnRole::Client { session: Some(s), key } => {
                         if let Some(s) = s.upgrade() {
                             s.notify(&msg);
                         }
+                        self.tell_listeners_of(key, &msg);
                     }
-                    ConnRole::Client { session: None, .. } => {
-                        crate::routes::dropped(&conn.name, "a resource update for a stateless client")
+                    // A stateless user's own session: the subscriptions are their listen streams'.
+                    ConnRole::Client { session: None, key } => {
+                        if !self.tell_listeners_of(key, &msg) {
+                            crate::routes::dropped(&conn.name, "a resource update no listen stream asked for")
+                        }
                     }
+                    // A pristine session is never subscribed to anything.
+                    ConnRole::Pool { .. } => crate::routes::dropped(&conn.name, "a resource update from a pristine session"),
                     ConnRole::Control => self.publish(&msg),
                 }
             }

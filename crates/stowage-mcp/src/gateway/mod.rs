@@ -84,6 +84,18 @@ pub enum ControlCapabilities {
 /// What runs once when start-up has settled (see [`Gateway::on_startup`]).
 type StartupHook = Box<dyn FnOnce(&Gateway) + Send>;
 
+/// What one upstream's pristine sessions listed (see `catalog::pristine_listing`): fetched
+/// once per session and listing, shared by every client that uses it.
+#[derive(Default)]
+struct PristineLists {
+    /// Held while a listing is fetched, so clients arriving together fetch it once.
+    fetching: Arc<tokio::sync::Mutex<()>>,
+    /// By pristine connection.
+    kept: Mutex<std::collections::HashMap<u64, crate::router::OwnList>>,
+    /// Bumped when a pristine session says its lists changed.
+    epoch: AtomicU64,
+}
+
 /// The gateway's side of [`crate::upstream::Uplink`]: in-call notifications go to their
 /// client through the routes, health changes onto the event bus.
 struct GatewayUplink {
@@ -157,6 +169,8 @@ pub struct Gateway {
     /// Counts catalog rebuilds: a client's own catalog built on an older one is rebuilt.
     generation: AtomicU64,
     lists: Mutex<Vec<UpstreamLists>>,
+    /// Per upstream: what its pristine sessions listed.
+    pristine_lists: Vec<PristineLists>,
     sessions: Arc<Sessions>,
     routes: Arc<CallRoutes>,
     next_token: AtomicU64,
@@ -251,6 +265,7 @@ impl Gateway {
             secret_env,
             client_idle: Duration::from_secs(config.upstream_session_idle_secs.max(1)),
             max_client_sessions: config.max_upstream_sessions.max(1),
+            spares: config.spare_upstream_processes,
             control_caps: control_caps.subscribe(),
         };
         let upstreams: Vec<_> = specs
@@ -274,11 +289,13 @@ impl Gateway {
             .collect();
         let catalog = Catalog::build(&lists, prefix, &config.separator);
         let kept = Mutex::new(vec![None; upstreams.len()]);
+        let pristine_lists = upstreams.iter().map(|_| PristineLists::default()).collect();
         let gw = Arc::new(Gateway {
             config,
             upstreams,
             catalog: RwLock::new(Arc::new(catalog)),
             generation: AtomicU64::new(0),
+            pristine_lists,
             lists: Mutex::new(lists),
             sessions,
             routes,
@@ -535,15 +552,23 @@ impl Gateway {
     /// A new in-process session whose answers are shaped under the host profile called
     /// `profile` (e.g. [`crate::hosts::PLANNER_PROFILE`]), whatever `[hosts] adapt` says; the
     /// default profile when there is none of that name.
+    ///
+    /// The sessions one owner opens under one profile are one host to the upstreams: they
+    /// share their upstream sessions (one per `per_client` server, declaring what they
+    /// declare), so the planner's next run, in a new conversation or not, finds the servers it
+    /// used already started. Those sessions close when the last of the owner's sessions under
+    /// the profile ends, or when idle past `gateway.upstream_session_idle_secs`.
     pub fn open_session_as(&self, caller: Caller, profile: &str) -> Arc<Session> {
-        let s = self.open_session(SessionKind::InProcess, caller, None);
+        let s = Arc::new(Session::new(SessionKind::InProcess, caller, None));
+        s.set_upstream_group(profile);
+        self.sessions.add(&s);
         let p = self.hosts().by_name(profile).unwrap_or_else(|| self.hosts().default_profile());
         *s.host.lock() = Some((format!("stowage-{profile}"), p));
         s
     }
 
     /// Ends `session`: what waits for its client fails at once, and its own upstream sessions
-    /// are closed.
+    /// are closed (a session that shares them with others of its owner: when it was the last).
     pub fn close_session(&self, session: &Session) {
         session.close();
         // Its subscriptions end with it: an upstream subscription nobody else wants is dropped.
@@ -555,10 +580,15 @@ impl Gateway {
                 self.drop_upstream_subscription(u, &uri);
             }
         }
-        if !session.is_stateless() {
-            for u in &self.upstreams {
-                u.close_client(&session.upstream_key());
-            }
+        if session.is_stateless() {
+            return;
+        }
+        let key = session.upstream_key();
+        if session.shares_upstream_sessions() && self.sessions.live().iter().any(|s| s.upstream_key() == key) {
+            return;
+        }
+        for u in &self.upstreams {
+            u.close_client(&key);
         }
     }
 
@@ -683,9 +713,13 @@ impl Gateway {
             "initialize" => ok(self.initialize(session, &params)),
             "server/discover" => self.discover(session, &params, id),
             "ping" => ok(serde_json::json!({})),
-            "subscriptions/listen" => self.listen(&id, &params, outbox).await,
-            "tools/list" => ok(serde_json::json!({"tools": self.tools_for(session).await})),
+            "subscriptions/listen" => self.listen(session, &id, &params, outbox).await,
+            "tools/list" => {
+                refuse_cursor(&method, &params)?;
+                ok(serde_json::json!({"tools": self.tools_for(session).await}))
+            }
             "prompts/list" => {
+                refuse_cursor(&method, &params)?;
                 self.list_own(session).await;
                 ok(self.list_prompts(session))
             }
@@ -739,5 +773,17 @@ impl Gateway {
             params["ref"]["name"] = Value::String(o);
         }
         self.forward(session, u, "completion/complete", params, outbox).await
+    }
+}
+
+/// `tools/list` and `prompts/list` are answered whole, every upstream's pages gathered, so the
+/// gateway never hands out a cursor for them: a client's cursor is refused (invalid params,
+/// as the specification says of an invalid cursor), never silently ignored.
+fn refuse_cursor(method: &str, params: &Value) -> Result<(), GatewayError> {
+    match params.get("cursor") {
+        None | Some(Value::Null) => Ok(()),
+        Some(c) => Err(GatewayError::InvalidParams(format!(
+            "{method}: unknown cursor {c}: this server answers {method} in one page and gave no cursor; send the request without one"
+        ))),
     }
 }

@@ -4,9 +4,14 @@
 //! Request ids towards an upstream are the gateway's own (a counter per connection), so
 //! requests from many clients never clash; the gateway keeps the mapping back to each
 //! client's id. Every connection has a process-unique [`Conn::id`] and a [`ConnRole`]: the
-//! upstream's control connection (catalog, shared-mode calls) or one client's own upstream
-//! session. Both, and the [`Origin`] of each inbound message, decide which client hears what
-//! the upstream says (the gateway routes them; see `Uplink`).
+//! upstream's control connection (catalog, shared-mode calls), one client's own upstream
+//! session, or a pristine session that serves what cannot change session state. Both, and the
+//! [`Origin`] of each inbound message, decide which client hears what the upstream says (the
+//! gateway routes them; see `Uplink`).
+//!
+//! Closing a connection ([`Conn::close`]) lets go of its transport at once: a stdio child's
+//! process group is killed then (not when the last reference goes), an HTTP session is ended
+//! with `DELETE`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -65,8 +70,14 @@ pub enum ConnRole {
     /// call in shared mode.
     Control,
     /// One client's own upstream session (`session_mode = "per_client"`). `session` is unset
-    /// for a stateless (2026-07-28) user's connection, which has no stream of its own.
+    /// for a connection several sessions share (a stateless (2026-07-28) user's, or the
+    /// planner's sessions of one owner), which has no stream of its own.
     Client { key: String, session: Option<Weak<Session>> },
+    /// A pristine session (`per_client` stdio upstreams): it only ever serves requests that
+    /// cannot change what the session answers later (lists, reads, tools the server marks
+    /// `readOnlyHint`), for the connections of one identity that declare nothing the server
+    /// could ask back (see `upstream::sessions`). Nobody owns its session-level messages.
+    Pool { key: String },
 }
 
 /// Why a call to an upstream failed. Messages are what a client sees in its error.
@@ -123,8 +134,11 @@ pub enum CallError {
         /// The limit in bytes.
         limit: usize,
     },
-    /// `per_client` mode: the upstream already has as many client sessions as allowed.
-    #[error("upstream {name} already has {cap} client sessions open (gateway.max_upstream_sessions); try again when one ends")]
+    /// `per_client` mode: the upstream already has as many client sessions as allowed (open
+    /// or starting), none of them idle.
+    #[error(
+        "upstream {name} already has {cap} client sessions open, none of them idle (gateway.max_upstream_sessions = {cap}); try again when one ends"
+    )]
     Busy {
         /// The upstream's configured name.
         name: String,
@@ -165,7 +179,9 @@ pub struct Conn {
     last_used: Mutex<Instant>,
     /// Why the connection ended, set by its reader before it marks it closed.
     end_reason: Mutex<Option<String>>,
-    _guard: Option<Box<dyn std::any::Any + Send + Sync>>,
+    /// What keeps the transport alive (a child's process group, an HTTP session): dropped when
+    /// the connection closes, which ends it.
+    guard: Mutex<Option<Box<dyn std::any::Any + Send + Sync>>>,
 }
 
 impl std::fmt::Debug for Conn {
@@ -189,7 +205,7 @@ impl Conn {
             http: link.http,
             last_used: Mutex::new(Instant::now()),
             end_reason: Mutex::new(None),
-            _guard: link.guard,
+            guard: Mutex::new(link.guard),
         });
         (conn, link.rx)
     }
@@ -212,9 +228,11 @@ impl Conn {
         self.end_reason.lock().clone()
     }
 
-    /// Closes the connection (a stdio child is killed once its reader lets go).
+    /// Closes the connection: what waits for a reply fails, and the transport is let go of at
+    /// once (a stdio child's process group killed, an HTTP session ended).
     pub fn close(&self) {
         self.closed.cancel();
+        drop(self.guard.lock().take());
     }
 
     /// Whether a request to the upstream is still waiting for its reply.
@@ -391,6 +409,9 @@ pub(crate) async fn read_loop(
                 let reply = id.and_then(|id| conn.pending.lock().remove(&id));
                 match reply {
                     Some(reply) => {
+                        // Idle counts from the last reply as well as the last request: a
+                        // session whose one request took long is not idle the moment it ends.
+                        *conn.last_used.lock() = Instant::now();
                         let _ = reply.send(Ok(msg));
                     }
                     None => {
@@ -413,7 +434,7 @@ pub(crate) async fn read_loop(
     };
     *conn.end_reason.lock() = Some(reason.clone());
     conn.fail_all(CallError::Closed { name: conn.name.clone(), reason });
-    conn.closed.cancel();
+    conn.close();
 }
 
 /// A line that is not a valid message. Output that is not JSON at all is usually a server

@@ -101,7 +101,8 @@ pub(crate) fn connect(
             if let Some(id) = request_id {
                 // Requests run concurrently: a long tool call must not hold up the next one.
                 let c = c.clone();
-                tokio::spawn(async move { c.post(line, Some(id)).await });
+                let method = head.method.as_deref().unwrap_or_default().to_owned();
+                tokio::spawn(async move { c.post(line, Some((id, method))).await });
             } else {
                 // Notifications and responses keep their order (initialized before the first
                 // request that depends on it).
@@ -261,9 +262,13 @@ impl Client {
         self.inbound.send(item).await.is_ok()
     }
 
-    /// Sends one message; for a request (`request_id`), whatever goes wrong becomes its error
-    /// response.
-    async fn post(&self, body: Vec<u8>, request_id: Option<u64>) {
+    /// Sends one message; for a request (`request`: its id and method), whatever goes wrong
+    /// becomes its error response at once: a refusal (401, 403) or another status with a body
+    /// that is not the JSON-RPC answer to it, and a successful status whose body is not that
+    /// answer either, each named with the status and the start of the body.
+    async fn post(&self, body: Vec<u8>, request: Option<(u64, String)>) {
+        let request_id = request.as_ref().map(|(id, _)| *id);
+        let method = request.as_ref().map_or("", |(_, m)| m.as_str());
         let result = self.request(reqwest::Method::POST).header(CONTENT_TYPE, "application/json").body(body).send().await;
         let origin = request_id.map_or(Origin::Standalone, Origin::Request);
         let fail = |message: String| async move {
@@ -300,12 +305,16 @@ impl Client {
                 Ok(b) => String::from_utf8_lossy(&b).into_owned(),
                 Err(e) => e,
             };
-            // Some servers answer a JSON-RPC error with a 4xx status: pass the error through.
-            if request_id.is_some() && serde_json::from_str::<Value>(&text).is_ok_and(|v| v.get("error").is_some()) {
+            // Some servers answer a JSON-RPC error with a 4xx status: pass the error through,
+            // when it is one (an error response to this very request). Anything else (an
+            // OAuth `{"error":"invalid_token"}`, an HTML page) fails the request at once.
+            if let Some(id) = request_id
+                && is_error_response(text.as_bytes(), id)
+            {
                 self.deliver(Inbound::Line(text.into_bytes(), origin)).await;
             } else {
-                let snippet: String = text.chars().take(200).collect();
-                fail(format!("upstream {} answered HTTP {status}: {snippet}", self.name)).await;
+                let hint = if matches!(status.as_u16(), 401 | 403) { " (check its headers or bearer_token_env)" } else { "" };
+                fail(format!("upstream {} answered {method} with HTTP {status}{hint}: {}", self.name, snippet(&text))).await;
             }
             return;
         }
@@ -321,10 +330,28 @@ impl Client {
             }
         } else {
             match self.body(resp).await {
-                Ok(body) if body.iter().all(u8::is_ascii_whitespace) => {}
-                Ok(body) => {
-                    self.deliver(Inbound::Line(body, origin)).await;
+                Ok(body) if body.iter().all(u8::is_ascii_whitespace) => {
+                    if request_id.is_some() {
+                        fail(format!("upstream {} answered {method} with HTTP {status} and an empty body", self.name)).await;
+                    }
                 }
+                Ok(body) => match request_id {
+                    // A request's JSON body is its answer and nothing else: one that is not
+                    // would leave the request waiting for its timeout.
+                    Some(id) if !is_response(&body, id) => {
+                        let text = String::from_utf8_lossy(&body);
+                        let kind = if content_type.is_empty() { "no content type".to_owned() } else { content_type.clone() };
+                        fail(format!(
+                            "upstream {} answered {method} with HTTP {status} ({kind}) but not with a JSON-RPC response to it: {}",
+                            self.name,
+                            snippet(&text)
+                        ))
+                        .await;
+                    }
+                    _ => {
+                        self.deliver(Inbound::Line(body, origin)).await;
+                    }
+                },
                 Err(e) => fail(format!("upstream {} body: {e}", self.name)).await,
             }
         }
@@ -425,6 +452,31 @@ impl Client {
         }
         end
     }
+}
+
+/// The start of a body for an error message: one line, at most 200 characters.
+fn snippet(text: &str) -> String {
+    let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one_line.is_empty() {
+        return "(empty body)".to_owned();
+    }
+    stowage_core::cut_at_char(&one_line, 200).to_owned()
+}
+
+/// Whether `body` is a JSON-RPC response to our request `id` (or a batch, which is read as
+/// it comes): the cheap look at either end first, a parse only when that finds nothing.
+fn is_response(body: &[u8], id: u64) -> bool {
+    let start = body.iter().find(|b| !b.is_ascii_whitespace());
+    if start == Some(&b'[') || answers(body, id) {
+        return true;
+    }
+    serde_json::from_slice::<Value>(body).is_ok_and(|v| v.get("id").and_then(Value::as_u64) == Some(id) && v.get("method").is_none())
+}
+
+/// Whether `body` is a JSON-RPC error response to our request `id`.
+fn is_error_response(body: &[u8], id: u64) -> bool {
+    serde_json::from_slice::<Value>(body)
+        .is_ok_and(|v| v.get("id").and_then(Value::as_u64) == Some(id) && v.get("error").is_some_and(Value::is_object))
 }
 
 /// Whether SSE `data` is the response to our request `id`. The id is looked for near either
@@ -703,6 +755,23 @@ mod tests {
             // Data that is only whitespace is a priming/keep-alive event, never a message.
             proptest::prop_assert!(expected.iter().all(|e| matches!(e, SseEvent::Data(d) if !d.iter().all(u8::is_ascii_whitespace))));
         }
+    }
+
+    #[test]
+    fn only_the_answer_to_the_request_counts_as_one() {
+        use super::{is_error_response, is_response, snippet};
+        assert!(is_response(br#"{"jsonrpc":"2.0","id":3,"result":{}}"#, 3));
+        let middle = format!(r#"{{"jsonrpc":"2.0","result":{{"x":"{}"}},"id":3,"_meta":{{"y":"{}"}}}}"#, "a".repeat(200), "b".repeat(200));
+        assert!(is_response(middle.as_bytes(), 3), "found by parsing when neither end has it");
+        assert!(!is_response(b"<html>bad gateway</html>", 3));
+        assert!(!is_response(br#"{"error":"invalid_token"}"#, 3));
+        assert!(!is_response(br#"{"jsonrpc":"2.0","id":4,"result":{}}"#, 3));
+        assert!(is_error_response(br#"{"jsonrpc":"2.0","id":3,"error":{"code":-32600,"message":"no"}}"#, 3));
+        assert!(!is_error_response(br#"{"error":"invalid_token","error_description":"expired"}"#, 3));
+        assert!(!is_error_response(br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"no"}}"#, 3));
+        assert_eq!(snippet("  <html>\n  <body>oops</body>\n</html>"), "<html> <body>oops</body> </html>");
+        assert_eq!(snippet(""), "(empty body)");
+        assert_eq!(snippet(&"x".repeat(500)).len(), 200);
     }
 
     #[test]

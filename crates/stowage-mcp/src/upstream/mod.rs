@@ -1,41 +1,46 @@
 //! Upstream MCP servers: a supervised control connection each, and, in `per_client` session
-//! mode, one more connection per client.
+//! mode, sessions for the clients.
 //!
 //! An [`Upstream`] owns a supervisor task that connects ([`stdio`], [`http`], [`sse`] or an
 //! in-process server), performs the MCP handshake as a client, publishes the live control [`Conn`], and
 //! when the connection dies reconnects with exponential backoff. The control connection
-//! serves the catalog (tools, prompts, resources), subscriptions for listen streams, and, in
-//! `shared` mode, every client's calls.
+//! serves the catalog (tools, prompts, resources), subscriptions for listen streams of
+//! `shared` upstreams, and, in `shared` mode, every client's calls.
 //!
 //! `per_client` mode gives each client its own upstream session, so a server that keeps
 //! per-session state (resources, logs, roots) keeps clients apart exactly as it would if they
 //! connected directly: a new child process per client for stdio servers, a new
-//! `Mcp-Session-Id` for HTTP ones. A client session's connection is opened on its first call,
-//! declares the client's own capabilities, closes when the client's session ends, and is
-//! closed when idle past `gateway.upstream_session_idle_secs`; at most
-//! `gateway.max_upstream_sessions` are open per upstream. Stateless (2026-07-28) clients have
-//! no session: their connection is keyed by their identity instead.
+//! `Mcp-Session-Id` for HTTP ones. A client session's connection is opened when the client
+//! first needs it, declares the client's own capabilities, closes when the client's session
+//! ends, and is closed when idle past `gateway.upstream_session_idle_secs`; at most
+//! `gateway.max_upstream_sessions` exist per upstream, counted from the moment each starts.
+//! For stdio servers, what cannot change session state is served by a pristine session of
+//! the client's identity until the client needs its own, and spare processes make a new
+//! session's start a handshake only (see [`sessions`]). Stateless (2026-07-28) clients have
+//! no session: their connection is keyed by their identity instead; the planner's sessions
+//! share theirs per owner.
 //!
 //! A call to an upstream that is down fails at once with the last reason (no waiting for the
 //! request timeout); only an upstream that has not finished starting yet is waited for.
 
 mod conn;
 pub(crate) mod http;
+mod sessions;
 pub(crate) mod sse;
 pub(crate) mod stdio;
 mod transport_error;
 
 pub use conn::CallError;
 pub(crate) use conn::{Conn, ConnRole, Inbound, Initiated, LINK_CAPACITY, Link, Origin, result_value};
+pub(crate) use sessions::Need;
 pub use transport_error::TransportError;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde_json::{Value, json};
-use tokio::sync::{OnceCell, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 
 use tokio_util::sync::CancellationToken;
 
@@ -83,6 +88,8 @@ pub struct UpstreamEnv {
     /// Client-session connections: idle time before one is closed, and how many per upstream.
     pub client_idle: Duration,
     pub max_client_sessions: usize,
+    /// Spare processes kept started per stdio upstream with client sessions.
+    pub spares: usize,
     /// The capabilities control connections declare, once known: every capability a client
     /// may offer, or (a gateway with exactly one client, over stdio) that client's own, set at
     /// its handshake. Supervisors do not connect before it is set.
@@ -164,8 +171,8 @@ pub struct Upstream {
     env: UpstreamEnv,
     /// For a stateless upstream: the resources to hear about and the running listen request.
     listen: Mutex<ListenState>,
-    /// `per_client` mode: each client's own connection, by client key.
-    clients: Mutex<HashMap<String, Arc<OnceCell<Arc<Conn>>>>>,
+    /// `per_client` mode: each client's own session, the pristine ones and the spares.
+    clients: Mutex<sessions::Slots>,
     /// Set when the catalog should fetch this upstream's lists again.
     pub stale: ListsStale,
     /// Whether the catalog has this upstream's lists (from its first connection on).
@@ -189,7 +196,7 @@ impl Upstream {
             info: Mutex::new(None),
             env,
             listen: Mutex::new(ListenState::default()),
-            clients: Mutex::new(HashMap::new()),
+            clients: Mutex::default(),
             stale: ListsStale::default(),
             listed: std::sync::atomic::AtomicBool::new(false),
         })
@@ -257,87 +264,171 @@ impl Upstream {
         }
     }
 
-    /// The connection that carries `session`'s requests: the control connection in shared
-    /// mode (and for stateless upstreams, which have no sessions), else the session's own.
-    pub async fn connection_for(self: &Arc<Self>, session: &Arc<Session>, timeout: Duration) -> Result<Arc<Conn>, CallError> {
+    /// The connection that carries `session`'s request of kind `need`: the control connection
+    /// in shared mode (and for stateless upstreams, which have no sessions); a pristine
+    /// session for a [`Need::Pristine`] request of a client that may use one and has no session
+    /// of its own; else the client's own session, opened for it if need be. Fails at once,
+    /// naming the cap, when a new session would pass `gateway.max_upstream_sessions` and no
+    /// idle one can make room.
+    pub(crate) async fn connection_for(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        need: Need,
+        timeout: Duration,
+    ) -> Result<Arc<Conn>, CallError> {
+        let deadline = Instant::now() + timeout;
         let control = self.connection(timeout).await?;
         if self.mode == SessionMode::Shared || control.is_stateless() {
             return Ok(control);
         }
-        let key = session.upstream_key();
-        loop {
-            let cell = {
-                let mut clients = self.clients.lock();
-                match clients.get(&key) {
-                    Some(cell) => match cell.get() {
-                        Some(c) if c.is_closed() => {
-                            clients.remove(&key);
-                            continue;
-                        }
-                        _ => cell.clone(),
-                    },
-                    None => {
-                        if clients.len() >= self.env.max_client_sessions && !evict_one_idle(&mut clients) {
-                            return Err(CallError::Busy { name: self.spec.name.clone(), cap: self.env.max_client_sessions });
-                        }
-                        let cell = Arc::new(OnceCell::new());
-                        clients.insert(key.clone(), cell.clone());
-                        cell
-                    }
+        let own = session.upstream_key();
+        let pristine = need == Need::Pristine
+            && self.keeps_pristine_sessions()
+            && session.asks_nothing_back()
+            && self.clients.lock().map.get(&own).is_none_or(|s| s.dead());
+        let (key, role, caps) = if pristine {
+            let key = session.pristine_key();
+            (key.clone(), ConnRole::Pool { key }, json!({}))
+        } else {
+            let owner = (!session.shares_upstream_sessions()).then(|| Arc::downgrade(session));
+            (own.clone(), ConnRole::Client { key: own, session: owner }, session.upstream_capabilities())
+        };
+        let slot = self.slot(&key, role, caps)?;
+        slot.ready(&self.spec.name, deadline.saturating_duration_since(Instant::now())).await
+    }
+
+    /// The slot of `key`, started (from a spare when there is one) if there is none.
+    fn slot(self: &Arc<Self>, key: &str, role: ConnRole, caps: Value) -> Result<Arc<sessions::Slot>, CallError> {
+        let (slot, spare) = {
+            let mut slots = self.clients.lock();
+            match slots.map.get(key) {
+                Some(slot) if !slot.dead() => return Ok(slot.clone()),
+                Some(_) => {
+                    slots.map.remove(key);
                 }
-            };
-            let role = ConnRole::Client { key: key.clone(), session: (!session.is_stateless()).then(|| Arc::downgrade(session)) };
-            let caps = session.upstream_capabilities();
-            let connect = async {
-                self.connect(role, caps).await.map_err(|e| CallError::StartupFailed { name: self.spec.name.clone(), reason: e.to_string() })
-            };
-            let conn = match tokio::time::timeout(timeout, cell.get_or_try_init(|| connect)).await {
-                Ok(r) => r?.clone(),
-                Err(_) => {
-                    let reason = "did not finish its handshake in time".to_owned();
-                    return Err(CallError::StartupFailed { name: self.spec.name.clone(), reason });
-                }
-            };
-            if conn.is_closed() {
-                self.clients.lock().remove(&key);
-                return Err(CallError::Closed { name: self.spec.name.clone(), reason: "closed right after it started".into() });
+                None => {}
             }
-            return Ok(conn);
+            let spare = slots.spares.pop();
+            if spare.is_none() && slots.count() >= self.env.max_client_sessions && !slots.make_room() {
+                return Err(CallError::Busy { name: self.spec.name.clone(), cap: self.env.max_client_sessions });
+            }
+            let slot = sessions::Slot::new();
+            slots.map.insert(key.to_owned(), slot.clone());
+            (slot, spare)
+        };
+        let took_spare = spare.is_some();
+        let (up, started, key) = (self.clone(), slot.clone(), key.to_owned());
+        tokio::spawn(async move {
+            let connect = up.connect_session(role, caps, spare.map(|s| s.link));
+            let result = tokio::select! {
+                r = connect => r,
+                _ = started.abandoned.cancelled() => Err(ConnectError::Handshake("its client's session ended while it was starting".into())),
+            };
+            match result {
+                Ok(conn) if started.abandoned.is_cancelled() => conn.close(),
+                Ok(conn) => {
+                    started.state.send_replace(sessions::SlotState::Ready(conn));
+                }
+                Err(e) => {
+                    {
+                        let mut slots = up.clients.lock();
+                        if slots.map.get(&key).is_some_and(|s| Arc::ptr_eq(s, &started)) {
+                            slots.map.remove(&key);
+                        }
+                    }
+                    let reason = e.to_string();
+                    if !started.abandoned.is_cancelled() {
+                        tracing::warn!(target: "stowage::upstream", upstream = %up.spec.name, "a client session could not start: {reason}");
+                    }
+                    started
+                        .state
+                        .send_replace(sessions::SlotState::Failed(CallError::StartupFailed { name: up.spec.name.clone(), reason }));
+                }
+            }
+        });
+        if took_spare {
+            self.refill_spares();
+        }
+        Ok(slot)
+    }
+
+    /// Whether this upstream serves what cannot change session state from pristine sessions
+    /// (`per_client` stdio servers: their sessions are processes).
+    fn keeps_pristine_sessions(&self) -> bool {
+        self.mode == SessionMode::PerClient && matches!(self.spec.transport, TransportSpec::Stdio { .. })
+    }
+
+    /// Whether this upstream keeps spare processes (client sessions of a stdio server).
+    fn keeps_spares(&self) -> bool {
+        !self.mode.is_shared() && matches!(self.spec.transport, TransportSpec::Stdio { .. }) && self.env.spares > 0
+    }
+
+    /// Starts spares until there are `gateway.spare_upstream_processes`, within the cap.
+    fn refill_spares(self: &Arc<Self>) {
+        if !self.keeps_spares() || self.env.shutdown.is_cancelled() || self.current().is_none_or(|c| c.is_stateless()) {
+            return;
+        }
+        loop {
+            {
+                let mut slots = self.clients.lock();
+                if slots.spares.len() + slots.spawning >= self.env.spares || slots.count() >= self.env.max_client_sessions {
+                    return;
+                }
+                slots.spawning += 1;
+            }
+            let TransportSpec::Stdio { command, args, env, cwd, inherit_env } = &self.spec.transport else { return };
+            let spawned = stdio::spawn(
+                &self.spec.name,
+                command,
+                args,
+                env,
+                *inherit_env,
+                &self.env.secret_env,
+                cwd.as_ref(),
+                self.env.max_message_bytes,
+            );
+            let mut slots = self.clients.lock();
+            slots.spawning -= 1;
+            match spawned {
+                Ok(link) => slots.spares.push(sessions::Spare { link, since: Instant::now() }),
+                Err(e) => {
+                    tracing::warn!(target: "stowage::upstream", upstream = %self.spec.name, "cannot start a spare process: {e}");
+                    return;
+                }
+            }
         }
     }
 
     /// `key`'s own connection, if one is open (never opens one).
     pub fn client_conn(&self, key: &str) -> Option<Arc<Conn>> {
-        self.clients.lock().get(key).and_then(|c| c.get().cloned()).filter(|c| !c.is_closed())
+        self.clients.lock().map.get(key).and_then(|s| s.open_conn())
     }
 
-    /// Closes `key`'s own connection, if it has one (its session ended).
+    /// Ends `key`'s own session, if it has one (its session ended): closed if open, stopped
+    /// (and its process killed) if still starting.
     pub fn close_client(&self, key: &str) {
-        if let Some(cell) = self.clients.lock().remove(key)
-            && let Some(c) = cell.get()
-        {
-            c.close();
+        let slot = self.clients.lock().map.remove(key);
+        if let Some(slot) = slot {
+            slot.end();
         }
     }
 
-    /// How many client-session connections are open.
+    /// How many client sessions (pristine ones included) are open.
     pub fn client_sessions(&self) -> usize {
-        self.clients.lock().values().filter(|c| c.get().is_some_and(|c| !c.is_closed())).count()
+        self.clients.lock().map.values().filter(|s| s.open_conn().is_some()).count()
+    }
+
+    /// What counts against `gateway.max_upstream_sessions` now: sessions open or starting,
+    /// and spare processes.
+    pub fn sessions_held(&self) -> usize {
+        self.clients.lock().count()
     }
 
     /// Closes client connections that are dead, idle past the limit with nothing in flight,
-    /// or whose session is gone.
+    /// or whose session is gone; stops spares unused as long.
     fn sweep_clients(&self) {
-        let idle = self.env.client_idle;
-        self.clients.lock().retain(|_, cell| {
-            let Some(c) = cell.get() else { return true };
-            let orphaned = matches!(&c.role, ConnRole::Client { session: Some(s), .. } if s.upgrade().is_none_or(|s| s.is_closed()));
-            let keep = !c.is_closed() && (c.busy() || (!orphaned && c.idle_for() < idle));
-            if !keep {
-                c.close();
-            }
-            keep
-        });
+        let orphaned = |c: &Conn| matches!(&c.role, ConnRole::Client { session: Some(s), .. } if s.upgrade().is_none_or(|s| s.is_closed()));
+        self.clients.lock().sweep(self.env.client_idle, orphaned);
     }
 
     /// Sends a request on the control connection and waits for its reply.
@@ -432,6 +523,8 @@ impl Upstream {
                         self.start_listen(&conn);
                     }
                     self.stale.mark_connected();
+                    // The first client to need a session of its own finds a process started.
+                    self.refill_spares();
                     let reason = loop {
                         // Shutdown first: stopping closes the connection too, and that close
                         // is not a loss to report.
@@ -506,13 +599,38 @@ impl Upstream {
         }
     }
 
+    /// A client session's connection: on `spare` when one was taken (a process already
+    /// started), else on a new transport. A spare that died while it waited is replaced by a
+    /// fresh start, once.
+    async fn connect_session(&self, role: ConnRole, capabilities: Value, spare: Option<Link>) -> Result<Arc<Conn>, ConnectError> {
+        if let Some(link) = spare {
+            match self.connect_on(role.clone(), capabilities.clone(), Some(link)).await {
+                Ok(conn) => return Ok(conn),
+                Err(e) => {
+                    tracing::debug!(target: "stowage::upstream", upstream = %self.spec.name, "a spare process could not be used ({e}); starting a fresh one")
+                }
+            }
+        }
+        self.connect_on(role, capabilities, None).await
+    }
+
     /// Opens a transport, starts its reader and performs the handshake, declaring
     /// `capabilities` as the client's.
     async fn connect(&self, role: ConnRole, capabilities: Value) -> Result<Arc<Conn>, ConnectError> {
+        self.connect_on(role, capabilities, None).await
+    }
+
+    /// [`Upstream::connect`] over `link` when given. Dropping the future before it returns
+    /// closes what it opened (a child is killed, never left running unseen).
+    async fn connect_on(&self, role: ConnRole, capabilities: Value, link: Option<Link>) -> Result<Arc<Conn>, ConnectError> {
         let timeout = self.spec.request_timeout.min(Duration::from_secs(60));
-        let link = self.open_link(timeout).await?;
+        let link = match link {
+            Some(link) => link,
+            None => self.open_link(timeout).await?,
+        };
         let (conn, rx) = Conn::new(self.index, &self.spec.name, role, link);
         tokio::spawn(conn::read_loop(conn.clone(), rx, self.env.initiated.clone(), self.env.uplink.clone()));
+        let opened = CloseUnlessKept(Some(conn.clone()));
         let fail = |e: CallError| {
             ConnectError::Handshake(match e {
                 CallError::Closed { reason, .. } => format!("{reason} during start-up"),
@@ -536,9 +654,9 @@ impl Upstream {
                 *h.protocol_version.lock() = Some(STATELESS_PROTOCOL.into());
             }
             let reply = conn.start("server/discover", None).await.map_err(fail)?.wait(timeout).await.map_err(fail)?;
-            result_value(&reply).map_err(|e| ConnectError::Handshake(format!("server/discover failed: {e}")))?
+            result_value(&reply).map_err(|e| ConnectError::Handshake(format!("server/discover failed: {}", error_message(&e))))?
         } else {
-            let info = result_value(&reply).map_err(|e| ConnectError::Handshake(format!("initialize failed: {e}")))?;
+            let info = result_value(&reply).map_err(|e| ConnectError::Handshake(format!("initialize failed: {}", error_message(&e))))?;
             if let (Some(h), Some(v)) = (&conn.http, info.get("protocolVersion").and_then(Value::as_str)) {
                 *h.protocol_version.lock() = Some(v.to_owned());
             }
@@ -548,7 +666,7 @@ impl Upstream {
         if matches!(conn.role, ConnRole::Control) {
             *self.info.lock() = Some(info);
         }
-        Ok(conn)
+        Ok(opened.keep())
     }
 
     /// Kills every connection (the supervisor will not restart after shutdown).
@@ -556,31 +674,38 @@ impl Upstream {
         if let Some(c) = self.control.send_replace(None) {
             c.close();
         }
-        for (_, cell) in self.clients.lock().drain() {
-            if let Some(c) = cell.get() {
-                c.close();
-            }
+        let mut slots = self.clients.lock();
+        for (_, slot) in slots.map.drain() {
+            slot.end();
+        }
+        slots.spares.clear();
+    }
+}
+
+/// A connection being opened: closed if the opening stops before it is handed over.
+struct CloseUnlessKept(Option<Arc<Conn>>);
+
+impl CloseUnlessKept {
+    fn keep(mut self) -> Arc<Conn> {
+        self.0.take().expect("kept once")
+    }
+}
+
+impl Drop for CloseUnlessKept {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.take() {
+            c.close();
         }
     }
 }
 
-/// Finds the least recently used client connection with nothing in flight and closes it.
-fn evict_one_idle(clients: &mut HashMap<String, Arc<OnceCell<Arc<Conn>>>>) -> bool {
-    let victim = clients
-        .iter()
-        .filter_map(|(k, cell)| cell.get().map(|c| (k, c)))
-        .filter(|(_, c)| !c.busy())
-        .max_by_key(|(_, c)| c.idle_for())
-        .map(|(k, _)| k.clone());
-    match victim.and_then(|k| clients.remove(&k)) {
-        Some(cell) => {
-            if let Some(c) = cell.get() {
-                c.close();
-            }
-            true
-        }
-        None => false,
-    }
+/// The message of a JSON-RPC error object given as JSON text (what [`result_value`] returns),
+/// or the text itself.
+fn error_message(error: &str) -> String {
+    serde_json::from_str::<Value>(error)
+        .ok()
+        .and_then(|e| e.get("message").and_then(Value::as_str).map(str::to_owned))
+        .unwrap_or_else(|| error.to_owned())
 }
 
 /// Whether `spec`'s upstream answers, without starting a gateway (what `check-config` asks of
