@@ -207,7 +207,8 @@ fn reader_tools_over_http_for_two_users() {
     assert!(result.to_string().contains("artifact_query"), "{result}");
     let json_id = artifact_id(&result);
     let r = alice.call("artifact_query", json!({"id": json_id, "pointer": "/3/name"}));
-    assert_eq!(serde_json::from_str::<Value>(&payload(&r)).unwrap(), "row 3", "{r}");
+    // A string is shown as its text (paged like any text), not as a JSON literal.
+    assert_eq!(payload(&r), "row 3", "{r}");
     let r = alice.call("artifact_query", json!({"id": json_id, "jmespath": "[?total > `5990`].id"}));
     assert_eq!(serde_json::from_str::<Value>(&payload(&r)).unwrap(), json!([1997, 1998, 1999]), "{r}");
     let r = alice.call("artifact_query", json!({"id": json_id, "pointer": ""}));
