@@ -18,6 +18,7 @@
 //! JSON body, whose cross-site sending needs a CORS preflight this route never grants; a
 //! loopback or allowed `Origin` and `Host`, which also defeats DNS rebinding).
 
+use stowage_core::ErrorCode;
 use std::sync::{Arc, OnceLock};
 
 use axum::Router;
@@ -144,13 +145,13 @@ async fn run(State(state): State<RouteState>, identity: Option<Extension<Identit
         Err(e) => {
             return error(
                 StatusCode::BAD_REQUEST,
-                "bad_request",
+                ErrorCode::BadRequest.as_str(),
                 format!("the body must be {{\"query\": \"…\", \"session\": \"…\"?}}: {e}"),
             );
         }
     };
     if body.query.trim().is_empty() {
-        return error(StatusCode::BAD_REQUEST, "bad_request", "the query is empty: send {\"query\": \"your question\"}");
+        return error(StatusCode::BAD_REQUEST, ErrorCode::BadRequest.as_str(), "the query is empty: send {\"query\": \"your question\"}");
     }
     let caller = caller_of(identity);
     let session = match planner.resolve_session(&caller, body.session) {

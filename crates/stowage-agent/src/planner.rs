@@ -117,7 +117,7 @@ impl AgentError {
         match self {
             AgentError::Model(e) => e.code(),
             AgentError::UnknownSession(_) => "unknown_session",
-            AgentError::EmptyQuery => "bad_request",
+            AgentError::EmptyQuery => stowage_core::ErrorCode::BadRequest.as_str(),
             AgentError::ModelDown { code, .. } => code,
         }
     }

@@ -6,6 +6,55 @@
 
 use crate::ArtifactId;
 
+/// The stable wire codes every refusal carries: over HTTP (`{"error":{"code",…}}`), in a tool's
+/// `isError` result, and from the CLI. Spelled here once; other layers add codes of their own
+/// (media, agent) only for faults these five do not name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// The request itself is wrong (an argument, a body, a token that is not one).
+    BadRequest,
+    /// No such artifact for this caller (also another owner's, and a deleted one).
+    ArtifactNotFound,
+    /// A link or token that does not grant this artifact.
+    ArtifactForbidden,
+    /// A link, or an artifact, past its expiry.
+    ArtifactUrlExpired,
+    /// The store could not take or give the bytes (full, over a limit, down).
+    ArtifactStorageFailed,
+}
+
+impl ErrorCode {
+    /// The code as written on the wire: `bad_request`, `artifact_not_found`, …
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::ArtifactNotFound => "artifact_not_found",
+            ErrorCode::ArtifactForbidden => "artifact_forbidden",
+            ErrorCode::ArtifactUrlExpired => "artifact_url_expired",
+            ErrorCode::ArtifactStorageFailed => "artifact_storage_failed",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<ErrorCode> for &'static str {
+    fn from(code: ErrorCode) -> Self {
+        code.as_str()
+    }
+}
+
+impl PartialEq<&str> for ErrorCode {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// A boxed error from a backend (IO, SQLite, S3, …).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -89,15 +138,15 @@ impl StoreError {
     }
 
     /// The stable error code for this error, as used over HTTP and in `isError` results.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            StoreError::NotFound { .. } => "artifact_not_found",
-            StoreError::Expired { .. } => "artifact_url_expired",
-            StoreError::InvalidInput(_) => "bad_request",
+            StoreError::NotFound { .. } => ErrorCode::ArtifactNotFound,
+            StoreError::Expired { .. } => ErrorCode::ArtifactUrlExpired,
+            StoreError::InvalidInput(_) => ErrorCode::BadRequest,
             StoreError::TooLarge { .. }
             | StoreError::QuotaExceeded { .. }
             | StoreError::IdCollision { .. }
-            | StoreError::Backend { .. } => "artifact_storage_failed",
+            | StoreError::Backend { .. } => ErrorCode::ArtifactStorageFailed,
         }
     }
 }

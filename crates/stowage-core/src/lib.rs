@@ -21,7 +21,7 @@ mod reference;
 mod scope;
 mod sink;
 
-pub use error::{BoxError, StoreError};
+pub use error::{BoxError, ErrorCode, StoreError};
 pub use id::{ARTIFACT_URI_SCHEME, ArtifactId, ID_HASH_HEX_LEN, IdError};
 pub use media_type::{MAX_MEDIA_TYPE_LEN, MediaTypeError, media_type_essence, normalize_media_type};
 pub use reference::{ArtifactRef, Timestamp};

@@ -13,6 +13,7 @@
 //! a short list of passive types is ever `inline`, and even those become attachments when
 //! their first bytes look like markup or script.
 
+use stowage_core::ErrorCode;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
@@ -179,7 +180,7 @@ pub(crate) async fn artifact(
 
     match conditional::evaluate(&headers, &validators) {
         Precondition::Failed(why) => {
-            let mut resp = ApiError::new(StatusCode::PRECONDITION_FAILED, "bad_request", why).into_response();
+            let mut resp = ApiError::new(StatusCode::PRECONDITION_FAILED, ErrorCode::BadRequest, why).into_response();
             resp.headers_mut().extend(common);
             return Ok(resp);
         }
@@ -207,7 +208,7 @@ pub(crate) async fn artifact(
             // The body is a JSON error, so it is labelled as one, not as the artifact.
             let mut resp = ApiError::new(
                 StatusCode::RANGE_NOT_SATISFIABLE,
-                "bad_request",
+                ErrorCode::BadRequest,
                 format!("range not satisfiable; the artifact has {len} bytes, ask for bytes 0-{}", len.saturating_sub(1)),
             )
             .into_response();

@@ -1,5 +1,6 @@
 //! [`ApiError`]: every refusal as `{"error":{"code","message"}}` with a stable code.
 
+use stowage_core::ErrorCode;
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -19,23 +20,23 @@ pub struct ApiError {
 
 impl ApiError {
     /// An error with this status, code and message.
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        ApiError { status, code, message: message.into() }
+    pub fn new(status: StatusCode, code: impl Into<&'static str>, message: impl Into<String>) -> Self {
+        ApiError { status, code: code.into(), message: message.into() }
     }
 
     /// 400 `bad_request`.
     pub fn bad_request(message: impl Into<String>) -> Self {
-        ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
+        ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::BadRequest, message)
     }
 
     /// 403 `artifact_forbidden`: a token for something else.
     pub fn forbidden() -> Self {
-        ApiError::new(StatusCode::FORBIDDEN, "artifact_forbidden", "this link is not valid for this artifact")
+        ApiError::new(StatusCode::FORBIDDEN, ErrorCode::ArtifactForbidden, "this link is not valid for this artifact")
     }
 
     /// 404 `artifact_not_found`: the same for every reason, so nothing leaks.
     pub fn not_found() -> Self {
-        ApiError::new(StatusCode::NOT_FOUND, "artifact_not_found", "artifact not found or already cleaned up")
+        ApiError::new(StatusCode::NOT_FOUND, ErrorCode::ArtifactNotFound, "artifact not found or already cleaned up")
     }
 }
 
@@ -43,9 +44,9 @@ impl From<TokenError> for ApiError {
     fn from(e: TokenError) -> Self {
         match e {
             TokenError::NotAToken => ApiError::bad_request("the token parameter is not a link token"),
-            TokenError::Missing => ApiError::new(StatusCode::FORBIDDEN, "artifact_forbidden", e.to_string()),
+            TokenError::Missing => ApiError::new(StatusCode::FORBIDDEN, ErrorCode::ArtifactForbidden, e.to_string()),
             TokenError::Forbidden => ApiError::forbidden(),
-            TokenError::Expired { .. } => ApiError::new(StatusCode::GONE, "artifact_url_expired", e.to_string()),
+            TokenError::Expired { .. } => ApiError::new(StatusCode::GONE, ErrorCode::ArtifactUrlExpired, e.to_string()),
         }
     }
 }
@@ -60,11 +61,11 @@ impl From<StoreError> for ApiError {
             StoreError::InvalidInput(m) => ApiError::bad_request(m.clone()),
             StoreError::TooLarge { .. } | StoreError::QuotaExceeded { .. } => {
                 // Limits are the caller's to know about; the message names the limit only.
-                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "bad_request", e.to_string())
+                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::BadRequest, e.to_string())
             }
             _ => {
                 tracing::error!(error = %e, "artifact storage failed");
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "artifact_storage_failed", "artifact storage failed; try again later")
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::ArtifactStorageFailed, "artifact storage failed; try again later")
             }
         }
     }

@@ -116,7 +116,7 @@ impl LinkService {
         let Some(slots) = &self.slots else {
             return Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "artifact_storage_failed",
+                stowage_core::ErrorCode::ArtifactStorageFailed,
                 "upload slots are not available: this link service shares no slot registry with the upload route",
             ));
         };

@@ -18,6 +18,7 @@
 //! front becomes an artifact only on its commit, and how a wrong one can never touch an
 //! artifact that was already there (the same bytes are the same content address).
 
+use stowage_core::ErrorCode;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -190,14 +191,14 @@ impl SlotRegistry {
         }
         match state {
             SlotState::Uploading => {
-                Err(ApiError::new(StatusCode::CONFLICT, "bad_request", "an upload to this slot is already in progress"))
+                Err(ApiError::new(StatusCode::CONFLICT, ErrorCode::BadRequest, "an upload to this slot is already in progress"))
             }
             _ if now >= spec.expires_at => {
                 slots.remove(id);
                 Err(ApiError::not_found())
             }
             SlotState::Done(_) | SlotState::Staged => {
-                Err(ApiError::new(StatusCode::CONFLICT, "bad_request", "this upload slot has already been used"))
+                Err(ApiError::new(StatusCode::CONFLICT, ErrorCode::BadRequest, "this upload slot has already been used"))
             }
             SlotState::Open => {
                 *state = SlotState::Uploading;
@@ -335,7 +336,7 @@ async fn stage_upload(expect: &Expected, mime: Option<String>, body: Body) -> Re
     use tokio::io::{AsyncSeekExt, AsyncWriteExt};
     let unavailable = |e: std::io::Error| {
         tracing::warn!(target: "stowage::http", "cannot stage an upload: {e}");
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "artifact_storage_failed", "cannot stage the upload now; try again later")
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::ArtifactStorageFailed, "cannot stage the upload now; try again later")
     };
     let file = tokio::task::spawn_blocking(tempfile::tempfile).await.map_err(|e| unavailable(std::io::Error::other(e)))?;
     let mut file = tokio::fs::File::from_std(file.map_err(unavailable)?);
@@ -395,7 +396,7 @@ async fn store_upload(state: &HttpState, spec: &SlotSpec, mime: Option<String>, 
 }
 
 fn unsupported(message: String) -> ApiError {
-    ApiError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "bad_request", message)
+    ApiError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, ErrorCode::BadRequest, message)
 }
 
 fn is_too_large(e: &(dyn std::error::Error + 'static)) -> bool {
@@ -412,7 +413,7 @@ fn is_too_large(e: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 fn too_large(max: u64) -> ApiError {
-    ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "bad_request", format!("upload is larger than this slot's limit of {max} bytes"))
+    ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::BadRequest, format!("upload is larger than this slot's limit of {max} bytes"))
 }
 
 #[cfg(test)]

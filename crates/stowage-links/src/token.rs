@@ -73,11 +73,12 @@ pub enum TokenError {
 
 impl TokenError {
     /// The stable wire code, as in every other refusal (`bad_request`, `artifact_forbidden`, …).
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> stowage_core::ErrorCode {
+        use stowage_core::ErrorCode;
         match self {
-            TokenError::NotAToken => "bad_request",
-            TokenError::Missing | TokenError::Forbidden => "artifact_forbidden",
-            TokenError::Expired { .. } => "artifact_url_expired",
+            TokenError::NotAToken => ErrorCode::BadRequest,
+            TokenError::Missing | TokenError::Forbidden => ErrorCode::ArtifactForbidden,
+            TokenError::Expired { .. } => ErrorCode::ArtifactUrlExpired,
         }
     }
 }

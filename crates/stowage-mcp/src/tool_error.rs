@@ -16,7 +16,7 @@ pub(crate) struct ToolError {
 
 impl ToolError {
     pub(crate) fn bad_request(message: impl Into<String>) -> Self {
-        ToolError { code: "bad_request", message: message.into() }
+        ToolError { code: stowage_core::ErrorCode::BadRequest.as_str(), message: message.into() }
     }
 
     /// The CallToolResult: `isError`, one text block naming the code, no `structuredContent`

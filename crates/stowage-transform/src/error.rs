@@ -5,6 +5,7 @@
 //! offloaded (a decoded binary, a rule- or schema-marked field): sending the base64 on to the
 //! model instead would be exactly the incident Stowage exists to prevent.
 
+use stowage_core::ErrorCode;
 use stowage_core::StoreError;
 
 /// Why a transform failed; a failure leaves nothing half-written in the result.
@@ -29,10 +30,10 @@ pub enum TransformError {
 
 impl TransformError {
     /// The stable error code: `artifact_storage_failed` or `bad_request`.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> stowage_core::ErrorCode {
         match self {
-            TransformError::ArtifactStorageFailed { .. } => "artifact_storage_failed",
-            TransformError::InvalidJson(_) => "bad_request",
+            TransformError::ArtifactStorageFailed { .. } => ErrorCode::ArtifactStorageFailed,
+            TransformError::InvalidJson(_) => ErrorCode::BadRequest,
         }
     }
 

@@ -36,6 +36,7 @@
 //! Upload links (blob chaining) and links minted for tools during a call stay with the
 //! gateway's own in-process listener: their slots live in that process.
 
+use stowage_core::ErrorCode;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -794,7 +795,7 @@ async fn refuse_foreign_host(
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
     if let Some(why) = guard.refuse_host(&req) {
-        return stowage_http::ApiError::new(axum::http::StatusCode::FORBIDDEN, "artifact_forbidden", why).into_response();
+        return stowage_http::ApiError::new(axum::http::StatusCode::FORBIDDEN, ErrorCode::ArtifactForbidden, why).into_response();
     }
     next.run(req).await
 }
@@ -814,7 +815,7 @@ async fn control_guard(
 ) -> axum::response::Response {
     use axum::http::StatusCode;
     use axum::response::IntoResponse;
-    let refuse = |why: String| stowage_http::ApiError::new(StatusCode::FORBIDDEN, "artifact_forbidden", why).into_response();
+    let refuse = |why: String| stowage_http::ApiError::new(StatusCode::FORBIDDEN, ErrorCode::ArtifactForbidden, why).into_response();
     if let Some(why) = guard.browser.refuse(&req) {
         return refuse(why);
     }
@@ -833,7 +834,7 @@ async fn control_guard(
     if req.method() != axum::http::Method::GET && !json {
         let e = stowage_http::ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "bad_request",
+            ErrorCode::BadRequest,
             "send the body as Content-Type: application/json",
         );
         return e.into_response();

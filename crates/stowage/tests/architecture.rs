@@ -613,3 +613,32 @@ fn the_length_check_counts_braces_in_code_only() {
     let got = function_lengths(code);
     assert_eq!(got, vec![("a".to_owned(), 1, 7), ("c".to_owned(), 14, 1)]);
 }
+
+/// The five wire codes every layer shares are spelled once, in `stowage_core::ErrorCode`:
+/// shipped code names the variant, so a typo cannot become a code no client knows.
+#[test]
+fn each_shared_wire_code_is_spelled_once() {
+    let codes = ["bad_request", "artifact_not_found", "artifact_forbidden", "artifact_url_expired", "artifact_storage_failed"];
+    let mut files = Vec::new();
+    sources(&root().join("crates"), false, &mut files);
+    let home = root().join("crates/stowage-core/src/error.rs");
+    let mut spelled = Vec::new();
+    for file in files.iter().filter(|f| f.extension().is_some_and(|e| e == "rs") && f.components().any(|c| c.as_os_str() == "src")) {
+        let code = std::fs::read_to_string(file).unwrap();
+        // Test modules check what the wire says, in its own words.
+        let shipped = code.split("#[cfg(test)]\nmod tests").next().unwrap();
+        for (n, line) in shipped.lines().enumerate() {
+            let line = line.split("//").next().unwrap();
+            if line.contains("assert") {
+                continue; // a check states what the wire says, in its words
+            }
+            for c in codes {
+                if line.contains(&format!("\"{c}\"")) && *file != home {
+                    let rel = file.strip_prefix(root()).unwrap_or(file);
+                    spelled.push(format!("{}:{}: \"{c}\" (use ErrorCode)", rel.display(), n + 1));
+                }
+            }
+        }
+    }
+    assert!(spelled.is_empty(), "wire codes spelled outside stowage_core::ErrorCode:\n{}", spelled.join("\n"));
+}

@@ -14,6 +14,7 @@
 //! recently used one that is not busy (a view that was closed mid-upload never comes back for
 //! it), and only when all are busy is the new one refused.
 
+use stowage_core::ErrorCode;
 use std::collections::HashMap;
 use std::io::SeekFrom;
 use std::sync::{Arc, Weak};
@@ -131,10 +132,10 @@ impl Uploads {
         self.make_room(&owner, links)?;
         let file = tokio::task::spawn_blocking(tempfile::tempfile)
             .await
-            .map_err(|e| ToolError { code: "artifact_storage_failed", message: format!("cannot stage the upload: {e}") })?
+            .map_err(|e| ToolError { code: ErrorCode::ArtifactStorageFailed.as_str(), message: format!("cannot stage the upload: {e}") })?
             .map_err(|e| {
                 tracing::warn!(target: "stowage::apps", "cannot create an upload's temporary file: {e}");
-                ToolError { code: "artifact_storage_failed", message: "cannot stage the upload; try again later".into() }
+                ToolError { code: ErrorCode::ArtifactStorageFailed.as_str(), message: "cannot stage the upload; try again later".into() }
             })?;
         let slot = links.and_then(|l| {
             let request = SlotRequest {
@@ -252,7 +253,7 @@ impl Uploads {
             self.forget(handle);
             tracing::warn!(target: "stowage::apps", "cannot write an upload's chunk: {e}");
             return Err(ToolError {
-                code: "artifact_storage_failed",
+                code: ErrorCode::ArtifactStorageFailed.as_str(),
                 message: "cannot stage the chunk (the upload is dropped); try again later".into(),
             });
         }
@@ -325,7 +326,7 @@ impl Uploads {
         let staged = file.flush().await.and(file.seek(SeekFrom::Start(0)).await.map(drop));
         if let Err(e) = staged {
             tracing::warn!(target: "stowage::apps", "cannot read an upload back: {e}");
-            return Err(ToolError { code: "artifact_storage_failed", message: "cannot read the upload back; nothing was kept".into() });
+            return Err(ToolError { code: ErrorCode::ArtifactStorageFailed.as_str(), message: "cannot read the upload back; nothing was kept".into() });
         }
         store.put_stream(Box::pin(file), upload_options(&u.scope, &declared)).await.map_err(stored_error)
     }

@@ -1,6 +1,7 @@
 //! The input side of a call: URIs in a tool's arguments, checked against the scheme policy and
 //! materialized by the tool's input rule before the call is forwarded.
 
+use stowage_core::ErrorCode;
 use std::sync::Arc;
 
 use base64::Engine;
@@ -66,7 +67,7 @@ pub(super) fn check_call_totals(env: &InputEnv<'_>, tool: &str, bytes: u64, file
 }
 
 fn forbidden(message: String) -> ToolError {
-    ToolError { code: "artifact_forbidden", message }
+    ToolError { code: ErrorCode::ArtifactForbidden.as_str(), message }
 }
 
 /// The scheme of `s` if the whole string is one URI (`scheme://rest`, no whitespace).
@@ -247,7 +248,7 @@ pub(super) async fn lookup<'a>(
         ToolError::bad_request(format!("{uri}: this gateway keeps no artifacts (its store keeps nothing), so none can be passed to a tool"))
     })?;
     let not_found = || ToolError {
-        code: "artifact_not_found",
+        code: ErrorCode::ArtifactNotFound.as_str(),
         message: format!("{uri}: no such artifact for this user (it may have expired); pass a URI from one of your own tool results"),
     };
     let id = ArtifactId::parse_loose(uri).map_err(|_| not_found())?;
@@ -274,11 +275,11 @@ async fn another_session_of_the_caller(store: &Arc<dyn ArtifactStore>, scope: &A
 pub(super) fn store_error(uri: &str) -> impl Fn(StoreError) -> ToolError + '_ {
     move |e| match e {
         StoreError::NotFound { .. } => ToolError {
-            code: "artifact_not_found",
+            code: ErrorCode::ArtifactNotFound.as_str(),
             message: format!("{uri}: no such artifact for this user (it may have expired); pass a URI from one of your own tool results"),
         },
         StoreError::Expired { .. } => {
-            ToolError { code: "artifact_url_expired", message: format!("{uri}: this artifact has expired; produce it again") }
+            ToolError { code: ErrorCode::ArtifactUrlExpired.as_str(), message: format!("{uri}: this artifact has expired; produce it again") }
         }
         e => ToolError { code: e.code(), message: format!("{uri}: the store could not read it ({})", e.code()) },
     }
@@ -312,7 +313,7 @@ pub(super) fn inline(
             ))
         }),
         InputMode::Path => write_file(done, name, bytes)
-            .map_err(|e| ToolError { code: "artifact_storage_failed", message: format!("{what}: cannot write the file for {tool}: {e}") }),
+            .map_err(|e| ToolError { code: ErrorCode::ArtifactStorageFailed.as_str(), message: format!("{what}: cannot write the file for {tool}: {e}") }),
     }
 }
 
@@ -341,7 +342,7 @@ async fn fetch(env: &InputEnv<'_>, tool: &str, uri: &str, done: &mut Materialize
             "{uri}: the gateway fetches only from hosts in [gateway.chaining] fetch_allowed_hosts, and \"{host}\" is not one; add it there, or pass an artifact:// URI"
         )));
     }
-    let failed = |e: String| ToolError { code: "bad_request", message: format!("{uri}: cannot fetch it for {tool}: {e}") };
+    let failed = |e: String| ToolError { code: ErrorCode::BadRequest.as_str(), message: format!("{uri}: cannot fetch it for {tool}: {e}") };
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(std::time::Duration::from_secs(60))

@@ -103,7 +103,7 @@ impl Gateway {
         outcome.unwrap_or_else(|e| {
             let code = match &e {
                 GatewayError::ResourceNotFound(_) => "resource_not_found",
-                GatewayError::InvalidParams(_) => "bad_request",
+                GatewayError::InvalidParams(_) => stowage_core::ErrorCode::BadRequest.as_str(),
                 _ => "upstream_error",
             };
             json!({"content": [{"type": "text", "text": format!("{code}: {e}")}], "isError": true})

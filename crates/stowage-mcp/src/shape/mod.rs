@@ -227,7 +227,7 @@ impl Shaper {
         if !raw.trim_start().starts_with('{') {
             let e = OffloadError {
                 kind: FailureKind::Invalid,
-                code: "bad_request",
+                code: stowage_core::ErrorCode::BadRequest.as_str(),
                 message: format!(
                     "upstream {} returned a tools/call result that is not an object ({bytes_in} bytes); nothing of it was kept",
                     job.ctx.upstream

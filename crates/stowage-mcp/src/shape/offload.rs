@@ -91,7 +91,7 @@ pub struct OffloadError {
 
 impl OffloadError {
     pub(crate) fn store(message: impl Into<String>) -> Self {
-        OffloadError { kind: FailureKind::Store, code: "artifact_storage_failed", message: message.into() }
+        OffloadError { kind: FailureKind::Store, code: stowage_core::ErrorCode::ArtifactStorageFailed.as_str(), message: message.into() }
     }
 
     fn from_transform(e: TransformError) -> Self {
