@@ -18,8 +18,8 @@
 //! JSON body, whose cross-site sending needs a CORS preflight this route never grants; a
 //! loopback or allowed `Origin` and `Host`, which also defeats DNS rebinding).
 
-use stowage_core::ErrorCode;
 use std::sync::{Arc, OnceLock};
+use stowage_core::ErrorCode;
 
 use axum::Router;
 use axum::body::{Body, Bytes};

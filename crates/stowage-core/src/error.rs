@@ -43,6 +43,12 @@ impl std::fmt::Display for ErrorCode {
     }
 }
 
+impl serde::Serialize for ErrorCode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 impl From<ErrorCode> for &'static str {
     fn from(code: ErrorCode) -> Self {
         code.as_str()

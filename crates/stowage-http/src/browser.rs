@@ -84,7 +84,8 @@ pub async fn guard_json_api(State(guard): State<std::sync::Arc<BrowserGuard>>, r
     }
     if req.method() != Method::GET && req.method() != Method::HEAD && !is_json(&req) {
         let status = axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE;
-        return ApiError::new(status, stowage_core::ErrorCode::BadRequest, "send the body as Content-Type: application/json").into_response();
+        return ApiError::new(status, stowage_core::ErrorCode::BadRequest, "send the body as Content-Type: application/json")
+            .into_response();
     }
     next.run(req).await
 }

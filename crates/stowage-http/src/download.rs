@@ -13,12 +13,12 @@
 //! a short list of passive types is ever `inline`, and even those become attachments when
 //! their first bytes look like markup or script.
 
-use stowage_core::ErrorCode;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
+use stowage_core::ErrorCode;
 use stowage_core::{ArtifactId, ArtifactRef, media_type_essence, normalize_media_type};
 use stowage_links::{Operation, TokenError};
 use stowage_store::Access;

@@ -1,9 +1,9 @@
 //! [`ApiError`]: every refusal as `{"error":{"code","message"}}` with a stable code.
 
-use stowage_core::ErrorCode;
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use stowage_core::ErrorCode;
 use stowage_links::TokenError;
 use stowage_store::StoreError;
 

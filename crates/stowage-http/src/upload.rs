@@ -18,9 +18,9 @@
 //! front becomes an artifact only on its commit, and how a wrong one can never touch an
 //! artifact that was already there (the same bytes are the same content address).
 
-use stowage_core::ErrorCode;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+use stowage_core::ErrorCode;
 
 use axum::body::Body;
 use axum::extract::{Path, State};

@@ -341,7 +341,8 @@ mod tests {
         let id = "art_0123456789abcdef";
         let t = r.mint_compact(id, &user("alice"), NOW + 60);
         let holders = [user("alice")];
-        let check = |tok: &str, target: &str, who: &[Owner], now: u64| r.verify_compact(tok, target, who, now).map_err(|e| e.code());
+        let check =
+            |tok: &str, target: &str, who: &[Owner], now: u64| r.verify_compact(tok, target, who, now).map_err(|e| e.code().as_str());
         // Another owner, another artifact, another key's id, a later expiry: forbidden.
         assert_eq!(check(&t, id, &[user("mallory")], NOW), Err("artifact_forbidden"));
         assert_eq!(check(&t, "art_fedcba9876543210", &holders, NOW), Err("artifact_forbidden"));

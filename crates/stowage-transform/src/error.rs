@@ -30,7 +30,7 @@ pub enum TransformError {
 
 impl TransformError {
     /// The stable error code: `artifact_storage_failed` or `bad_request`.
-    pub fn code(&self) -> stowage_core::ErrorCode {
+    pub fn code(&self) -> ErrorCode {
         match self {
             TransformError::ArtifactStorageFailed { .. } => ErrorCode::ArtifactStorageFailed,
             TransformError::InvalidJson(_) => ErrorCode::BadRequest,

@@ -36,11 +36,11 @@
 //! Upload links (blob chaining) and links minted for tools during a call stay with the
 //! gateway's own in-process listener: their slots live in that process.
 
-use stowage_core::ErrorCode;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use stowage_core::ErrorCode;
 
 use anyhow::Context;
 use hmac::{KeyInit, Mac};

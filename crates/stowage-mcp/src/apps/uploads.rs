@@ -14,11 +14,11 @@
 //! recently used one that is not busy (a view that was closed mid-upload never comes back for
 //! it), and only when all are busy is the new one refused.
 
-use stowage_core::ErrorCode;
 use std::collections::HashMap;
 use std::io::SeekFrom;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
+use stowage_core::ErrorCode;
 
 use base64::Engine;
 use parking_lot::Mutex;
@@ -326,7 +326,10 @@ impl Uploads {
         let staged = file.flush().await.and(file.seek(SeekFrom::Start(0)).await.map(drop));
         if let Err(e) = staged {
             tracing::warn!(target: "stowage::apps", "cannot read an upload back: {e}");
-            return Err(ToolError { code: ErrorCode::ArtifactStorageFailed.as_str(), message: "cannot read the upload back; nothing was kept".into() });
+            return Err(ToolError {
+                code: ErrorCode::ArtifactStorageFailed.as_str(),
+                message: "cannot read the upload back; nothing was kept".into(),
+            });
         }
         store.put_stream(Box::pin(file), upload_options(&u.scope, &declared)).await.map_err(stored_error)
     }

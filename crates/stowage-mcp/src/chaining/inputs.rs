@@ -1,8 +1,8 @@
 //! The input side of a call: URIs in a tool's arguments, checked against the scheme policy and
 //! materialized by the tool's input rule before the call is forwarded.
 
-use stowage_core::ErrorCode;
 use std::sync::Arc;
+use stowage_core::ErrorCode;
 
 use base64::Engine;
 use serde_json::Value;
@@ -278,10 +278,11 @@ pub(super) fn store_error(uri: &str) -> impl Fn(StoreError) -> ToolError + '_ {
             code: ErrorCode::ArtifactNotFound.as_str(),
             message: format!("{uri}: no such artifact for this user (it may have expired); pass a URI from one of your own tool results"),
         },
-        StoreError::Expired { .. } => {
-            ToolError { code: ErrorCode::ArtifactUrlExpired.as_str(), message: format!("{uri}: this artifact has expired; produce it again") }
-        }
-        e => ToolError { code: e.code(), message: format!("{uri}: the store could not read it ({})", e.code()) },
+        StoreError::Expired { .. } => ToolError {
+            code: ErrorCode::ArtifactUrlExpired.as_str(),
+            message: format!("{uri}: this artifact has expired; produce it again"),
+        },
+        e => ToolError { code: e.code().as_str(), message: format!("{uri}: the store could not read it ({})", e.code()) },
     }
 }
 
@@ -312,8 +313,10 @@ pub(super) fn inline(
                 "{what} is not UTF-8 text, and {tool} takes its inputs as text; give {tool} the base64 or url input mode"
             ))
         }),
-        InputMode::Path => write_file(done, name, bytes)
-            .map_err(|e| ToolError { code: ErrorCode::ArtifactStorageFailed.as_str(), message: format!("{what}: cannot write the file for {tool}: {e}") }),
+        InputMode::Path => write_file(done, name, bytes).map_err(|e| ToolError {
+            code: ErrorCode::ArtifactStorageFailed.as_str(),
+            message: format!("{what}: cannot write the file for {tool}: {e}"),
+        }),
     }
 }
 

@@ -99,7 +99,7 @@ impl OffloadError {
             TransformError::InvalidJson(_) => FailureKind::Invalid,
             _ => FailureKind::Store,
         };
-        OffloadError { kind, code: e.code(), message: e.to_string() }
+        OffloadError { kind, code: e.code().as_str(), message: e.to_string() }
     }
 }
 
