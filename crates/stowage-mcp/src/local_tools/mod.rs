@@ -199,7 +199,7 @@ fn is_text(bytes: &[u8]) -> bool {
     std::str::from_utf8(bytes).is_ok() && memchr::memchr(0, bytes).is_none()
 }
 
-/// The text of bytes [`read_text`] checked.
+/// The text of bytes [`text_of`] checked.
 fn as_str(bytes: &Bytes) -> &str {
     std::str::from_utf8(bytes).unwrap_or_default()
 }
