@@ -358,6 +358,22 @@ impl Upstream {
         self.mode == SessionMode::PerClient && matches!(self.spec.transport, TransportSpec::Stdio { .. })
     }
 
+    /// Starts this upstream's command as its spec and the gateway's environment rules say: one
+    /// place for the session's own process and the spares. `None` for an HTTP upstream.
+    fn spawn_stdio(&self) -> Option<std::io::Result<Link>> {
+        let TransportSpec::Stdio { command, args, env, cwd, inherit_env } = &self.spec.transport else { return None };
+        Some(stdio::spawn(
+            &self.spec.name,
+            command,
+            args,
+            env,
+            *inherit_env,
+            &self.env.secret_env,
+            cwd.as_ref(),
+            self.env.max_message_bytes,
+        ))
+    }
+
     /// Whether this upstream keeps spare processes (client sessions of a stdio server).
     fn keeps_spares(&self) -> bool {
         !self.mode.is_shared() && matches!(self.spec.transport, TransportSpec::Stdio { .. }) && self.env.spares > 0
@@ -376,17 +392,7 @@ impl Upstream {
                 }
                 slots.spawning += 1;
             }
-            let TransportSpec::Stdio { command, args, env, cwd, inherit_env } = &self.spec.transport else { return };
-            let spawned = stdio::spawn(
-                &self.spec.name,
-                command,
-                args,
-                env,
-                *inherit_env,
-                &self.env.secret_env,
-                cwd.as_ref(),
-                self.env.max_message_bytes,
-            );
+            let Some(spawned) = self.spawn_stdio() else { return };
             let mut slots = self.clients.lock();
             slots.spawning -= 1;
             match spawned {
@@ -571,17 +577,10 @@ impl Upstream {
 
     async fn open_link(&self, timeout: Duration) -> Result<Link, ConnectError> {
         match &self.spec.transport {
-            TransportSpec::Stdio { command, args, env, cwd, inherit_env } => stdio::spawn(
-                &self.spec.name,
-                command,
-                args,
-                env,
-                *inherit_env,
-                &self.env.secret_env,
-                cwd.as_ref(),
-                self.env.max_message_bytes,
-            )
-            .map_err(|source| ConnectError::Spawn { command: command.clone(), source }),
+            TransportSpec::Stdio { command, .. } => match self.spawn_stdio() {
+                Some(spawned) => spawned.map_err(|source| ConnectError::Spawn { command: command.clone(), source }),
+                None => unreachable!("the transport is stdio"),
+            },
             TransportSpec::Http { url, headers, ca_file } => {
                 http::connect(&self.spec.name, url, headers, ca_file.as_deref(), self.env.max_message_bytes)
                     .map_err(ConnectError::Transport)
