@@ -3,7 +3,7 @@
 //! asserts what a user of the payload or the event stream would check, and what the model
 //! was actually sent.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

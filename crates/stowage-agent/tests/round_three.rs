@@ -4,7 +4,7 @@
 //! model was sent, that every request the server received is one its API's published rules
 //! accept, and that every fault ends in a payload within the documented number of requests.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{Value, json};

@@ -6,7 +6,7 @@
 //! A missing Python peer skips the FastMCP tests loudly on a developer machine and fails them
 //! under `CI`, where `scripts/test` installs it.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! declared bytes arrived; the link routes answer CORS. (The view itself, in a browser host,
 //! and the Python client's view of all this are in `crates/stowage/tests/playground.rs`.)
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! `artifact_query` with jq over it, over a log read as lines and over a CSV, `artifact_read`'s
 //! grep count, `artifact_describe`, and the one-line errors of each bad input.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! read links and upload slots, with every failure of an upload. A real gateway in front of real fixture children, a
 //! memory store, and the real signed-link routes on a loopback port the tools download from.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

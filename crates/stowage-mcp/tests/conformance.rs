@@ -4,7 +4,7 @@
 //! this test (so does a listed one that passes again). It runs in both session modes, each
 //! after a client that left without ending its session.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! when asked to, what an upstream initiates reaches only the client it belongs to, the
 //! in-process API and its events, tasks, batches and oversized messages.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

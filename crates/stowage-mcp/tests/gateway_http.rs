@@ -1,7 +1,7 @@
 //! The Streamable HTTP downstream: sessions, SSE and JSON answers, the stateless revision,
 //! DNS-rebinding protection, metrics, and that a client hanging up cancels the upstream call.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

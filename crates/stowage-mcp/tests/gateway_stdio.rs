@@ -1,7 +1,7 @@
 //! The gateway end to end over its stdio downstream, against the `stowage-fixture` upstream
 //! (a real child process): relay, the output contract, aggregation, and the unhappy paths.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

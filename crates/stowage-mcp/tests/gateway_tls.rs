@@ -3,7 +3,7 @@
 //! the gateway trusts it and calls go through; without, the call fails at once with a
 //! one-line error that names the certificate problem and the setting that fixes it.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

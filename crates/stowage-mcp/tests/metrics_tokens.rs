@@ -4,7 +4,7 @@
 //! independently, with the same tokenizer: what a model reads is the text of `content` (a
 //! `resource_link` as its JSON) and `structuredContent` as JSON, for a client that reads both.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -6,7 +6,7 @@
 //! A missing peer skips a test with a loud message on a developer machine, and fails it under
 //! `CI` (where the test script installs them).
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -7,7 +7,7 @@
 //!
 //! A missing peer skips a test loudly on a developer machine and fails it under `CI`.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! small text and tiny blobs stay as they are; a blob that is not base64 and a store that
 //! cannot take the bytes are errors, never a pass-through.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

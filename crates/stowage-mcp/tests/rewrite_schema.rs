@@ -2,7 +2,7 @@
 //! on results whose tool declares an outputSchema that a typed prefix alone cannot satisfy:
 //! what the check repairs, what becomes an error result, and what it leaves to the upstream.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

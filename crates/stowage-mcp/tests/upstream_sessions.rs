@@ -4,7 +4,7 @@
 //! by one pristine process, every process is counted against the cap and reaped, and the cap
 //! refuses at once.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 //! stream closing mid-call and an oversized event. Servers that misbehave in ways FastMCP
 //! will not (no endpoint event, an endpoint on another origin) are small axum servers.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! upstream that comes up later is announced to clients already connected
 //! (`notifications/tools/list_changed`), whose next `tools/list` has its tools.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

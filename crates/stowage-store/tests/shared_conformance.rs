@@ -3,7 +3,7 @@
 //! store the suite asks for gets its own PostgreSQL schema and its own key prefix in one
 //! bucket, so each starts empty.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

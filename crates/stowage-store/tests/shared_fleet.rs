@@ -5,7 +5,7 @@
 //! and `check` (what `check-config` runs) refuses all that `open` refuses, in the same words.
 //! Readiness holds on a bucket that is slow but healthy.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

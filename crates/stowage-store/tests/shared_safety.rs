@@ -4,7 +4,7 @@
 //! proves a write and names what failed; puts that fail, or whose process dies, leave no blob
 //! that nothing names; a hung bucket fails calls in seconds.
 
-mod support;
+use crate::support;
 
 use std::process::{Command, Stdio};
 use std::sync::Arc;

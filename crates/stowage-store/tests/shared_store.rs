@@ -3,7 +3,7 @@
 //! (separate connection pools and bucket clients) over the same database and bucket, exactly
 //! what two `stowage serve` processes hold.
 
-mod support;
+use crate::support;
 
 use std::pin::Pin;
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! the same result. Every binary must be found with the right type at the right pointer,
 //! stored byte for byte, and nothing else may become a binary artifact.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{Value, json};

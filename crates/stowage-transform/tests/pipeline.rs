@@ -1,6 +1,6 @@
 //! Behaviour of each layer and of the pipeline as a whole, as many small cases.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,7 +1,7 @@
 //! Property tests: results without heavy values come out unchanged, the transform is
 //! idempotent, and every stored artifact's bytes hash to its sha256.
 
-mod common;
+use crate::common;
 
 use common::*;
 use proptest::prelude::*;

@@ -26,7 +26,7 @@ fn sha256_hex(b: &[u8]) -> String {
     hex::encode(Sha256::digest(b))
 }
 
-mod hosts_support;
+use crate::hosts_support;
 use hosts_support::{HOSTS, Host, Seen, b64d, fits};
 
 /// The fixture's files and the config that serves it.

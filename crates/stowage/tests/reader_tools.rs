@@ -7,7 +7,7 @@
 //! Errors of all three gateway tools are `isError` results with one text block naming the code
 //! and no `structuredContent`: `error_code` checks that shape everywhere.
 
-mod raw_http;
+use crate::raw_http;
 
 use raw_http::post_mcp;
 use std::path::PathBuf;

@@ -11,7 +11,7 @@
 //! longer than a page is read on from where each answer stopped; a reference costs at most 150
 //! o200k tokens with links and 80 without.
 
-mod hosts_support;
+use crate::hosts_support;
 
 use std::path::PathBuf;
 use std::time::Duration;

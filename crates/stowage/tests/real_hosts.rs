@@ -19,7 +19,7 @@
 //! installed or started fails the test with that reason (and under `CI` a missing one fails
 //! it too); one whose behaviour changed shows up as a needle that did not arrive, named.
 
-mod hosts_support;
+use crate::hosts_support;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -8,7 +8,7 @@
 //! Isolation tests for every path to an artifact live here and in
 //! `crates/stowage-http/tests/routes.rs` (HTTP links); new paths (MCP resources) join them.
 
-mod raw_http;
+use crate::raw_http;
 
 use raw_http::http;
 use std::io::Write;

@@ -7,8 +7,7 @@
 //! what it was after the first 1,000. Measured here (debug build): +0.4 MB; with delivered
 //! streams kept for the window as before, +51 MB, and more the faster the calls come.
 
-#[path = "support/load.rs"]
-mod load;
+use crate::load;
 
 use load::{Mcp, Serve, http_client, rss_mb};
 use serde_json::json;

@@ -11,10 +11,9 @@
 //! bytes PUT to an upload link become an artifact only on a commit with the declared size and
 //! sha256; an upload left uncommitted leaves nothing once it expires.
 
-mod raw_http;
+use crate::raw_http;
 
-#[path = "../../stowage-store/tests/support/mod.rs"]
-mod support;
+use crate::store_support as support;
 
 use raw_http::http;
 use std::process::{Child, Command, Stdio};

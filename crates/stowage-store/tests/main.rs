@@ -1,0 +1,17 @@
+//! stowage-store's integration tests, compiled and linked as one binary: each file below is a
+//! module. One binary per crate instead of one per file keeps a cold build's disk use and
+//! link time down (every test binary links the whole dependency graph); nextest still runs
+//! each test in its own process, so the modules cannot share state.
+
+mod support;
+
+mod conformance;
+mod fs_crash_safety;
+mod fs_index;
+mod fs_permissions;
+mod retention_props;
+mod shared_conformance;
+mod shared_fleet;
+mod shared_safety;
+mod shared_store;
+mod sink;
