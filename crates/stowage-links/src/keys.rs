@@ -66,13 +66,16 @@ pub enum KeyError {
     Random(String),
 }
 
+#[derive(Clone)]
 struct Key {
     id: String,
     /// The keyed HMAC state, prepared once; cloning it is cheaper than re-keying per token.
     mac: HmacSha256,
 }
 
-/// Signing keys, newest first: the first key signs, every key verifies.
+/// Signing keys, newest first: the first key signs, every key verifies. Cloned where two
+/// signers share one loaded ring (its `Debug` prints ids only).
+#[derive(Clone)]
 pub struct KeyRing {
     keys: Vec<Key>,
 }

@@ -15,10 +15,12 @@
 //! `artifact://` is rewritten and other URLs are the tool's to fetch, as without the gateway;
 //! in a text property only `artifact://` is, since a URI can be the text itself.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 use serde_json::Value;
-use stowage_core::ArtifactScope;
-use stowage_store::Access;
+use stowage_core::{ArtifactRef, ArtifactScope};
+use stowage_store::{Access, ArtifactStore};
 
 use super::InputMode;
 use super::detect::{DetectedInput, Step, ToolInputs, media_type_allowed};
@@ -71,6 +73,47 @@ pub(crate) async fn fill(
     arguments: &mut Value,
     limits: &Limits<'_>,
 ) -> Result<(Materialized, Vec<Filled>), ToolError> {
+    let targets = find_targets(arguments, inputs);
+    let mut done = Materialized::default();
+    if targets.is_empty() {
+        return Ok((done, Vec::new()));
+    }
+    // 1. Every check that needs no bytes, for every target, before anything is read.
+    let looked_up = check_targets(env, tool, scope, &targets, arguments.to_string().len() as u64, limits).await?;
+    // 2. The bytes, in the form each property asks for.
+    let mut filled = Vec::with_capacity(targets.len());
+    let mut pending = Vec::with_capacity(targets.len());
+    let mut replacements = Vec::with_capacity(targets.len());
+    for (t, found) in targets.iter().zip(looked_up) {
+        let Some((f, siblings, new)) = fill_one(env, tool, scope, t, found, &mut done).await? else { continue };
+        filled.push(f);
+        pending.push(siblings);
+        replacements.push((t.pointer.clone(), new));
+    }
+    for (pointer, new) in replacements {
+        if let Some(slot) = arguments.pointer_mut(&pointer) {
+            *slot = Value::String(new);
+            done.rewritten += 1;
+        }
+    }
+    // 3. Siblings the model left empty.
+    for (f, pending) in filled.iter_mut().zip(pending) {
+        let parent = f.pointer.rsplit_once('/').map_or("", |(p, _)| p).to_owned();
+        let Some(Value::Object(obj)) = arguments.pointer_mut(&parent) else { continue };
+        for (key, value) in pending {
+            if obj.get(&key).is_none_or(|v| v.is_null() || v.as_str() == Some("")) {
+                obj.insert(key.clone(), Value::String(value));
+                f.set.push(key);
+            }
+        }
+    }
+    Ok((done, filled))
+}
+
+/// The URIs in `arguments` at the detected inputs' positions: every `artifact://` one, and
+/// other URIs in base64 and path properties (a URL or text property keeps what is not ours:
+/// it may be the value itself).
+fn find_targets<'a>(arguments: &Value, inputs: &'a ToolInputs) -> Vec<Target<'a>> {
     let mut targets = Vec::new();
     for input in &inputs.inputs {
         let mut found = Vec::new();
@@ -78,23 +121,33 @@ pub(crate) async fn fill(
         for pointer in found {
             let Some(uri) = arguments.pointer(&pointer).and_then(Value::as_str) else { continue };
             let artifact = scheme_of(uri).is_some_and(|s| s.eq_ignore_ascii_case("artifact"));
-            // A URL or text property keeps what is not ours: it may be the value itself.
             if !artifact && matches!(input.form, InputMode::Url | InputMode::Text) {
                 continue;
             }
             targets.push(Target { pointer, uri: uri.to_owned(), input });
         }
     }
-    let mut done = Materialized::default();
-    if targets.is_empty() {
-        return Ok((done, Vec::new()));
-    }
-    // 1. Every check that needs no bytes, for every target, before anything is read.
+    targets
+}
+
+/// An artifact a target names, with the store that keeps it.
+type Found<'s> = Option<(ArtifactRef, &'s Arc<dyn ArtifactStore>)>;
+
+/// Step 1: each target's artifact looked up and checked against its property (media type,
+/// size, maxLength) and the call's totals (bytes inline and in files, the upstream's request
+/// limit), from sizes alone. `request` is the arguments' length as written.
+async fn check_targets<'s>(
+    env: &InputEnv<'s>,
+    tool: &str,
+    scope: &ArtifactScope,
+    targets: &[Target<'_>],
+    mut request: u64,
+    limits: &Limits<'_>,
+) -> Result<Vec<Found<'s>>, ToolError> {
     let mut looked_up = Vec::with_capacity(targets.len());
-    let mut request = arguments.to_string().len() as u64;
     // What the call materializes in all (and writes to files), from the artifacts' sizes.
     let (mut total, mut files, mut count) = (0u64, 0u64, 0usize);
-    for t in &targets {
+    for t in targets {
         let what = || format!("{tool}'s {}", t.input.path);
         request = request.saturating_sub(t.uri.len() as u64);
         if !scheme_of(&t.uri).is_some_and(|s| s.eq_ignore_ascii_case("artifact")) {
@@ -142,83 +195,68 @@ pub(crate) async fn fill(
             limits.upstream, limits.upstream
         )));
     }
-    // 2. The bytes, in the form each property asks for.
-    let mut filled = Vec::with_capacity(targets.len());
-    let mut pending = Vec::with_capacity(targets.len());
-    let mut replacements = Vec::with_capacity(targets.len());
-    for (t, found) in targets.iter().zip(looked_up) {
-        let Some((meta, store)) = found else {
-            // Not ours, in a base64 or path property: configured chaining's policy decides.
-            if let Some(new) = materialize(env, tool, t.input.form, scope, &t.uri, &mut done).await? {
-                filled.push(Filled {
-                    pointer: t.pointer.clone(),
-                    property: t.input.path.clone(),
-                    form: t.input.form,
-                    uri: t.uri.clone(),
-                    size: 0,
-                    sent: new.len() as u64,
-                    mime_type: None,
-                    set: Vec::new(),
-                });
-                pending.push(Vec::new());
-                replacements.push((t.pointer.clone(), new));
-            }
-            continue;
-        };
-        let mut file_ext = None;
-        let new = match t.input.form {
-            InputMode::Url => materialize(env, tool, InputMode::Url, scope, &t.uri, &mut done).await?.unwrap_or_else(|| t.uri.clone()),
-            form => {
-                done.take(env, tool, form, meta.size_bytes)?;
-                let bytes = store.get(&Access::owner_of(scope), &meta.id).await.map_err(store_error(&t.uri))?;
-                file_ext = infer::get(&bytes).map(|k| k.extension());
-                let new = inline(tool, form, &t.uri, meta.id.as_str(), &bytes, &mut done)?;
-                if let Some(max) = t.input.max_length.filter(|&m| form == InputMode::Text && new.chars().count() as u64 > m) {
-                    return Err(ToolError::bad_request(format!(
-                        "{} is {} characters of text, and {tool}'s {} takes at most {max} (its maxLength); pass a smaller artifact",
-                        t.uri,
-                        new.chars().count(),
-                        t.input.path
-                    )));
-                }
-                new
-            }
-        };
-        let filename = meta.filename.clone().unwrap_or_else(|| match file_ext {
-            Some(ext) => format!("{}.{ext}", meta.id.as_str()),
-            None => meta.id.as_str().to_owned(),
-        });
-        filled.push(Filled {
+    Ok(looked_up)
+}
+
+/// Step 2 for one target: what its property gets (the value, and the siblings to set if the
+/// model left them empty), or `None` when a URI that is not ours stays as written.
+async fn fill_one(
+    env: &InputEnv<'_>,
+    tool: &str,
+    scope: &ArtifactScope,
+    t: &Target<'_>,
+    found: Found<'_>,
+    done: &mut Materialized,
+) -> Result<Option<(Filled, Vec<(String, String)>, String)>, ToolError> {
+    let Some((meta, store)) = found else {
+        // Not ours, in a base64 or path property: configured chaining's policy decides.
+        let Some(new) = materialize(env, tool, t.input.form, scope, &t.uri, done).await? else { return Ok(None) };
+        let f = Filled {
             pointer: t.pointer.clone(),
             property: t.input.path.clone(),
             form: t.input.form,
             uri: t.uri.clone(),
-            size: meta.size_bytes,
+            size: 0,
             sent: new.len() as u64,
-            mime_type: meta.mime_type.clone(),
+            mime_type: None,
             set: Vec::new(),
-        });
-        pending.push(siblings(t.input, meta.mime_type.as_deref(), &filename));
-        replacements.push((t.pointer.clone(), new));
-    }
-    for (pointer, new) in replacements {
-        if let Some(slot) = arguments.pointer_mut(&pointer) {
-            *slot = Value::String(new);
-            done.rewritten += 1;
-        }
-    }
-    // 3. Siblings the model left empty.
-    for (f, pending) in filled.iter_mut().zip(pending) {
-        let parent = f.pointer.rsplit_once('/').map_or("", |(p, _)| p).to_owned();
-        let Some(Value::Object(obj)) = arguments.pointer_mut(&parent) else { continue };
-        for (key, value) in pending {
-            if obj.get(&key).is_none_or(|v| v.is_null() || v.as_str() == Some("")) {
-                obj.insert(key.clone(), Value::String(value));
-                f.set.push(key);
+        };
+        return Ok(Some((f, Vec::new(), new)));
+    };
+    let mut file_ext = None;
+    let new = match t.input.form {
+        InputMode::Url => materialize(env, tool, InputMode::Url, scope, &t.uri, done).await?.unwrap_or_else(|| t.uri.clone()),
+        form => {
+            done.take(env, tool, form, meta.size_bytes)?;
+            let bytes = store.get(&Access::owner_of(scope), &meta.id).await.map_err(store_error(&t.uri))?;
+            file_ext = infer::get(&bytes).map(|k| k.extension());
+            let new = inline(tool, form, &t.uri, meta.id.as_str(), &bytes, done)?;
+            if let Some(max) = t.input.max_length.filter(|&m| form == InputMode::Text && new.chars().count() as u64 > m) {
+                return Err(ToolError::bad_request(format!(
+                    "{} is {} characters of text, and {tool}'s {} takes at most {max} (its maxLength); pass a smaller artifact",
+                    t.uri,
+                    new.chars().count(),
+                    t.input.path
+                )));
             }
+            new
         }
-    }
-    Ok((done, filled))
+    };
+    let filename = meta.filename.clone().unwrap_or_else(|| match file_ext {
+        Some(ext) => format!("{}.{ext}", meta.id.as_str()),
+        None => meta.id.as_str().to_owned(),
+    });
+    let f = Filled {
+        pointer: t.pointer.clone(),
+        property: t.input.path.clone(),
+        form: t.input.form,
+        uri: t.uri.clone(),
+        size: meta.size_bytes,
+        sent: new.len() as u64,
+        mime_type: meta.mime_type.clone(),
+        set: Vec::new(),
+    };
+    Ok(Some((f, siblings(t.input, meta.mime_type.as_deref(), &filename), new)))
 }
 
 /// Each sibling the input has, with its value (set later if the model left it empty).

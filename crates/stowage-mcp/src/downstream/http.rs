@@ -183,27 +183,9 @@ async fn post_mcp(
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
     let identity = identity.map(|Extension(i)| i);
-    let body = match body {
-        Ok(b) => b,
-        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            let limit = st.gw.config.max_request_bytes;
-            return json_rpc_error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                code::INVALID_REQUEST,
-                &format!("request body over the {limit} byte limit (gateway.max_request_bytes)"),
-            );
-        }
-        Err(e) => return json_rpc_error(e.status(), code::INVALID_REQUEST, &e.body_text()),
-    };
-    let msg = match Incoming::parse(&body) {
-        Ok(Incoming::One(m)) => m,
-        Ok(Incoming::Batch(items)) => {
-            return match refuse_batch(&items) {
-                Some(answers) => ([(header::CONTENT_TYPE, "application/json")], answers).into_response(),
-                None => StatusCode::ACCEPTED.into_response(),
-            };
-        }
-        Err(e) => return json_rpc_error(StatusCode::BAD_REQUEST, code::PARSE_ERROR, &format!("parse error: {e}")),
+    let msg = match one_message(&st, body) {
+        Ok(m) => m,
+        Err(answer) => return answer,
     };
     let sid = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let is_initialize = msg.method.as_deref() == Some("initialize");
@@ -216,32 +198,10 @@ async fn post_mcp(
             }
             _ => return json_rpc_error(StatusCode::NOT_FOUND, code::INVALID_REQUEST, "unknown or expired session"),
         },
-        (_, true) => {
-            let who = caller(identity.as_ref());
-            if let Some(refused) = make_room(&st, &who) {
-                return refused;
-            }
-            let session = st.gw.open_session(SessionKind::Http, who, None);
-            let hub = Arc::new(StreamHub::new(st.resume, st.budget.clone()));
-            let permits = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-            let hs = Arc::new(HttpSession {
-                session: session.clone(),
-                hub,
-                standalone: Mutex::new(None),
-                last_seen: Mutex::new(Instant::now()),
-                permits,
-                cancelled: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
-            });
-            // A client that stopped talking, with nothing open and nothing in flight, has most
-            // likely gone without `DELETE` (health checks, CLIs): it no longer takes a shared
-            // upstream's session-level messages from the clients still there.
-            let absent_after = Duration::from_secs(st.gw.config.absent_after_secs);
-            let weak = Arc::downgrade(&hs);
-            session.set_presence(move || weak.upgrade().is_some_and(|hs| !hs.idle() || hs.last_seen.lock().elapsed() < absent_after));
-            st.sessions.lock().insert(session.id.clone(), hs.clone());
-            let id = session.id.clone();
-            (session, Some(hs), Some(id))
-        }
+        (_, true) => match open_http_session(&st, caller(identity.as_ref())) {
+            Ok(hs) => (hs.session.clone(), Some(hs.clone()), Some(hs.session.id.clone())),
+            Err(refused) => return refused,
+        },
         // Stateless (2026-07-28): a session for this request alone.
         (None, false) => (st.gw.open_session(SessionKind::Stateless, caller(identity.as_ref()), None), None, None),
     };
@@ -293,8 +253,77 @@ async fn post_mcp(
             gw.close_session(&session);
         }
     });
-    let mut response = if accepts_sse(&headers) {
-        match &http {
+    let mut response = reply(&st, &headers, http.as_deref(), rx, task, priming).await;
+    if let Some(id) = new_sid
+        && let Ok(v) = HeaderValue::from_str(&id)
+    {
+        response.headers_mut().insert(SESSION_HEADER, v);
+    }
+    response
+}
+
+/// The one JSON-RPC message a POST carries, or the answer to a body that is too large, not
+/// JSON, or a batch (refused, as the current revision has no batches).
+fn one_message(st: &AppState, body: Result<Bytes, axum::extract::rejection::BytesRejection>) -> Result<Message, Response> {
+    let body = match body {
+        Ok(b) => b,
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            let limit = st.gw.config.max_request_bytes;
+            return Err(json_rpc_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                code::INVALID_REQUEST,
+                &format!("request body over the {limit} byte limit (gateway.max_request_bytes)"),
+            ));
+        }
+        Err(e) => return Err(json_rpc_error(e.status(), code::INVALID_REQUEST, &e.body_text())),
+    };
+    match Incoming::parse(&body) {
+        Ok(Incoming::One(m)) => Ok(m),
+        Ok(Incoming::Batch(items)) => Err(match refuse_batch(&items) {
+            Some(answers) => ([(header::CONTENT_TYPE, "application/json")], answers).into_response(),
+            None => StatusCode::ACCEPTED.into_response(),
+        }),
+        Err(e) => Err(json_rpc_error(StatusCode::BAD_REQUEST, code::PARSE_ERROR, &format!("parse error: {e}"))),
+    }
+}
+
+/// A new HTTP session for `who` (on `initialize`), made room for within the identity's cap;
+/// the refusal to send when every one of theirs is busy.
+fn open_http_session(st: &AppState, who: Caller) -> Result<Arc<HttpSession>, Response> {
+    if let Some(refused) = make_room(st, &who) {
+        return Err(refused);
+    }
+    let session = st.gw.open_session(SessionKind::Http, who, None);
+    let hs = Arc::new(HttpSession {
+        session: session.clone(),
+        hub: Arc::new(StreamHub::new(st.resume, st.budget.clone())),
+        standalone: Mutex::new(None),
+        last_seen: Mutex::new(Instant::now()),
+        permits: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+        cancelled: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+    });
+    // A client that stopped talking, with nothing open and nothing in flight, has most
+    // likely gone without `DELETE` (health checks, CLIs): it no longer takes a shared
+    // upstream's session-level messages from the clients still there.
+    let absent_after = Duration::from_secs(st.gw.config.absent_after_secs);
+    let weak = Arc::downgrade(&hs);
+    session.set_presence(move || weak.upgrade().is_some_and(|hs| !hs.idle() || hs.last_seen.lock().elapsed() < absent_after));
+    st.sessions.lock().insert(session.id.clone(), hs.clone());
+    Ok(hs)
+}
+
+/// The HTTP answer to a request whose handling `task` runs: an SSE stream of what it sends
+/// (resumable within a session), or, for a client that takes JSON only, its final message.
+async fn reply(
+    st: &AppState,
+    headers: &HeaderMap,
+    http: Option<&HttpSession>,
+    rx: crate::outbox::OutboxRx,
+    task: tokio::task::JoinHandle<()>,
+    priming: bool,
+) -> Response {
+    if accepts_sse(headers) {
+        return match http {
             // A session's request stream is resumable; the request outlives a dropped
             // connection for the resume window.
             Some(hs) => {
@@ -309,27 +338,20 @@ async fn post_mcp(
                 let (_, attached) = hub.open(rx, false, Some(task.abort_handle()));
                 sse_response(None, attached, st.retry)
             }
-        }
-    } else {
-        // JSON mode: only the final response is delivered; earlier messages are dropped.
-        let guard = AbortOnDrop(task);
-        let mut rx = rx;
-        let mut last = None;
-        while let Some(line) = rx.recv().await {
-            last = Some(line);
-        }
-        drop(guard);
-        match last {
-            Some(line) => ([(header::CONTENT_TYPE, "application/json")], line).into_response(),
-            None => StatusCode::ACCEPTED.into_response(),
-        }
-    };
-    if let Some(id) = new_sid
-        && let Ok(v) = HeaderValue::from_str(&id)
-    {
-        response.headers_mut().insert(SESSION_HEADER, v);
+        };
     }
-    response
+    // JSON mode: only the final response is delivered; earlier messages are dropped.
+    let guard = AbortOnDrop(task);
+    let mut rx = rx;
+    let mut last = None;
+    while let Some(line) = rx.recv().await {
+        last = Some(line);
+    }
+    drop(guard);
+    match last {
+        Some(line) => ([(header::CONTENT_TYPE, "application/json")], line).into_response(),
+        None => StatusCode::ACCEPTED.into_response(),
+    }
 }
 
 /// Makes room for one more session of `who`: at the cap, their least recently used idle

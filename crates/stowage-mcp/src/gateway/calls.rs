@@ -205,23 +205,7 @@ impl Gateway {
         host: Option<Arc<crate::hosts::HostProfile>>,
     ) -> Result<CallReply, GatewayError> {
         let name = params.get("name").and_then(Value::as_str).unwrap_or("").to_owned();
-        // A tool's inputs are named: nothing else is forwarded, rewritten for chaining or
-        // handed to the gateway's own tools (`null` is taken as no arguments).
-        match params.get("arguments") {
-            Some(Value::Null) => drop(params.as_object_mut().map(|p| p.remove("arguments"))),
-            Some(args) if !args.is_object() => {
-                let kind = match args {
-                    Value::Array(_) => "an array",
-                    Value::String(_) => "a string",
-                    Value::Number(_) => "a number",
-                    _ => "a boolean",
-                };
-                return Err(GatewayError::InvalidParams(format!(
-                    "tools/call arguments must be an object of {name}'s named inputs ({{\"input\": value}}), not {kind}"
-                )));
-            }
-            _ => {}
-        }
+        named_arguments(&name, &mut params)?;
         let host = host.unwrap_or_else(|| self.host_profile(session));
         let mut scope = session.scope.clone();
         if trace.is_some() {
@@ -231,61 +215,80 @@ impl Gateway {
         if self.fault.lock().as_deref() == Some(name.as_str()) {
             panic!("fault injected on purpose in tool {name}");
         }
-        let call = self.next_call.fetch_add(1, Ordering::Relaxed);
-        let owner = EventOwner::from(&scope);
-        if let Some(apps) = self.apps_for(session).filter(|_| crate::apps::APP_TOOLS.contains(&name.as_str()))
-            && let Some(store) = self.local_tools().readers()
-        {
-            let started = Instant::now();
-            let args = params.get("arguments").cloned().unwrap_or(json!({}));
-            let result = apps.call(&name, &scope, &args, store, self.links.get()).await;
-            if name != crate::apps::ARTIFACT_VIEW_TOOL {
-                // An app-only tool: its answer goes to the view, never to a model.
-                let shaped = self.shaper.shape_app(result);
-                return Ok(CallReply::Rewritten(shaped.value, local_report(call, name, "stowage".into(), started, &shaped.figures)));
-            }
-            return Ok(self.answered_here(&host, &scope, call, name, "stowage".into(), started, result).await);
-        }
-        let local = self.local_tools();
-        if name == crate::local_tools::collect::ARTIFACT_COLLECT_TOOL
-            && let Some(store) = local.readers()
-        {
-            // The collection calls the caller's own tools, so it runs here, beside them.
-            let started = Instant::now();
-            let args = params.get("arguments").cloned().unwrap_or(json!({}));
-            let hints = crate::local_tools::ReadHints::for_host(&host);
-            let pages = super::collect::CallerPages { gw: self, session, outbox, host: host.name.clone() };
-            let result = match crate::local_tools::collect::parse(&args) {
-                Ok(request) => crate::local_tools::collect::collect(&pages, store, &scope, request, &hints).await,
-                Err(e) => Err(e),
-            };
-            let result = result.unwrap_or_else(crate::local_tools::ToolError::into_result);
-            return Ok(self.answered_here(&host, &scope, call, name, "stowage".into(), started, result).await);
-        }
-        if local.handles(&name) {
-            let started = Instant::now();
-            let args = params.get("arguments").cloned().unwrap_or(json!({}));
-            let hints = crate::local_tools::ReadHints::for_host(&host);
-            let result = local.call(&name, &scope, &args, hints).await.expect("handles() said it is a local tool");
-            return Ok(self.answered_here(&host, &scope, call, name, "stowage".into(), started, result).await);
+        let start = CallStart { id: self.next_call.fetch_add(1, Ordering::Relaxed), name, host, scope };
+        if let Some(reply) = self.call_own_tool(session, &params, outbox, &start).await {
+            return Ok(reply);
         }
         // An upstream's own tool first; a generated resource tool only by a name none has; a
         // name no list has, but which names an upstream, is that upstream's to answer (an
         // error result or a JSON-RPC error, as it would answer a client directly; a tool it
         // has but did not list, it runs).
-        let tool = match self.catalog_for(session).tool(&name).cloned() {
+        let tool = match self.catalog_for(session).tool(&start.name).cloned() {
             Some(tool) => tool,
-            None => match self.resource_tool(&name) {
+            None => match self.resource_tool(&start.name) {
                 Some((u, op)) => {
                     let started = Instant::now();
                     let args = params.get("arguments").cloned().unwrap_or(json!({}));
                     let result = self.call_resource_tool(session, u, op, &args, outbox).await;
                     let upstream = self.upstreams[u].name().to_owned();
-                    return Ok(self.answered_here(&host, &scope, call, name, upstream, started, result).await);
+                    return Ok(self.answered_here(&start, upstream, started, result).await);
                 }
-                None => self.unlisted(&name).ok_or_else(|| GatewayError::UnknownTool(name.clone()))?,
+                None => self.unlisted(&start.name).ok_or_else(|| GatewayError::UnknownTool(start.name.clone()))?,
             },
         };
+        self.call_upstream_tool(session, params, outbox, keep_original, start, tool).await
+    }
+
+    /// The gateway's own tools (the apps' tools, `artifact_collect`, the readers), answered
+    /// here; `None` for any other name.
+    async fn call_own_tool(self: &Arc<Self>, session: &Arc<Session>, params: &Value, outbox: &Outbox, start: &CallStart) -> Option<CallReply> {
+        let (name, host, scope) = (start.name.as_str(), &start.host, &start.scope);
+        let local = self.local_tools();
+        let apps = self.apps_for(session).filter(|_| crate::apps::APP_TOOLS.contains(&name)).zip(local.readers());
+        let collect = local.readers().filter(|_| name == crate::local_tools::collect::ARTIFACT_COLLECT_TOOL);
+        if apps.is_none() && collect.is_none() && !local.handles(name) {
+            // An upstream's arguments go on untouched (and uncopied).
+            return None;
+        }
+        let started = Instant::now();
+        let args = params.get("arguments").cloned().unwrap_or(json!({}));
+        let result = if let Some((apps, store)) = apps {
+            let result = apps.call(name, scope, &args, store, self.links.get()).await;
+            if name != crate::apps::ARTIFACT_VIEW_TOOL {
+                // An app-only tool: its answer goes to the view, never to a model.
+                let shaped = self.shaper.shape_app(result);
+                return Some(CallReply::Rewritten(shaped.value, local_report(start.id, name.to_owned(), "stowage".into(), started, &shaped.figures)));
+            }
+            result
+        } else if let Some(store) = collect {
+            // The collection calls the caller's own tools, so it runs here, beside them.
+            let hints = crate::local_tools::ReadHints::for_host(host);
+            let pages = super::collect::CallerPages { gw: self, session, outbox, host: host.name.clone() };
+            let result = match crate::local_tools::collect::parse(&args) {
+                Ok(request) => crate::local_tools::collect::collect(&pages, store, scope, request, &hints).await,
+                Err(e) => Err(e),
+            };
+            result.unwrap_or_else(crate::local_tools::ToolError::into_result)
+        } else {
+            let hints = crate::local_tools::ReadHints::for_host(host);
+            local.call(name, scope, &args, hints).await.expect("handles() said it is a local tool")
+        };
+        Some(self.answered_here(start, "stowage".into(), started, result).await)
+    }
+
+    /// An upstream tool's call: its blob inputs filled, forwarded in the caller's session,
+    /// and its result shaped for the caller's host.
+    async fn call_upstream_tool(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        mut params: Value,
+        outbox: &Outbox,
+        keep_original: bool,
+        start: CallStart,
+        tool: crate::router::Exposed,
+    ) -> Result<CallReply, GatewayError> {
+        let CallStart { id: call, name, host, scope } = start;
+        let owner = EventOwner::from(&scope);
         let upstream = self.upstreams[tool.upstream].name().to_owned();
         self.events.publish(GatewayEvent::ToolCallStarted { call, owner: owner.clone(), tool: name.clone(), upstream: upstream.clone() });
         let mut guard = FinishGuard {
@@ -473,20 +476,10 @@ impl Gateway {
 
     /// The reply of a call the gateway answered itself (its own tools, the generated resource
     /// tools, the apps' tools): through the shaper for the caller's host, which measures it.
-    #[allow(clippy::too_many_arguments)]
-    async fn answered_here(
-        &self,
-        host: &crate::hosts::HostProfile,
-        scope: &stowage_core::ArtifactScope,
-        call: u64,
-        tool: String,
-        upstream: String,
-        started: Instant,
-        result: Value,
-    ) -> CallReply {
-        let ctx = CallContext { tool: tool.clone(), upstream: upstream.clone(), scope: scope.clone(), output_schema: None };
-        let shaped = self.shaper.shape_local(self.job(&ctx, host), result).await;
-        let report = local_report(call, tool, upstream, started, &shaped.figures);
+    async fn answered_here(&self, start: &CallStart, upstream: String, started: Instant, result: Value) -> CallReply {
+        let ctx = CallContext { tool: start.name.clone(), upstream: upstream.clone(), scope: start.scope.clone(), output_schema: None };
+        let shaped = self.shaper.shape_local(self.job(&ctx, &start.host), result).await;
+        let report = local_report(start.id, start.name.clone(), upstream, started, &shaped.figures);
         CallReply::Rewritten(shaped.value, report)
     }
 
@@ -624,6 +617,36 @@ fn task_id_of(raw: &Raw) -> Option<String> {
         return None;
     }
     v.pointer("/task/taskId").and_then(Value::as_str).map(str::to_owned)
+}
+
+/// A call as it starts: its number (the events'), the tool's name as the caller gave it,
+/// the caller's host profile and its artifact scope.
+struct CallStart {
+    id: u64,
+    name: String,
+    host: Arc<crate::hosts::HostProfile>,
+    scope: stowage_core::ArtifactScope,
+}
+
+/// A tool's inputs are named: nothing else is forwarded, rewritten for chaining or handed to
+/// the gateway's own tools (`null` is taken as no arguments).
+fn named_arguments(name: &str, params: &mut Value) -> Result<(), GatewayError> {
+    match params.get("arguments") {
+        Some(Value::Null) => drop(params.as_object_mut().map(|p| p.remove("arguments"))),
+        Some(args) if !args.is_object() => {
+            let kind = match args {
+                Value::Array(_) => "an array",
+                Value::String(_) => "a string",
+                Value::Number(_) => "a number",
+                _ => "a boolean",
+            };
+            return Err(GatewayError::InvalidParams(format!(
+                "tools/call arguments must be an object of {name}'s named inputs ({{\"input\": value}}), not {kind}"
+            )));
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// The report of a call the gateway answered itself.

@@ -256,18 +256,59 @@ pub(crate) async fn collect(
     request: Request,
     hints: &ReadHints,
 ) -> Result<Value, ToolError> {
-    let Request { tool, mut arguments, max_pages, max_seconds, max_bytes, cursor, items } = request;
+    let Request { tool, arguments, max_pages, max_seconds, max_bytes, cursor, items } = request;
     let started = Instant::now();
+    let first = first_page(pages, &tool, &arguments, cursor.as_ref(), items.as_deref()).await?;
+    let to = first.to.clone();
+
+    // The store reads the array as the pages come.
+    let (mut writer, reader) = tokio::io::duplex(PIPE_BYTES);
+    let mut opts = PutOptions::scoped(scope.clone()).mime("application/json").filename(format!("{tool}-all-pages.json"));
+    opts.namespace = Some(tool.clone());
+    let put_store = store.clone();
+    let put = tokio::spawn(async move { put_store.put_stream(Box::pin(reader), opts).await });
+    let limits = Limits { max_pages, max_bytes, max_seconds, deadline: started + Duration::from_secs(max_seconds) };
+    let from = cursor.as_ref().map(|(f, _)| f.as_str());
+    let walk = walk(pages, &tool, arguments, first, from, &limits, &mut writer).await;
+    drop(writer);
+    // The store's own failure (full, over its size limit, …) says more than the broken pipe.
+    let stored = put
+        .await
+        .map_err(|_| ToolError::bad_request("artifact_collect: storing the collection failed"))?
+        .map_err(|e| ToolError::from(ApiError::from(e)))?;
+    if walk.broken {
+        return Err(ToolError::bad_request("artifact_collect: the artifact store stopped reading the collection"));
+    }
+    Ok(answer(hints, &tool, &stored, walk, to.as_deref()))
+}
+
+/// The first page, checked: its payload, where its items are, and the argument the next
+/// cursor goes into (none for a listing of one page).
+struct First {
+    body: Value,
+    items_at: String,
+    to: Option<String>,
+}
+
+/// Checks the request against the tool and fetches the first page. An error here is the
+/// answer, and nothing is stored.
+async fn first_page(
+    pages: &dyn Pages,
+    tool: &str,
+    arguments: &Map<String, Value>,
+    cursor: Option<&(String, String)>,
+    items: Option<&str>,
+) -> Result<First, ToolError> {
     if tool.starts_with("artifact_") {
         return Err(ToolError::bad_request(format!(
             "artifact_collect calls one of your upstream tools page by page; {tool} is the gateway's own"
         )));
     }
-    let Some(schema) = pages.input_schema(&tool) else {
+    let Some(schema) = pages.input_schema(tool) else {
         return Err(ToolError::bad_request(format!("artifact_collect: there is no tool {tool:?}; give the name of a tool you can call")));
     };
     let props = schema.get("properties").and_then(Value::as_object).filter(|p| !p.is_empty());
-    if let (Some((_, to)), Some(props)) = (&cursor, props)
+    if let (Some((_, to)), Some(props)) = (cursor, props)
         && !props.contains_key(to)
     {
         let names: Vec<&str> = props.keys().map(String::as_str).collect();
@@ -276,18 +317,17 @@ pub(crate) async fn collect(
             names.join(", ")
         )));
     }
-    // The first page: an error here is the tool's answer, and nothing is stored.
-    let first = pages.call(&tool, Value::Object(arguments.clone())).await?;
+    let first = pages.call(tool, Value::Object(arguments.clone())).await?;
     if first.get("isError").and_then(Value::as_bool) == Some(true) {
         return Err(ToolError::bad_request(format!("artifact_collect: {tool} failed on the first page: {}", error_text(&first, 400))));
     }
-    let Some(mut body) = payload(&first) else {
+    let Some(body) = payload(&first) else {
         return Err(ToolError::bad_request(format!(
             "artifact_collect: {tool}'s result is not JSON (no structuredContent, no JSON text): it collects JSON listings"
         )));
     };
-    let Some(items_at) = items_pointer(&body, items.as_deref()) else {
-        if let Some(p) = &items {
+    let Some(items_at) = items_pointer(&body, items) else {
+        if let Some(p) = items {
             return Err(ToolError::bad_request(format!("artifact_collect: {tool}'s result has no array at \"items\": {p:?}")));
         }
         let keys: Vec<String> = body.as_object().map(|m| m.keys().take(12).cloned().collect()).unwrap_or_default();
@@ -296,8 +336,8 @@ pub(crate) async fn collect(
             keys.join(", ")
         )));
     };
-    let from = cursor.as_ref().map(|(f, _)| f.as_str());
-    let to = match (&cursor, next_cursor(&body, from).map(|(f, _)| f).or_else(|| has_cursor_field(&body))) {
+    let from = cursor.map(|(f, _)| f.as_str());
+    let to = match (cursor, next_cursor(&body, from).map(|(f, _)| f).or_else(|| has_cursor_field(&body))) {
         (Some((_, to)), _) => Some(to.clone()),
         (None, Some(field)) => match cursor_argument(&schema, &field) {
             Some(arg) => Some(arg),
@@ -315,117 +355,152 @@ pub(crate) async fn collect(
             )));
         }
     };
+    Ok(First { body, items_at, to })
+}
 
-    // The store reads the array as the pages come.
-    let (mut writer, reader) = tokio::io::duplex(PIPE_BYTES);
-    let mut opts = PutOptions::scoped(scope.clone()).mime("application/json").filename(format!("{tool}-all-pages.json"));
-    opts.namespace = Some(tool.clone());
-    let put_store = store.clone();
-    let put = tokio::spawn(async move { put_store.put_stream(Box::pin(reader), opts).await });
+/// The request's bounds on a walk.
+struct Limits {
+    max_pages: usize,
+    max_bytes: usize,
+    max_seconds: u64,
+    deadline: Instant,
+}
 
+/// What a walk through the pages kept, and why it stopped early when it did.
+#[derive(Default)]
+struct Walk {
+    /// Pages kept, and their items.
+    kept: usize,
+    count: usize,
+    /// The first item's keys (when items are objects), for the answer's description.
+    first_keys: Vec<String>,
+    stop: Option<String>,
+    /// The cursor to go on from, when more was left.
+    resume: Option<Value>,
+    /// The store stopped reading.
+    broken: bool,
+}
+
+/// Writes the first page's items and every next page's into `writer` as one JSON array,
+/// page by page, within `limits`.
+async fn walk(
+    pages: &dyn Pages,
+    tool: &str,
+    mut arguments: Map<String, Value>,
+    first: First,
+    from: Option<&str>,
+    limits: &Limits,
+    writer: &mut tokio::io::DuplexStream,
+) -> Walk {
+    let First { mut body, items_at, to } = first;
+    let mut w = Walk::default();
     let mut seen_cursors: HashSet<String> = HashSet::new();
-    // Pages kept, items kept, their bytes; the cursor that fetched `body`.
-    let (mut kept, mut count, mut bytes) = (0usize, 0usize, 0usize);
+    // Item bytes written; the cursor that fetched `body`.
+    let mut bytes = 0usize;
     let mut sent: Option<Value> = None;
-    let mut first_keys: Vec<String> = Vec::new();
-    let mut stop: Option<String> = None;
-    let mut resume: Option<Value> = None;
-    let mut broken = writer.write_all(b"[").await.is_err();
-    while !broken {
+    w.broken = writer.write_all(b"[").await.is_err();
+    while !w.broken {
         let next = next_cursor(&body, from).map(|(_, v)| v);
         // A page handing back the cursor that fetched it would be fetched forever: the tool
         // ignores the argument it went into.
         if let (Some(s), Some(n), Some(to)) = (&sent, &next, &to)
             && s == n
         {
-            stop = Some(format!(
+            w.stop = Some(format!(
                 "page {} handed back the cursor it was given ({}), so {tool} ignores \"{to}\"; name the right argument with \"cursor\"",
-                kept + 1,
+                w.kept + 1,
                 one_line_value(n)
             ));
             break;
         }
         // This page's items, written out.
         let page_items = body.pointer(&items_at).and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-        if first_keys.is_empty()
+        if w.first_keys.is_empty()
             && let Some(Value::Object(m)) = page_items.first()
         {
-            first_keys = m.keys().take(12).cloned().collect();
+            w.first_keys = m.keys().take(12).cloned().collect();
         }
-        let mut chunk = Vec::new();
-        for item in page_items {
-            if count > 0 || !chunk.is_empty() {
-                chunk.push(b',');
-            }
-            serde_json::to_writer(&mut chunk, item).expect("a Value serialises");
-        }
-        if bytes + chunk.len() > max_bytes {
-            stop = Some(format!("stopped before page {}: its items would pass {}", kept + 1, human_size(max_bytes as u64)));
-            resume = sent.clone();
+        let chunk = items_json(page_items, w.count > 0);
+        if bytes + chunk.len() > limits.max_bytes {
+            w.stop = Some(format!("stopped before page {}: its items would pass {}", w.kept + 1, human_size(limits.max_bytes as u64)));
+            w.resume = sent.clone();
             break;
         }
         if writer.write_all(&chunk).await.is_err() {
-            broken = true;
+            w.broken = true;
             break;
         }
         bytes += chunk.len();
-        count += page_items.len();
-        kept += 1;
+        w.count += page_items.len();
+        w.kept += 1;
         drop(chunk);
         // The next page, if there is one.
         let (Some(to), Some(next)) = (&to, next) else { break };
-        if !seen_cursors.insert(next.to_string()) {
-            stop = Some(format!("stopped after page {kept}: the cursor {} came back again (the listing loops)", one_line_value(&next)));
-            break;
-        }
-        if kept >= max_pages {
-            stop = Some(format!("stopped at max_pages={max_pages} with more to fetch"));
-            resume = Some(next);
-            break;
-        }
-        if started.elapsed() >= Duration::from_secs(max_seconds) {
-            stop = Some(format!("stopped after {max_seconds} s (max_seconds) with more to fetch"));
-            resume = Some(next);
+        if let Some((why, resumable)) = why_stop(&w, &mut seen_cursors, &next, limits) {
+            w.stop = Some(why);
+            w.resume = resumable.then_some(next);
             break;
         }
         arguments.insert(to.clone(), next.clone());
-        let page = kept + 1;
-        let result = match pages.call(&tool, Value::Object(arguments.clone())).await {
-            Ok(r) if r.get("isError").and_then(Value::as_bool) != Some(true) => r,
-            Ok(r) => {
-                stop = Some(format!("page {page} failed: {}", error_text(&r, 200)));
-                resume = Some(next);
-                break;
-            }
-            Err(e) => {
-                stop = Some(format!("page {page} failed: {}", e.message));
-                resume = Some(next);
-                break;
-            }
+        let page = w.kept + 1;
+        let result = match pages.call(tool, Value::Object(arguments.clone())).await {
+            Ok(r) if r.get("isError").and_then(Value::as_bool) != Some(true) => Ok(r),
+            Ok(r) => Err(format!("page {page} failed: {}", error_text(&r, 200))),
+            Err(e) => Err(format!("page {page} failed: {}", e.message)),
         };
-        body = match payload(&result) {
-            Some(b) if b.pointer(&items_at).is_some_and(Value::is_array) => b,
-            _ => {
-                stop = Some(format!("page {page} has no array of items at {items_at:?}"));
-                resume = Some(next);
+        let checked = result.and_then(|r| match payload(&r) {
+            Some(b) if b.pointer(&items_at).is_some_and(Value::is_array) => Ok(b),
+            _ => Err(format!("page {page} has no array of items at {items_at:?}")),
+        });
+        match checked {
+            Ok(b) => body = b,
+            Err(why) => {
+                w.stop = Some(why);
+                w.resume = Some(next);
                 break;
             }
-        };
+        }
         sent = Some(next);
     }
-    if !broken {
-        broken = writer.write_all(b"]").await.is_err() || writer.shutdown().await.is_err();
+    if !w.broken {
+        w.broken = writer.write_all(b"]").await.is_err() || writer.shutdown().await.is_err();
     }
-    drop(writer);
-    // The store's own failure (full, over its size limit, …) says more than the broken pipe.
-    let stored = put
-        .await
-        .map_err(|_| ToolError::bad_request("artifact_collect: storing the collection failed"))?
-        .map_err(|e| ToolError::from(ApiError::from(e)))?;
-    if broken {
-        return Err(ToolError::bad_request("artifact_collect: the artifact store stopped reading the collection"));
-    }
+    w
+}
 
+/// A page's items as JSON, each after a comma unless it is the array's first.
+fn items_json(items: &[Value], after_others: bool) -> Vec<u8> {
+    let mut chunk = Vec::new();
+    for item in items {
+        if after_others || !chunk.is_empty() {
+            chunk.push(b',');
+        }
+        serde_json::to_writer(&mut chunk, item).expect("a Value serialises");
+    }
+    chunk
+}
+
+/// Why the walk stops before fetching the page at `next`, if it does, and whether `next` is
+/// where to go on from: not when the cursor came back (the listing loops), yes when a bound
+/// was reached with more to fetch.
+fn why_stop(w: &Walk, seen_cursors: &mut HashSet<String>, next: &Value, limits: &Limits) -> Option<(String, bool)> {
+    if !seen_cursors.insert(next.to_string()) {
+        let why = format!("stopped after page {}: the cursor {} came back again (the listing loops)", w.kept, one_line_value(next));
+        return Some((why, false));
+    }
+    if w.kept >= limits.max_pages {
+        return Some((format!("stopped at max_pages={} with more to fetch", limits.max_pages), true));
+    }
+    if Instant::now() >= limits.deadline {
+        return Some((format!("stopped after {} s (max_seconds) with more to fetch", limits.max_seconds), true));
+    }
+    None
+}
+
+/// The answer: one header line that says what was stored, whether it is whole and how to go
+/// on, and the facts as structured content.
+fn answer(hints: &ReadHints, tool: &str, stored: &stowage_core::ArtifactRef, walk: Walk, to: Option<&str>) -> Value {
+    let Walk { kept, count, first_keys, stop, resume, .. } = walk;
     let complete = stop.is_none();
     let mut header = format!(
         "[collected {count} items from {tool} in {kept} pages, {}: stored as {} ({}), a JSON array",
@@ -439,7 +514,7 @@ pub(crate) async fn collect(
     if let Some(s) = &stop {
         header.push_str(&format!("; {s}"));
     }
-    if let (Some(next), Some(to)) = (&resume, &to) {
+    if let (Some(next), Some(to)) = (&resume, to) {
         header.push_str(&format!("; to go on, collect again with arguments.{to} = {}", one_line_value(next)));
     }
     header.push_str("; ask it with artifact_query (jq over the array) or artifact_describe]");
@@ -452,10 +527,10 @@ pub(crate) async fn collect(
     if let Some(s) = stop {
         facts.insert("stopped".into(), json!(s));
     }
-    if let (Some(next), Some(to)) = (resume, &to) {
+    if let (Some(next), Some(to)) = (resume, to) {
         facts.insert("resume".into(), json!({"argument": to, "cursor": next}));
     }
-    Ok(hints.answer(header, String::new(), facts))
+    hints.answer(header, String::new(), facts)
 }
 
 /// An error result's text, on one line.

@@ -60,8 +60,36 @@ pub(crate) struct CheckConfigArgs {
 /// start, or would start without an entry of the configuration (and, with `--strict`, when an
 /// upstream would start as unavailable).
 pub(crate) async fn run(config: &Config, source: &ConfigSource, store: &StoreLocation, cli: CheckConfigArgs) -> anyhow::Result<()> {
-    let (tools, args) = (cli.tools, cli.serve);
-    let plan = crate::plan::plan(config, store, &args)?;
+    let plan = crate::plan::plan(config, store, &cli.serve)?;
+    print_plan(config, source, store, &cli, &plan);
+    // The check serve runs when it opens a shared store: a mismatch refuses to start there.
+    let store_check = crate::wiring::check_shared_store(config, store).await;
+    let clock_off = print_store_check(&store_check);
+    print_names(&plan);
+    let (mut problems, warnings) = print_upstreams(&plan, cli.no_probe).await;
+    if cli.tools {
+        problems += print_tools(config, &plan).await;
+    }
+    let agent_down = print_agent(config).await?;
+    store_check?;
+    anyhow::ensure!(problems == 0, "{problems} server entr{} cannot be served as configured", if problems == 1 { "y" } else { "ies" });
+    if warnings > 0 {
+        let what = format!("{warnings} upstream{} would start as unavailable", if warnings == 1 { "" } else { "s" });
+        anyhow::ensure!(!cli.strict, "{what} (--strict)");
+        println!("{what}: serve starts, lists them as unavailable and keeps trying");
+    }
+    if let Some(e) = agent_down {
+        anyhow::ensure!(!cli.strict, "the agent's model is not available: {e} (--strict)");
+    }
+    if let Some(w) = clock_off {
+        anyhow::ensure!(!cli.strict, "{w} (--strict)");
+    }
+    Ok(())
+}
+
+/// Where the configuration came from, and what serving would listen on, link through and
+/// store in.
+fn print_plan(config: &Config, source: &ConfigSource, store: &StoreLocation, cli: &CheckConfigArgs, plan: &crate::plan::Plan) {
     match source.path() {
         Some(_) => println!("config: {source} (valid)"),
         None => println!("config: {source}"),
@@ -69,7 +97,7 @@ pub(crate) async fn run(config: &Config, source: &ConfigSource, store: &StoreLoc
     if let Some(dir) = &cli.cwd {
         println!("working directory: {} (--cwd)", dir.display());
     }
-    if let Some(p) = &args.mcp_config {
+    if let Some(p) = &cli.serve.mcp_config {
         println!("mcp servers: {}", p.display());
     }
     match &plan.mode {
@@ -87,27 +115,36 @@ pub(crate) async fn run(config: &Config, source: &ConfigSource, store: &StoreLoc
         LinksPlan::Off => println!("links: off (artifact:// URIs only)"),
     }
     println!("store: {}", store.describe(config.store.backend));
-    // The check serve runs when it opens a shared store: a mismatch refuses to start there.
-    let store_check = crate::wiring::check_shared_store(config, store).await;
-    let mut clock_off = None;
-    match &store_check {
+}
+
+/// A shared store's identity and the clock against its database's; the clock warning, when
+/// there is one (`--strict` fails on it).
+fn print_store_check(store_check: &anyhow::Result<Option<(stowage_store::StoreCheck, time::Duration)>>) -> Option<String> {
+    match store_check {
         Ok(Some((check, skew))) => {
             println!("store identity: {check}");
             if skew.unsigned_abs() > stowage_store::MAX_CLOCK_SKEW {
                 println!("clock: warning: {}", stowage_store::skew_warning(*skew));
-                clock_off = Some(stowage_store::skew_warning(*skew));
-            } else {
-                println!(
-                    "clock: {:.1}s from the database's (within {}s; the store decides expiry and gc by the database's)",
-                    // Rounded to tenths first, and + 0.0 so a few ms behind is "0.0s", not "-0.0s".
-                    (skew.whole_milliseconds() as f64 / 100.0).round() / 10.0 + 0.0,
-                    stowage_store::MAX_CLOCK_SKEW.as_secs()
-                );
+                return Some(stowage_store::skew_warning(*skew));
             }
+            println!(
+                "clock: {:.1}s from the database's (within {}s; the store decides expiry and gc by the database's)",
+                // Rounded to tenths first, and + 0.0 so a few ms behind is "0.0s", not "-0.0s".
+                (skew.whole_milliseconds() as f64 / 100.0).round() / 10.0 + 0.0,
+                stowage_store::MAX_CLOCK_SKEW.as_secs()
+            );
+            None
         }
-        Ok(None) => {}
-        Err(e) => println!("store identity: error: {e:#}"),
+        Ok(None) => None,
+        Err(e) => {
+            println!("store identity: error: {e:#}");
+            None
+        }
     }
+}
+
+/// How tools are named: prefixed with their server's name or not.
+fn print_names(plan: &crate::plan::Plan) {
     let prefixed = match plan.gateway.prefix {
         PrefixMode::Auto => plan.upstreams.len() > 1,
         PrefixMode::Always => true,
@@ -118,28 +155,16 @@ pub(crate) async fn run(config: &Config, source: &ConfigSource, store: &StoreLoc
         if prefixed { "prefixed with the server name" } else { "as the server names them" },
         plan.gateway.separator
     );
+}
+
+/// Each upstream with its warnings and, unless `no_probe`, whether it answers; the entries
+/// left out. Returns (problems, warnings): entries that cannot be served, and upstreams that
+/// would start as unavailable.
+async fn print_upstreams(plan: &crate::plan::Plan, no_probe: bool) -> (usize, usize) {
     println!("upstreams ({}):", plan.upstreams.len());
     let mut problems = 0;
     let mut warnings = 0;
-    let probes = if cli.no_probe {
-        Vec::new()
-    } else {
-        let secrets = super::serve::secret_env_vars(&plan);
-        futures::future::join_all(plan.upstreams.iter().map(|u| {
-            let missing = plan.warnings.iter().any(|w| w.starts_with(&format!("server {:?}:", u.name)) && w.contains("not an executable"));
-            let secrets = &secrets;
-            async move {
-                match stowage_mcp::probe_upstream(u, PROBE_TIMEOUT).await {
-                    Some(r) => Some(r.map_err(|e| e.to_string())),
-                    // A command is started as a host would start it, within the time a host
-                    // gives it; one already reported missing is not run.
-                    None if !missing => stowage_mcp::probe_stdio(u, STDIO_PROBE_TIMEOUT, secrets).await,
-                    None => None,
-                }
-            }
-        }))
-        .await
-    };
+    let probes = if no_probe { Vec::new() } else { probe_all(plan).await };
     for (i, u) in plan.upstreams.iter().enumerate() {
         println!("  {} (timeout {}s)", u.describe(), u.request_timeout.as_secs());
         for w in plan.warnings.iter().filter(|w| w.starts_with(&format!("server {:?}:", u.name))) {
@@ -167,13 +192,34 @@ pub(crate) async fn run(config: &Config, source: &ConfigSource, store: &StoreLoc
         problems += 1;
         println!("  error: not served: {s}");
     }
-    if tools {
-        problems += print_tools(config, &plan).await;
-    }
-    // The agent as serve checks it: a configuration that cannot work refuses to start there
-    // (an error here, from `?`), a model that does not answer (or not as configured) leaves
-    // /agent/runs answering 503 while the gateway serves: a warning here, as a down upstream is.
-    let agent_down = match crate::cmd::agent::configured_model(&config.agent)? {
+    (problems, warnings)
+}
+
+/// Every upstream probed at once: what it answered, why it did not, or nothing (not probed).
+async fn probe_all(plan: &crate::plan::Plan) -> Vec<Option<Result<String, String>>> {
+    let secrets = super::serve::secret_env_vars(plan);
+    futures::future::join_all(plan.upstreams.iter().map(|u| {
+        let missing = plan.warnings.iter().any(|w| w.starts_with(&format!("server {:?}:", u.name)) && w.contains("not an executable"));
+        let secrets = &secrets;
+        async move {
+            match stowage_mcp::probe_upstream(u, PROBE_TIMEOUT).await {
+                Some(r) => Some(r.map_err(|e| e.to_string())),
+                // A command is started as a host would start it, within the time a host
+                // gives it; one already reported missing is not run.
+                None if !missing => stowage_mcp::probe_stdio(u, STDIO_PROBE_TIMEOUT, secrets).await,
+                None => None,
+            }
+        }
+    }))
+    .await
+}
+
+/// The agent as serve checks it: a configuration that cannot work refuses to start there (an
+/// error here), a model that does not answer (or not as configured) leaves /agent/runs
+/// answering 503 while the gateway serves: a warning here, as a down upstream is. Returns
+/// that model error.
+async fn print_agent(config: &Config) -> anyhow::Result<Option<stowage_agent::model::ModelError>> {
+    Ok(match crate::cmd::agent::configured_model(&config.agent)? {
         None => {
             println!("agent: off (no [agent] base_url and model)");
             None
@@ -188,21 +234,7 @@ pub(crate) async fn run(config: &Config, source: &ConfigSource, store: &StoreLoc
                 Some(e)
             }
         },
-    };
-    store_check?;
-    anyhow::ensure!(problems == 0, "{problems} server entr{} cannot be served as configured", if problems == 1 { "y" } else { "ies" });
-    if warnings > 0 {
-        let what = format!("{warnings} upstream{} would start as unavailable", if warnings == 1 { "" } else { "s" });
-        anyhow::ensure!(!cli.strict, "{what} (--strict)");
-        println!("{what}: serve starts, lists them as unavailable and keeps trying");
-    }
-    if let Some(e) = agent_down {
-        anyhow::ensure!(!cli.strict, "the agent's model is not available: {e} (--strict)");
-    }
-    if let Some(w) = clock_off {
-        anyhow::ensure!(!cli.strict, "{w} (--strict)");
-    }
-    Ok(())
+    })
 }
 
 /// `--tools`: starts the planned upstreams (without a store: nothing is kept), waits for their

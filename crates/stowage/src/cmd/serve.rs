@@ -48,24 +48,8 @@ pub(crate) async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()>
     // Walking a big store takes a while; serving does not wait for it.
     tokio::spawn(warn_if_store_is_loose(store_dir.clone()));
     tokio::spawn(collect_garbage(ctx.store.clone(), ctx.gc_interval));
-    // Said at once (the banner waits for the upstreams): a missing server is the first thing
-    // a user will wonder about.
-    for s in &plan.skipped {
-        // Not through tracing: a quiet STOWAGE_LOG must not hide it.
-        eprintln!("stowage: warning: not serving {s}");
-    }
-    // The same lines `check-config` prints for these entries.
-    for w in &plan.warnings {
-        eprintln!("stowage: warning: {w}");
-    }
-    if plan.unauthenticated_exposure {
-        let listen = &plan.gateway.listen;
-        eprintln!(
-            "WARNING: stowage is listening on {listen} WITHOUT AUTHENTICATION: anyone who can reach it can call your tools and read your artifacts"
-        );
-        tracing::warn!(%listen, "serving without authentication on a non-loopback address");
-    }
-    let mut shaper = crate::wiring::shaper(ctx.transform, &plan.gateway, ctx.store.clone());
+    announce(&plan);
+    let shaper = crate::wiring::shaper(ctx.transform, &plan.gateway, ctx.store.clone());
     // A configuration that cannot work fails here; a model that does not answer fails only the
     // agent's routes (503 with its error until it does), never the gateway.
     let agent_model = crate::cmd::agent::configured_model(ctx.agent)?;
@@ -79,94 +63,14 @@ pub(crate) async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()>
         }
         None => None,
     };
-    let mut links = plan.links_config.clone();
-    let mut links_listener = None;
-    // Over stdio, the links people get are served by the store's link server, which outlives
-    // this process (links minted for tools during a call, and upload links, stay here).
-    let mut link_server = None;
-    if let LinksPlan::Loopback { wanted } = &plan.links {
-        link_server = ensure_link_server(&ctx, &links, wanted).await;
-        let (listener, url) = match &link_server {
-            Some(_) => bind_loopback("127.0.0.1:0").await?,
-            None => bind_links_listener(wanted).await?,
-        };
-        links.public_url = url;
-        links_listener = Some(listener);
-    }
-    // The link server is watched for as long as this gateway runs: a link for people is
-    // minted only for a server that is alive (a new one is started when it died), or for
-    // this process's own listener when none can be.
-    let supervisor = link_server.as_ref().map(|(want, leased)| {
-        let s = crate::link_server::Supervisor::new(want.clone(), leased, links.public_url.clone());
-        s.clone().keep_leased();
-        s
-    });
-    let mut extra_routes = None;
-    let mut link_service = None;
-    let mut people_links = None;
-    let mut readiness = None;
-    if plan.links != LinksPlan::Off {
-        let ring = links.key_ring(&store_dir).context("cannot load the link-signing key")?;
-        let signer = Arc::new(LinkSigner::new(ring, &links));
-        let people_signer = match &supervisor {
-            Some(sup) => {
-                let ring = links.key_ring(&store_dir).context("cannot load the link-signing key")?;
-                let sup = sup.clone();
-                let s = Arc::new(LinkSigner::with_base(ring, links.ttl, Arc::new(move || sup.base_url())));
-                people_links = Some(stowage_http::LinkService::new(ctx.store.clone(), s.clone()));
-                s
-            }
-            None => signer.clone(),
-        };
-        if links.resource_link_uri == stowage_links::ResourceLinkUri::Signed {
-            shaper = shaper.with_links(Arc::new(crate::wiring::SignedLinks(people_signer)));
-        }
-        // One state: the link service opens the upload slots the routes accept, and /readyz
-        // learns the gateway's upstreams once it runs.
-        let state = stowage_http::HttpState::new(ctx.store.clone(), signer);
-        link_service = Some(state.link_service());
-        readiness = Some(state.readiness.clone());
-        extra_routes = Some(stowage_http::routes(state));
-    }
-    // POST /agent/runs beside /mcp, behind the same authentication; the planner is set once
-    // the gateway exists.
-    let mut on_gateway: Option<stowage_mcp::run::OnGateway> = None;
-    let mut playground = false;
-    if let stowage_mcp::run::Mode::Http { listen } = &plan.mode {
-        let gc = &plan.gateway;
-        let guard = Arc::new(stowage_http::BrowserGuard::new(listen, &gc.allowed_hosts, &gc.allowed_origins));
-        let slot = stowage_agent::http::PlannerSlot::default();
-        let mut routes = stowage_agent::http::router(slot.clone(), plan.auth.clone(), guard.clone());
-        let agent_name = agent_model.as_ref().map(|_| ctx.agent.model.clone());
-        let gateway_slot = stowage_playground::GatewaySlot::default();
-        if plan.playground {
-            playground = true;
-            routes = routes.merge(stowage_playground::router(stowage_playground::PlaygroundOptions {
-                gateway: gateway_slot.clone(),
-                store: (ctx.store_backend != crate::config::Backend::Noop).then(|| ctx.store.clone()),
-                links: link_service.clone(),
-                agent_model: agent_name,
-                store_label: ctx.store_location.describe(ctx.store_backend),
-                auth: plan.auth.clone(),
-                guard,
-                links_origin: (plan.links != LinksPlan::Off).then(|| origin_of(&links.public_url)).flatten(),
-            }));
-        }
+    let LinkParts { links, links_listener, link_server, mut extra_routes, link_service, people_links, readiness, shaper } =
+        link_parts(&ctx, &plan, shaper).await?;
+    let (http_routes, on_gateway, playground) = http_parts(&ctx, &plan, &links, link_service.clone(), agent_model, agent_check);
+    if let Some(routes) = http_routes {
         extra_routes = Some(match extra_routes {
             Some(r) => r.merge(routes),
             None => routes,
         });
-        let (config, store) = (ctx.agent.clone(), ctx.store.clone());
-        on_gateway = Some(Box::new(move |gw: &Arc<stowage_mcp::Gateway>| {
-            let _ = gateway_slot.set(gw.clone());
-            if let Some(model) = agent_model {
-                let planner = stowage_agent::Planner::new(gw.clone(), model, config, Some(store));
-                if let Some(checked) = &agent_check {
-                    planner.note_model_check(checked);
-                }
-                let _ = slot.set(Arc::new(planner));
-            }
-        }));
     }
     // MCP Apps: the viewer (built by the playground crate, which owns the page components it
     // shares) for hosts that render it; it reads and writes the store, so not with noop.
@@ -213,6 +117,143 @@ pub(crate) async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()>
     };
     stowage_mcp::run::run(opts).await?;
     Ok(())
+}
+
+/// What serving says on stderr before anything starts: servers left out, the warnings
+/// `check-config` gives for these entries, and a listener open to anyone.
+fn announce(plan: &Plan) {
+    // Said at once (the banner waits for the upstreams): a missing server is the first thing
+    // a user will wonder about.
+    for s in &plan.skipped {
+        // Not through tracing: a quiet STOWAGE_LOG must not hide it.
+        eprintln!("stowage: warning: not serving {s}");
+    }
+    // The same lines `check-config` prints for these entries.
+    for w in &plan.warnings {
+        eprintln!("stowage: warning: {w}");
+    }
+    if plan.unauthenticated_exposure {
+        let listen = &plan.gateway.listen;
+        eprintln!(
+            "WARNING: stowage is listening on {listen} WITHOUT AUTHENTICATION: anyone who can reach it can call your tools and read your artifacts"
+        );
+        tracing::warn!(%listen, "serving without authentication on a non-loopback address");
+    }
+}
+
+/// Links: where people's links are served (the store's link server over stdio, else this
+/// listener), the signers (one key ring), and the routes that serve downloads and uploads.
+struct LinkParts {
+    links: stowage_links::LinksConfig,
+    links_listener: Option<tokio::net::TcpListener>,
+    link_server: Option<(crate::link_server::Want, crate::link_server::Leased)>,
+    extra_routes: Option<axum::Router>,
+    link_service: Option<stowage_http::LinkService>,
+    people_links: Option<stowage_http::LinkService>,
+    readiness: Option<stowage_http::Readiness>,
+    shaper: stowage_mcp::shape::Shaper,
+}
+
+async fn link_parts(ctx: &ServeContext<'_>, plan: &Plan, mut shaper: stowage_mcp::shape::Shaper) -> anyhow::Result<LinkParts> {
+    let store_dir = &ctx.store_location.dir;
+    let mut links = plan.links_config.clone();
+    let mut links_listener = None;
+    // Over stdio, the links people get are served by the store's link server, which outlives
+    // this process (links minted for tools during a call, and upload links, stay here).
+    let mut link_server = None;
+    if let LinksPlan::Loopback { wanted } = &plan.links {
+        link_server = ensure_link_server(ctx, &links, wanted).await;
+        let (listener, url) = match &link_server {
+            Some(_) => bind_loopback("127.0.0.1:0").await?,
+            None => bind_links_listener(wanted).await?,
+        };
+        links.public_url = url;
+        links_listener = Some(listener);
+    }
+    // The link server is watched for as long as this gateway runs: a link for people is
+    // minted only for a server that is alive (a new one is started when it died), or for
+    // this process's own listener when none can be.
+    let supervisor = link_server.as_ref().map(|(want, leased)| {
+        let s = crate::link_server::Supervisor::new(want.clone(), leased, links.public_url.clone());
+        s.clone().keep_leased();
+        s
+    });
+    let mut extra_routes = None;
+    let mut link_service = None;
+    let mut people_links = None;
+    let mut readiness = None;
+    if plan.links != LinksPlan::Off {
+        // Loaded once: the signer for tools and the one for people share its keys.
+        let ring = links.key_ring(store_dir).context("cannot load the link-signing key")?;
+        let signer = Arc::new(LinkSigner::new(ring.clone(), &links));
+        let people_signer = match &supervisor {
+            Some(sup) => {
+                let sup = sup.clone();
+                let s = Arc::new(LinkSigner::with_base(ring, links.ttl, Arc::new(move || sup.base_url())));
+                people_links = Some(stowage_http::LinkService::new(ctx.store.clone(), s.clone()));
+                s
+            }
+            None => signer.clone(),
+        };
+        if links.resource_link_uri == stowage_links::ResourceLinkUri::Signed {
+            shaper = shaper.with_links(Arc::new(crate::wiring::SignedLinks(people_signer)));
+        }
+        // One state: the link service opens the upload slots the routes accept, and /readyz
+        // learns the gateway's upstreams once it runs.
+        let state = stowage_http::HttpState::new(ctx.store.clone(), signer);
+        link_service = Some(state.link_service());
+        readiness = Some(state.readiness.clone());
+        extra_routes = Some(stowage_http::routes(state));
+    }
+    Ok(LinkParts { links, links_listener, link_server, extra_routes, link_service, people_links, readiness, shaper })
+}
+
+/// Over HTTP, the routes beside `/mcp`: `POST /agent/runs` (the planner is set once the
+/// gateway exists) and the playground; with what to do once the gateway runs.
+fn http_parts(
+    ctx: &ServeContext<'_>,
+    plan: &Plan,
+    links: &stowage_links::LinksConfig,
+    link_service: Option<stowage_http::LinkService>,
+    agent_model: Option<Arc<dyn stowage_agent::model::Model>>,
+    agent_check: Option<Result<(), stowage_agent::model::ModelError>>,
+) -> (Option<axum::Router>, Option<stowage_mcp::run::OnGateway>, bool) {
+    let stowage_mcp::run::Mode::Http { listen } = &plan.mode else {
+        return (None, None, false);
+    };
+    // POST /agent/runs beside /mcp, behind the same authentication; the planner is set once
+    // the gateway exists.
+    let gc = &plan.gateway;
+    let guard = Arc::new(stowage_http::BrowserGuard::new(listen, &gc.allowed_hosts, &gc.allowed_origins));
+    let slot = stowage_agent::http::PlannerSlot::default();
+    let mut routes = stowage_agent::http::router(slot.clone(), plan.auth.clone(), guard.clone());
+    let agent_name = agent_model.as_ref().map(|_| ctx.agent.model.clone());
+    let gateway_slot = stowage_playground::GatewaySlot::default();
+    let playground = plan.playground;
+    if playground {
+        routes = routes.merge(stowage_playground::router(stowage_playground::PlaygroundOptions {
+            gateway: gateway_slot.clone(),
+            store: (ctx.store_backend != crate::config::Backend::Noop).then(|| ctx.store.clone()),
+            links: link_service.clone(),
+            agent_model: agent_name,
+            store_label: ctx.store_location.describe(ctx.store_backend),
+            auth: plan.auth.clone(),
+            guard,
+            links_origin: (plan.links != LinksPlan::Off).then(|| origin_of(&links.public_url)).flatten(),
+        }));
+    }
+    let (config, store) = (ctx.agent.clone(), ctx.store.clone());
+    let on_gateway: stowage_mcp::run::OnGateway = Box::new(move |gw: &Arc<stowage_mcp::Gateway>| {
+        let _ = gateway_slot.set(gw.clone());
+        if let Some(model) = agent_model {
+            let planner = stowage_agent::Planner::new(gw.clone(), model, config, Some(store));
+            if let Some(checked) = &agent_check {
+                planner.note_model_check(checked);
+            }
+            let _ = slot.set(Arc::new(planner));
+        }
+    });
+    (Some(routes), Some(on_gateway), playground)
 }
 
 /// `scheme://host[:port]` of a URL, as a Content-Security-Policy source.
