@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use stowage_core::{ArtifactScope, PutOptions};
 use stowage_mcp::config::{GatewayConfig, TransportSpec, UpstreamSpec};
 use stowage_mcp::shape::{Pipelines, Shaper};
-use stowage_mcp::{Gateway, GatewayOptions};
+use stowage_mcp::Gateway;
 use stowage_store::{ArtifactStore, MemoryStore};
 use stowage_testkit::RpcClient;
 
@@ -94,9 +94,8 @@ async fn main() {
         TransportSpec::Stdio { command, args: vec![], env: Default::default(), cwd: None, inherit_env: false },
         Duration::from_secs(120),
     );
-    let gw = Gateway::start(GatewayOptions::new(GatewayConfig::default(), vec![spec], Shaper::new(Pipelines::new(Arc::new(pipeline)))));
+    let gw = Gateway::builder(GatewayConfig::default(), vec![spec], Shaper::new(Pipelines::new(Arc::new(pipeline)))).store(store.clone()).start();
     assert_eq!(gw.wait_ready(Duration::from_secs(60)).await, 1);
-    gw.set_artifact_store(store.clone());
     let c = client(&gw).await;
     let scope = ArtifactScope { user_id: Some(stowage_mcp::LOCAL_USER.into()), ..Default::default() };
     let put = |body: String, mime: &'static str| {

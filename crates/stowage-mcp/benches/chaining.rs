@@ -25,7 +25,7 @@ use stowage_links::{KeyRing, LinkSigner, LinksConfig};
 use stowage_mcp::chaining::InputMode;
 use stowage_mcp::config::{GatewayConfig, TransportSpec, UpstreamSpec};
 use stowage_mcp::shape::{Pipelines, Shaper};
-use stowage_mcp::{CallOptions, Caller, Gateway, GatewayOptions, SessionKind};
+use stowage_mcp::{CallOptions, Caller, Gateway, SessionKind};
 use stowage_store::{ArtifactStore, MemoryStore, RetentionConfig};
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -64,10 +64,8 @@ async fn main() {
     let pipeline =
         stowage_transform::Pipeline::new(stowage_transform::TransformConfig::default(), stowage_mcp::shape::with_dimensions(sink));
     let shaper = Shaper::new(Pipelines::new(Arc::new(pipeline)));
-    let gw = Gateway::start(GatewayOptions::new(config, vec![spec("u"), spec("b"), spec("n")], shaper));
+    let gw = Gateway::builder(config, vec![spec("u"), spec("b"), spec("n")], shaper).links(service).store(store.clone()).start();
     assert_eq!(gw.wait_ready(Duration::from_secs(30)).await, 3);
-    gw.set_link_service(service);
-    gw.set_artifact_store(store.clone());
     let session = gw.open_session(SessionKind::InProcess, Caller::local(), None);
     while !gw.list_tools(&session).iter().any(|t| t["name"] == "n_upload_file") {
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use stowage_mcp::config::{GatewayConfig, TransportSpec, UpstreamSpec};
 use stowage_mcp::shape::{Pipelines, Shaper};
-use stowage_mcp::{Gateway, GatewayOptions};
+use stowage_mcp::Gateway;
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
@@ -51,7 +51,7 @@ async fn main() {
     let shaper = Shaper::new(Pipelines::new(Arc::new(pipeline)));
     let upstream = TransportSpec::Http { url: direct.clone(), headers: Default::default(), ca_file: None };
     let spec = UpstreamSpec::new("everything", upstream, Duration::from_secs(60));
-    let gw = Gateway::start(GatewayOptions::new(GatewayConfig::default(), vec![spec], shaper));
+    let gw = Gateway::builder(GatewayConfig::default(), vec![spec], shaper).start();
     assert_eq!(gw.wait_ready(Duration::from_secs(60)).await, 1);
     let addr = stowage_mcp::run::spawn_http(gw.clone(), "127.0.0.1:0").await.unwrap();
     let through = format!("http://{addr}/mcp");

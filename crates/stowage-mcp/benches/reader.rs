@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use stowage_mcp::config::{GatewayConfig, TransportSpec, UpstreamSpec};
 use stowage_mcp::shape::{Pipelines, Shaper};
-use stowage_mcp::{Gateway, GatewayOptions};
+use stowage_mcp::Gateway;
 use stowage_store::{ArtifactStore, FsStore};
 use stowage_testkit::RpcClient;
 
@@ -71,9 +71,8 @@ async fn main() {
         TransportSpec::Stdio { command, args: vec![], env: Default::default(), cwd: None, inherit_env: false },
         Duration::from_secs(120),
     );
-    let gw = Gateway::start(GatewayOptions::new(GatewayConfig::default(), vec![spec], Shaper::new(Pipelines::new(Arc::new(pipeline)))));
+    let gw = Gateway::builder(GatewayConfig::default(), vec![spec], Shaper::new(Pipelines::new(Arc::new(pipeline)))).store(store).start();
     assert_eq!(gw.wait_ready(Duration::from_secs(60)).await, 1);
-    gw.set_artifact_store(store);
 
     for (n, profile) in ["bench", "claude-code", "codex"].into_iter().enumerate() {
         // A CSV of its own per profile: pages one profile read would otherwise be known to the

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use stowage_mcp::config::{GatewayConfig, TransportSpec, UpstreamSpec};
 use stowage_mcp::shape::{Pipelines, Shaper};
-use stowage_mcp::{Gateway, GatewayOptions};
+use stowage_mcp::Gateway;
 use stowage_store::{ArtifactStore, FsStore, RetentionConfig};
 use stowage_testkit::RpcClient;
 
@@ -47,9 +47,8 @@ async fn gateway(config: GatewayConfig, specs: Vec<UpstreamSpec>, store: Arc<dyn
         stowage_transform::Pipeline::new(stowage_transform::TransformConfig::default(), stowage_mcp::shape::with_dimensions(sink));
     let shaper = Shaper::new(Pipelines::new(Arc::new(pipeline)));
     let n = specs.len();
-    let gw = Gateway::start(GatewayOptions::new(config, specs, shaper));
+    let gw = Gateway::builder(config, specs, shaper).store(store).start();
     assert_eq!(gw.wait_ready(Duration::from_secs(60)).await, n);
-    gw.set_artifact_store(store);
     let (client_end, gw_end) = tokio::io::duplex(1 << 20);
     let (gr, gwr) = tokio::io::split(gw_end);
     tokio::spawn(stowage_mcp::serve_stdio(gw.clone(), gr, gwr));

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use stowage_mcp::config::{GatewayConfig, TransportSpec, UpstreamSpec};
 use stowage_mcp::shape::{Pipelines, Shaper};
-use stowage_mcp::{Gateway, GatewayOptions, SessionMode};
+use stowage_mcp::{Gateway, SessionMode};
 
 const CLIENTS: usize = 20;
 
@@ -110,9 +110,7 @@ async fn run(spec: UpstreamSpec, mode: SessionMode, calls: usize) -> Figures {
     let pipeline =
         stowage_transform::Pipeline::new(stowage_transform::TransformConfig::default(), stowage_mcp::shape::with_dimensions(sink));
     let shaper = Shaper::new(Pipelines::new(Arc::new(pipeline)));
-    let mut options = GatewayOptions::new(GatewayConfig::default(), vec![spec], shaper);
-    options.default_session_mode = mode;
-    let gw = Gateway::start(options);
+    let gw = Gateway::builder(GatewayConfig::default(), vec![spec], shaper).session_mode(mode).start();
     assert_eq!(gw.wait_ready(Duration::from_secs(60)).await, 1);
     let addr = stowage_mcp::run::spawn_http(gw.clone(), "127.0.0.1:0").await.unwrap();
     let url = format!("http://{addr}/mcp");

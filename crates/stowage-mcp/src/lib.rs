@@ -57,7 +57,7 @@ pub use downstream::http::{router as http_router, router_with_auth as http_route
 pub use downstream::stdio::serve as serve_stdio;
 pub use error::GatewayError;
 pub use gateway::{
-    CallOptions, CallReport, ControlCapabilities, Gateway, GatewayOptions, HANDSHAKE_VERSIONS, MODERN_VERSIONS, ToolOutcome,
+    CallOptions, CallReport, ControlCapabilities, Gateway, GatewayBuilder, HANDSHAKE_VERSIONS, MODERN_VERSIONS, ToolOutcome,
 };
 pub use outbox::Outbox;
 pub use session::{Caller, LOCAL_USER, Session, SessionKind};

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{GatewayConfig, SessionMode, UpstreamSpec};
-use crate::gateway::{Gateway, GatewayOptions};
+use crate::gateway::Gateway;
 use crate::shape::Shaper;
 use crate::upstream::InProcessFactory;
 
@@ -58,7 +58,7 @@ pub struct RunOptions {
     /// Where the configuration came from, for the banner (empty: not said).
     pub config_label: String,
     /// Where the gateway keeps what it learns across runs (each upstream's last catalog):
-    /// [`GatewayOptions::state_dir`].
+    /// [`crate::GatewayBuilder::state_dir`].
     pub state_dir: Option<std::path::PathBuf>,
     /// Bearer authentication on `/mcp` (HTTP only); `None` leaves it open.
     pub auth: Option<Arc<stowage_http::Authenticator>>,
@@ -125,31 +125,30 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
         Mode::Http { .. } => (SessionMode::PerClient, crate::gateway::ControlCapabilities::Any),
         Mode::Stdio => (SessionMode::Shared, crate::gateway::ControlCapabilities::FirstClient),
     };
-    let gw = Gateway::start(GatewayOptions {
-        config: opts.gateway.clone(),
-        upstreams: opts.upstreams,
-        shaper: opts.shaper,
-        in_process: opts.in_process,
-        default_session_mode,
-        secret_env: opts.secret_env,
-        state_dir: opts.state_dir.clone(),
-        control_capabilities,
-    });
+    let mut builder = Gateway::builder(opts.gateway.clone(), opts.upstreams, opts.shaper)
+        .session_mode(default_session_mode)
+        .secret_env(opts.secret_env)
+        .state_dir(opts.state_dir.clone())
+        .control_capabilities(control_capabilities);
+    if let Some(factory) = opts.in_process {
+        builder = builder.in_process(factory);
+    }
     if let Some(links) = opts.links {
-        gw.set_link_service(links);
+        builder = builder.links(links);
     }
     if let Some(links) = opts.people_links {
-        gw.set_people_link_service(links);
+        builder = builder.people_links(links);
     }
     if let Some(store) = opts.artifacts {
-        gw.set_artifact_store(store);
+        builder = builder.store(store);
     }
     if let Some(apps) = opts.apps {
-        gw.set_apps(apps);
+        builder = builder.apps(apps);
     }
     if let Some(hosts) = opts.hosts {
-        gw.set_hosts(hosts);
+        builder = builder.hosts(hosts);
     }
+    let gw = builder.start();
     if let Some(f) = opts.on_gateway {
         f(&gw);
     }

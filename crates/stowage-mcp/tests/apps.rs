@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
-use common::{Client, MemSink, fast_config, fixture_spec, shaper, start_gateway};
+use common::{Client, MemSink, fast_config, fixture_spec, shaper};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use stowage_core::{ArtifactScope, PutOptions};
@@ -30,16 +30,18 @@ struct World {
 async fn world(config: AppsConfig) -> World {
     let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new(RetentionConfig::default()));
     let (base, service) = common::serve_links(store.clone()).await;
-    let gw =
-        start_gateway(vec![fixture_spec("fx", None, T)], shaper(Arc::new(MemSink::default())), fast_config(), SessionMode::Shared).await;
-    gw.set_link_service(service);
-    gw.set_artifact_store(store.clone());
     let viewer = Viewer {
         html: "<!doctype html><title>viewer</title>".into(),
         assets: vec![("pdfjs", "export const x = 1;")],
         ui_meta: json!({"csp": {}, "prefersBorder": true}),
     };
-    gw.set_apps(Apps::new(config, viewer));
+    let gw = common::started(
+        common::builder(vec![fixture_spec("fx", None, T)], shaper(Arc::new(MemSink::default())), fast_config(), SessionMode::Shared)
+            .links(service)
+            .store(store.clone())
+            .apps(Apps::new(config, viewer)),
+    )
+    .await;
     World { gw, store, base }
 }
 

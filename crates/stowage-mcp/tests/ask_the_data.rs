@@ -20,8 +20,8 @@ const T: Duration = Duration::from_secs(20);
 async fn with_store() -> (Client, Arc<dyn ArtifactStore>) {
     let store: Arc<dyn ArtifactStore> = Arc::new(stowage_store::MemoryStore::new(stowage_store::RetentionConfig::default()));
     let rw = common::shaper(stowage_store::into_sink(store.clone()));
-    let gateway = common::start_gateway(vec![fixture_spec("fx", None, T)], rw, fast_config(), stowage_mcp::SessionMode::Shared).await;
-    gateway.set_artifact_store(store.clone());
+    let b = common::builder(vec![fixture_spec("fx", None, T)], rw, fast_config(), stowage_mcp::SessionMode::Shared);
+    let gateway = common::started(b.store(store.clone())).await;
     (Client::connect(gateway, None, json!({})).await, store)
 }
 

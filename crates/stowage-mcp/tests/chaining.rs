@@ -18,7 +18,7 @@ use stowage_mcp::chaining::InputMode;
 use stowage_mcp::{CallOptions, Caller, Gateway, SessionKind, SessionMode};
 use stowage_store::{ArtifactStore, ListQuery, MemoryStore, RetentionConfig};
 
-use common::{MemSink, fast_config, shaper, start_gateway};
+use common::{MemSink, fast_config, shaper};
 use stowage_mcp::config::{TransportSpec, UpstreamSpec};
 
 /// A `stowage-chain-fixture` child named `name`.
@@ -53,9 +53,10 @@ async fn world(tune: impl FnOnce(&mut stowage_mcp::chaining::ChainingConfig)) ->
     rules.insert("b_upload_file".into(), InputMode::Base64.into());
     tune(&mut config.chaining);
     let specs = ["u", "b", "t", "p", "n"].iter().map(|n| chain_spec(n)).collect();
-    let gw = start_gateway(specs, shaper(Arc::new(MemSink::default())), config, SessionMode::Shared).await;
-    gw.set_link_service(service);
-    gw.set_artifact_store(store.clone());
+    let gw = common::started(
+        common::builder(specs, shaper(Arc::new(MemSink::default())), config, SessionMode::Shared).links(service).store(store.clone()),
+    )
+    .await;
     // Every upstream is up; wait until the catalog lists every one's tools too (each upstream
     // is listed on its own, so the last one started is not necessarily the last one listed).
     let session = gw.open_session(SessionKind::InProcess, Caller::local(), None);
@@ -428,9 +429,8 @@ async fn another_session_of_the_same_user_is_forbidden_only_where_sessions_are_i
     let gw = {
         let mut config = fast_config();
         config.chaining.inputs.insert("echo".into(), InputMode::Text.into());
-        let gw = start_gateway(vec![chain_spec("solo")], shaper(Arc::new(MemSink::default())), config, SessionMode::Shared).await;
-        gw.set_artifact_store(isolated.clone());
-        gw
+        let b = common::builder(vec![chain_spec("solo")], shaper(Arc::new(MemSink::default())), config, SessionMode::Shared);
+        common::started(b.store(isolated.clone())).await
     };
     let earlier = isolated.put_bytes(b"from an earlier session".to_vec().into(), PutOptions::scoped(scope_of("local"))).await.unwrap();
     let bobs = isolated.put_bytes(b"bob's".to_vec().into(), PutOptions::scoped(scope_of("bob"))).await.unwrap();

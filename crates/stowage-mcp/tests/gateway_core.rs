@@ -8,7 +8,7 @@ use crate::common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Client, MemSink, fast_config, fixture_spec, shaper, start_gateway};
+use common::{Client, MemSink, fast_config, fixture_spec, shaper};
 use serde_json::{Value, json};
 use stowage_mcp::config::{TransportSpec, UpstreamSpec};
 use stowage_mcp::events::{CallOutcome, GatewayEvent};
@@ -42,7 +42,7 @@ async fn a_panic_answers_its_request_and_everything_else_carries_on() {
 async fn a_call_to_a_dead_upstream_answers_at_once_with_its_last_failure() {
     let dead = UpstreamSpec::new("ghost", TransportSpec::stdio("/nonexistent/ghost-server", vec![]), Duration::from_secs(300));
     let specs = vec![fixture_spec("fx", None, T), dead];
-    let gw = stowage_mcp::Gateway::start(stowage_mcp::GatewayOptions::new(fast_config(), specs, shaper(Arc::new(MemSink::default()))));
+    let gw = stowage_mcp::Gateway::builder(fast_config(), specs, shaper(Arc::new(MemSink::default()))).start();
     assert_eq!(gw.wait_ready(Duration::from_secs(2)).await, 1);
     let session = gw.open_session(SessionKind::InProcess, Caller::default(), None);
     // The dead upstream lists no tools; its prompts/resources route fails fast too.
@@ -71,7 +71,7 @@ async fn a_call_to_a_dead_upstream_answers_at_once_with_its_last_failure() {
     let ghost = UpstreamSpec::new("ghost", TransportSpec::stdio("/nonexistent/ghost-server", vec![]), Duration::from_secs(300));
     for (spec, name, why) in [(ghost, "ghost", "cannot run /nonexistent/ghost-server"), (nobody, "gone", "unreachable")] {
         let gw =
-            stowage_mcp::Gateway::start(stowage_mcp::GatewayOptions::new(fast_config(), vec![spec], shaper(Arc::new(MemSink::default()))));
+            stowage_mcp::Gateway::builder(fast_config(), vec![spec], shaper(Arc::new(MemSink::default()))).start();
         assert!(common::eventually(5, || gw.unready_upstreams().first().is_some_and(|u| u.1 != "still starting")).await);
         let c = Client::connect(gw.clone(), None, json!({})).await;
         let started = Instant::now();
@@ -87,7 +87,7 @@ async fn a_call_to_a_dead_upstream_answers_at_once_with_its_last_failure() {
 #[tokio::test]
 async fn an_upstream_that_dies_during_start_up_says_so() {
     let spec = UpstreamSpec::new("quits", TransportSpec::stdio("sh", vec!["-c".into(), "exit 7".into()]), Duration::from_secs(300));
-    let gw = stowage_mcp::Gateway::start(stowage_mcp::GatewayOptions::new(fast_config(), vec![spec], shaper(Arc::new(MemSink::default()))));
+    let gw = stowage_mcp::Gateway::builder(fast_config(), vec![spec], shaper(Arc::new(MemSink::default()))).start();
     assert!(common::eventually(5, || gw.unready_upstreams().first().is_some_and(|u| u.1 != "still starting")).await);
     let reason = gw.unready_upstreams()[0].1.clone();
     assert!(reason.contains("during start-up") && reason.contains("exited with status 7"), "{reason}");

@@ -87,8 +87,7 @@ async fn an_https_upstream_with_its_ca_works_and_without_it_fails_clearly() {
         Err(stowage_mcp::TransportError::Unreachable(why)) => assert!(why.contains("certificate") && why.contains("tls_ca_file"), "{why}"),
         other => panic!("an untrusted server is unreachable for check-config's probe as well: {other:?}"),
     }
-    let opts = stowage_mcp::GatewayOptions::new(fast_config(), vec![spec], common::shaper(Arc::new(MemSink::default())));
-    let gw = stowage_mcp::Gateway::start(opts);
+    let gw = stowage_mcp::Gateway::builder(fast_config(), vec![spec], common::shaper(Arc::new(MemSink::default()))).start();
     assert_eq!(gw.wait_ready(Duration::from_secs(2)).await, 0, "an untrusted server must not become ready");
     let e = gw.upstreams[0].connection(Duration::from_millis(100)).await.unwrap_err().to_string();
     assert!(e.contains("certificate") && e.contains("tls_ca_file"), "{e}");
@@ -105,11 +104,11 @@ async fn an_https_upstream_with_its_ca_works_and_without_it_fails_clearly() {
         matches!(probe(spec.clone()).await, Err(stowage_mcp::TransportError::CaEmpty { path }) if path == bad),
         "a CA file without certificates is a configuration fault, typed as one"
     );
-    let gw = stowage_mcp::Gateway::start(stowage_mcp::GatewayOptions::new(
+    let gw = stowage_mcp::Gateway::builder(
         fast_config(),
         vec![spec],
         common::shaper(Arc::new(MemSink::default())),
-    ));
+    ).start();
     assert!(common::eventually(5, || !gw.unready_upstreams().is_empty() && gw.unready_upstreams()[0].1 != "still starting").await);
     let e = gw.unready_upstreams()[0].1.clone();
     gw.shutdown();

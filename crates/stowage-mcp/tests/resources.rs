@@ -68,12 +68,13 @@ async fn a_host_without_signed_links_reads_a_blob_resource_by_reference_only() {
     // signed link, and neither may its resource reads (a link token in a model's context is a
     // credential in a log).
     let shaper = common::shaper(Arc::new(MemSink::default())).with_links(Arc::new(TestLinks));
-    let gw = common::start_gateway(vec![fixture_spec("fx", None, T)], shaper, fast_config(), stowage_mcp::SessionMode::Shared).await;
     let config = stowage_mcp::hosts::HostsConfig {
         adapt: true,
         profiles: vec![stowage_mcp::hosts::HostOverride { name: "default".into(), signed_links: Some(false), ..Default::default() }],
     };
-    gw.set_hosts(Arc::new(stowage_mcp::hosts::Hosts::new(&config, &Default::default()).unwrap()));
+    let hosts = Arc::new(stowage_mcp::hosts::Hosts::new(&config, &Default::default()).unwrap());
+    let b = common::builder(vec![fixture_spec("fx", None, T)], shaper, fast_config(), stowage_mcp::SessionMode::Shared);
+    let gw = common::started(b.hosts(hosts)).await;
     let c = Client::connect(gw, None, json!({})).await;
     for _ in 0..2 {
         // The second read may come from the cache: it is answered for the host all the same.
@@ -163,11 +164,11 @@ async fn a_prompt_with_an_image_reaches_the_client_as_a_reference() {
 async fn with_store() -> (Client, Arc<dyn stowage_store::ArtifactStore>) {
     let store: Arc<dyn stowage_store::ArtifactStore> = Arc::new(stowage_store::MemoryStore::new(stowage_store::RetentionConfig::default()));
     let rw = common::shaper(stowage_store::into_sink(store.clone()));
-    let gateway = common::start_gateway(vec![fixture_spec("fx", None, T)], rw, fast_config(), stowage_mcp::SessionMode::Shared).await;
     let links = stowage_links::LinksConfig { public_url: "http://127.0.0.1:9".into(), ..Default::default() };
     let signer = Arc::new(stowage_links::LinkSigner::new(stowage_links::KeyRing::new([("k1", vec![7u8; 32])]).unwrap(), &links));
-    gateway.set_link_service(stowage_http::HttpState::new(store.clone(), signer).link_service());
-    gateway.set_artifact_store(store.clone());
+    let service = stowage_http::HttpState::new(store.clone(), signer).link_service();
+    let b = common::builder(vec![fixture_spec("fx", None, T)], rw, fast_config(), stowage_mcp::SessionMode::Shared);
+    let gateway = common::started(b.links(service).store(store.clone())).await;
     (Client::connect(gateway, None, json!({})).await, store)
 }
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use common::{MemSink, RpcClient, fast_config, shaper};
 use serde_json::{Value, json};
 use stowage_mcp::config::{GatewayConfig, TransportSpec, UpstreamSpec};
-use stowage_mcp::{Gateway, GatewayOptions, SessionMode};
+use stowage_mcp::{Gateway, SessionMode};
 
 const PYTHON: &str = "venv/bin/python";
 
@@ -257,7 +257,7 @@ async fn misbehaving_sse_server(first: impl Fn(u16) -> String + Send + Sync + 's
 use futures::StreamExt;
 
 async fn start_reason(spec: UpstreamSpec) -> String {
-    let gw = Gateway::start(GatewayOptions::new(fast_config(), vec![spec], shaper(Arc::new(MemSink::default()))));
+    let gw = Gateway::builder(fast_config(), vec![spec], shaper(Arc::new(MemSink::default()))).start();
     let failed = common::eventually(15, || gw.unready_upstreams().first().is_some_and(|(_, why)| why != "still starting")).await;
     assert!(failed, "the upstream neither started nor failed");
     let reason = gw.unready_upstreams()[0].1.clone();

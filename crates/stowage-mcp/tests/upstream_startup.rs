@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::{MemSink, RpcClient, fast_config, fixture_spec, shaper};
 use serde_json::{Value, json};
 use stowage_mcp::config::{TransportSpec, UpstreamSpec};
-use stowage_mcp::{Gateway, GatewayOptions, SessionMode};
+use stowage_mcp::{Gateway, SessionMode};
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
@@ -19,16 +19,7 @@ fn free_port() -> u16 {
 /// A gateway that does not wait for its upstreams (unlike `common::start_gateway`).
 fn start_without_waiting(specs: Vec<UpstreamSpec>) -> Arc<Gateway> {
     stowage_mcp::metrics::install();
-    Gateway::start(GatewayOptions {
-        config: fast_config(),
-        upstreams: specs,
-        shaper: shaper(Arc::new(MemSink::default())),
-        in_process: None,
-        default_session_mode: SessionMode::Shared,
-        secret_env: Vec::new(),
-        state_dir: None,
-        control_capabilities: Default::default(),
-    })
+    Gateway::builder(fast_config(), specs, shaper(Arc::new(MemSink::default()))).start()
 }
 
 fn connect(gw: &Arc<Gateway>) -> RpcClient {

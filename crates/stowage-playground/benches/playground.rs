@@ -18,7 +18,7 @@ use axum::http::Request;
 use stowage_core::{ArtifactScope, PutOptions};
 use stowage_links::{KeyRing, LinkSigner, LinksConfig};
 use stowage_mcp::shape::{Pipelines, Shaper};
-use stowage_mcp::{Gateway, GatewayOptions};
+use stowage_mcp::Gateway;
 use stowage_playground::{GatewaySlot, PlaygroundOptions};
 use stowage_store::{ArtifactStore, FsStore, ListQuery, RetentionConfig};
 use tower::ServiceExt;
@@ -58,7 +58,7 @@ async fn main() {
     let sink = stowage_store::into_sink(store.clone());
     let pipeline = stowage_transform::Pipeline::new(stowage_transform::TransformConfig::default(), sink);
     let shaper = Shaper::new(Pipelines::new(Arc::new(pipeline)));
-    let gw = Gateway::start(GatewayOptions::new(Default::default(), vec![], shaper));
+    let gw = Gateway::builder(Default::default(), vec![], shaper).start();
     let links_config = LinksConfig::default();
     let signer = Arc::new(LinkSigner::new(KeyRing::new([("k1", vec![7u8; 32])]).unwrap(), &links_config));
     let links = stowage_http::HttpState::new(store.clone(), signer).link_service();

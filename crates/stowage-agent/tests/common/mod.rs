@@ -12,7 +12,7 @@ use stowage_agent::{AgentConfig, AgentEvent, Backend, Planner, RunOutcome, RunRe
 use stowage_links::{KeyRing, LinkSigner, LinksConfig};
 use stowage_mcp::config::{GatewayConfig, TransportSpec, UpstreamSpec};
 use stowage_mcp::shape::{Pipelines, Shaper};
-use stowage_mcp::{Caller, Gateway, GatewayOptions, SessionMode};
+use stowage_mcp::{Caller, Gateway};
 use stowage_store::{ArtifactStore, MemoryStore};
 pub(crate) use stowage_testkit::model_stub::{ModelStub, Turn};
 use tokio::sync::mpsc;
@@ -169,20 +169,12 @@ pub(crate) async fn harness_on(
     if signed_links {
         shaper = shaper.with_links(Arc::new(SignedLinks(signer.clone())));
     }
-    let gateway = Gateway::start(GatewayOptions {
-        config: GatewayConfig::default(),
-        upstreams: vec![spec],
-        shaper,
-        in_process: None,
-        default_session_mode: SessionMode::Shared,
-        secret_env: Vec::new(),
-        state_dir: None,
-        control_capabilities: Default::default(),
-    });
-    assert_eq!(gateway.wait_ready(Duration::from_secs(30)).await, 1, "the upstream did not start");
     let state = stowage_http::HttpState::new(store.clone(), signer);
-    gateway.set_link_service(state.link_service());
-    gateway.set_artifact_store(store.clone());
+    let gateway = Gateway::builder(GatewayConfig::default(), vec![spec], shaper)
+        .links(state.link_service())
+        .store(store.clone())
+        .start();
+    assert_eq!(gateway.wait_ready(Duration::from_secs(30)).await, 1, "the upstream did not start");
     let routes = stowage_http::routes(state);
     let links_server = tokio::spawn(async move {
         let _ = axum::serve(listener, routes).await;

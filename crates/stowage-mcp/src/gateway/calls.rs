@@ -253,7 +253,7 @@ impl Gateway {
         let started = Instant::now();
         let args = params.get("arguments").cloned().unwrap_or(json!({}));
         let result = if let Some((apps, store)) = apps {
-            let result = apps.call(name, scope, &args, store, self.links.get()).await;
+            let result = apps.call(name, scope, &args, store, self.links.as_ref()).await;
             if name != crate::apps::ARTIFACT_VIEW_TOOL {
                 // An app-only tool: its answer goes to the view, never to a model.
                 let shaped = self.shaper.shape_app(result);
@@ -355,7 +355,7 @@ impl Gateway {
         // The gateway's additions go in after the offload (the pipeline never sees, or
         // offloads, what is injected) and before the final limit (which holds for them too).
         if !chain.slots.is_empty() || !chain.filled.is_empty() {
-            crate::chaining::inject(self.links.get(), &chain.slots, &chain.filled, draft.value_mut());
+            crate::chaining::inject(self.links.as_ref(), &chain.slots, &chain.filled, draft.value_mut());
         }
         self.auto_read_links(session, &mut draft, outbox).await;
         let shaped = self.shaper.finish(job, draft).await;
@@ -393,7 +393,7 @@ impl Gateway {
     /// What the shaper needs of the gateway for one answer: the call, the host, and where
     /// previews read originals.
     pub(super) fn job<'a>(&'a self, ctx: &'a CallContext, host: &'a crate::hosts::HostProfile) -> Job<'a> {
-        Job { ctx, host, store: self.artifacts.get(), preview: &self.hosts().preview }
+        Job { ctx, host, store: self.artifacts.as_ref(), preview: &self.hosts().preview }
     }
 
     /// Publishes what shaping a tool result came to (its artifacts, a final limit that acted,
@@ -492,10 +492,10 @@ impl Gateway {
         scope: &stowage_core::ArtifactScope,
         params: &mut Value,
     ) -> Result<ChainCall, crate::local_tools::ToolError> {
-        let buckets = crate::chaining::StoreBuckets(self.artifacts.get());
+        let buckets = crate::chaining::StoreBuckets(self.artifacts.as_ref());
         let env = crate::chaining::InputEnv {
-            store: self.artifacts.get(),
-            signer: self.links.get().map(stowage_http::LinkService::signer),
+            store: self.artifacts.as_ref(),
+            signer: self.links.as_ref().map(stowage_http::LinkService::signer),
             config: &self.config.chaining,
             s3: &buckets,
         };
@@ -504,8 +504,8 @@ impl Gateway {
         if let Some(fields) = &tool.blobs {
             let arguments = params.as_object_mut().map(|p| p.entry("arguments").or_insert_with(|| json!({})));
             if let Some(arguments) = arguments {
-                chain.slots = crate::chaining::translate_blobs(&env, self.links.get(), name, fields, scope, arguments).await?;
-                chain.links = self.links.get().filter(|_| !chain.slots.is_empty()).cloned();
+                chain.slots = crate::chaining::translate_blobs(&env, self.links.as_ref(), name, fields, scope, arguments).await?;
+                chain.links = self.links.as_ref().filter(|_| !chain.slots.is_empty()).cloned();
             }
             return Ok(chain);
         }

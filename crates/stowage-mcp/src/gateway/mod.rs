@@ -118,44 +118,94 @@ impl crate::upstream::Uplink for GatewayUplink {
     }
 }
 
-/// Everything a gateway is built from.
-pub struct GatewayOptions {
-    /// The `[gateway]` settings: limits, timeouts, session mode, advertised name.
-    pub config: GatewayConfig,
-    /// The servers to connect to, in the order their tools are listed.
-    pub upstreams: Vec<UpstreamSpec>,
-    /// Shapes every answer (see [`crate::shape`]).
-    pub shaper: Shaper,
-    /// How to start in-process servers (the bundled demo), when one is configured.
-    pub in_process: Option<InProcessFactory>,
-    /// The session mode of upstreams that do not set one (`stowage serve`: `per_client` over
-    /// HTTP, `shared` for the one client of a stdio gateway).
-    pub default_session_mode: SessionMode,
-    /// Environment variables that hold the gateway's secrets (link-signing keys, the JWT
-    /// secret): never passed to an upstream, even one that inherits the environment.
-    pub secret_env: Vec<String>,
-    /// Where the gateway keeps what it learned across runs: each upstream's last catalog, so
-    /// one that is down at start still shows its tools (see [`last_seen`]). `None`: nothing
-    /// is kept.
-    pub state_dir: Option<std::path::PathBuf>,
-    /// What control connections declare; see [`ControlCapabilities`].
-    pub control_capabilities: ControlCapabilities,
+/// Everything a gateway is built from, given before it starts: there is nothing to set on a
+/// running gateway, so no call can see it half-built. `Gateway::builder(config, upstreams,
+/// shaper)`, the optional parts, then [`GatewayBuilder::start`].
+#[must_use = "a builder does nothing until start()"]
+pub struct GatewayBuilder {
+    config: GatewayConfig,
+    upstreams: Vec<UpstreamSpec>,
+    shaper: Shaper,
+    in_process: Option<InProcessFactory>,
+    default_session_mode: SessionMode,
+    secret_env: Vec<String>,
+    state_dir: Option<std::path::PathBuf>,
+    control_capabilities: ControlCapabilities,
+    links: Option<stowage_http::LinkService>,
+    people_links: Option<stowage_http::LinkService>,
+    store: Option<Arc<dyn stowage_store::ArtifactStore>>,
+    apps: Option<Arc<crate::apps::Apps>>,
+    hosts: Option<Arc<crate::hosts::Hosts>>,
 }
 
-impl GatewayOptions {
-    /// Options with the defaults of an embedded gateway: upstreams `shared`, no in-process
-    /// servers, no state kept across runs, any control connection.
-    pub fn new(config: GatewayConfig, upstreams: Vec<UpstreamSpec>, shaper: Shaper) -> Self {
-        GatewayOptions {
-            config,
-            upstreams,
-            shaper,
-            in_process: None,
-            default_session_mode: SessionMode::Shared,
-            secret_env: Vec::new(),
-            state_dir: None,
-            control_capabilities: ControlCapabilities::Any,
-        }
+impl GatewayBuilder {
+    /// How to start in-process servers (the bundled demo), when one is configured.
+    pub fn in_process(mut self, factory: InProcessFactory) -> Self {
+        self.in_process = Some(factory);
+        self
+    }
+
+    /// The session mode of upstreams that do not set one (default `shared`; `stowage serve`:
+    /// `per_client` over HTTP, `shared` for the one client of a stdio gateway).
+    pub fn session_mode(mut self, mode: SessionMode) -> Self {
+        self.default_session_mode = mode;
+        self
+    }
+
+    /// Environment variables that hold the gateway's secrets (link-signing keys, the JWT
+    /// secret): never passed to an upstream, even one that inherits the environment.
+    pub fn secret_env(mut self, names: Vec<String>) -> Self {
+        self.secret_env = names;
+        self
+    }
+
+    /// Where the gateway keeps what it learned across runs: each upstream's last catalog, so
+    /// one that is down at start still shows its tools (see [`last_seen`]). Default: nothing
+    /// is kept.
+    pub fn state_dir(mut self, dir: Option<std::path::PathBuf>) -> Self {
+        self.state_dir = dir;
+        self
+    }
+
+    /// What control connections declare (default: any); see [`ControlCapabilities`].
+    pub fn control_capabilities(mut self, caps: ControlCapabilities) -> Self {
+        self.control_capabilities = caps;
+        self
+    }
+
+    /// Signed links: for tools during a call, upload links, and `artifact_url` unless
+    /// [`GatewayBuilder::people_links`] is given. Without it, no `artifact_url` tool.
+    pub fn links(mut self, links: stowage_http::LinkService) -> Self {
+        self.links = Some(links);
+        self
+    }
+
+    /// Links handed to people (`artifact_url`, the links of artifact resources) when they are
+    /// served elsewhere than [`GatewayBuilder::links`]' routes: a stdio gateway's go to the
+    /// store's link server, which outlives the gateway.
+    pub fn people_links(mut self, links: stowage_http::LinkService) -> Self {
+        self.people_links = Some(links);
+        self
+    }
+
+    /// The store the gateway's reader tools (`artifact_read`, `artifact_query`, …) read, the
+    /// one results are offloaded to; a store that keeps nothing enables nothing.
+    pub fn store(mut self, store: Arc<dyn stowage_store::ArtifactStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// MCP Apps (the viewer and its tools) for clients that declare the extension; it needs a
+    /// store that keeps bytes ([`GatewayBuilder::store`]).
+    pub fn apps(mut self, apps: Arc<crate::apps::Apps>) -> Self {
+        self.apps = Some(apps);
+        self
+    }
+
+    /// The host profiles in force (default: the built-in ones).
+    pub fn hosts(mut self, hosts: Arc<crate::hosts::Hosts>) -> Self {
+        self.hosts = Some(hosts);
+        self
     }
 }
 
@@ -180,16 +230,16 @@ pub struct Gateway {
     shutdown: CancellationToken,
     ready: watch::Sender<usize>,
     /// Fresh signed links for the `artifact_url` tool.
-    links: std::sync::OnceLock<stowage_http::LinkService>,
-    /// Links for people, when served elsewhere than `links` (see [`Gateway::set_people_link_service`]).
-    people_links: std::sync::OnceLock<stowage_http::LinkService>,
+    links: Option<stowage_http::LinkService>,
+    /// Links for people, when served elsewhere than `links` (see [`GatewayBuilder::people_links`]).
+    people_links: Option<stowage_http::LinkService>,
     /// The store the reader tools (`artifact_read`, `artifact_query`) read, as the caller.
-    artifacts: std::sync::OnceLock<Arc<dyn stowage_store::ArtifactStore>>,
+    artifacts: Option<Arc<dyn stowage_store::ArtifactStore>>,
     /// MCP Apps: the viewer and its tools, for clients that declare the extension.
-    apps: std::sync::OnceLock<Arc<crate::apps::Apps>>,
+    apps: Option<Arc<crate::apps::Apps>>,
     /// Host profiles (`[[hosts]]`) and image preview settings; the built-in ones unless
-    /// [`Gateway::set_hosts`] gave others.
-    hosts: std::sync::OnceLock<Arc<crate::hosts::Hosts>>,
+    /// [`GatewayBuilder::hosts`] gave others.
+    hosts: Arc<crate::hosts::Hosts>,
     /// Open `subscriptions/listen` streams (2026-07-28 clients).
     listeners: Mutex<Vec<Arc<subscriptions::Listener>>>,
     /// Interactive requests of 2026-07-28 clients waiting for their retry with input.
@@ -211,7 +261,7 @@ pub struct Gateway {
     /// Run once when start-up has settled, before the first handshake is answered (a stdio
     /// gateway's banner).
     on_startup: Mutex<Option<StartupHook>>,
-    /// See [`GatewayOptions::state_dir`].
+    /// See [`GatewayBuilder::state_dir`].
     state_dir: Option<std::path::PathBuf>,
     /// Per upstream: the catalog last written to `state_dir` (not written again unchanged).
     kept: Mutex<Vec<Option<Vec<u8>>>>,
@@ -224,9 +274,32 @@ pub struct Gateway {
 }
 
 impl Gateway {
+    /// A gateway in front of `upstreams` (in the order their tools are listed), with the
+    /// `[gateway]` settings and the shaper of every answer; the rest is optional (see
+    /// [`GatewayBuilder`]).
+    pub fn builder(config: GatewayConfig, upstreams: Vec<UpstreamSpec>, shaper: Shaper) -> GatewayBuilder {
+        GatewayBuilder {
+            config,
+            upstreams,
+            shaper,
+            in_process: None,
+            default_session_mode: SessionMode::Shared,
+            secret_env: Vec::new(),
+            state_dir: None,
+            control_capabilities: ControlCapabilities::Any,
+            links: None,
+            people_links: None,
+            store: None,
+            apps: None,
+            hosts: None,
+        }
+    }
+}
+
+impl GatewayBuilder {
     /// Starts every upstream's supervisor and the gateway's own tasks.
-    pub fn start(opts: GatewayOptions) -> Arc<Gateway> {
-        let GatewayOptions {
+    pub fn start(self) -> Arc<Gateway> {
+        let GatewayBuilder {
             config,
             upstreams: specs,
             shaper,
@@ -235,7 +308,12 @@ impl Gateway {
             secret_env,
             state_dir,
             control_capabilities,
-        } = opts;
+            links,
+            people_links,
+            store: artifacts,
+            apps,
+            hosts,
+        } = self;
         let control_caps = watch::channel(match control_capabilities {
             ControlCapabilities::Any => Some(crate::upstream::client_capabilities()),
             ControlCapabilities::FirstClient => None,
@@ -305,11 +383,11 @@ impl Gateway {
             prefix,
             shutdown,
             ready: watch::channel(0).0,
-            links: std::sync::OnceLock::new(),
-            people_links: std::sync::OnceLock::new(),
-            artifacts: std::sync::OnceLock::new(),
-            apps: std::sync::OnceLock::new(),
-            hosts: std::sync::OnceLock::new(),
+            links,
+            people_links,
+            artifacts,
+            apps,
+            hosts: hosts.unwrap_or_default(),
             listeners: Mutex::new(Vec::new()),
             exchanges: Arc::default(),
             read_cache: Default::default(),
@@ -335,6 +413,9 @@ impl Gateway {
         tokio::spawn(inbound::run(Arc::downgrade(&gw), initiated_rx));
         gw
     }
+}
+
+impl Gateway {
 
     /// Waits until every upstream has connected and listed its tools once, or `timeout`.
     /// Returns how many did.
@@ -422,39 +503,9 @@ impl Gateway {
         *self.on_startup.lock() = Some(Box::new(hook));
     }
 
-    /// Enables the gateway's own `artifact_url` tool.
-    pub fn set_link_service(&self, links: stowage_http::LinkService) {
-        let _ = self.links.set(links);
-    }
-
-    /// Links handed to people (`artifact_url`, the links of artifact resources) when they are
-    /// served elsewhere than the routes of [`Gateway::set_link_service`]: a stdio gateway's
-    /// go to the store's link server, which outlives the gateway, while links for tools during
-    /// a call and upload links stay with the gateway's own routes.
-    pub fn set_people_link_service(&self, links: stowage_http::LinkService) {
-        let _ = self.people_links.set(links);
-    }
-
-    /// Enables the gateway's reader tools, `artifact_read` and `artifact_query`, over `store`
-    /// (the one results are offloaded to; a store that keeps nothing enables nothing).
-    pub fn set_artifact_store(&self, store: Arc<dyn stowage_store::ArtifactStore>) {
-        let _ = self.artifacts.set(store);
-    }
-
-    /// Enables MCP Apps (the viewer and its tools) for clients that declare the extension; it
-    /// needs a store that keeps bytes ([`Gateway::set_artifact_store`]).
-    pub fn set_apps(&self, apps: Arc<crate::apps::Apps>) {
-        let _ = self.apps.set(apps);
-    }
-
-    /// The host profiles in force (set once, before clients connect).
-    pub fn set_hosts(&self, hosts: Arc<crate::hosts::Hosts>) {
-        let _ = self.hosts.set(hosts);
-    }
-
-    /// The host profiles in force: the built-in ones until [`Gateway::set_hosts`].
+    /// The host profiles in force.
     pub fn hosts(&self) -> &Arc<crate::hosts::Hosts> {
-        self.hosts.get_or_init(Arc::default)
+        &self.hosts
     }
 
     /// Records who the client says it is (`clientInfo.name`) and the profile that picks.
@@ -480,7 +531,7 @@ impl Gateway {
 
     /// The apps feature when it is on at all (the extension is then declared to every client).
     pub(crate) fn apps(&self) -> Option<&Arc<crate::apps::Apps>> {
-        self.apps.get().filter(|_| self.local_tools().readers().is_some())
+        self.apps.as_ref().filter(|_| self.local_tools().readers().is_some())
     }
 
     /// The apps feature for `session`: on, and its client declared the extension.
@@ -490,12 +541,12 @@ impl Gateway {
 
     /// The gateway's own tools, as far as they are enabled.
     pub(crate) fn local_tools(&self) -> crate::local_tools::LocalTools<'_> {
-        crate::local_tools::LocalTools { links: self.people_links.get().or(self.links.get()), store: self.artifacts.get() }
+        crate::local_tools::LocalTools { links: self.people_links.as_ref().or(self.links.as_ref()), store: self.artifacts.as_ref() }
     }
 
     /// The signed-link service, when links are on.
     pub fn link_service(&self) -> Option<&stowage_http::LinkService> {
-        self.links.get()
+        self.links.as_ref()
     }
 
     /// The aggregated tools, prompts and resources as last built from every upstream's lists;

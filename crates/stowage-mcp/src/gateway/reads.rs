@@ -86,7 +86,7 @@ impl Gateway {
         // Entries are shared exactly as the artifacts in them are: by (tenant, user), and by
         // session too when the store isolates sessions.
         let mut owner = session.scope.owner();
-        if self.artifacts.get().is_none_or(|s| s.isolation() == stowage_core::Isolation::User) {
+        if self.artifacts.as_ref().is_none_or(|s| s.isolation() == stowage_core::Isolation::User) {
             owner.session_id = None;
         }
         let key = CacheKey { upstream: u, uri, owner, client };

@@ -9,7 +9,7 @@ use std::time::Duration;
 use stowage_core::ArtifactSink;
 use stowage_mcp::config::{GatewayConfig, TransportSpec, UpstreamSpec};
 use stowage_mcp::shape::{Pipelines, Shaper};
-use stowage_mcp::{Gateway, GatewayOptions, InProcessFactory, SessionMode};
+use stowage_mcp::{Gateway, GatewayBuilder, InProcessFactory, SessionMode};
 // Re-exported for the test files; not every file uses every one.
 #[allow(unused_imports)]
 pub(crate) use stowage_testkit::{MemSink, RpcClient, ServerRequestHandler, fixture_bin};
@@ -62,17 +62,19 @@ pub(crate) fn fast_config() -> GatewayConfig {
 /// Starts a gateway with `shaper` in front of `specs` and waits until every upstream listed
 /// its tools.
 pub(crate) async fn start_gateway(specs: Vec<UpstreamSpec>, shaper: Shaper, config: GatewayConfig, mode: SessionMode) -> Arc<Gateway> {
+    started(builder(specs, shaper, config, mode)).await
+}
+
+/// The builder [`start_gateway`] starts (the bundled demo in process), for a test to add a
+/// store, links, apps or host profiles to.
+pub(crate) fn builder(specs: Vec<UpstreamSpec>, shaper: Shaper, config: GatewayConfig, mode: SessionMode) -> GatewayBuilder {
+    Gateway::builder(config, specs, shaper).in_process(demo()).session_mode(mode)
+}
+
+/// Starts `builder`'s gateway and waits until every upstream listed its tools.
+pub(crate) async fn started(builder: GatewayBuilder) -> Arc<Gateway> {
     stowage_mcp::metrics::install();
-    let gw = Gateway::start(GatewayOptions {
-        config,
-        upstreams: specs,
-        shaper,
-        in_process: Some(demo()),
-        default_session_mode: mode,
-        secret_env: Vec::new(),
-        state_dir: None,
-        control_capabilities: Default::default(),
-    });
+    let gw = builder.start();
     let ready = gw.wait_ready(Duration::from_secs(20)).await;
     assert_eq!(ready, gw.upstreams.len(), "upstreams did not become ready");
     gw

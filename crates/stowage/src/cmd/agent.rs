@@ -28,7 +28,7 @@ use clap::Args;
 use stowage_agent::events::StepStatus;
 use stowage_agent::{AgentConfig, AgentEvent, Model, Planner, RunRequest};
 use stowage_links::LinkSigner;
-use stowage_mcp::{Caller, Gateway, GatewayOptions, SessionMode};
+use stowage_mcp::{Caller, Gateway};
 use stowage_store::ArtifactStore;
 
 use crate::config::Config;
@@ -77,23 +77,16 @@ pub(crate) async fn run(
         let (from_server, to_server) = stowage_demo::spawn_in_process();
         (Box::new(from_server), Box::new(to_server))
     });
-    let gw = Gateway::start(GatewayOptions {
-        config: config.gateway.clone(),
-        upstreams,
-        shaper,
-        in_process: Some(demo),
-        default_session_mode: SessionMode::Shared,
-        secret_env: Vec::new(),
-        state_dir: None,
-        control_capabilities: Default::default(),
-    });
     config.links.validate().map_err(anyhow::Error::msg)?;
     let ring = config.links.key_ring(store_dir).context("cannot load the link-signing key")?;
     let signer = Arc::new(LinkSigner::new(ring, &config.links));
     let links_base = config.links.public_url.clone();
-    gw.set_link_service(stowage_http::LinkService::new(store.clone(), signer));
-    gw.set_artifact_store(store.clone());
-    gw.set_hosts(Arc::new(stowage_mcp::hosts::Hosts::new(&config.hosts, &config.transform.image_preview)?));
+    let gw = Gateway::builder(config.gateway.clone(), upstreams, shaper)
+        .in_process(demo)
+        .links(stowage_http::LinkService::new(store.clone(), signer))
+        .store(store.clone())
+        .hosts(Arc::new(stowage_mcp::hosts::Hosts::new(&config.hosts, &config.transform.image_preview)?))
+        .start();
     if let Err(e) = wait_for_upstreams(&gw, start_limit).await {
         gw.shutdown();
         return Err(e);

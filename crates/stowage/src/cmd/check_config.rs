@@ -246,17 +246,15 @@ async fn print_tools(config: &Config, plan: &crate::plan::Plan) -> usize {
         let (from_server, to_server) = stowage_demo::spawn_in_process();
         (Box::new(from_server), Box::new(to_server))
     });
-    let gw = stowage_mcp::Gateway::start(stowage_mcp::GatewayOptions {
-        config: plan.gateway.clone(),
-        upstreams: plan.upstreams.clone(),
-        shaper: crate::wiring::shaper(&config.transform, &config.gateway, store),
-        in_process: Some(demo),
-        default_session_mode: stowage_mcp::SessionMode::Shared,
-        secret_env: super::serve::secret_env_vars(plan),
-        // Nothing is kept: a listing check leaves no saved catalog behind.
-        state_dir: None,
-        control_capabilities: Default::default(),
-    });
+    // Nothing is kept (no state dir): a listing check leaves no saved catalog behind.
+    let gw = stowage_mcp::Gateway::builder(
+        plan.gateway.clone(),
+        plan.upstreams.clone(),
+        crate::wiring::shaper(&config.transform, &config.gateway, store),
+    )
+    .in_process(demo)
+    .secret_env(super::serve::secret_env_vars(plan))
+    .start();
     // Connected is not listed: wait for every upstream's lists too (or for it to be down).
     let wait = plan.gateway.request_timeout().min(Duration::from_secs(30));
     gw.wait_ready(wait).await;
