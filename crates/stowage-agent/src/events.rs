@@ -1,5 +1,5 @@
 //! What a run tells while it runs: the events of `POST /agent/runs` (`chunk`,
-//! `answer_reset`, `step`, `artifact_chunk`, `done`, `error`; README, "The agent planner"),
+//! `answer_reset`, `step`, `artifact_chunk`, `done`, `error`; docs/agent.md),
 //! each with its SSE event name and JSON data.
 //!
 //! So a client can match them up: `step` and `artifact_chunk` carry the tool call's `call_id`

@@ -1,4 +1,4 @@
-//! The answer contract: [`FinalPayload`] with exactly the README's fields, its parts
+//! The answer contract: [`FinalPayload`] with exactly the fields docs/agent.md lists, its parts
 //! ([`Source`], [`SuggestedAction`]), the published JSON Schema, and the model's own final
 //! answer ([`ModelAnswer`]) with the validation that decides whether a repair round is needed
 //! ([`AnswerError`]: why a reply holds no answer, in the one line that round sends back).

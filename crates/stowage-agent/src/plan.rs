@@ -1,4 +1,4 @@
-//! Parallel plans (README, "The agent planner"): one action runs several tool calls at
+//! Parallel plans (docs/agent.md): one action runs several tool calls at
 //! once (`plan`: `[{"node", "args"}]`), and optionally a join tool after them (`join`:
 //! `{"node", "args", "inject"}`) whose arguments `inject` fills from the branches' outcomes,
 //! so the join receives their results whole without the model copying them.

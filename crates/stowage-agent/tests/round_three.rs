@@ -418,7 +418,7 @@ async fn calls_of_one_reply_run_at_once_and_their_keys_name_the_call_stably() {
     }
 }
 
-/// The parallel-plan example of README, "The agent planner": both halves of the year at once, merged by a join that
+/// The parallel-plan example of docs/agent.md: both halves of the year at once, merged by a join that
 /// `inject` hands their results to.
 fn half_year_plan() -> Value {
     json!({

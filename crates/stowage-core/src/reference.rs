@@ -9,7 +9,7 @@ use crate::{ArtifactId, ArtifactScope};
 /// A point in time, serialised as RFC 3339 in UTC (`2026-11-22T07:41:01Z`).
 pub type Timestamp = time::OffsetDateTime;
 
-/// A compact, JSON-safe reference to stored bytes (README, "What an artifact reference looks
+/// A compact, JSON-safe reference to stored bytes (docs/results.md, "What an artifact reference looks
 /// like").
 ///
 /// The JSON shape is stable and documented:

@@ -3,6 +3,5 @@
 //! link time down (every test binary links the whole dependency graph); nextest still runs
 //! each test in its own process, so the modules cannot share state.
 
-
 mod auth;
 mod routes;

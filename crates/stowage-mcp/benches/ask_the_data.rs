@@ -1,4 +1,4 @@
-//! Asking the data (README, "Asking the data"): the time of one reader call from the client
+//! Asking the data (docs/results.md, "Asking the data"): the time of one reader call from the client
 //! sending it to it having the answer, through the gateway's stdio transport in process, with a
 //! memory store and the Rust test fixture as the upstream. `artifact_query` with a jq program
 //! over a 10 MB JSON artifact and over a 30,000-row CSV, and `artifact_describe` of the 10 MB

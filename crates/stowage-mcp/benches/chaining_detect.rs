@@ -1,4 +1,4 @@
-//! What detecting file inputs adds to a catalog fetch (README, "With no configuration"): for
+//! What detecting file inputs adds to a catalog fetch (docs/results.md, "With no configuration"): for
 //! each tool of a 100-tool catalog, [`detect`] (the walk of its input schema) and
 //! [`llm_facing`] (the description sentence, the widening), which is the work the catalog hook
 //! adds to every fetch of an upstream's tools — target ≤ 1 ms for 100 tools. Also the bounded

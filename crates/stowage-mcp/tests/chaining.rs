@@ -465,7 +465,7 @@ async fn a_task_augmented_call_with_output_blobs_is_refused_plainly() {
     assert!(w.local_artifacts().await.is_empty());
 }
 
-/// Chaining with no configuration (README, "With no configuration"): `n_upload_file` declares
+/// Chaining with no configuration (docs/results.md, "With no configuration"): `n_upload_file` declares
 /// nothing and has no rule, but its `content_base64` is detected from the schema; a URI there
 /// is filled as the caller, and refused exactly as configured chaining refuses it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

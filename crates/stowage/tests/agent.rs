@@ -1,7 +1,7 @@
 //! `stowage agent` and `POST /agent/runs` through the real binary: the stdio fixture as the
 //! upstream (an mcpServers file), the testkit's model stub as the model over HTTP. A missing
 //! or unreachable model is a one-line error at start; the route sits behind /mcp's auth and
-//! streams the run's events (README, "The agent planner") ending in the payload.
+//! streams the run's events (docs/agent.md) ending in the payload.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -340,7 +340,7 @@ async fn agent_and_serve_shape_a_result_the_same_way_under_a_servers_own_transfo
     assert_eq!(short["result"]["content"][0]["text"], "short", "{short}");
 }
 
-/// The parallel-plan example of README, "The agent planner": both halves of the year at once, merged by a join that
+/// The parallel-plan example of docs/agent.md: both halves of the year at once, merged by a join that
 /// `inject` hands their results to.
 fn half_year_plan() -> Value {
     json!({

@@ -2,7 +2,9 @@
 //! crates a row says it depends on are exactly those its `Cargo.toml` names (the workspace's
 //! own crates; for a row that lists its external dependencies too, all of them). A table that
 //! allows what the code no longer uses, or misses what it now uses, fails here. And inside each
-//! crate, modules import each other in one direction only ("Who may import whom").
+//! crate, modules import each other in one direction only ("Who may import whom"). And the
+//! document stays a map: at most 40,000 bytes, and every repository path its "Entry points"
+//! name exists, so a newcomer who follows one lands on a file.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -103,6 +105,44 @@ fn dependencies_point_inward() {
     for shipped in m.keys().filter(|n| *n != "stowage-testkit") {
         assert!(!uses(shipped, "stowage-testkit"), "{shipped} ships test support");
     }
+}
+
+/// The most ARCHITECTURE.md may weigh, in bytes: past it the map turns back into a copy of
+/// the code, which each file's `//!` doc already describes.
+const MAX_ARCHITECTURE_BYTES: usize = 40_000;
+
+#[test]
+fn the_architecture_map_is_at_most_forty_kilobytes() {
+    let len = std::fs::read(root().join("ARCHITECTURE.md")).unwrap().len();
+    assert!(
+        len <= MAX_ARCHITECTURE_BYTES,
+        "ARCHITECTURE.md is {len} bytes, over {MAX_ARCHITECTURE_BYTES}: keep it a map and move per-file detail into that file's doc"
+    );
+}
+
+/// The repository paths written in backticks in ARCHITECTURE.md's "Entry points" section:
+/// those under one of the repository's top-level directories, patterns with a `<placeholder>`
+/// aside.
+fn entry_point_paths() -> Vec<String> {
+    let doc = std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
+    let section = doc.split_once("\n## Entry points\n").expect("ARCHITECTURE.md has a `## Entry points` section").1;
+    let section = section.split("\n## ").next().unwrap();
+    let tops = ["crates/", "examples/", "scripts/", "docs/", "fuzz/", ".ci/"];
+    section
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|t| tops.iter().any(|top| t.starts_with(top)) && !t.contains('<'))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn every_path_the_entry_points_name_exists() {
+    let paths = entry_point_paths();
+    assert!(paths.len() >= 20, "ARCHITECTURE.md's entry points name only {} repository paths: {paths:?}", paths.len());
+    let missing: Vec<&String> = paths.iter().filter(|p| !root().join(p).exists()).collect();
+    assert!(missing.is_empty(), "ARCHITECTURE.md's entry points name paths that do not exist (moved or renamed?): {missing:?}");
 }
 
 /// A crate's modules, one per file (`a/mod.rs` and `a.rs` are `a`, `lib.rs` and `main.rs` the

@@ -4,9 +4,9 @@
 //! each test in its own process, so the modules cannot share state.
 
 mod hosts_support;
-mod raw_http;
 #[path = "support/load.rs"]
 mod load;
+mod raw_http;
 #[path = "../../stowage-store/tests/support/mod.rs"]
 mod store_support;
 

@@ -1,5 +1,5 @@
 //! The real hosts, end to end: Claude Code (`claude -p`) and Codex CLI (`codex exec`), the
-//! versions README's host section names, run through `stowage serve` exactly as README's
+//! versions docs/results.md's host section names, run through `stowage serve` exactly as README's
 //! snippets configure them, with a model server of our own (`stowage_testkit::model_stub`)
 //! standing in for the model API. The model is played by a plan that reads what came back and
 //! picks the next call, the way a model investigates: a needle in a 20,000-line log (by grep,

@@ -1,7 +1,7 @@
 //! Host profiles: what each kind of MCP client shows its model of a tool result, so a result
 //! is shaped to reach that host's model whole.
 //!
-//! Hosts differ, and what they do is measured, not assumed (README's host table; the tests in
+//! Hosts differ, and what they do is measured, not assumed (docs/results.md's host table; the tests in
 //! `crates/stowage/tests/real_hosts.rs` drive Claude Code and Codex CLI with a model server of
 //! our own and read what reached the model): Claude Code shows `JSON.stringify` of
 //! `structuredContent` instead of every text block when there is one, saves text over 50,000
@@ -171,7 +171,7 @@ impl HostProfile {
 /// (`startup_timeout_sec`), both measured, with room for the gateway's own start.
 const PATIENT_HOST_WAIT_MS: u64 = 20_000;
 
-/// The built-in profiles, from what each host was measured to show its model (README's host
+/// The built-in profiles, from what each host was measured to show its model (docs/results.md's host
 /// table; Claude Code and Codex CLI are driven in `crates/stowage/tests/real_hosts.rs`). The
 /// limits sit a little under the measured ones: a host's own framing counts too.
 pub fn builtin() -> Vec<HostProfile> {

@@ -2,7 +2,7 @@
 //! the upstream as base64 and reaches the client as a one-line text, the artifact's reference
 //! and a signed link, exactly as a tool result's would.
 //!
-//! The read policy (README, "Resources"): text contents up to
+//! The read policy (docs/results.md, "Resources"): text contents up to
 //! `resources.inline_text_if_under_chars` stay inline, longer text becomes an artifact, and a
 //! blob above `transform.inline_binary_max_bytes` becomes an artifact. The pipeline already
 //! knows a `contents` entry (its blob becomes a text stub that keeps the entry's `uri`); long

@@ -1,4 +1,4 @@
-//! Schema-marked fields (README, "The agent planner"): when a tool's output schema marks a
+//! Schema-marked fields (docs/agent.md): when a tool's output schema marks a
 //! property `"artifact": true` or `"x-artifact": true`, that property is always extracted,
 //! whatever its size or type, and the model sees a placeholder (`<artifact:dict size=42KB>`,
 //! `<artifact:list size=847 items>`) followed by the reference.

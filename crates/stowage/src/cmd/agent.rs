@@ -148,7 +148,7 @@ impl std::fmt::Display for PartialAnswer {
 impl std::error::Error for PartialAnswer {}
 
 impl PartialAnswer {
-    /// The exit status of a partial payload (README, "The agent planner").
+    /// The exit status of a partial payload (docs/agent.md).
     pub(crate) const EXIT_CODE: u8 = 3;
 }
 

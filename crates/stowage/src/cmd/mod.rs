@@ -13,7 +13,7 @@ pub(crate) mod transform;
 /// Without `--user` (and `--tenant`) the owner is the local user, [`stowage_mcp::LOCAL_USER`]:
 /// the owner a gateway without `[auth]` gives every client, so what `stowage artifacts put`
 /// stores is what the model (`artifact_read`, `artifact_url`) and the playground reach. See
-/// README, "Who owns an artifact".
+/// docs/hosts.md, "Who owns an artifact".
 // Clap prints these comments as --help, where `[auth]` is a stowage.toml section and a URL is
 // an example to type, not a link: rustdoc's link checks do not apply to them.
 #[allow(rustdoc::broken_intra_doc_links)]

@@ -1,5 +1,5 @@
 //! What each built-in host profile's host does with a tool result, as measured from the hosts
-//! themselves (README's host table; Claude Code and Codex CLI are driven for real in
+//! themselves (docs/results.md's host table; Claude Code and Codex CLI are driven for real in
 //! `real_hosts.rs`), not as our profile says, and a result as the Python client dumped it:
 //! shared by the tests that drive `stowage serve` as each host (`hosts.rs`, `reading_loop.rs`).
 #![allow(dead_code)]
@@ -145,7 +145,7 @@ pub(crate) enum Shows {
 
 /// What each built-in profile's host does, as measured (not as our profile says): Claude Code
 /// 2.1.197 and Codex CLI 0.169.0 by `real_hosts.rs`; Qwen Code, opencode and Gemini CLI as
-/// README's host table reports them.
+/// docs/results.md's host table reports them.
 pub(crate) struct Host {
     pub client: &'static str,
     pub profile: &'static str,
