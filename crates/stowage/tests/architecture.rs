@@ -670,3 +670,18 @@ fn each_shared_wire_code_is_spelled_once() {
     }
     assert!(spelled.is_empty(), "wire codes spelled outside stowage_core::ErrorCode:\n{}", spelled.join("\n"));
 }
+
+/// ARCHITECTURE.md, "Invariants": a gateway is built whole by `GatewayBuilder`; nothing in its
+/// core is set late through a `OnceLock` (a setter that ignores its second call).
+#[test]
+fn the_gateway_core_sets_nothing_late() {
+    let mut files = Vec::new();
+    sources(&root().join("crates/stowage-mcp/src/gateway"), false, &mut files);
+    assert!(files.len() > 5, "the gateway core is crates/stowage-mcp/src/gateway/");
+    let late: Vec<String> = files
+        .iter()
+        .filter(|f| std::fs::read_to_string(f).unwrap().contains("OnceLock"))
+        .map(|f| f.strip_prefix(root()).unwrap_or(f).display().to_string())
+        .collect();
+    assert!(late.is_empty(), "OnceLock in the gateway core (give it to GatewayBuilder instead): {}", late.join(", "));
+}
