@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use stowage_core::{ArtifactScope, PutOptions};
+use stowage_mcp::Gateway;
 use stowage_mcp::config::{GatewayConfig, TransportSpec, UpstreamSpec};
 use stowage_mcp::shape::{Pipelines, Shaper};
-use stowage_mcp::Gateway;
 use stowage_store::{ArtifactStore, MemoryStore};
 use stowage_testkit::RpcClient;
 
@@ -94,7 +94,9 @@ async fn main() {
         TransportSpec::Stdio { command, args: vec![], env: Default::default(), cwd: None, inherit_env: false },
         Duration::from_secs(120),
     );
-    let gw = Gateway::builder(GatewayConfig::default(), vec![spec], Shaper::new(Pipelines::new(Arc::new(pipeline)))).store(store.clone()).start();
+    let gw = Gateway::builder(GatewayConfig::default(), vec![spec], Shaper::new(Pipelines::new(Arc::new(pipeline))))
+        .store(store.clone())
+        .start();
     assert_eq!(gw.wait_ready(Duration::from_secs(60)).await, 1);
     let c = client(&gw).await;
     let scope = ArtifactScope { user_id: Some(stowage_mcp::LOCAL_USER.into()), ..Default::default() };

@@ -11,9 +11,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use stowage_mcp::Gateway;
 use stowage_mcp::config::{GatewayConfig, TransportSpec, UpstreamSpec};
 use stowage_mcp::shape::{Pipelines, Shaper};
-use stowage_mcp::Gateway;
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]

@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use stowage_mcp::Gateway;
 use stowage_mcp::config::{GatewayConfig, TransportSpec, UpstreamSpec};
 use stowage_mcp::shape::{Pipelines, Shaper};
-use stowage_mcp::Gateway;
 use stowage_store::{ArtifactStore, FsStore};
 use stowage_testkit::RpcClient;
 

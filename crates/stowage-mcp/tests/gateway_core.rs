@@ -70,8 +70,7 @@ async fn a_call_to_a_dead_upstream_answers_at_once_with_its_last_failure() {
     );
     let ghost = UpstreamSpec::new("ghost", TransportSpec::stdio("/nonexistent/ghost-server", vec![]), Duration::from_secs(300));
     for (spec, name, why) in [(ghost, "ghost", "cannot run /nonexistent/ghost-server"), (nobody, "gone", "unreachable")] {
-        let gw =
-            stowage_mcp::Gateway::builder(fast_config(), vec![spec], shaper(Arc::new(MemSink::default()))).start();
+        let gw = stowage_mcp::Gateway::builder(fast_config(), vec![spec], shaper(Arc::new(MemSink::default()))).start();
         assert!(common::eventually(5, || gw.unready_upstreams().first().is_some_and(|u| u.1 != "still starting")).await);
         let c = Client::connect(gw.clone(), None, json!({})).await;
         let started = Instant::now();

@@ -104,11 +104,7 @@ async fn an_https_upstream_with_its_ca_works_and_without_it_fails_clearly() {
         matches!(probe(spec.clone()).await, Err(stowage_mcp::TransportError::CaEmpty { path }) if path == bad),
         "a CA file without certificates is a configuration fault, typed as one"
     );
-    let gw = stowage_mcp::Gateway::builder(
-        fast_config(),
-        vec![spec],
-        common::shaper(Arc::new(MemSink::default())),
-    ).start();
+    let gw = stowage_mcp::Gateway::builder(fast_config(), vec![spec], common::shaper(Arc::new(MemSink::default()))).start();
     assert!(common::eventually(5, || !gw.unready_upstreams().is_empty() && gw.unready_upstreams()[0].1 != "still starting").await);
     let e = gw.unready_upstreams()[0].1.clone();
     gw.shutdown();

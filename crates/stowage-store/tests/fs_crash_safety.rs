@@ -280,7 +280,14 @@ async fn a_killed_writers_temp_files_go_at_start_up_and_a_live_ones_stay() {
     let dir = tmp.path();
     let spawn = || {
         let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", &crate::support::child_test(module_path!(), "child_holds_a_put_mid_write"), "--ignored", "--nocapture", "--test-threads", "1"])
+            .args([
+                "--exact",
+                &crate::support::child_test(module_path!(), "child_holds_a_put_mid_write"),
+                "--ignored",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
             .env("STOWAGE_CHILD_STORE", dir)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
@@ -398,7 +405,13 @@ async fn a_process_killed_mid_put_leaves_a_repairable_store() {
     let prior = open(dir).put_bytes(Bytes::from_static(b"before the kill"), PutOptions::default()).await.unwrap();
 
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", &crate::support::child_test(module_path!(), "child_put_until_killed"), "--ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            &crate::support::child_test(module_path!(), "child_put_until_killed"),
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_DIR_ENV, dir)
         .stdout(std::process::Stdio::piped())
         .spawn()

@@ -74,7 +74,10 @@ fn a_new_store_is_private_whatever_the_umask() {
         let tmp = tempfile::tempdir().unwrap();
         let out = Command::new("/bin/sh")
             .arg("-c")
-            .arg(format!("umask {umask} && exec \"$0\" --exact {} --ignored --nocapture --test-threads=1", crate::support::child_test(module_path!(), "child_makes_a_store")))
+            .arg(format!(
+                "umask {umask} && exec \"$0\" --exact {} --ignored --nocapture --test-threads=1",
+                crate::support::child_test(module_path!(), "child_makes_a_store")
+            ))
             .arg(std::env::current_exe().unwrap())
             .env(CHILD_DIR_ENV, tmp.path())
             .output()

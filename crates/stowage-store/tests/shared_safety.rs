@@ -420,7 +420,14 @@ async fn a_killed_instances_leftovers_are_removed_at_the_next_start() {
     p.open("stowage").await; // records the identity before the children start
     let spawn = |bytes: &str| {
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", &crate::support::child_test(module_path!(), "child_blocks_a_put_after_publishing"), "--ignored", "--nocapture", "--test-threads", "1"])
+            .args([
+                "--exact",
+                &crate::support::child_test(module_path!(), "child_blocks_a_put_after_publishing"),
+                "--ignored",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
             .env("STOWAGE_CHILD_PG", &p.url)
             .env("STOWAGE_CHILD_S3", p.s3.endpoint())
             .env("STOWAGE_CHILD_BYTES", bytes)

@@ -170,10 +170,7 @@ pub(crate) async fn harness_on(
         shaper = shaper.with_links(Arc::new(SignedLinks(signer.clone())));
     }
     let state = stowage_http::HttpState::new(store.clone(), signer);
-    let gateway = Gateway::builder(GatewayConfig::default(), vec![spec], shaper)
-        .links(state.link_service())
-        .store(store.clone())
-        .start();
+    let gateway = Gateway::builder(GatewayConfig::default(), vec![spec], shaper).links(state.link_service()).store(store.clone()).start();
     assert_eq!(gateway.wait_ready(Duration::from_secs(30)).await, 1, "the upstream did not start");
     let routes = stowage_http::routes(state);
     let links_server = tokio::spawn(async move {

@@ -241,7 +241,13 @@ impl Gateway {
 
     /// The gateway's own tools (the apps' tools, `artifact_collect`, the readers), answered
     /// here; `None` for any other name.
-    async fn call_own_tool(self: &Arc<Self>, session: &Arc<Session>, params: &Value, outbox: &Outbox, start: &CallStart) -> Option<CallReply> {
+    async fn call_own_tool(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        params: &Value,
+        outbox: &Outbox,
+        start: &CallStart,
+    ) -> Option<CallReply> {
         let (name, host, scope) = (start.name.as_str(), &start.host, &start.scope);
         let local = self.local_tools();
         let apps = self.apps_for(session).filter(|_| crate::apps::APP_TOOLS.contains(&name)).zip(local.readers());
@@ -257,7 +263,10 @@ impl Gateway {
             if name != crate::apps::ARTIFACT_VIEW_TOOL {
                 // An app-only tool: its answer goes to the view, never to a model.
                 let shaped = self.shaper.shape_app(result);
-                return Some(CallReply::Rewritten(shaped.value, local_report(start.id, name.to_owned(), "stowage".into(), started, &shaped.figures)));
+                return Some(CallReply::Rewritten(
+                    shaped.value,
+                    local_report(start.id, name.to_owned(), "stowage".into(), started, &shaped.figures),
+                ));
             }
             result
         } else if let Some(store) = collect {

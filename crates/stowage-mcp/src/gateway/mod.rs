@@ -416,7 +416,6 @@ impl GatewayBuilder {
 }
 
 impl Gateway {
-
     /// Waits until every upstream has connected and listed its tools once, or `timeout`.
     /// Returns how many did.
     pub async fn wait_ready(&self, timeout: Duration) -> usize {
