@@ -8,7 +8,7 @@ use crate::common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Client, MemSink, fast_config, fixture_spec, shaper};
+use common::{Client, MemSink, fast_config, fixture_spec, shaper, start_gateway};
 use serde_json::{Value, json};
 use stowage_mcp::config::{TransportSpec, UpstreamSpec};
 use stowage_mcp::events::{CallOutcome, GatewayEvent};

@@ -422,7 +422,7 @@ async fn a_killed_instances_leftovers_are_removed_at_the_next_start() {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                &crate::support::child_test(module_path!(), "child_blocks_a_put_after_publishing"),
+                &support::child_test(module_path!(), "child_blocks_a_put_after_publishing"),
                 "--ignored",
                 "--nocapture",
                 "--test-threads",

@@ -185,7 +185,7 @@ async fn post_mcp(
     let identity = identity.map(|Extension(i)| i);
     let msg = match one_message(&st, body) {
         Ok(m) => m,
-        Err(answer) => return answer,
+        Err(answer) => return *answer,
     };
     let sid = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let is_initialize = msg.method.as_deref() == Some("initialize");
@@ -200,7 +200,7 @@ async fn post_mcp(
         },
         (_, true) => match open_http_session(&st, caller(identity.as_ref())) {
             Ok(hs) => (hs.session.clone(), Some(hs.clone()), Some(hs.session.id.clone())),
-            Err(refused) => return refused,
+            Err(refused) => return *refused,
         },
         // Stateless (2026-07-28): a session for this request alone.
         (None, false) => (st.gw.open_session(SessionKind::Stateless, caller(identity.as_ref()), None), None, None),
@@ -264,34 +264,34 @@ async fn post_mcp(
 
 /// The one JSON-RPC message a POST carries, or the answer to a body that is too large, not
 /// JSON, or a batch (refused, as the current revision has no batches).
-fn one_message(st: &AppState, body: Result<Bytes, axum::extract::rejection::BytesRejection>) -> Result<Message, Response> {
+fn one_message(st: &AppState, body: Result<Bytes, axum::extract::rejection::BytesRejection>) -> Result<Message, Box<Response>> {
     let body = match body {
         Ok(b) => b,
         Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
             let limit = st.gw.config.max_request_bytes;
-            return Err(json_rpc_error(
+            return Err(Box::new(json_rpc_error(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 code::INVALID_REQUEST,
                 &format!("request body over the {limit} byte limit (gateway.max_request_bytes)"),
-            ));
+            )));
         }
-        Err(e) => return Err(json_rpc_error(e.status(), code::INVALID_REQUEST, &e.body_text())),
+        Err(e) => return Err(Box::new(json_rpc_error(e.status(), code::INVALID_REQUEST, &e.body_text()))),
     };
     match Incoming::parse(&body) {
         Ok(Incoming::One(m)) => Ok(m),
-        Ok(Incoming::Batch(items)) => Err(match refuse_batch(&items) {
+        Ok(Incoming::Batch(items)) => Err(Box::new(match refuse_batch(&items) {
             Some(answers) => ([(header::CONTENT_TYPE, "application/json")], answers).into_response(),
             None => StatusCode::ACCEPTED.into_response(),
-        }),
-        Err(e) => Err(json_rpc_error(StatusCode::BAD_REQUEST, code::PARSE_ERROR, &format!("parse error: {e}"))),
+        })),
+        Err(e) => Err(Box::new(json_rpc_error(StatusCode::BAD_REQUEST, code::PARSE_ERROR, &format!("parse error: {e}")))),
     }
 }
 
 /// A new HTTP session for `who` (on `initialize`), made room for within the identity's cap;
 /// the refusal to send when every one of theirs is busy.
-fn open_http_session(st: &AppState, who: Caller) -> Result<Arc<HttpSession>, Response> {
+fn open_http_session(st: &AppState, who: Caller) -> Result<Arc<HttpSession>, Box<Response>> {
     if let Some(refused) = make_room(st, &who) {
-        return Err(refused);
+        return Err(Box::new(refused));
     }
     let session = st.gw.open_session(SessionKind::Http, who, None);
     let hs = Arc::new(HttpSession {

@@ -515,7 +515,7 @@ fn proxy_one(mut client: TcpStream, upstream: u16, mode: &std::sync::atomic::Ato
 
 /// The full name (as libtest filters by) of test `name` in the test module at `module` (its
 /// `module_path!()`), for a child process that runs one ignored test of that file.
-pub fn child_test(module: &str, name: &str) -> String {
+pub(crate) fn child_test(module: &str, name: &str) -> String {
     let module = module.split_once("::").map_or("", |(_, m)| m);
     format!("{module}::{name}")
 }

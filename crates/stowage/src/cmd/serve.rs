@@ -150,7 +150,7 @@ struct LinkParts {
     extra_routes: Option<axum::Router>,
     link_service: Option<stowage_http::LinkService>,
     people_links: Option<stowage_http::LinkService>,
-    readiness: Option<stowage_http::Readiness>,
+    readiness: Option<Arc<std::sync::OnceLock<stowage_http::ReadinessCheck>>>,
     shaper: stowage_mcp::shape::Shaper,
 }
 
