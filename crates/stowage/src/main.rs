@@ -22,6 +22,12 @@ use clap::{Parser, Subcommand};
 
 use crate::config::Config;
 
+/// mimalloc, not the system's malloc: reading data (jq, describe) builds and frees one heap
+/// node per JSON value, and glibc's allocator spent about half of such a call consolidating
+/// and unlinking chunks (BENCHMARKS.md, "Asking the data").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(name = "stowage", version, about, long_about = None)]
 struct Cli {
