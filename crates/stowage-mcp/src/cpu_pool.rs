@@ -82,6 +82,15 @@ pub(crate) async fn run<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'stati
     }
 }
 
+/// Frees `value` on the pool, after the jobs queued before it: a job done with a big parsed
+/// tree hands it over here and answers at once, instead of making its caller wait for a
+/// million frees. With the queue full it is freed here, now.
+pub(crate) fn drop_later<T: Send + 'static>(value: T) {
+    if let Err(e) = pool().try_send(Box::new(move || drop(value))) {
+        drop(e);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,5 +103,19 @@ mod tests {
         assert!(caught.is_panic());
         // The pool survives a panicking job.
         assert_eq!(run(|| 7).await, 7);
+    }
+
+    #[tokio::test]
+    async fn a_value_dropped_later_is_freed_on_the_pool() {
+        struct Tells(Option<std::sync::mpsc::Sender<Option<String>>>);
+        impl Drop for Tells {
+            fn drop(&mut self) {
+                let _ = self.0.take().unwrap().send(std::thread::current().name().map(str::to_owned));
+            }
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        drop_later(Tells(Some(tx)));
+        let name = tokio::task::spawn_blocking(move || rx.recv_timeout(std::time::Duration::from_secs(10))).await.unwrap().unwrap();
+        assert!(name.is_some_and(|n| n.starts_with("stowage-cpu-")));
     }
 }

@@ -222,6 +222,9 @@ pub(crate) struct Output {
     pub(crate) results: Vec<Val>,
     /// Why the results stop early, when they do (a limit), in one line.
     pub(crate) stopped: Option<String>,
+    /// The program's input, held until the answer has been sent: freeing a parsed 10 MB
+    /// document is a million frees, which the caller need not wait for.
+    pub(crate) input: Val,
 }
 
 /// A value the answer pages through, built on the runner thread (jaq's values stay there).
@@ -267,14 +270,16 @@ async fn run_within(code: String, input: Input, limit: Duration) -> Result<(Page
         FENCE.set(Some((deadline, stop)));
         LIMIT.set(limit);
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| execute(&code, input)));
+        let mut input = None;
         let out = match out {
             Ok(r) => r.map(|o| {
-                let stopped = o.stopped.clone();
-                (page(o.results), stopped)
+                input = Some(o.input);
+                (page(o.results), o.stopped)
             }),
             Err(_) => Err(ToolError::bad_request("artifact_query: the jq program failed inside the interpreter")),
         };
         let _ = tx.send(out);
+        drop(input);
     });
     if let Err(e) = spawned {
         return Err(ToolError::bad_request(format!("artifact_query: cannot start a jq runner ({e})")));
@@ -319,6 +324,8 @@ fn execute(code: &str, input: Input) -> Result<Output, ToolError> {
         values.push(read(id, bytes, input.format)?);
     }
     let value = if input.several { values.into_iter().collect::<Val>() } else { values.pop().unwrap_or_default() };
+    // A clone shares the tree (its nodes are reference counted): see `Output::input`.
+    let kept = value.clone();
     let ctx = Ctx::<D>::new(&filter.lut, Vars::new([]));
     let mut results = Vec::new();
     let mut bytes = 0usize;
@@ -351,7 +358,7 @@ fn execute(code: &str, input: Input) -> Result<Output, ToolError> {
             }
         }
     }
-    Ok(Output { results, stopped })
+    Ok(Output { results, stopped, input: kept })
 }
 
 /// A result's size as compact JSON, roughly (the output limit's measure), without writing it.
