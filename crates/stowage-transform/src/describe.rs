@@ -98,6 +98,25 @@ pub fn describe_items<'a>(items: impl IntoIterator<Item = &'a Value>) -> Shape {
     shape
 }
 
+/// Describes JSON text as [`describe`] describes its parsed value, in one read and without
+/// building the value: memory follows the shape (its paths and remembered values), not the
+/// document, which a parsed 10 MB document would hold about sixteen times over. A first,
+/// byte-level pass finds the objects read as maps (more than [`MAP_KEYS`] keys), since
+/// whether an object's keys are paths must be known before its first key is. The error is
+/// serde_json's, as parsing the text would give it.
+pub fn describe_json(text: &str) -> Result<Shape, serde_json::Error> {
+    use serde::de::DeserializeSeed as _;
+    let mut walk = stream::Walk {
+        shape: Shape { nodes: vec![Node { path: ".".into(), ..Node::default() }], left_out: 0 },
+        maps: stream::wide_objects(text.as_bytes()),
+        objects: 0,
+    };
+    let mut de = serde_json::Deserializer::from_str(text);
+    stream::At { walk: &mut walk, at: 0 }.deserialize(&mut de)?;
+    de.end()?;
+    Ok(walk.shape)
+}
+
 impl Shape {
     /// Paths not described because [`MAX_PATHS`] were already.
     pub fn paths_left_out(&self) -> u64 {
@@ -177,12 +196,7 @@ impl Shape {
             Value::Object(map) => {
                 self.nodes[at].types[0] += 1;
                 if map.len() > MAP_KEYS {
-                    let node = &mut self.nodes[at];
-                    node.maps += 1;
-                    node.map_keys_max = node.map_keys_max.max(map.len());
-                    if node.map_key_example.is_none() {
-                        node.map_key_example = map.keys().next().map(|k| cut(k));
-                    }
+                    self.map(at, map.len(), map.keys().next().map_or("", String::as_str));
                     let item = self.items_of(at);
                     for v in map.values() {
                         self.visit(item, v);
@@ -195,11 +209,7 @@ impl Shape {
                 }
             }
             Value::Array(items) => {
-                let node = &mut self.nodes[at];
-                let first = node.types[1] == 0;
-                node.types[1] += 1;
-                node.len_min = if first { items.len() } else { node.len_min.min(items.len()) };
-                node.len_max = node.len_max.max(items.len());
+                self.array(at, items.len());
                 if !items.is_empty() {
                     let item = self.items_of(at);
                     for v in items {
@@ -207,29 +217,54 @@ impl Shape {
                     }
                 }
             }
-            Value::String(s) => {
-                let chars = if s.len() < 64 { s.len() } else { s.chars().count() };
-                let node = &mut self.nodes[at];
-                let first = node.types[2] == 0;
-                node.types[2] += 1;
-                node.str_min = if first { chars } else { node.str_min.min(chars) };
-                node.str_max = node.str_max.max(chars);
-                self.remember(at, || serde_json::to_string(&cut(s)).unwrap_or_default());
-            }
-            Value::Number(n) => {
-                let f = n.as_f64().unwrap_or(0.0);
-                let node = &mut self.nodes[at];
-                let first = node.types[3] + node.types[4] == 0;
-                node.types[if n.is_f64() { 4 } else { 3 }] += 1;
-                node.min = if first { f } else { node.min.min(f) };
-                node.max = if first { f } else { node.max.max(f) };
-                self.remember(at, || n.to_string());
-            }
-            Value::Bool(b) => {
-                self.nodes[at].types[5] += 1;
-                self.remember(at, || b.to_string());
-            }
+            Value::String(s) => self.string(at, s),
+            Value::Number(n) => self.number(at, n),
+            Value::Bool(b) => self.boolean(at, *b),
             Value::Null => self.nodes[at].types[6] += 1,
+        }
+    }
+
+    fn string(&mut self, at: usize, s: &str) {
+        let chars = if s.len() < 64 { s.len() } else { s.chars().count() };
+        let node = &mut self.nodes[at];
+        let first = node.types[2] == 0;
+        node.types[2] += 1;
+        node.str_min = if first { chars } else { node.str_min.min(chars) };
+        node.str_max = node.str_max.max(chars);
+        self.remember(at, || serde_json::to_string(&cut(s)).unwrap_or_default());
+    }
+
+    fn number(&mut self, at: usize, n: &serde_json::Number) {
+        let f = n.as_f64().unwrap_or(0.0);
+        let node = &mut self.nodes[at];
+        let first = node.types[3] + node.types[4] == 0;
+        node.types[if n.is_f64() { 4 } else { 3 }] += 1;
+        node.min = if first { f } else { node.min.min(f) };
+        node.max = if first { f } else { node.max.max(f) };
+        self.remember(at, || n.to_string());
+    }
+
+    fn boolean(&mut self, at: usize, b: bool) {
+        self.nodes[at].types[5] += 1;
+        self.remember(at, || b.to_string());
+    }
+
+    /// An array of `len` items seen at `at` (its items described on their own).
+    fn array(&mut self, at: usize, len: usize) {
+        let node = &mut self.nodes[at];
+        let first = node.types[1] == 0;
+        node.types[1] += 1;
+        node.len_min = if first { len } else { node.len_min.min(len) };
+        node.len_max = node.len_max.max(len);
+    }
+
+    /// An object of `keys` keys read as a map at `at`, `example` its first key.
+    fn map(&mut self, at: usize, keys: usize, example: &str) {
+        let node = &mut self.nodes[at];
+        node.maps += 1;
+        node.map_keys_max = node.map_keys_max.max(keys);
+        if node.map_key_example.is_none() {
+            node.map_key_example = Some(cut(example));
         }
     }
 
@@ -337,6 +372,216 @@ impl Shape {
     }
 }
 
+/// [`describe_json`]'s walk: serde visitors that describe each value as the parser meets it.
+mod stream {
+    use std::borrow::Cow;
+    use std::fmt;
+
+    use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+
+    use super::{MAP_KEYS, Shape};
+
+    /// The shape so far, the objects read as maps (see [`wide_objects`]) and how many objects
+    /// the walk has met (its position in that list).
+    pub(super) struct Walk {
+        pub(super) shape: Shape,
+        pub(super) maps: Vec<(u32, u32)>,
+        pub(super) objects: u32,
+    }
+
+    /// The objects of `json` with more than [`MAP_KEYS`] keys, as (their number in document
+    /// order of their `{`, their key count), in that order. Valid JSON is assumed: for text
+    /// that is not, the parse that follows fails and this answer is not used.
+    pub(super) fn wide_objects(json: &[u8]) -> Vec<(u32, u32)> {
+        // Per open container: its object number (objects only), entries so far, and
+        // whether anything was in it.
+        let mut open: Vec<(Option<u32>, u32, bool)> = Vec::new();
+        let (mut objects, mut wide) = (0u32, Vec::new());
+        let (mut in_string, mut escaped) = (false, false);
+        for &b in json {
+            if in_string {
+                match b {
+                    _ if escaped => escaped = false,
+                    b'\\' => escaped = true,
+                    b'"' => in_string = false,
+                    _ => {}
+                }
+                continue;
+            }
+            if !b.is_ascii_whitespace()
+                && !matches!(b, b'}' | b']')
+                && let Some(top) = open.last_mut()
+            {
+                top.2 = true;
+            }
+            match b {
+                b'"' => in_string = true,
+                b'{' => {
+                    open.push((Some(objects), 0, false));
+                    objects += 1;
+                }
+                b'[' => open.push((None, 0, false)),
+                b',' => {
+                    if let Some(top) = open.last_mut() {
+                        top.1 += 1;
+                    }
+                }
+                b'}' | b']' => {
+                    if let Some((Some(n), commas, any)) = open.pop() {
+                        let keys = commas + u32::from(any);
+                        if keys as usize > MAP_KEYS {
+                            wide.push((n, keys));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        wide.sort_unstable();
+        wide
+    }
+
+    /// Describes the next value at node `at` (`usize::MAX`: past the path cap, counted only).
+    pub(super) struct At<'w> {
+        pub(super) walk: &'w mut Walk,
+        pub(super) at: usize,
+    }
+
+    /// Describes the next value as an item of the array (or map) at node `parent`; the items'
+    /// node is made when the first item comes, as for a parsed value.
+    struct ItemOf<'w> {
+        walk: &'w mut Walk,
+        parent: usize,
+    }
+
+    /// A key, borrowed from the text unless it had escapes.
+    struct Key;
+
+    impl<'de> DeserializeSeed<'de> for At<'_> {
+        type Value = ();
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> DeserializeSeed<'de> for ItemOf<'_> {
+        type Value = ();
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            let at = if self.parent == usize::MAX { usize::MAX } else { self.walk.shape.items_of(self.parent) };
+            d.deserialize_any(At { walk: self.walk, at })
+        }
+    }
+
+    impl<'de> DeserializeSeed<'de> for Key {
+        type Value = Cow<'de, str>;
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Cow<'de, str>, D::Error> {
+            d.deserialize_str(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Key {
+        type Value = Cow<'de, str>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a key")
+        }
+        fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Cow<'de, str>, E> {
+            Ok(Cow::Borrowed(s))
+        }
+        fn visit_str<E: de::Error>(self, s: &str) -> Result<Cow<'de, str>, E> {
+            Ok(Cow::Owned(s.to_owned()))
+        }
+    }
+
+    impl<'de> Visitor<'de> for At<'_> {
+        type Value = ();
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON value")
+        }
+
+        fn visit_bool<E: de::Error>(self, b: bool) -> Result<(), E> {
+            if self.at != usize::MAX {
+                self.walk.shape.boolean(self.at, b);
+            }
+            Ok(())
+        }
+
+        fn visit_i64<E: de::Error>(self, n: i64) -> Result<(), E> {
+            self.number(n.into())
+        }
+
+        fn visit_u64<E: de::Error>(self, n: u64) -> Result<(), E> {
+            self.number(n.into())
+        }
+
+        fn visit_f64<E: de::Error>(self, f: f64) -> Result<(), E> {
+            // serde_json reads no NaN or infinity, so every float it hands over is a Number.
+            serde_json::Number::from_f64(f).map_or(Ok(()), |n| self.number(n))
+        }
+
+        fn visit_str<E: de::Error>(self, s: &str) -> Result<(), E> {
+            if self.at != usize::MAX {
+                self.walk.shape.string(self.at, s);
+            }
+            Ok(())
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+            if self.at != usize::MAX {
+                self.walk.shape.nodes[self.at].types[6] += 1;
+            }
+            Ok(())
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            let mut len = 0usize;
+            while seq.next_element_seed(ItemOf { walk: &mut *self.walk, parent: self.at })?.is_some() {
+                len += 1;
+            }
+            if self.at != usize::MAX {
+                self.walk.shape.array(self.at, len);
+            }
+            Ok(())
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            let number = self.walk.objects;
+            self.walk.objects += 1;
+            let wide = self.walk.maps.binary_search_by_key(&number, |(n, _)| *n).ok().map(|i| self.walk.maps[i].1);
+            let at = self.at;
+            if at != usize::MAX {
+                self.walk.shape.nodes[at].types[0] += 1;
+            }
+            let mut first = true;
+            while let Some(key) = map.next_key_seed(Key)? {
+                match wide {
+                    Some(keys) => {
+                        if first && at != usize::MAX {
+                            self.walk.shape.map(at, keys as usize, &key);
+                        }
+                        map.next_value_seed(ItemOf { walk: &mut *self.walk, parent: at })?;
+                    }
+                    None => {
+                        let child = if at == usize::MAX { usize::MAX } else { self.walk.shape.child(at, &key) };
+                        map.next_value_seed(At { walk: &mut *self.walk, at: child })?;
+                    }
+                }
+                first = false;
+            }
+            Ok(())
+        }
+    }
+
+    impl At<'_> {
+        fn number<E>(self, n: serde_json::Number) -> Result<(), E> {
+            if self.at != usize::MAX {
+                self.walk.shape.number(self.at, &n);
+            }
+            Ok(())
+        }
+    }
+}
+
 /// A key as jq writes it after a path: `.name`, or `["odd key"]`.
 fn jq_key(key: &str) -> String {
     let ident = key.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
@@ -398,6 +643,36 @@ mod tests {
         let deep = json!({"a": {"b": {"c": {"d": {"e": [1, 2, 3]}}}}, "z": 1});
         let small = describe(&deep).render(200);
         assert!(small.len() <= 200 && small.contains(".z: ") && small.contains("deeper paths left out"), "{small}");
+    }
+
+    /// The streaming walk reads what the value walk reads, line for line.
+    #[test]
+    fn reading_the_text_describes_what_parsing_it_would() {
+        let by_id: serde_json::Map<String, Value> = (0..100).map(|i| (format!("O-{i}"), json!({"n": i, "ok": i % 3 == 0}))).collect();
+        let docs = [
+            json!({"orders": [{"id": "a\"b{", "total": 1.5, "tags": []}, {"id": "c", "total": 2, "tags": ["x", null]}], "by id": by_id, "n": -3}),
+            json!([[], [[1, 2.25e3]], {"": {"deep": [true, false, null]}}]),
+            json!("just a string"),
+            json!({"wide": (0..65).map(|i| (format!("k{i}"), json!(i))).collect::<serde_json::Map<_, _>>(), "narrow": (0..64).map(|i| (format!("k{i}"), json!(i))).collect::<serde_json::Map<_, _>>()}),
+            json!((0..3000).map(|i| json!({format!("k{i}"): {"v": i}})).collect::<Vec<_>>()),
+        ];
+        for doc in docs {
+            let text = doc.to_string();
+            let parsed = describe(&doc);
+            let streamed = describe_json(&text).unwrap();
+            assert_eq!(streamed.render(usize::MAX), parsed.render(usize::MAX), "{}", &text[..text.len().min(300)]);
+            assert_eq!(streamed.paths_left_out(), parsed.paths_left_out());
+            let pretty = serde_json::to_string_pretty(&doc).unwrap();
+            assert_eq!(describe_json(&pretty).unwrap().render(usize::MAX), parsed.render(usize::MAX));
+        }
+    }
+
+    #[test]
+    fn text_that_is_not_json_fails_as_parsing_it_would() {
+        for bad in ["{\"a\": ", "[1, 2] 3", "{\"a\": 1}\n{\"a\": 2}", "nul", ""] {
+            let want = serde_json::from_str::<Value>(bad).unwrap_err().to_string();
+            assert_eq!(describe_json(bad).unwrap_err().to_string(), want, "{bad:?}");
+        }
     }
 
     #[test]

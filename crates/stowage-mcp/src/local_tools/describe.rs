@@ -70,24 +70,7 @@ fn describe(
     size: &str,
     hints: &ReadHints,
 ) -> Result<Value, ToolError> {
-    let (format, value) = match format {
-        Some(f) => (f, input::parse(ARTIFACT_DESCRIBE_TOOL, id, text, f)?),
-        None => sniff(id, text)?,
-    };
-    let value = match pointer {
-        Some(p) => value
-            .pointer(p)
-            .cloned()
-            .ok_or_else(|| ToolError::bad_request(format!("artifact_describe: pointer {p:?} selects nothing in artifact {id}")))?,
-        None => value,
-    };
-    let shape = match (&value, format) {
-        (Value::Array(rows), Format::Csv | Format::Tsv | Format::Ndjson) if pointer.is_none() => {
-            stowage_transform::describe::describe_items(rows.iter())
-        }
-        _ => stowage_transform::describe::describe(&value),
-    };
-    drop(value);
+    let (format, shape) = shape_of(id, text, format, pointer)?;
     let mut budget = hints.text_budget;
     let mut text = shape.render(budget);
     for _ in 0..4 {
@@ -115,6 +98,47 @@ fn describe(
     facts.insert("format".into(), json!(format.name()));
     facts.insert("paths".into(), json!(shape.paths()));
     Ok(hints.answer(header, text, facts))
+}
+
+/// The text's shape, read as `format` (or as the first of JSON, NDJSON and CSV that fits),
+/// of the part at `pointer` if one is given. JSON is described as it is read, without
+/// building it; the rest (and a part) are parsed first.
+fn shape_of(
+    id: &str,
+    text: &str,
+    format: Option<Format>,
+    pointer: Option<&str>,
+) -> Result<(Format, stowage_transform::describe::Shape), ToolError> {
+    if pointer.is_none() && matches!(format, None | Some(Format::Json)) {
+        match stowage_transform::describe::describe_json(text) {
+            Ok(shape) => return Ok((Format::Json, shape)),
+            Err(e) if format.is_some() => return Err(input::not_json(ARTIFACT_DESCRIBE_TOOL, id, &e)),
+            // Not JSON: found below as what it is, or named.
+            Err(_) => {}
+        }
+    }
+    let (format, value) = match format {
+        Some(f) => (f, input::parse(ARTIFACT_DESCRIBE_TOOL, id, text, f)?),
+        None => sniff(id, text)?,
+    };
+    let value = match pointer {
+        Some(p) => value
+            .pointer(p)
+            .cloned()
+            .ok_or_else(|| ToolError::bad_request(format!("artifact_describe: pointer {p:?} selects nothing in artifact {id}")))?,
+        None => value,
+    };
+    let shape = match (&value, format) {
+        (Value::Array(rows), Format::Csv | Format::Tsv | Format::Ndjson) if pointer.is_none() => {
+            stowage_transform::describe::describe_items(rows.iter())
+        }
+        _ => stowage_transform::describe::describe(&value),
+    };
+    if text.len() >= CPU_POOL_BYTES {
+        // Freed after the answer has gone (a parsed document is a node per value).
+        crate::cpu_pool::drop_later(value);
+    }
+    Ok((format, shape))
 }
 
 /// The first of JSON, NDJSON and CSV that reads the text whole.
