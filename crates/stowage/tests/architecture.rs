@@ -685,3 +685,16 @@ fn the_gateway_core_sets_nothing_late() {
         .collect();
     assert!(late.is_empty(), "OnceLock in the gateway core (give it to GatewayBuilder instead): {}", late.join(", "));
 }
+
+/// ARCHITECTURE.md, "Invariants": `Gateway`'s state is a few named parts (lists, clients,
+/// parts, lifecycle), each a struct with its fields documented, not one flat struct that
+/// every concern reaches into.
+#[test]
+fn the_gateway_is_a_few_named_parts() {
+    let text = std::fs::read_to_string(root().join("crates/stowage-mcp/src/gateway/mod.rs")).unwrap();
+    let start = text.find("pub struct Gateway {").expect("Gateway is defined in the gateway core's mod.rs");
+    let body = &text[start..start + text[start..].find("\n}\n").expect("the struct ends")];
+    let fields: Vec<&str> =
+        body.lines().skip(1).map(str::trim).filter(|l| !l.starts_with("//") && !l.starts_with("#[") && l.contains(':')).collect();
+    assert!((2..=8).contains(&fields.len()), "Gateway has {} fields (at most 8):\n{}", fields.len(), fields.join("\n"));
+}

@@ -119,7 +119,7 @@ impl FinishGuard<'_> {
     fn finish(&mut self, outcome: CallOutcome, error: Option<String>, sizes: [u64; 4], artifacts: usize) {
         self.armed = false;
         let [bytes_in, bytes_out, tokens_in, tokens_out] = sizes;
-        self.gw.events.publish(GatewayEvent::ToolCallFinished {
+        self.gw.parts.events.publish(GatewayEvent::ToolCallFinished {
             call: self.call,
             owner: self.owner.clone(),
             tool: self.tool.clone(),
@@ -159,8 +159,9 @@ impl Gateway {
         let mut params = json!({"name": name, "arguments": arguments});
         let outbox = match opts.progress {
             Some(o) => {
-                let token =
-                    opts.progress_token.unwrap_or_else(|| json!(format!("in-process-{}", self.next_token.fetch_add(1, Ordering::Relaxed))));
+                let token = opts
+                    .progress_token
+                    .unwrap_or_else(|| json!(format!("in-process-{}", self.clients.next_token.fetch_add(1, Ordering::Relaxed))));
                 params["_meta"] = json!({"progressToken": token});
                 o
             }
@@ -212,10 +213,10 @@ impl Gateway {
             scope.trace_id = trace;
         }
         #[cfg(feature = "test-hooks")]
-        if self.fault.lock().as_deref() == Some(name.as_str()) {
+        if self.life.fault.lock().as_deref() == Some(name.as_str()) {
             panic!("fault injected on purpose in tool {name}");
         }
-        let start = CallStart { id: self.next_call.fetch_add(1, Ordering::Relaxed), name, host, scope };
+        let start = CallStart { id: self.clients.next_call.fetch_add(1, Ordering::Relaxed), name, host, scope };
         if let Some(reply) = self.call_own_tool(session, &params, outbox, &start).await {
             return Ok(reply);
         }
@@ -259,10 +260,10 @@ impl Gateway {
         let started = Instant::now();
         let args = params.get("arguments").cloned().unwrap_or(json!({}));
         let result = if let Some((apps, store)) = apps {
-            let result = apps.call(name, scope, &args, store, self.links.as_ref()).await;
+            let result = apps.call(name, scope, &args, store, self.parts.links.as_ref()).await;
             if name != crate::apps::ARTIFACT_VIEW_TOOL {
                 // An app-only tool: its answer goes to the view, never to a model.
-                let shaped = self.shaper.shape_app(result);
+                let shaped = self.parts.shaper.shape_app(result);
                 return Some(CallReply::Rewritten(
                     shaped.value,
                     local_report(start.id, name.to_owned(), "stowage".into(), started, &shaped.figures),
@@ -299,7 +300,12 @@ impl Gateway {
         let CallStart { id: call, name, host, scope } = start;
         let owner = EventOwner::from(&scope);
         let upstream = self.upstreams[tool.upstream].name().to_owned();
-        self.events.publish(GatewayEvent::ToolCallStarted { call, owner: owner.clone(), tool: name.clone(), upstream: upstream.clone() });
+        self.parts.events.publish(GatewayEvent::ToolCallStarted {
+            call,
+            owner: owner.clone(),
+            tool: name.clone(),
+            upstream: upstream.clone(),
+        });
         let mut guard = FinishGuard {
             gw: self,
             call,
@@ -316,7 +322,7 @@ impl Gateway {
             Ok(m) => {
                 if !m.filled.is_empty() {
                     let inputs = m.filled.clone();
-                    self.events.publish(GatewayEvent::InputsFilled { call, owner: owner.clone(), tool: name.clone(), inputs });
+                    self.parts.events.publish(GatewayEvent::InputsFilled { call, owner: owner.clone(), tool: name.clone(), inputs });
                 }
                 m
             }
@@ -360,14 +366,14 @@ impl Gateway {
         let ctx = CallContext { tool: tool.original.clone(), upstream: upstream.clone(), scope, output_schema: tool.output_schema.clone() };
         let original = keep_original.then(|| raw.get().to_owned());
         let job = self.job(&ctx, &host);
-        let mut draft = self.shaper.prepare(job, raw.into_string()).await;
+        let mut draft = self.parts.shaper.prepare(job, raw.into_string()).await;
         // The gateway's additions go in after the offload (the pipeline never sees, or
         // offloads, what is injected) and before the final limit (which holds for them too).
         if !chain.slots.is_empty() || !chain.filled.is_empty() {
-            crate::chaining::inject(self.links.as_ref(), &chain.slots, &chain.filled, draft.value_mut());
+            crate::chaining::inject(self.parts.links.as_ref(), &chain.slots, &chain.filled, draft.value_mut());
         }
         self.auto_read_links(session, &mut draft, outbox).await;
-        let shaped = self.shaper.finish(job, draft).await;
+        let shaped = self.parts.shaper.finish(job, draft).await;
         let (result, mut report) = self.publish_shaped(call, &owner, &name, &ctx, shaped, &mut guard);
         report.original = original;
         Ok(CallReply::Rewritten(result, report))
@@ -375,10 +381,10 @@ impl Gateway {
 
     /// Shapes one tool result (of `tasks/result`) for `session`, publishing what happened.
     pub(super) async fn rewrite_tool_result(self: &Arc<Self>, session: &Session, ctx: CallContext, raw: Raw) -> Value {
-        let call = self.next_call.fetch_add(1, Ordering::Relaxed);
+        let call = self.clients.next_call.fetch_add(1, Ordering::Relaxed);
         let owner = EventOwner::from(&session.scope);
         let name = ctx.tool.clone();
-        self.events.publish(GatewayEvent::ToolCallStarted {
+        self.parts.events.publish(GatewayEvent::ToolCallStarted {
             call,
             owner: owner.clone(),
             tool: name.clone(),
@@ -395,14 +401,14 @@ impl Gateway {
             started: Instant::now(),
             armed: true,
         };
-        let shaped = self.shaper.shape(self.job(&ctx, &host), raw.into_string()).await;
+        let shaped = self.parts.shaper.shape(self.job(&ctx, &host), raw.into_string()).await;
         self.publish_shaped(call, &owner, &name, &ctx, shaped, &mut guard).0
     }
 
     /// What the shaper needs of the gateway for one answer: the call, the host, and where
     /// previews read originals.
     pub(super) fn job<'a>(&'a self, ctx: &'a CallContext, host: &'a crate::hosts::HostProfile) -> Job<'a> {
-        Job { ctx, host, store: self.artifacts.as_ref(), preview: &self.hosts().preview }
+        Job { ctx, host, store: self.parts.artifacts.as_ref(), preview: &self.hosts().preview }
     }
 
     /// Publishes what shaping a tool result came to (its artifacts, a final limit that acted,
@@ -420,11 +426,11 @@ impl Gateway {
         let Shaped { value, report, error, figures } = shaped;
         if let Some(report) = &report {
             for a in &report.artifacts {
-                self.events.publish(GatewayEvent::offloaded(call, owner.clone(), name, a));
+                self.parts.events.publish(GatewayEvent::offloaded(call, owner.clone(), name, a));
             }
             // Safety-net values the store refused were cut or withheld instead: the call went on.
             for w in report.store_failures() {
-                self.events.publish(GatewayEvent::StoreFailed {
+                self.parts.events.publish(GatewayEvent::StoreFailed {
                     call,
                     owner: owner.clone(),
                     tool: name.to_owned(),
@@ -434,7 +440,7 @@ impl Gateway {
             }
         }
         if figures.fitted {
-            self.events.publish(GatewayEvent::Clamped {
+            self.parts.events.publish(GatewayEvent::Clamped {
                 call,
                 owner: owner.clone(),
                 tool: name.to_owned(),
@@ -443,7 +449,7 @@ impl Gateway {
             });
         }
         if let Some(e) = error.as_ref().filter(|e| e.kind != FailureKind::Invalid) {
-            self.events.publish(GatewayEvent::StoreFailed {
+            self.parts.events.publish(GatewayEvent::StoreFailed {
                 call,
                 owner: owner.clone(),
                 tool: name.to_owned(),
@@ -487,7 +493,7 @@ impl Gateway {
     /// tools, the apps' tools): through the shaper for the caller's host, which measures it.
     async fn answered_here(&self, start: &CallStart, upstream: String, started: Instant, result: Value) -> CallReply {
         let ctx = CallContext { tool: start.name.clone(), upstream: upstream.clone(), scope: start.scope.clone(), output_schema: None };
-        let shaped = self.shaper.shape_local(self.job(&ctx, &start.host), result).await;
+        let shaped = self.parts.shaper.shape_local(self.job(&ctx, &start.host), result).await;
         let report = local_report(start.id, start.name.clone(), upstream, started, &shaped.figures);
         CallReply::Rewritten(shaped.value, report)
     }
@@ -501,10 +507,10 @@ impl Gateway {
         scope: &stowage_core::ArtifactScope,
         params: &mut Value,
     ) -> Result<ChainCall, crate::local_tools::ToolError> {
-        let buckets = crate::chaining::StoreBuckets(self.artifacts.as_ref());
+        let buckets = crate::chaining::StoreBuckets(self.parts.artifacts.as_ref());
         let env = crate::chaining::InputEnv {
-            store: self.artifacts.as_ref(),
-            signer: self.links.as_ref().map(stowage_http::LinkService::signer),
+            store: self.parts.artifacts.as_ref(),
+            signer: self.parts.links.as_ref().map(stowage_http::LinkService::signer),
             config: &self.config.chaining,
             s3: &buckets,
         };
@@ -513,8 +519,8 @@ impl Gateway {
         if let Some(fields) = &tool.blobs {
             let arguments = params.as_object_mut().map(|p| p.entry("arguments").or_insert_with(|| json!({})));
             if let Some(arguments) = arguments {
-                chain.slots = crate::chaining::translate_blobs(&env, self.links.as_ref(), name, fields, scope, arguments).await?;
-                chain.links = self.links.as_ref().filter(|_| !chain.slots.is_empty()).cloned();
+                chain.slots = crate::chaining::translate_blobs(&env, self.parts.links.as_ref(), name, fields, scope, arguments).await?;
+                chain.links = self.parts.links.as_ref().filter(|_| !chain.slots.is_empty()).cloned();
             }
             return Ok(chain);
         }
@@ -533,15 +539,15 @@ impl Gateway {
     /// through: never a fallback to inline base64.
     pub(super) async fn scrub(&self, session: &Session, upstream: &str, what: &str, payload: Value) -> Value {
         let ctx = CallContext { tool: what.to_owned(), upstream: upstream.to_owned(), scope: session.scope.clone(), output_schema: None };
-        match self.shaper.offload_payload(&ctx, payload.to_string()).await {
+        match self.parts.shaper.offload_payload(&ctx, payload.to_string()).await {
             Ok(off) => {
                 for a in &off.report.artifacts {
-                    self.events.publish(GatewayEvent::offloaded(0, EventOwner::from(&session.scope), what, a));
+                    self.parts.events.publish(GatewayEvent::offloaded(0, EventOwner::from(&session.scope), what, a));
                 }
                 off.value
             }
             Err(e) => {
-                self.events.publish(GatewayEvent::StoreFailed {
+                self.parts.events.publish(GatewayEvent::StoreFailed {
                     call: 0,
                     owner: EventOwner::from(&session.scope),
                     tool: what.to_owned(),

@@ -126,9 +126,9 @@ impl Gateway {
         conn: &Conn,
         epoch: u64,
     ) -> Result<OwnList, GatewayError> {
-        let fetching = self.pristine_lists[i].fetching.clone();
+        let fetching = self.lists.pristine[i].fetching.clone();
         let _one_at_a_time = fetching.lock().await;
-        if let Some(l) = self.pristine_lists[i].kept.lock().get(&conn.id).filter(|l| l.epoch == epoch) {
+        if let Some(l) = self.lists.pristine[i].kept.lock().get(&conn.id).filter(|l| l.epoch == epoch) {
             return Ok(l.clone());
         }
         let mut list = self.fetch_own(session, i, conn).await?;
@@ -136,7 +136,7 @@ impl Gateway {
         list.pristine = true;
         // A listing that raced a change is not kept (the next client lists again).
         if self.pristine_epoch(i) == epoch {
-            let mut kept = self.pristine_lists[i].kept.lock();
+            let mut kept = self.lists.pristine[i].kept.lock();
             // One entry per pristine session (per identity); those of sessions since closed go.
             if kept.len() >= 64 {
                 kept.clear();
@@ -148,15 +148,15 @@ impl Gateway {
 
     /// Which of upstream `i`'s pristine listings is current.
     fn pristine_epoch(&self, i: usize) -> u64 {
-        self.pristine_lists[i].epoch.load(std::sync::atomic::Ordering::SeqCst)
+        self.lists.pristine[i].epoch.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// A pristine session of upstream `i` said its lists changed (`conn`): its listing is
     /// fetched again, and every client that listed from it is told.
     pub(super) fn pristine_lists_changed(&self, i: usize, conn: u64, msg: &Message) {
-        self.pristine_lists[i].epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.pristine_lists[i].kept.lock().clear();
-        for s in self.sessions.live() {
+        self.lists.pristine[i].epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.lists.pristine[i].kept.lock().clear();
+        for s in self.clients.sessions.live() {
             let listed_there = s.own_lists.lock().by_upstream.get(&i).is_some_and(|l| l.conn == conn);
             if listed_there {
                 s.notify(msg);
@@ -169,7 +169,7 @@ impl Gateway {
     /// and the rest as its own name; without, the only upstream. `None` when no upstream is
     /// named (the gateway then answers that it knows no such name).
     pub(super) fn unlisted(&self, name: &str) -> Option<crate::router::Exposed> {
-        let (upstream, original) = if self.prefix {
+        let (upstream, original) = if self.lists.prefix {
             let sep = &self.config.separator;
             self.upstreams
                 .iter()
@@ -197,7 +197,7 @@ impl Gateway {
     /// listed so far in place of their upstreams' entries (never lists anything itself). A
     /// client whose sessions list what the catalog lists shares the catalog.
     pub(super) fn catalog_for(&self, session: &Session) -> Arc<Catalog> {
-        let generation = self.generation.load(std::sync::atomic::Ordering::SeqCst);
+        let generation = self.lists.generation.load(std::sync::atomic::Ordering::SeqCst);
         let global = self.catalog();
         let mut own = session.own_lists.lock();
         if own.by_upstream.is_empty() {
@@ -208,7 +208,7 @@ impl Gateway {
         {
             return built.clone().unwrap_or(global);
         }
-        let mut lists = self.lists.lock().clone();
+        let mut lists = self.lists.seen.lock().clone();
         let mut differs = false;
         for (&i, mine) in &own.by_upstream {
             let Some(l) = lists.get_mut(i) else { continue };
@@ -223,7 +223,7 @@ impl Gateway {
             }
         }
         let built = differs.then(|| {
-            let mut catalog = Catalog::build(&lists, self.prefix, &self.config.separator);
+            let mut catalog = Catalog::build(&lists, self.lists.prefix, &self.config.separator);
             self.chain_quietly(&mut catalog);
             Arc::new(catalog)
         });
@@ -316,7 +316,7 @@ impl Gateway {
                 let reply = match u.request(method, params.as_ref(), timeout).await {
                     Ok(r) => r,
                     // Stopping cuts short a refresh in flight: not a failure to report.
-                    Err(_) if self.shutdown.is_cancelled() => return true,
+                    Err(_) if self.life.shutdown.is_cancelled() => return true,
                     Err(e) => {
                         tracing::warn!(target: "stowage::upstream", upstream = %u.name(), "{method} failed (will retry): {e}");
                         complete = false;
@@ -355,13 +355,13 @@ impl Gateway {
     /// order, or the later list's tools would vanish until its next refresh.
     fn set_lists(&self, index: usize, lists: UpstreamLists) {
         let catalog = {
-            let mut all = self.lists.lock();
+            let mut all = self.lists.seen.lock();
             all[index] = lists;
-            let mut catalog = Catalog::build(&all, self.prefix, &self.config.separator);
+            let mut catalog = Catalog::build(&all, self.lists.prefix, &self.config.separator);
             self.chain_detected(&mut catalog, index);
             let catalog = Arc::new(catalog);
-            *self.catalog.write() = catalog.clone();
-            self.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            *self.lists.catalog.write() = catalog.clone();
+            self.lists.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             catalog
         };
         for c in &catalog.collisions {
@@ -375,7 +375,7 @@ impl Gateway {
     /// Keeps a complete listing of upstream `index` in the state directory (when it changed),
     /// off the runtime's workers: it is what the catalog shows while the upstream is down.
     fn keep_listing(&self, index: usize, lists: &UpstreamLists) {
-        let Some(dir) = self.state_dir.clone() else { return };
+        let Some(dir) = self.lists.state_dir.clone() else { return };
         let spec = self.upstreams[index].spec.clone();
         if matches!(spec.transport, crate::config::TransportSpec::Demo) {
             // In process: never down, so nothing to show in its place.
@@ -383,7 +383,7 @@ impl Gateway {
         }
         let bytes = last_seen::encode(&spec, lists);
         {
-            let mut kept = self.kept.lock();
+            let mut kept = self.lists.kept.lock();
             if kept[index].as_ref() == Some(&bytes) {
                 return;
             }
@@ -397,14 +397,14 @@ impl Gateway {
     fn show_standin(&self, index: usize, reason: &str) -> bool {
         let u = &self.upstreams[index];
         {
-            let lists = self.lists.lock();
+            let lists = self.lists.seen.lock();
             let l = &lists[index];
             if !(l.tools.is_empty() && l.prompts.is_empty() && l.resources.is_empty() && l.templates.is_empty()) {
                 return false;
             }
         }
         tracing::info!(target: "stowage::upstream", upstream = %u.name(), "listed as unavailable until it starts: {reason}");
-        self.set_lists(index, last_seen::standin(u.name(), reason, self.prefix, &self.config.separator));
+        self.set_lists(index, last_seen::standin(u.name(), reason, self.lists.prefix, &self.config.separator));
         true
     }
 }
@@ -547,7 +547,7 @@ pub(super) async fn refresh_loop(gw: Weak<Gateway>, index: usize) {
     let mut watch_down = true;
     loop {
         let Some(stale) = gw.upgrade().map(|g| g.upstreams[index].clone()) else { return };
-        let shutdown = gw.upgrade().map(|g| g.shutdown.clone());
+        let shutdown = gw.upgrade().map(|g| g.life.shutdown.clone());
         let Some(shutdown) = shutdown else { return };
         let mut health = stale.watch_health();
         tokio::select! {
@@ -559,7 +559,7 @@ pub(super) async fn refresh_loop(gw: Weak<Gateway>, index: usize) {
                     _ => continue,
                 };
                 let Some(gw) = gw.upgrade() else { return };
-                if !gw.shutdown.is_cancelled() && gw.show_standin(index, &reason) && gw.has_clients() {
+                if !gw.life.shutdown.is_cancelled() && gw.show_standin(index, &reason) && gw.has_clients() {
                     gw.publish(&Message::notification("notifications/tools/list_changed", None));
                 }
                 continue;
@@ -570,7 +570,7 @@ pub(super) async fn refresh_loop(gw: Weak<Gateway>, index: usize) {
         tokio::time::sleep(DEBOUNCE).await;
         let Some(gw) = gw.upgrade() else { return };
         // It (re)connected or its lists changed: what it served before may have too.
-        gw.read_cache.forget_upstream(index);
+        gw.parts.read_cache.forget_upstream(index);
         let complete = gw.refresh(index).await;
         if complete {
             retry = RETRY_FIRST;
@@ -595,7 +595,7 @@ pub(super) async fn refresh_loop(gw: Weak<Gateway>, index: usize) {
             // waited for its lists (or saw them), so only earlier ones need telling.
             let announce = gw.has_clients();
             gw.upstreams[index].listed.store(true, std::sync::atomic::Ordering::SeqCst);
-            gw.ready.send_modify(|n| *n += 1);
+            gw.life.ready.send_modify(|n| *n += 1);
             if !announce {
                 continue;
             }

@@ -24,7 +24,7 @@ impl Gateway {
             }
         }
         if !tools.is_empty() {
-            self.events.publish(GatewayEvent::InputsDetected { upstream, tools });
+            self.parts.events.publish(GatewayEvent::InputsDetected { upstream, tools });
         }
     }
 

@@ -40,9 +40,14 @@ impl Pages for CallerPages<'_> {
         };
         let gw = self.gw;
         let upstream = gw.upstreams[exposed.upstream].name().to_owned();
-        let call = gw.next_call.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let call = gw.clients.next_call.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let owner = EventOwner::from(&self.session.scope);
-        gw.events.publish(GatewayEvent::ToolCallStarted { call, owner: owner.clone(), tool: tool.to_owned(), upstream: upstream.clone() });
+        gw.parts.events.publish(GatewayEvent::ToolCallStarted {
+            call,
+            owner: owner.clone(),
+            tool: tool.to_owned(),
+            upstream: upstream.clone(),
+        });
         let started = Instant::now();
         let params = json!({"name": exposed.original, "arguments": arguments});
         let reply = gw.forward(self.session, exposed.upstream, "tools/call", params, self.outbox).await;
@@ -68,7 +73,7 @@ impl Pages for CallerPages<'_> {
             Err(e) => (CallOutcome::Error, Some(e.to_string()), Err(ToolError::bad_request(format!("{tool}: {e}")))),
         };
         let bytes = result.as_ref().map_or(0, |(_, n)| *n);
-        gw.events.publish(GatewayEvent::ToolCallFinished {
+        gw.parts.events.publish(GatewayEvent::ToolCallFinished {
             call,
             owner,
             tool: tool.to_owned(),

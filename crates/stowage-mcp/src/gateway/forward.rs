@@ -44,10 +44,10 @@ struct Cleanup<'a> {
 impl Drop for Cleanup<'_> {
     fn drop(&mut self) {
         if let Some((conn, request)) = self.call {
-            self.gw.routes.end_call(conn, request);
+            self.gw.clients.routes.end_call(conn, request);
         }
         if let Some(t) = &self.token {
-            self.gw.routes.unmap_progress(t);
+            self.gw.clients.routes.unmap_progress(t);
         }
     }
 }
@@ -107,14 +107,14 @@ impl Gateway {
         // Progress tokens are mapped to gateway-unique ones: an upstream connection may be shared.
         let mut cleanup = Cleanup { gw: self, call: None, token: None };
         if let Some(original) = params.pointer("/_meta/progressToken").cloned() {
-            let mine = format!("stowage-p{}", self.next_token.fetch_add(1, Ordering::Relaxed));
+            let mine = format!("stowage-p{}", self.clients.next_token.fetch_add(1, Ordering::Relaxed));
             params["_meta"]["progressToken"] = json!(mine);
-            self.routes.map_progress(mine.clone(), original, outbox);
+            self.clients.routes.map_progress(mine.clone(), original, outbox);
             cleanup.token = Some(mine);
         }
         let conn = upstream.connection_for(session, need, timeout).await?;
         let out = conn.start(method, Some(to_raw(&params))).await?;
-        self.routes.begin_call(conn.id, out.id, session, outbox, crate::inputs::current());
+        self.clients.routes.begin_call(conn.id, out.id, session, outbox, crate::inputs::current());
         cleanup.call = Some((conn.id, out.id));
         let mut reply = out.wait(deadline.saturating_duration_since(Instant::now())).await?;
         // A stateless upstream asks for input by answering `input_required`: put each request
@@ -141,9 +141,9 @@ impl Gateway {
             }
             let out = conn.start(method, Some(to_raw(&params))).await?;
             if let Some((conn, request)) = cleanup.call.take() {
-                self.routes.end_call(conn, request);
+                self.clients.routes.end_call(conn, request);
             }
-            self.routes.begin_call(conn.id, out.id, session, outbox, crate::inputs::current());
+            self.clients.routes.begin_call(conn.id, out.id, session, outbox, crate::inputs::current());
             cleanup.call = Some((conn.id, out.id));
             reply = out.wait(deadline.saturating_duration_since(Instant::now())).await.map_err(|e: CallError| GatewayError::from(e))?;
         }
@@ -165,7 +165,7 @@ impl Gateway {
         let params = msg.params_value();
         let exchange = match params.get("requestState").and_then(Value::as_str) {
             Some(state) => {
-                let mut ex = self.exchanges.take(state, &owner).ok_or(GatewayError::UnknownRequestState)?;
+                let mut ex = self.clients.exchanges.take(state, &owner).ok_or(GatewayError::UnknownRequestState)?;
                 ex.answer(params.get("inputResponses").and_then(Value::as_object), outbox);
                 ex
             }
@@ -178,7 +178,7 @@ impl Gateway {
             Step::Done(out) => out,
             Step::NeedsInput(result, state, ex) => {
                 metrics::counter!("stowage_input_required_total").increment(1);
-                self.exchanges.park(state, ex, self.config.request_timeout());
+                self.clients.exchanges.park(state, ex, self.config.request_timeout());
                 Ok(Message::response(Value::Null, &result))
             }
         }
@@ -207,12 +207,13 @@ impl Gateway {
         // by the server; a client that declares roots later makes the server ask again
         // (`notifications/roots/list_changed`, see `client_initialized`).
         if matches!(target, Attribution::Nobody) && method == "roots/list" && !self.any_client_initialized() {
-            let mut ready = self.clients_initialized.subscribe();
+            let mut ready = self.clients.initialized.subscribe();
             let _ = tokio::time::timeout(ROOTS_HOLD.min(timeout), ready.wait_for(|n| *n > 0)).await;
-            match self.sessions.only_one().filter(|s| s.protocol.lock().is_some() && missing_capability(s, method, None).is_none()) {
+            match self.clients.sessions.only_one().filter(|s| s.protocol.lock().is_some() && missing_capability(s, method, None).is_none())
+            {
                 Some(s) => target = Attribution::Session(s),
                 None => {
-                    self.roots_owed.store(true, Ordering::SeqCst);
+                    self.clients.roots_owed.store(true, Ordering::SeqCst);
                     crate::routes::dropped(
                         "an upstream",
                         "a roots/list request at start-up no client with roots can answer (answered: no roots)",
@@ -264,7 +265,7 @@ impl Gateway {
         if let Some(id) = elicitation
             && answer.error.is_none()
         {
-            self.routes.elicitation_sent(&id, &session);
+            self.clients.routes.elicitation_sent(&id, &session);
         }
         answer
     }
@@ -352,14 +353,14 @@ impl Gateway {
     /// The client's roots changed: tell the upstream sessions it uses (that declared roots).
     /// Whether any client has completed `initialize`.
     fn any_client_initialized(&self) -> bool {
-        self.sessions.live().iter().any(|s| s.protocol.lock().is_some())
+        self.clients.sessions.live().iter().any(|s| s.protocol.lock().is_some())
     }
 
     /// A client finished its handshake: if shared upstreams were told "no roots" before any
     /// client was there and this one declares roots, they hear that the roots changed.
     pub(super) fn client_initialized(&self, session: &Session) {
-        self.clients_initialized.send_modify(|n| *n += 1);
-        if missing_capability(session, "roots/list", None).is_some() || !self.roots_owed.swap(false, Ordering::SeqCst) {
+        self.clients.initialized.send_modify(|n| *n += 1);
+        if missing_capability(session, "roots/list", None).is_some() || !self.clients.roots_owed.swap(false, Ordering::SeqCst) {
             return;
         }
         let changed = Message::notification("notifications/roots/list_changed", None);

@@ -50,7 +50,7 @@ pub(super) async fn run(gw: Weak<Gateway>, mut rx: mpsc::Receiver<Initiated>) {
             continue;
         }
         // Attributed now, in arrival order, while the calls it may belong to are in flight.
-        let target = gw.routes.attribute(&conn, origin, &method);
+        let target = gw.clients.routes.attribute(&conn, origin, &method);
         if asks.len() >= MAX_WAITING_ASKS {
             conn.send(&Message::error(
                 up_id,
@@ -102,7 +102,7 @@ impl Gateway {
                 let mut msg = msg;
                 let mut params = msg.params_value();
                 if let Some(uri) = params.get("uri").and_then(Value::as_str).map(str::to_owned) {
-                    self.read_cache.invalidate(conn.upstream, &uri);
+                    self.parts.read_cache.invalidate(conn.upstream, &uri);
                     // A URI a collision rewrote is announced as the clients know it.
                     let exposed = self.catalog().exposed_uri(conn.upstream, &uri).to_owned();
                     if exposed != uri {
@@ -133,12 +133,12 @@ impl Gateway {
             "notifications/subscriptions/acknowledged" => {}
             "notifications/elicitation/complete" => {
                 let id = msg.params_value().get("elicitationId").and_then(Value::as_str).map(str::to_owned);
-                match id.and_then(|id| self.routes.elicitation_owner(&id)) {
+                match id.and_then(|id| self.clients.routes.elicitation_owner(&id)) {
                     Some(s) if s.notify(&msg) => {}
                     _ => crate::routes::dropped(&conn.name, "an elicitation completion for no client"),
                 }
             }
-            _ => match self.routes.attribute(conn, origin, method) {
+            _ => match self.clients.routes.attribute(conn, origin, method) {
                 Attribution::Call(t) => {
                     t.outbox.notify(msg.to_line());
                 }

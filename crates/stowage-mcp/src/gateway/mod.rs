@@ -209,26 +209,88 @@ impl GatewayBuilder {
     }
 }
 
-/// The running gateway.
+/// The running gateway: its settings, its upstreams, and its state in four named parts.
 pub struct Gateway {
     /// The `[gateway]` settings it was built with.
     pub config: GatewayConfig,
     /// One supervised connection per configured server, in configuration order.
     pub upstreams: Vec<Arc<Upstream>>,
+    /// What the upstreams list, merged into one catalog ([`catalog`]).
+    lists: Lists,
+    /// The clients: their sessions, the calls in flight, their listen streams and tasks.
+    clients: Clients,
+    /// The collaborators it was built with ([`GatewayBuilder`]), fixed for its life.
+    parts: Parts,
+    /// Start-up, readiness and shutdown.
+    life: Lifecycle,
+}
+
+/// The aggregated lists (see [`catalog`]).
+struct Lists {
     catalog: RwLock<Arc<Catalog>>,
     /// Counts catalog rebuilds: a client's own catalog built on an older one is rebuilt.
     generation: AtomicU64,
-    lists: Mutex<Vec<UpstreamLists>>,
+    /// Per upstream: what it listed last (on the control connection).
+    seen: Mutex<Vec<UpstreamLists>>,
     /// Per upstream: what its pristine sessions listed.
-    pristine_lists: Vec<PristineLists>,
+    pristine: Vec<PristineLists>,
+    /// Per upstream: the catalog last written to `state_dir` (not written again unchanged).
+    kept: Mutex<Vec<Option<Vec<u8>>>>,
+    /// Whether names carry their upstream's prefix.
+    prefix: bool,
+    /// See [`GatewayBuilder::state_dir`].
+    state_dir: Option<std::path::PathBuf>,
+}
+
+impl Lists {
+    /// What each upstream listed last time, until it lists again: one that is down now still
+    /// shows its tools (calls say why it is down).
+    fn new(upstreams: &[Arc<Upstream>], state_dir: Option<std::path::PathBuf>, prefix: bool, separator: &str) -> Lists {
+        let seen: Vec<UpstreamLists> = upstreams
+            .iter()
+            .map(|u| {
+                let kept = state_dir.as_deref().and_then(|d| last_seen::load(d, &u.spec));
+                let mut l = kept.unwrap_or_else(|| UpstreamLists { name: u.name().to_owned(), ..Default::default() });
+                l.output_schemas = catalog::compile_output_schemas(u.name(), &l.tools);
+                l
+            })
+            .collect();
+        Lists {
+            catalog: RwLock::new(Arc::new(Catalog::build(&seen, prefix, separator))),
+            generation: AtomicU64::new(0),
+            seen: Mutex::new(seen),
+            pristine: upstreams.iter().map(|_| PristineLists::default()).collect(),
+            kept: Mutex::new(vec![None; upstreams.len()]),
+            prefix,
+            state_dir,
+        }
+    }
+}
+
+/// The clients and what they have in flight.
+struct Clients {
     sessions: Arc<Sessions>,
+    /// Which client each call, request and notification of an upstream belongs to.
     routes: Arc<CallRoutes>,
+    /// Open `subscriptions/listen` streams (2026-07-28 clients).
+    listeners: Mutex<Vec<Arc<subscriptions::Listener>>>,
+    /// Interactive requests of 2026-07-28 clients waiting for their retry with input.
+    exchanges: Arc<Exchanges>,
+    /// Which upstream (and identity) each task belongs to.
+    tasks: Mutex<tasks::Tasks>,
     next_token: AtomicU64,
     next_call: AtomicU64,
+    /// A shared upstream asked for roots before any client was there and was told "none":
+    /// the first client that declares roots makes it ask again (see `forward::ask_client`).
+    roots_owed: std::sync::atomic::AtomicBool,
+    /// Counts clients that finished their handshake: a roots request held until one does
+    /// waits on it.
+    initialized: watch::Sender<u64>,
+}
+
+/// What the gateway was built with, beside its settings and upstreams.
+struct Parts {
     shaper: Shaper,
-    prefix: bool,
-    shutdown: CancellationToken,
-    ready: watch::Sender<usize>,
     /// Fresh signed links for the `artifact_url` tool.
     links: Option<stowage_http::LinkService>,
     /// Links for people, when served elsewhere than `links` (see [`GatewayBuilder::people_links`]).
@@ -240,37 +302,28 @@ pub struct Gateway {
     /// Host profiles (`[[hosts]]`) and image preview settings; the built-in ones unless
     /// [`GatewayBuilder::hosts`] gave others.
     hosts: Arc<crate::hosts::Hosts>,
-    /// Open `subscriptions/listen` streams (2026-07-28 clients).
-    listeners: Mutex<Vec<Arc<subscriptions::Listener>>>,
-    /// Interactive requests of 2026-07-28 clients waiting for their retry with input.
-    exchanges: Arc<Exchanges>,
     /// Upstream resource reads, offloaded, by upstream, URI and owner.
     read_cache: read_cache::ReadCache,
     events: EventBus,
-    /// Which upstream (and identity) each task belongs to.
-    tasks: Mutex<tasks::Tasks>,
-    /// A fault injected on purpose by a test (see [`Gateway::inject_panic`]).
-    #[cfg(feature = "test-hooks")]
-    fault: Mutex<Option<String>>,
+}
+
+/// Start-up, readiness and shutdown.
+struct Lifecycle {
+    shutdown: CancellationToken,
+    /// How many upstreams have connected and listed once.
+    ready: watch::Sender<usize>,
     /// When the gateway started.
     started: std::time::Instant,
-    /// What control connections declare, once known (see [`ControlCapabilities`]), and when
-    /// it became known: the start-up grace is counted from there.
+    /// What control connections declare (see [`ControlCapabilities`]), once known; the
+    /// start-up grace is counted from `upstreams_from`, when it became known.
     control_caps: watch::Sender<Option<Value>>,
     upstreams_from: Mutex<std::time::Instant>,
     /// Run once when start-up has settled, before the first handshake is answered (a stdio
     /// gateway's banner).
     on_startup: Mutex<Option<StartupHook>>,
-    /// See [`GatewayBuilder::state_dir`].
-    state_dir: Option<std::path::PathBuf>,
-    /// Per upstream: the catalog last written to `state_dir` (not written again unchanged).
-    kept: Mutex<Vec<Option<Vec<u8>>>>,
-    /// A shared upstream asked for roots before any client was there and was told "none":
-    /// the first client that declares roots makes it ask again (see `forward::ask_client`).
-    roots_owed: std::sync::atomic::AtomicBool,
-    /// Counts clients that finished their handshake: a roots request held until one does
-    /// waits on it.
-    clients_initialized: watch::Sender<u64>,
+    /// A fault injected on purpose by a test (see [`Gateway::inject_panic`]).
+    #[cfg(feature = "test-hooks")]
+    fault: Mutex<Option<String>>,
 }
 
 impl Gateway {
@@ -354,58 +407,45 @@ impl GatewayBuilder {
                 Upstream::new(i, spec, mode, env.clone())
             })
             .collect();
-        // What each upstream listed last time, until it lists again: one that is down now still
-        // shows its tools (calls say why it is down).
-        let lists: Vec<UpstreamLists> = upstreams
-            .iter()
-            .map(|u| {
-                let kept = state_dir.as_deref().and_then(|d| last_seen::load(d, &u.spec));
-                let mut l = kept.unwrap_or_else(|| UpstreamLists { name: u.name().to_owned(), ..Default::default() });
-                l.output_schemas = catalog::compile_output_schemas(u.name(), &l.tools);
-                l
-            })
-            .collect();
-        let catalog = Catalog::build(&lists, prefix, &config.separator);
-        let kept = Mutex::new(vec![None; upstreams.len()]);
-        let pristine_lists = upstreams.iter().map(|_| PristineLists::default()).collect();
+        let lists = Lists::new(&upstreams, state_dir, prefix, &config.separator);
         let gw = Arc::new(Gateway {
             config,
             upstreams,
-            catalog: RwLock::new(Arc::new(catalog)),
-            generation: AtomicU64::new(0),
-            pristine_lists,
-            lists: Mutex::new(lists),
-            sessions,
-            routes,
-            next_token: AtomicU64::new(1),
-            next_call: AtomicU64::new(1),
-            shaper,
-            prefix,
-            shutdown,
-            ready: watch::channel(0).0,
-            links,
-            people_links,
-            artifacts,
-            apps,
-            hosts: hosts.unwrap_or_default(),
-            listeners: Mutex::new(Vec::new()),
-            exchanges: Arc::default(),
-            read_cache: Default::default(),
-            events,
-            tasks: Mutex::default(),
-            #[cfg(feature = "test-hooks")]
-            fault: Mutex::new(None),
-            started: std::time::Instant::now(),
-            control_caps,
-            upstreams_from: Mutex::new(std::time::Instant::now()),
-            on_startup: Mutex::new(None),
-            state_dir,
-            kept,
-            roots_owed: std::sync::atomic::AtomicBool::new(false),
-            clients_initialized: watch::channel(0).0,
+            lists,
+            clients: Clients {
+                sessions,
+                routes,
+                listeners: Mutex::new(Vec::new()),
+                exchanges: Arc::default(),
+                tasks: Mutex::default(),
+                next_token: AtomicU64::new(1),
+                next_call: AtomicU64::new(1),
+                roots_owed: std::sync::atomic::AtomicBool::new(false),
+                initialized: watch::channel(0).0,
+            },
+            parts: Parts {
+                shaper,
+                links,
+                people_links,
+                artifacts,
+                apps,
+                hosts: hosts.unwrap_or_default(),
+                read_cache: Default::default(),
+                events,
+            },
+            life: Lifecycle {
+                shutdown,
+                ready: watch::channel(0).0,
+                started: std::time::Instant::now(),
+                control_caps,
+                upstreams_from: Mutex::new(std::time::Instant::now()),
+                on_startup: Mutex::new(None),
+                #[cfg(feature = "test-hooks")]
+                fault: Mutex::new(None),
+            },
         });
         let scrubber: Arc<dyn crate::routes::Scrubber> = Arc::new(calls::GatewayScrubber(Arc::downgrade(&gw)));
-        let _ = gw.routes.scrubber.set(scrubber);
+        let _ = gw.clients.routes.scrubber.set(scrubber);
         for u in &gw.upstreams {
             tokio::spawn(u.clone().supervise());
             tokio::spawn(catalog::refresh_loop(Arc::downgrade(&gw), u.index));
@@ -420,7 +460,7 @@ impl Gateway {
     /// Returns how many did.
     pub async fn wait_ready(&self, timeout: Duration) -> usize {
         let n = self.upstreams.len();
-        let mut rx = self.ready.subscribe();
+        let mut rx = self.life.ready.subscribe();
         let _ = tokio::time::timeout(timeout, rx.wait_for(|r| *r >= n)).await;
         *rx.borrow()
     }
@@ -431,7 +471,7 @@ impl Gateway {
     /// nobody up.
     pub async fn wait_settled(&self, timeout: Duration) {
         let deadline = std::time::Instant::now() + timeout;
-        while !self.upstreams.iter().all(|u| u.settled()) && std::time::Instant::now() < deadline && !self.shutdown.is_cancelled() {
+        while !self.upstreams.iter().all(|u| u.settled()) && std::time::Instant::now() < deadline && !self.life.shutdown.is_cancelled() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -456,7 +496,7 @@ impl Gateway {
         if !grace.is_zero() {
             self.wait_settled(grace).await;
         }
-        let hook = self.on_startup.lock().take();
+        let hook = self.life.on_startup.lock().take();
         if let Some(hook) = hook {
             hook(self);
         }
@@ -467,31 +507,31 @@ impl Gateway {
     /// [`FIRST_CLIENT_WAIT`] passed without one: they then declare every capability).
     async fn upstreams_started(&self) -> std::time::Instant {
         // Every request but `ping` asks: once known, no timer.
-        if self.control_caps.borrow().is_some() {
-            return *self.upstreams_from.lock();
+        if self.life.control_caps.borrow().is_some() {
+            return *self.life.upstreams_from.lock();
         }
-        let mut caps = self.control_caps.subscribe();
-        let deadline = tokio::time::Instant::from_std(self.started + FIRST_CLIENT_WAIT);
+        let mut caps = self.life.control_caps.subscribe();
+        let deadline = tokio::time::Instant::from_std(self.life.started + FIRST_CLIENT_WAIT);
         let known = tokio::select! {
             c = tokio::time::timeout_at(deadline, caps.wait_for(Option::is_some)) => c.is_ok(),
-            _ = self.shutdown.cancelled() => true,
+            _ = self.life.shutdown.cancelled() => true,
         };
         if !known {
             tracing::debug!(target: "stowage::gateway", "no client said what it can do: upstreams declare every capability");
             self.offer_control_capabilities(crate::upstream::client_capabilities());
         }
-        *self.upstreams_from.lock()
+        *self.life.upstreams_from.lock()
     }
 
     /// A client's handshake said what it can do: a [`ControlCapabilities::FirstClient`]
     /// gateway's upstreams connect declaring it (later clients change nothing).
     fn offer_control_capabilities(&self, caps: Value) {
-        self.control_caps.send_if_modified(|c| {
+        self.life.control_caps.send_if_modified(|c| {
             if c.is_some() {
                 return false;
             }
             *c = Some(caps);
-            *self.upstreams_from.lock() = std::time::Instant::now();
+            *self.life.upstreams_from.lock() = std::time::Instant::now();
             true
         });
     }
@@ -499,12 +539,12 @@ impl Gateway {
     /// Runs `hook` once start-up has settled (see [`Gateway::wait_startup`]), before the first
     /// handshake is answered.
     pub fn on_startup(&self, hook: impl FnOnce(&Gateway) + Send + 'static) {
-        *self.on_startup.lock() = Some(Box::new(hook));
+        *self.life.on_startup.lock() = Some(Box::new(hook));
     }
 
     /// The host profiles in force.
     pub fn hosts(&self) -> &Arc<crate::hosts::Hosts> {
-        &self.hosts
+        &self.parts.hosts
     }
 
     /// Records who the client says it is (`clientInfo.name`) and the profile that picks.
@@ -530,7 +570,7 @@ impl Gateway {
 
     /// The apps feature when it is on at all (the extension is then declared to every client).
     pub(crate) fn apps(&self) -> Option<&Arc<crate::apps::Apps>> {
-        self.apps.as_ref().filter(|_| self.local_tools().readers().is_some())
+        self.parts.apps.as_ref().filter(|_| self.local_tools().readers().is_some())
     }
 
     /// The apps feature for `session`: on, and its client declared the extension.
@@ -540,23 +580,26 @@ impl Gateway {
 
     /// The gateway's own tools, as far as they are enabled.
     pub(crate) fn local_tools(&self) -> crate::local_tools::LocalTools<'_> {
-        crate::local_tools::LocalTools { links: self.people_links.as_ref().or(self.links.as_ref()), store: self.artifacts.as_ref() }
+        crate::local_tools::LocalTools {
+            links: self.parts.people_links.as_ref().or(self.parts.links.as_ref()),
+            store: self.parts.artifacts.as_ref(),
+        }
     }
 
     /// The signed-link service, when links are on.
     pub fn link_service(&self) -> Option<&stowage_http::LinkService> {
-        self.links.as_ref()
+        self.parts.links.as_ref()
     }
 
     /// The aggregated tools, prompts and resources as last built from every upstream's lists;
     /// a snapshot, rebuilt (not changed in place) when an upstream's lists change.
     pub fn catalog(&self) -> Arc<Catalog> {
-        self.catalog.read().clone()
+        self.lists.catalog.read().clone()
     }
 
     /// The event bus: tool calls, offloads, clamps, store failures, upstreams up and down.
     pub fn events(&self) -> &EventBus {
-        &self.events
+        &self.parts.events
     }
 
     /// Upstreams that are not connected, with why: what `/readyz` reports.
@@ -574,18 +617,18 @@ impl Gateway {
     /// Whether [`Gateway::shutdown`] was called: what happens to upstreams from then on is
     /// the stop, not a failure to report.
     pub fn is_shutting_down(&self) -> bool {
-        self.shutdown.is_cancelled()
+        self.life.shutdown.is_cancelled()
     }
 
     /// Whether any client has been answered its handshake (a 2025 session that initialized,
     /// or an open 2026-07-28 listen stream): one that may hold a list without some upstream.
     fn has_clients(&self) -> bool {
-        self.sessions.live().iter().any(|s| s.protocol.lock().is_some()) || !self.listeners.lock().is_empty()
+        self.clients.sessions.live().iter().any(|s| s.protocol.lock().is_some()) || !self.clients.listeners.lock().is_empty()
     }
 
     /// Stops supervisors and kills every upstream.
     pub fn shutdown(&self) {
-        self.shutdown.cancel();
+        self.life.shutdown.cancel();
         for u in &self.upstreams {
             u.close();
         }
@@ -595,7 +638,7 @@ impl Gateway {
     /// request.
     pub fn open_session(&self, kind: SessionKind, caller: Caller, notify: Option<Outbox>) -> Arc<Session> {
         let s = Arc::new(Session::new(kind, caller, notify));
-        self.sessions.add(&s);
+        self.clients.sessions.add(&s);
         s
     }
 
@@ -611,7 +654,7 @@ impl Gateway {
     pub fn open_session_as(&self, caller: Caller, profile: &str) -> Arc<Session> {
         let s = Arc::new(Session::new(SessionKind::InProcess, caller, None));
         s.set_upstream_group(profile);
-        self.sessions.add(&s);
+        self.clients.sessions.add(&s);
         let p = self.hosts().by_name(profile).unwrap_or_else(|| self.hosts().default_profile());
         *s.host.lock() = Some((format!("stowage-{profile}"), p));
         s
@@ -634,7 +677,7 @@ impl Gateway {
             return;
         }
         let key = session.upstream_key();
-        if session.shares_upstream_sessions() && self.sessions.live().iter().any(|s| s.upstream_key() == key) {
+        if session.shares_upstream_sessions() && self.clients.sessions.live().iter().any(|s| s.upstream_key() == key) {
             return;
         }
         for u in &self.upstreams {
@@ -647,7 +690,7 @@ impl Gateway {
     #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn inject_panic(&self, tool: Option<&str>) {
-        *self.fault.lock() = tool.map(str::to_owned);
+        *self.life.fault.lock() = tool.map(str::to_owned);
     }
 
     /// Sends one request (`method` with `params`) as `session`'s, in process, exactly as a

@@ -45,11 +45,16 @@ impl Gateway {
             output_schema: None,
         };
         let owner = EventOwner::from(&session.scope);
-        let read = match self.shaper.offload_read(&ctx, kind, raw.into_string(), self.config.resources.inline_text_if_under_chars).await {
+        let read = match self
+            .parts
+            .shaper
+            .offload_read(&ctx, kind, raw.into_string(), self.config.resources.inline_text_if_under_chars)
+            .await
+        {
             Ok(read) => read,
             Err(ReadError::Invalid(m)) => return Err(GatewayError::NotRelayed(m)),
             Err(ReadError::Store { message, cause }) => {
-                self.events.publish(GatewayEvent::StoreFailed {
+                self.parts.events.publish(GatewayEvent::StoreFailed {
                     call: 0,
                     owner,
                     tool: kind.method().to_owned(),
@@ -61,10 +66,10 @@ impl Gateway {
             }
         };
         for a in &read.report().artifacts {
-            self.events.publish(GatewayEvent::offloaded(0, owner.clone(), kind.method(), a));
+            self.parts.events.publish(GatewayEvent::offloaded(0, owner.clone(), kind.method(), a));
         }
         reply.result =
-            Some(crate::jsonrpc::to_raw(&self.shaper.read_answer(&read, kind, &self.host_profile(session), false, started).value));
+            Some(crate::jsonrpc::to_raw(&self.parts.shaper.read_answer(&read, kind, &self.host_profile(session), false, started).value));
         Ok(Some(read))
     }
 
@@ -86,18 +91,18 @@ impl Gateway {
         // Entries are shared exactly as the artifacts in them are: by (tenant, user), and by
         // session too when the store isolates sessions.
         let mut owner = session.scope.owner();
-        if self.artifacts.as_ref().is_none_or(|s| s.isolation() == stowage_core::Isolation::User) {
+        if self.parts.artifacts.as_ref().is_none_or(|s| s.isolation() == stowage_core::Isolation::User) {
             owner.session_id = None;
         }
         let key = CacheKey { upstream: u, uri, owner, client };
-        if let Some(hit) = self.read_cache.get(&key) {
+        if let Some(hit) = self.parts.read_cache.get(&key) {
             metrics::counter!("stowage_resource_cache_hits_total").increment(1);
             return Ok(Message::response(
                 Value::Null,
-                &self.shaper.read_answer(&hit, ReadKind::Resource, &self.host_profile(session), true, started).value,
+                &self.parts.shaper.read_answer(&hit, ReadKind::Resource, &self.host_profile(session), true, started).value,
             ));
         }
-        let generation = self.read_cache.generation(u, &key.uri);
+        let generation = self.parts.read_cache.generation(u, &key.uri);
         let mut reply = self.forward(session, u, "resources/read", params, outbox).await?;
         if let Some(read) = self.rewrite_read(session, upstream.name(), ReadKind::Resource, &mut reply).await? {
             // Kept only for as long as the upstream says its answer holds (`ttlMs`), at most
@@ -105,7 +110,7 @@ impl Gateway {
             // dynamic resource), so it is read through every time.
             if let Some(ms) = read.ttl_ms {
                 let ttl = self.config.resources.cache_ttl().min(std::time::Duration::from_millis(ms));
-                self.read_cache.put(key, read, ttl, generation);
+                self.parts.read_cache.put(key, read, ttl, generation);
             }
         }
         Ok(reply)

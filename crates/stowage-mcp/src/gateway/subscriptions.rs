@@ -73,15 +73,15 @@ struct Unlisten {
 
 impl Drop for Unlisten {
     fn drop(&mut self) {
-        self.gw.listeners.lock().retain(|l| !Arc::ptr_eq(l, &self.listener));
-        if self.gw.shutdown.is_cancelled() {
+        self.gw.clients.listeners.lock().retain(|l| !Arc::ptr_eq(l, &self.listener));
+        if self.gw.life.shutdown.is_cancelled() {
             return;
         }
         let own: Vec<(usize, String, String)> = std::mem::take(&mut *self.listener.own.lock());
         // Subscriptions in the client's own sessions that no other stream of its still wants.
         let own_orphaned: Vec<(usize, String)> = own
             .into_iter()
-            .filter(|(_, uri, _)| !self.gw.listeners.lock().iter().any(|l| l.key == self.listener.key && l.uris.contains(uri)))
+            .filter(|(_, uri, _)| !self.gw.clients.listeners.lock().iter().any(|l| l.key == self.listener.key && l.uris.contains(uri)))
             .map(|(u, _, upstream_uri)| (u, upstream_uri))
             .collect();
         let orphaned: Vec<String> =
@@ -161,7 +161,7 @@ impl Gateway {
         }
         let meta = json!({ SUBSCRIPTION_ID: id });
         let ack = json!({"notifications": honored, "_meta": meta});
-        self.listeners.lock().push(listener.clone());
+        self.clients.listeners.lock().push(listener.clone());
         let _unlisten = Unlisten { gw: self.clone(), listener: listener.clone() };
         outbox.notify(Message::notification("notifications/subscriptions/acknowledged", Some(&ack)).to_line());
         for uri in &listener.uris {
@@ -176,7 +176,7 @@ impl Gateway {
         }
         tokio::select! {
             _ = outbox.closed() => {}
-            _ = self.shutdown.cancelled() => {}
+            _ = self.life.shutdown.cancelled() => {}
         }
         Ok(Message::response(Value::Null, &json!({"_meta": meta})))
     }
@@ -221,7 +221,7 @@ impl Gateway {
         let params = msg.params_value();
         let uri = params.get("uri").and_then(Value::as_str);
         let mut told = false;
-        for l in self.listeners.lock().iter().filter(|l| l.key == key) {
+        for l in self.clients.listeners.lock().iter().filter(|l| l.key == key) {
             if l.wants(method, uri) {
                 l.send(msg);
                 told = true;
@@ -267,8 +267,8 @@ impl Gateway {
 
     /// Whether any session or listen stream still wants updates of `uri`.
     pub(super) fn uri_wanted(&self, uri: &str) -> bool {
-        self.listeners.lock().iter().any(|l| l.uris.contains(uri))
-            || self.sessions.live().iter().any(|s| s.subscriptions.lock().contains(uri))
+        self.clients.listeners.lock().iter().any(|l| l.uris.contains(uri))
+            || self.clients.sessions.live().iter().any(|s| s.subscriptions.lock().contains(uri))
     }
 
     /// Delivers a change notification to every session that may hear it: legacy sessions on
@@ -286,14 +286,14 @@ impl Gateway {
         }
         let clean = Message::notification(method, (!params.is_null() && params != json!({})).then_some(&params));
         let uri = params.get("uri").and_then(Value::as_str);
-        for s in self.sessions.live() {
+        for s in self.clients.sessions.live() {
             // 2026-07-28 clients hear about changes only through listen streams.
             let subscribed = uri.is_none_or(|u| s.subscriptions.lock().contains(u));
             if !is_modern_session(&s) && !s.is_stateless() && subscribed {
                 s.notify(&clean);
             }
         }
-        for l in self.listeners.lock().iter() {
+        for l in self.clients.listeners.lock().iter() {
             if l.wants(method, uri) {
                 l.send(&clean);
             }

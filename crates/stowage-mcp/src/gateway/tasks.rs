@@ -38,7 +38,7 @@ pub(super) struct Tasks {
 impl Gateway {
     pub(super) fn remember_task(&self, id: &str, upstream: usize, session: &Session, tool: &str, output_schema: Option<Arc<OutputSchema>>) {
         let owner = (session.scope.tenant_id.clone(), session.scope.user_id.clone());
-        let mut t = self.tasks.lock();
+        let mut t = self.clients.tasks.lock();
         if t.routes.insert(id.to_owned(), TaskRoute { upstream, owner, tool: tool.to_owned(), output_schema }).is_none() {
             t.order.push_back(id.to_owned());
         }
@@ -53,7 +53,7 @@ impl Gateway {
     /// answered exactly like an unknown one.
     fn task_route(&self, id: &str, session: &Session) -> Option<TaskRoute> {
         let owner = (session.scope.tenant_id.clone(), session.scope.user_id.clone());
-        self.tasks.lock().routes.get(id).filter(|r| r.owner == owner).cloned()
+        self.clients.tasks.lock().routes.get(id).filter(|r| r.owner == owner).cloned()
     }
 
     pub(super) async fn task_request(
