@@ -141,7 +141,9 @@ async fn main() {
     };
     let json_doc = orders_json();
     let csv = rows_csv();
-    println!("ask the data through the gateway (claude-code profile), {runs} calls each; median, max (answer bytes); most heap live above the start");
+    println!(
+        "ask the data through the gateway (claude-code profile), {runs} calls each; median, max (answer bytes); most heap live above the start"
+    );
     let (json_len, csv_len) = (json_doc.len(), csv.len());
     let json_id = put(json_doc, "application/json").await;
     let csv_id = put(csv, "text/csv").await;
@@ -157,7 +159,11 @@ async fn main() {
             json!({"id": csv_id, "jq": "map(select(.region == \"north\" and .units > 250)) | {n: length, top: max_by(.amount)}"}),
         ),
         (format!("describe {json_len} B JSON"), "artifact_describe", json!({"id": json_id})),
-        ("collect list_tickets: 30 pages, 600 items".to_owned(), "artifact_collect", json!({"tool": "list_tickets", "arguments": {"status": "any"}})),
+        (
+            "collect list_tickets: 30 pages, 600 items".to_owned(),
+            "artifact_collect",
+            json!({"tool": "list_tickets", "arguments": {"status": "any"}}),
+        ),
     ] {
         // Let the previous case's trees be freed first (they go after the answer).
         tokio::time::sleep(Duration::from_millis(500)).await;

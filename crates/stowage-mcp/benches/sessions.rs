@@ -6,6 +6,13 @@
 //! client. Then the 20 clients make `BENCH_CALLS` (default 100) small calls each, round
 //! robin: the latency per call.
 //!
+//! Then, with server-everything, clients all at once (`BENCH_AT_ONCE`, default `12,50`): each
+//! of N clients connects at the same moment, on its own connection, and makes one tool call
+//! (`echo`, which server-everything marks read-only, and for 12 clients also
+//! `toggle-subscriber-updates`, which changes the session's state); its time from `initialize`
+//! to that answer, and the peak memory of the gateway's process tree above what it held ready,
+//! sampled every 20 ms. Each mode against `shared`, in the same run.
+//!
 //! Reproduce, on a quiet machine: `cargo bench -p stowage-mcp --bench sessions` (needs the
 //! peers for server-everything: `scripts/gateway-peers.sh`; `STOWAGE_PEERS_DIR`).
 
@@ -71,7 +78,12 @@ impl Client {
     }
 
     async fn echo(&mut self) {
-        self.request("tools/call", json!({"name": "echo", "arguments": {"message": "hi"}})).await;
+        self.call("echo", json!({"message": "hi"})).await;
+    }
+
+    async fn call(&mut self, tool: &str, arguments: Value) {
+        let answer = self.request("tools/call", json!({"name": tool, "arguments": arguments})).await;
+        assert!(answer["result"]["isError"] != true, "{tool}: {answer}");
     }
 }
 
@@ -149,6 +161,82 @@ async fn run(spec: UpstreamSpec, mode: SessionMode, calls: usize) -> Figures {
     Figures { first_call, rss_per_client_kb: (after as f64 - before as f64) / CLIENTS as f64, calls: times }
 }
 
+/// The peak of [`tree_rss_kb`] while it runs, sampled every 20 ms on a thread of its own.
+struct PeakRss {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    sampler: std::thread::JoinHandle<u64>,
+}
+
+impl PeakRss {
+    fn start() -> PeakRss {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let sampler = std::thread::spawn(move || {
+            let mut peak = 0;
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                peak = peak.max(tree_rss_kb(std::process::id()));
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            peak
+        });
+        PeakRss { stop, sampler }
+    }
+
+    fn stop(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.sampler.join().unwrap()
+    }
+}
+
+/// `n` clients connect at once and each makes one call of `tool`: each one's time from
+/// `initialize` to the answer, sorted, and the tree's peak memory above what it held ready.
+async fn at_once(transport: &TransportSpec, mode: SessionMode, n: usize, tool: &'static str, arguments: Value) -> (Vec<Duration>, u64) {
+    let spec = UpstreamSpec::new("up", transport.clone(), Duration::from_secs(120));
+    let sink = stowage_transform::testing::MemorySink::new();
+    let pipeline =
+        stowage_transform::Pipeline::new(stowage_transform::TransformConfig::default(), stowage_mcp::shape::with_dimensions(sink));
+    let shaper = Shaper::new(Pipelines::new(Arc::new(pipeline)));
+    let mut config = GatewayConfig::default();
+    config.max_upstream_sessions = config.max_upstream_sessions.max(n + 4);
+    let gw = Gateway::builder(config, vec![spec], shaper).session_mode(mode).start();
+    assert_eq!(gw.wait_ready(Duration::from_secs(60)).await, 1);
+    let addr = stowage_mcp::run::spawn_http(gw.clone(), "127.0.0.1:0").await.unwrap();
+    let url = format!("http://{addr}/mcp");
+    // Ready: the upstream (and its spare processes) started and settled.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let before = tree_rss_kb(std::process::id());
+    let peak = PeakRss::start();
+    let start = tokio::sync::Barrier::new(n);
+    let start = Arc::new(start);
+    let tasks: Vec<_> = (0..n)
+        .map(|_| {
+            let (url, start, arguments) = (url.clone(), start.clone(), arguments.clone());
+            tokio::spawn(async move {
+                let mut c = Client::new(&url);
+                start.wait().await;
+                let t = Instant::now();
+                c.initialize().await;
+                c.call(tool, arguments).await;
+                (t.elapsed(), c)
+            })
+        })
+        .collect();
+    let mut times = Vec::with_capacity(n);
+    let mut clients = Vec::with_capacity(n);
+    for t in tasks {
+        let (d, c) = t.await.unwrap();
+        times.push(d);
+        clients.push(c);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let peak = peak.stop();
+    gw.shutdown();
+    drop(clients);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    times.sort();
+    (times, peak.saturating_sub(before))
+}
+
 #[tokio::main]
 async fn main() {
     let calls: usize = std::env::var("BENCH_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
@@ -162,6 +250,29 @@ async fn main() {
         ));
     } else {
         eprintln!("server-everything is not installed (scripts/gateway-peers.sh): measuring the fixture only");
+    }
+    let at_once_counts: Vec<usize> =
+        std::env::var("BENCH_AT_ONCE").unwrap_or_else(|_| "12,50".into()).split(',').filter_map(|n| n.trim().parse().ok()).collect();
+    if let Some((_, everything)) = upstreams.get(1).filter(|_| !at_once_counts.is_empty()) {
+        println!("server-everything: N clients at once, one call each; first result p50 / max, peak memory of the tree above ready");
+        for &n in &at_once_counts {
+            let mut cases = vec![("echo", json!({"message": "hi"}))];
+            if n <= 12 {
+                cases.push(("toggle-subscriber-updates", json!({})));
+            }
+            for (tool, arguments) in cases {
+                for mode in [SessionMode::PerClient, SessionMode::Shared] {
+                    let (times, peak_kb) = at_once(everything, mode, n, tool, arguments.clone()).await;
+                    println!(
+                        "  {n:>3} clients, {tool:<26} {:<10} first result p50 {:>8.1} ms  max {:>8.1} ms | peak +{:>7.1} MiB",
+                        format!("{mode:?}"),
+                        ms(percentile(&times, 0.5)),
+                        ms(times[times.len() - 1]),
+                        peak_kb as f64 / 1024.0
+                    );
+                }
+            }
+        }
     }
     println!("{CLIENTS} clients over Streamable HTTP, each on its own kept-alive connection; {calls} echo calls each, round robin");
     for (label, transport) in upstreams {
