@@ -185,6 +185,52 @@ async fn read_events(
     out
 }
 
+/// A request the client cancels with `notifications/cancelled` (how the TypeScript SDK stops a
+/// call) gets no response, as the specification says; the upstream is told to stop; and the
+/// request's stream is held open, quiet, rather than ended unanswered (which would make the
+/// client resume it and log the 400s), until the session ends.
+#[tokio::test]
+async fn a_cancelled_request_gets_no_answer_and_its_stream_is_held_open_until_the_session_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("fx.log");
+    let (gw, url) = start(Some(&log)).await;
+    let sid = initialize(&url).await;
+    let resp = post_streaming(&url, &sid, rpc(2, "tools/call", json!({"name": "slow", "arguments": {"ms": 5000}}))).await;
+    assert_eq!(resp.status().as_u16(), 200);
+    assert!(resp.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+    let mut body = resp.bytes_stream();
+    assert!(eventually(5, || read_log(&log).contains("tools/call slow")).await);
+    let cancel =
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2, "reason": "the user stopped it"}});
+    assert_eq!(post(&url, Some(&sid), BOTH, cancel.to_string()).await.0, 202);
+    assert!(eventually(5, || read_log(&log).contains("notifications/cancelled")).await, "upstream was not told: {}", read_log(&log));
+    // Past the cancel (and past where the 5 s call would have been well under way): the stream
+    // neither ends nor carries a message; only the priming event and keep-alives.
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(1500);
+    loop {
+        match tokio::time::timeout_at(deadline, body.next()).await {
+            Err(_) => break,
+            Ok(Some(Ok(chunk))) => seen.push_str(std::str::from_utf8(&chunk).unwrap()),
+            Ok(other) => panic!("the cancelled request's stream ended: {other:?} after {seen:?}"),
+        }
+    }
+    let data: Vec<&str> = seen.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim).filter(|d| !d.is_empty()).collect();
+    assert!(data.is_empty(), "a cancelled request was answered: {data:?}");
+    // The session ends: so does the stream.
+    let deleted = reqwest::Client::new().delete(&url).header("mcp-session-id", &sid).send().await.unwrap();
+    assert!(deleted.status().is_success(), "{}", deleted.status());
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(Ok(chunk)) = body.next().await {
+            seen.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the stream outlived its session: {seen:?}");
+    assert!(!seen.lines().any(|l| l.starts_with("data:") && l.contains("\"id\"")), "answered after all: {seen:?}");
+    gw.shutdown();
+}
+
 fn sse_request(url: &str, sid: &str) -> reqwest::RequestBuilder {
     reqwest::Client::new().request(reqwest::Method::GET, url).header("accept", "text/event-stream").header("mcp-session-id", sid)
 }

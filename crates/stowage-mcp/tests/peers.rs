@@ -13,7 +13,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{MemSink, fast_config, shaper};
+use common::{MemSink, fast_config, read_log, shaper};
 use serde_json::{Value, json};
 use stowage_mcp::Gateway;
 use stowage_mcp::config::{TransportSpec, UpstreamSpec};
@@ -29,8 +29,12 @@ fn free_port() -> u16 {
 }
 
 async fn gateway(upstream: TransportSpec) -> (Arc<Gateway>, String) {
-    let spec = UpstreamSpec::new("everything", upstream, Duration::from_secs(30));
-    let gw = common::start_gateway(vec![spec], shaper(Arc::new(MemSink::default())), fast_config(), stowage_mcp::SessionMode::Shared).await;
+    gateway_in(UpstreamSpec::new("everything", upstream, Duration::from_secs(30)), stowage_mcp::SessionMode::Shared).await
+}
+
+/// A gateway over HTTP in front of `spec` in session mode `mode`, ready; it and its URL.
+async fn gateway_in(spec: UpstreamSpec, mode: stowage_mcp::SessionMode) -> (Arc<Gateway>, String) {
+    let gw = common::start_gateway(vec![spec], shaper(Arc::new(MemSink::default())), fast_config(), mode).await;
     let addr = stowage_mcp::run::spawn_http(gw.clone(), "127.0.0.1:0").await.unwrap();
     (gw, format!("http://{addr}/mcp"))
 }
@@ -427,6 +431,37 @@ async fn kept_alive_calls_from_the_typescript_sdk_stay_close_to_direct() {
     // against 40 ms per call when the stall was there.
     assert!(gateway_ms < direct_ms + 10.0, "median per call: {gateway_ms:.2} ms through the gateway, {direct_ms:.2} ms direct");
     gw.shutdown();
+}
+
+/// A user stops a running tool in a client built on the TypeScript SDK: the SDK sends
+/// `notifications/cancelled` and rejects the call. The gateway sends no response (as the
+/// specification says) and holds the request's stream open, so the SDK has nothing to resume:
+/// it once resumed the ended stream twice, got a 400 each time and reported both. Checked in
+/// both session modes: the SDK reports no error, the upstream is told to stop, and the same
+/// client's next call is answered.
+#[tokio::test]
+async fn a_call_cancelled_by_the_typescript_sdk_logs_no_error() {
+    if require("node_modules/@modelcontextprotocol/sdk/package.json").is_none() {
+        return;
+    }
+    let peers = stowage_testkit::peers_dir();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/cancel_sdk.mjs");
+    for mode in [stowage_mcp::SessionMode::PerClient, stowage_mcp::SessionMode::Shared] {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("fx.log");
+        let (gw, url) = gateway_in(common::fixture_spec("fx", Some(&log), Duration::from_secs(30)), mode).await;
+        let mut cmd = Command::new("node");
+        cmd.arg(&script).arg(&peers).arg(&url).arg("slow");
+        let out = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
+        assert!(out.status.success(), "{mode:?}: the TypeScript SDK client failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        let o: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(o["rejected"], true, "{mode:?}: the aborted call was not rejected: {o}");
+        assert_eq!(o["errors"], json!([]), "{mode:?}: the SDK reported errors: {o}");
+        assert_eq!(o["after"], "slept 10 ms", "{mode:?}: {o}");
+        let cancelled = read_log(&log).lines().filter(|l| l.contains("notifications/cancelled")).count();
+        assert_eq!(cancelled, 1, "{mode:?}: the upstream was told to stop {cancelled} times:\n{}", read_log(&log));
+        gw.shutdown();
+    }
 }
 
 /// Starts `standalone_asker.js` (the TypeScript SDK) on a free port; returns it and its URL.
