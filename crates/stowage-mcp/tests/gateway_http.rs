@@ -466,6 +466,91 @@ async fn an_oversized_http_upstream_reply_fails_its_call_at_once() {
     gw.shutdown();
 }
 
+/// A Streamable HTTP upstream that answers `initialize` with `status` and `body` (HTML's
+/// content type) after the first `grace` of them, which it answers properly; `tools/list`
+/// with one tool, `echo`. Its URL.
+async fn guarded_upstream(status: u16, body: &'static str, grace: usize) -> String {
+    use axum::response::IntoResponse;
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    let inits = Arc::new(AtomicUsize::new(0));
+    let upstream = move |b: String| {
+        let inits = inits.clone();
+        async move {
+            let msg: Value = serde_json::from_str(&b).unwrap();
+            let id = msg["id"].clone();
+            match msg["method"].as_str() {
+                Some("initialize") if inits.fetch_add(1, SeqCst) >= grace => {
+                    (axum::http::StatusCode::from_u16(status).unwrap(), [("content-type", "text/html")], body).into_response()
+                }
+                Some("initialize") => axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": {
+                    "protocolVersion": "2025-11-25", "capabilities": {"tools": {}}, "serverInfo": {"name": "guarded", "version": "1"}}}))
+                .into_response(),
+                Some("tools/list") => axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": {"tools": [
+                    {"name": "echo", "inputSchema": {"type": "object"}}]}}))
+                .into_response(),
+                Some("tools/call") => axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": {"content": [
+                    {"type": "text", "text": "echoed"}]}}))
+                .into_response(),
+                _ => axum::http::StatusCode::ACCEPTED.into_response(),
+            }
+        }
+    };
+    let app = axum::Router::new().route("/mcp", axum::routing::post(upstream));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}/mcp")
+}
+
+/// With per-client upstream sessions, each client's first call opens its own session on an
+/// HTTP upstream. An upstream that refuses that `initialize` (401 with an OAuth error body, or
+/// a login page with status 200) fails the call at once, with the upstream's status and the
+/// method in the message, instead of leaving it to the 60 s timeout.
+#[tokio::test]
+async fn an_upstream_refusing_a_clients_initialize_fails_the_call_at_once_with_its_status() {
+    for (status, body) in [(401u16, r#"{"error":"invalid_token"}"#), (200, "<html><body>please log in</body></html>")] {
+        let transport = stowage_mcp::config::TransportSpec::Http {
+            url: guarded_upstream(status, body, 1).await,
+            headers: Default::default(),
+            ca_file: None,
+        };
+        let spec = stowage_mcp::config::UpstreamSpec::new("guarded", transport, Duration::from_secs(60));
+        let gw =
+            common::start_gateway(vec![spec], shaper(Arc::new(MemSink::default())), fast_config(), stowage_mcp::SessionMode::PerClient)
+                .await;
+        let url = format!("http://{}/mcp", stowage_mcp::run::spawn_http(gw.clone(), "127.0.0.1:0").await.unwrap());
+        let sid = initialize(&url).await;
+        let started = std::time::Instant::now();
+        let (_, _, msgs) = post(&url, Some(&sid), BOTH, rpc(2, "tools/call", json!({"name": "echo", "arguments": {}}))).await;
+        let elapsed = started.elapsed();
+        let answer = msgs.last().unwrap_or_else(|| panic!("HTTP {status}: no answer"));
+        let message = answer["error"]["message"].as_str().unwrap_or_else(|| panic!("HTTP {status}: not an error: {answer}"));
+        assert!(elapsed < Duration::from_secs(5), "HTTP {status}: waited {elapsed:?} (the timeout is 60 s)");
+        assert!(message.contains(&format!("HTTP {status}")) && message.contains("initialize"), "{message}");
+        assert!(message.contains(if status == 401 { "invalid_token" } else { "please log in" }), "the body's start is shown: {message}");
+        gw.shutdown();
+    }
+}
+
+/// An HTTP upstream that answers every `initialize` with 401 is reported unready at once,
+/// naming the status, rather than after the 60 s timeout.
+#[tokio::test]
+async fn an_upstream_refusing_every_initialize_is_reported_unready_with_its_status_at_once() {
+    let transport = stowage_mcp::config::TransportSpec::Http {
+        url: guarded_upstream(401, r#"{"error":"invalid_token"}"#, 0).await,
+        headers: Default::default(),
+        ca_file: None,
+    };
+    let spec = stowage_mcp::config::UpstreamSpec::new("guarded", transport, Duration::from_secs(60));
+    stowage_mcp::metrics::install();
+    let gw = Gateway::builder(fast_config(), vec![spec], shaper(Arc::new(MemSink::default()))).start();
+    let why = || gw.unready_upstreams().first().map(|(_, why)| why.clone()).unwrap_or_default();
+    assert!(eventually(5, || why().contains("HTTP 401")).await, "after 5 s: {:?}", gw.unready_upstreams());
+    let why = why();
+    assert!(why.contains("initialize") && why.contains("bearer_token_env"), "{why}");
+    gw.shutdown();
+}
+
 /// Requests are refused past `gateway.max_request_bytes` with a JSON-RPC error naming it, and
 /// an identity cannot open sessions without end, yet abandoned sessions never lock it out: at
 /// the cap, the least recently used idle session makes room (its client gets 404 and
