@@ -128,20 +128,23 @@ async fn inspector_cli_lists_and_calls_through_gateway() {
 /// A 2026-07-28 client has no standalone stream: it hears about changes only through a
 /// `subscriptions/listen` stream. Through the gateway, its resource subscription must reach
 /// server-everything (a 2025-era server that knows only `resources/subscribe`) and the
-/// server's updates must come back on the stream, tagged with the subscription id.
+/// server's updates must come back on the stream, tagged with the subscription id. In both
+/// session modes: with per-client upstream sessions (the default of `stowage serve`) the
+/// subscription must be made on the client's own upstream session, where its
+/// `toggle-subscriber-updates` call runs, not on the gateway's (once: no update at all).
 #[tokio::test]
 async fn python_client_listens_for_resource_updates_through_gateway() {
     let (Some(everything), Some(python)) = (require(EVERYTHING), require(PYTHON)) else { return };
-    let (gw, url) = gateway(stdio_everything(&everything)).await;
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/listen_everything.py");
-    let out = tokio::task::spawn_blocking(move || Command::new(python).arg(script).arg(url).output().unwrap()).await.unwrap();
-    assert!(out.status.success(), "python client failed:\n{}", String::from_utf8_lossy(&out.stderr));
-    let o: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(o["protocol_version"], "2026-07-28");
-    assert_eq!(o["honored"]["toolsListChanged"], true, "{o}");
-    assert_eq!(o["honored"]["resourceSubscriptions"], json!([o["uri"]]), "{o}");
-    assert_eq!(o["updated"], o["uri"], "{o}");
-    gw.shutdown();
+    for mode in [stowage_mcp::SessionMode::PerClient, stowage_mcp::SessionMode::Shared] {
+        let spec = UpstreamSpec::new("everything", stdio_everything(&everything), Duration::from_secs(30));
+        let (gw, url) = gateway_in(spec, mode).await;
+        let o = run_python(&python, "listen_everything.py", vec![url]).await;
+        assert_eq!(o["protocol_version"], "2026-07-28", "{mode:?}");
+        assert_eq!(o["honored"]["toolsListChanged"], true, "{mode:?}: {o}");
+        assert_eq!(o["honored"]["resourceSubscriptions"], json!([o["uri"]]), "{mode:?}: {o}");
+        assert_eq!(o["updated"], o["uri"], "{mode:?}: no update on the listen stream: {o}");
+        gw.shutdown();
+    }
 }
 
 /// server-everything (2025-era) asks for sampling and elicitation mid-call with requests; the
