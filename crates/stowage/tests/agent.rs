@@ -137,6 +137,26 @@ struct Serve {
     base: String,
 }
 
+impl Serve {
+    /// The pids of the fixture processes it runs (its direct children), sorted.
+    fn fixtures(&self) -> Vec<u32> {
+        let me = self._child.id().unwrap();
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let mut rest = stat.rsplit_once(") ").map(|(_, r)| r.split_whitespace()).into_iter().flatten();
+            let (state, ppid) = (rest.next(), rest.next().and_then(|p| p.parse::<u32>().ok()));
+            let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if ppid == Some(me) && state != Some("Z") && cmdline.contains("stowage-fixture") {
+                out.push(pid);
+            }
+        }
+        out.sort_unstable();
+        out
+    }
+}
+
 async fn serve(s: &Setup) -> Serve {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let child = s
@@ -457,4 +477,67 @@ async fn the_agent_command_waits_for_a_server_that_is_still_starting() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "It answered.\n");
     let offered = stub.requests()[0].body.clone();
     assert!(offered.contains("\"echo\""), "the slow server's tools were offered");
+}
+
+/// The planner over HTTP keeps its upstream session across runs of the same owner: a new
+/// question (a new conversation, no `session`) from the same API key runs its tool in the
+/// same upstream process as the last one, and starts no process; another owner's question
+/// runs in another. (Each question once started fresh processes, left alive for minutes, and
+/// waited seconds for them before its first event.) The fixture's `pid` tool says which
+/// process answered; it is not marked read-only, so it runs in the planner's own session.
+#[tokio::test]
+async fn the_same_owners_next_question_runs_in_the_planners_upstream_session_of_the_last() {
+    let stub = ModelStub::start(vec![]).await;
+    for q in ["alice first", "alice second", "bob first"] {
+        stub.push_keyed(
+            q,
+            [
+                Turn::Tools { thought: "Which process?".into(), calls: vec![("pid".into(), json!({}))] },
+                Turn::Text(json!({"raw_answer": "ok"}).to_string()),
+            ],
+        );
+    }
+    let config = format!(
+        "{}[auth]\napi_keys = [\n  {{ id = \"alice\", sha256 = \"{}\" }},\n  {{ id = \"bob\", sha256 = \"{}\" }},\n]\n",
+        agent_config(&stub),
+        hash("alice-secret-key-0123456789"),
+        hash("bob-secret-key-0123456789")
+    );
+    let s = Setup::new(&config);
+    let srv = serve(&s).await;
+    let (alice, bob) = (Some("alice-secret-key-0123456789"), Some("bob-secret-key-0123456789"));
+    // The pid the run's `pid` call answered with: the tool result the model was shown.
+    let run = |key, query: &'static str| {
+        let base = srv.base.clone();
+        let stub = &stub;
+        async move {
+            let resp = post_run(&base, key, json!({"query": query})).await;
+            assert_eq!(resp.status(), 200, "{query}");
+            let evs = events(&resp.text().await.unwrap());
+            assert_eq!(evs.last().unwrap().0, "done", "{query}: {evs:?}");
+            let body: Value = serde_json::from_str(&stub.requests().last().unwrap().body).unwrap();
+            let shown =
+                body["messages"].as_array().and_then(|m| m.iter().rev().find(|m| m["role"] == "tool")).map(|m| m["content"].to_string());
+            let pid: String =
+                shown.unwrap_or_default().chars().skip_while(|c| !c.is_ascii_digit()).take_while(char::is_ascii_digit).collect();
+            pid.parse::<u32>().unwrap_or_else(|_| panic!("{query}: no pid in the tool result the model saw: {body}"))
+        }
+    };
+    let first = run(alice, "alice first").await;
+    // Once the spare started behind the one alice's session took is up, nothing changes for a
+    // second.
+    let (deadline, mut settled, mut since) = (Instant::now() + Duration::from_secs(10), srv.fixtures(), Instant::now());
+    while since.elapsed() < Duration::from_secs(1) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = srv.fixtures();
+        if now != settled {
+            (settled, since) = (now, Instant::now());
+        }
+    }
+    assert!(settled.contains(&first), "{first} is not a child: {settled:?}");
+    let second = run(alice, "alice second").await;
+    assert_eq!(second, first, "alice's second question ran in another upstream process");
+    assert_eq!(srv.fixtures(), settled, "alice's second question started a process");
+    let bobs = run(bob, "bob first").await;
+    assert_ne!(bobs, first, "bob's question ran in alice's upstream session");
 }
