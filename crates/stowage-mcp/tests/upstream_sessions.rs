@@ -106,7 +106,12 @@ fn seen(text: &str) -> (String, String, String) {
 
 /// The `stowage-session-fixture` processes this test process started and that still run.
 fn fixture_processes() -> usize {
-    let mut n = 0;
+    fixture_pids().len()
+}
+
+/// The pids of [`fixture_processes`], sorted.
+fn fixture_pids() -> Vec<String> {
+    let mut out = Vec::new();
     for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
         let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
         for pid in children.split_whitespace() {
@@ -117,10 +122,13 @@ fn fixture_processes() -> usize {
             }
             let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
             let exe = cmdline.split(|b| *b == 0).next().unwrap_or_default();
-            n += usize::from(String::from_utf8_lossy(exe).ends_with("stowage-session-fixture"));
+            if String::from_utf8_lossy(exe).ends_with("stowage-session-fixture") {
+                out.push(pid.to_owned());
+            }
         }
     }
-    n
+    out.sort();
+    out
 }
 
 /// Two clients on one gateway, each as if it had connected directly: both start on the
@@ -260,6 +268,39 @@ async fn a_client_that_leaves_without_delete_frees_its_process_within_the_idle_t
     call(&url, &a, "navigate", json!({"url": "https://a.example/"})).await;
     assert_eq!(fixture_processes(), 2);
     assert!(eventually(6, || fixture_processes() == 1).await, "{} processes", fixture_processes());
+    assert_eq!(gw.upstreams[0].sessions_held(), 0);
+    gw.shutdown();
+}
+
+/// A spare process is started as soon as the gateway's own session is up; a new client's
+/// session takes it and only performs its handshake (no cold start: this fixture reads
+/// nothing for 3 s after it starts), and another spare starts behind it. A spare nobody takes
+/// is stopped after `upstream_session_idle_secs`, as idle sessions are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_session_takes_a_warm_spare_and_another_starts_behind_it() {
+    let config = GatewayConfig { spare_upstream_processes: 1, upstream_session_idle_secs: 6, ..fast_config() };
+    let (gw, url) = gateway(session_fixture(Some(3000)), config).await;
+    assert!(eventually(5, || fixture_processes() == 2).await, "the gateway's own process and a spare: {:?}", fixture_pids());
+    let before = fixture_pids();
+    assert_eq!(gw.upstreams[0].client_sessions(), 0);
+    tokio::time::sleep(Duration::from_millis(3100)).await; // the spare is past its slow start
+    // A client that declares roots has a session of its own from its first request.
+    let a = initialize(&url, json!({"roots": {}})).await;
+    let started = Instant::now();
+    let (pid, page, _) = seen(&call(&url, &a, "snapshot", json!({})).await);
+    let took = started.elapsed();
+    assert!(before.contains(&pid), "the session did not run in the spare ({pid} is not one of {before:?})");
+    assert_eq!(page, "about:blank");
+    assert!(took < Duration::from_secs(2), "the first call took {took:?}: a cold start, not a handshake on a warm spare");
+    assert!(eventually(5, || fixture_processes() == 3).await, "no new spare behind the taken one: {:?}", fixture_pids());
+    let spare: Vec<String> = fixture_pids().into_iter().filter(|p| !before.contains(p)).collect();
+    assert_eq!(spare.len(), 1, "{before:?} then {:?}", fixture_pids());
+    assert_eq!(gw.upstreams[0].client_sessions(), 1);
+    // The client leaves; its process stops at once, and the unused spare within the idle time.
+    delete(&url, &a).await;
+    assert!(eventually(5, || !fixture_pids().contains(&pid)).await, "{pid} outlived its session");
+    assert!(fixture_pids().contains(&spare[0]), "the spare stopped with the session");
+    assert!(eventually(10, || fixture_processes() == 1).await, "the unused spare was never stopped: {:?}", fixture_pids());
     assert_eq!(gw.upstreams[0].sessions_held(), 0);
     gw.shutdown();
 }
