@@ -551,6 +551,83 @@ async fn an_upstream_refusing_every_initialize_is_reported_unready_with_its_stat
     gw.shutdown();
 }
 
+/// A Streamable HTTP upstream that pages its lists: `tools/list` gives `first_tool` with
+/// `nextCursor` "t2", then `second_tool`; `prompts/list` likewise `first_prompt`, "p2",
+/// `second_prompt`. A cursor it never gave is refused. Its URL.
+async fn paging_upstream() -> String {
+    use axum::response::IntoResponse;
+    let upstream = move |b: String| async move {
+        let msg: Value = serde_json::from_str(&b).unwrap();
+        let id = msg["id"].clone();
+        let cursor = msg["params"]["cursor"].as_str().map(str::to_owned);
+        let page = |key: &str, first: Value, next: &str, second: Value| match cursor.as_deref() {
+            None => json!({"jsonrpc": "2.0", "id": id, "result": {key: [first], "nextCursor": next}}),
+            Some(c) if c == next => json!({"jsonrpc": "2.0", "id": id, "result": {key: [second]}}),
+            Some(c) => json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32602, "message": format!("unknown cursor {c}")}}),
+        };
+        let tool = |name: &str| json!({"name": name, "inputSchema": {"type": "object"}});
+        match msg["method"].as_str() {
+            Some("initialize") => axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": {
+                "protocolVersion": "2025-11-25", "capabilities": {"tools": {}, "prompts": {}}, "serverInfo": {"name": "pager", "version": "1"}}}))
+            .into_response(),
+            Some("tools/list") => axum::Json(page("tools", tool("first_tool"), "t2", tool("second_tool"))).into_response(),
+            Some("prompts/list") => {
+                axum::Json(page("prompts", json!({"name": "first_prompt"}), "p2", json!({"name": "second_prompt"}))).into_response()
+            }
+            _ => axum::http::StatusCode::ACCEPTED.into_response(),
+        }
+    };
+    let app = axum::Router::new().route("/mcp", axum::routing::post(upstream));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}/mcp")
+}
+
+/// The gateway answers `tools/list` and `prompts/list` in one page, every page of every
+/// upstream gathered (in both session modes), so it never hands out a cursor for them: a
+/// client's cursor is refused as invalid params, as the specification says of a cursor the
+/// server does not know, and never silently ignored (which would hand the client page one
+/// again as if it were the next).
+#[tokio::test]
+async fn an_upstreams_list_pages_are_gathered_and_a_clients_cursor_is_refused() {
+    for mode in [stowage_mcp::SessionMode::PerClient, stowage_mcp::SessionMode::Shared] {
+        let transport =
+            stowage_mcp::config::TransportSpec::Http { url: paging_upstream().await, headers: Default::default(), ca_file: None };
+        let spec = stowage_mcp::config::UpstreamSpec::new("pager", transport, Duration::from_secs(20));
+        let gw = common::start_gateway(vec![spec], shaper(Arc::new(MemSink::default())), fast_config(), mode).await;
+        let url = format!("http://{}/mcp", stowage_mcp::run::spawn_http(gw.clone(), "127.0.0.1:0").await.unwrap());
+        let sid = initialize(&url).await;
+        for (i, (method, key, names)) in
+            [("tools/list", "tools", ["first_tool", "second_tool"]), ("prompts/list", "prompts", ["first_prompt", "second_prompt"])]
+                .into_iter()
+                .enumerate()
+        {
+            let (_, _, msgs) = post(&url, Some(&sid), BOTH, rpc(10 + i as u64, method, json!({}))).await;
+            let result = &msgs.last().unwrap()["result"];
+            let listed: Vec<&str> = result[key]
+                .as_array()
+                .unwrap_or_else(|| panic!("{mode:?} {method}: {msgs:?}"))
+                .iter()
+                .filter_map(|t| t["name"].as_str())
+                .collect();
+            for name in names {
+                assert!(listed.iter().any(|n| n.ends_with(name)), "{mode:?} {method}: {name} missing from {listed:?}");
+            }
+            assert!(result.get("nextCursor").is_none(), "{mode:?} {method}: {result}");
+            for cursor in [json!("t2"), json!("abc")] {
+                let (status, _, msgs) = post(&url, Some(&sid), BOTH, rpc(20 + i as u64, method, json!({"cursor": cursor}))).await;
+                assert_eq!(status, 200);
+                let e = &msgs.last().unwrap()["error"];
+                assert_eq!(e["code"], -32602, "{mode:?} {method} with cursor {cursor}: {msgs:?}");
+                let message = e["message"].as_str().unwrap();
+                assert!(message.contains("unknown cursor") && message.contains(method), "{message}");
+            }
+        }
+        gw.shutdown();
+    }
+}
+
 /// Requests are refused past `gateway.max_request_bytes` with a JSON-RPC error naming it, and
 /// an identity cannot open sessions without end, yet abandoned sessions never lock it out: at
 /// the cap, the least recently used idle session makes room (its client gets 404 and
