@@ -304,3 +304,70 @@ async fn a_new_session_takes_a_warm_spare_and_another_starts_behind_it() {
     assert_eq!(gw.upstreams[0].sessions_held(), 0);
     gw.shutdown();
 }
+
+/// The SSE events' data read from `body` until `until` holds for one, the stream ends or
+/// `wait` passes.
+async fn events_until(
+    body: &mut (impl futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin),
+    wait: Duration,
+    until: impl Fn(&str) -> bool,
+) -> Vec<String> {
+    use futures::StreamExt;
+    let deadline = tokio::time::Instant::now() + wait;
+    let (mut out, mut buf) = (Vec::new(), String::new());
+    while let Ok(Some(Ok(chunk))) = tokio::time::timeout_at(deadline, body.next()).await {
+        buf.push_str(std::str::from_utf8(&chunk).unwrap());
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            let data: String = block.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim_start).collect();
+            if data.is_empty() {
+                continue; // the priming event, a keep-alive
+            }
+            let stop = until(&data);
+            out.push(data);
+            if stop {
+                return out;
+            }
+        }
+    }
+    out
+}
+
+/// A 2026-07-28 client has no session: it hears of a resource's changes on its
+/// `subscriptions/listen` stream. With per-client upstream sessions the subscription is made
+/// in that client's own upstream session, where its (stateless) calls run too: its own
+/// `navigate` puts `resources/updated` on the stream, tagged with the listen request's id,
+/// and another client's `navigate` in its own session puts nothing there. (Made on the
+/// gateway's own session, the subscription once brought no update at all.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stateless_clients_listen_stream_hears_the_updates_of_its_own_upstream_session_alone() {
+    let (gw, url) = gateway(session_fixture(None), fast_config()).await;
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}});
+    let stateless = |body: String| {
+        reqwest::Client::new().post(&url).header("content-type", "application/json").header("accept", BOTH).body(body).send()
+    };
+    let listen = rpc(30, "subscriptions/listen", json!({"notifications": {"resourceSubscriptions": ["browser://page"]}, "_meta": meta}));
+    let resp = stateless(listen).await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let mut stream = resp.bytes_stream();
+    let ack = events_until(&mut stream, Duration::from_secs(10), |d| d.contains("acknowledged")).await;
+    let ack: Value = serde_json::from_str(ack.last().unwrap()).unwrap();
+    assert_eq!(ack["params"]["notifications"]["resourceSubscriptions"], json!(["browser://page"]), "{ack}");
+
+    // Another client changes the page in its own session: not this stream's business.
+    let other = initialize(&url, json!({})).await;
+    call(&url, &other, "navigate", json!({"url": "https://other.example/"})).await;
+    let quiet = events_until(&mut stream, Duration::from_millis(800), |_| false).await;
+    assert!(quiet.is_empty(), "another client's update reached the stream: {quiet:?}");
+
+    // The listening client navigates (statelessly, as itself): its update arrives.
+    let navigate = rpc(31, "tools/call", json!({"name": "navigate", "arguments": {"url": "https://mine.example/"}, "_meta": meta}));
+    let answer = stateless(navigate).await.unwrap().text().await.unwrap();
+    assert!(answer.contains("page https://mine.example/"), "{answer}");
+    let heard = events_until(&mut stream, Duration::from_secs(5), |d| d.contains("resources/updated")).await;
+    let update: Value = serde_json::from_str(heard.last().unwrap_or_else(|| panic!("no update on the listen stream"))).unwrap();
+    assert_eq!(update["method"], "notifications/resources/updated", "{heard:?}");
+    assert_eq!(update["params"]["uri"], "browser://page", "{update}");
+    assert_eq!(update["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 30, "{update}");
+    gw.shutdown();
+}
