@@ -371,3 +371,39 @@ async fn a_stateless_clients_listen_stream_hears_the_updates_of_its_own_upstream
     assert_eq!(update["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 30, "{update}");
     gw.shutdown();
 }
+
+/// Opens session `sid`'s standalone stream (`GET`), where a 2025 client hears of changes.
+async fn standalone(url: &str, sid: &str) -> impl futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin {
+    let resp = reqwest::Client::new().get(url).header("accept", "text/event-stream").header("mcp-session-id", sid).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    resp.bytes_stream()
+}
+
+/// A 2025 client's `resources/subscribe` is made in its own upstream session, as it would be
+/// connected directly: its own `navigate` brings `resources/updated` to its standalone
+/// stream; another client's `navigate` brings nothing to either (that client never
+/// subscribed, and its page is not the subscriber's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_resource_subscription_lives_in_its_own_upstream_session() {
+    let (gw, url) = gateway(session_fixture(None), fast_config()).await;
+    let (a, b) = (initialize(&url, json!({})).await, initialize(&url, json!({})).await);
+    let (mut a_stream, mut b_stream) = (standalone(&url, &a).await, standalone(&url, &b).await);
+    let sub = post(&url, &a, rpc(5, "resources/subscribe", json!({"uri": "browser://page"}))).await;
+    assert!(sub["result"].is_object(), "{sub}");
+
+    call(&url, &b, "navigate", json!({"url": "https://b.example/"})).await;
+    let quiet = events_until(&mut a_stream, Duration::from_millis(800), |_| false).await;
+    assert!(!quiet.iter().any(|d| d.contains("resources/updated")), "B's navigation reached A: {quiet:?}");
+
+    let (_, page, _) = seen(&call(&url, &a, "navigate", json!({"url": "https://a.example/"})).await);
+    assert_eq!(page, "https://a.example/");
+    let heard = events_until(&mut a_stream, Duration::from_secs(5), |d| d.contains("resources/updated")).await;
+    let update: Value = serde_json::from_str(heard.last().unwrap_or_else(|| panic!("A heard nothing"))).unwrap();
+    assert_eq!(
+        (update["method"].as_str(), update["params"]["uri"].as_str()),
+        (Some("notifications/resources/updated"), Some("browser://page"))
+    );
+    let b_heard = events_until(&mut b_stream, Duration::from_millis(800), |_| false).await;
+    assert!(!b_heard.iter().any(|d| d.contains("resources/updated")), "A's update reached B, which never subscribed: {b_heard:?}");
+    gw.shutdown();
+}
