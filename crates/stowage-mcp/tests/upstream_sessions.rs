@@ -407,3 +407,42 @@ async fn a_clients_resource_subscription_lives_in_its_own_upstream_session() {
     assert!(!b_heard.iter().any(|d| d.contains("resources/updated")), "A's update reached B, which never subscribed: {b_heard:?}");
     gw.shutdown();
 }
+
+/// The tool names `tools/list` gives session `sid`.
+async fn tool_names(url: &str, sid: &str) -> Vec<String> {
+    let list = post(url, sid, rpc(11, "tools/list", json!({}))).await;
+    let tools = list["result"]["tools"].as_array().unwrap_or_else(|| panic!("{list}"));
+    tools.iter().filter_map(|t| t["name"].as_str().map(str::to_owned)).collect()
+}
+
+/// Any session-scoped first request promotes a client off the pristine process, not only a
+/// tool that may change state: a first `logging/setLevel` gives it its own process holding
+/// that level, while the other client stays on the pristine one. A tool list its own session
+/// changed (`add_tool`) is its alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_set_level_promotes_a_client_and_its_sessions_tool_list_is_its_own() {
+    let (gw, url) = gateway(session_fixture(None), fast_config()).await;
+    let (a, b) = (initialize(&url, json!({})).await, initialize(&url, json!({})).await);
+    let (pristine, _, _) = seen(&call(&url, &b, "snapshot", json!({})).await);
+
+    let set = post(&url, &a, rpc(8, "logging/setLevel", json!({"level": "warning"}))).await;
+    assert!(set["result"].is_object(), "{set}");
+    let (own_a, page, level) = seen(&call(&url, &a, "snapshot", json!({})).await);
+    assert_ne!(own_a, pristine, "a client that set its log level still shares the pristine process");
+    assert_eq!((page.as_str(), level.as_str()), ("about:blank", "warning"));
+    assert_eq!(seen(&call(&url, &b, "snapshot", json!({})).await), (pristine.clone(), "about:blank".into(), "unset".into()));
+
+    assert!(!tool_names(&url, &a).await.iter().any(|n| n.ends_with("extra")));
+    call(&url, &a, "add_tool", json!({})).await;
+    // The list is fetched again on the session's `list_changed`, which may come just after.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut a_tools = tool_names(&url, &a).await;
+    while !a_tools.iter().any(|n| n.ends_with("extra")) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        a_tools = tool_names(&url, &a).await;
+    }
+    let b_tools = tool_names(&url, &b).await;
+    assert!(a_tools.iter().any(|n| n.ends_with("extra")), "A's own session added a tool A does not see: {a_tools:?}");
+    assert!(!b_tools.iter().any(|n| n.ends_with("extra")), "A's session's tool reached B: {b_tools:?}");
+    gw.shutdown();
+}
