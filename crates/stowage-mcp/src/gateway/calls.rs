@@ -405,10 +405,9 @@ impl Gateway {
         self.publish_shaped(call, &owner, &name, &ctx, shaped, &mut guard).0
     }
 
-    /// What the shaper needs of the gateway for one answer: the call, the host, and where
-    /// previews read originals.
+    /// What the shaper needs of the gateway for one answer: the call and the host.
     pub(super) fn job<'a>(&'a self, ctx: &'a CallContext, host: &'a crate::hosts::HostProfile) -> Job<'a> {
-        Job { ctx, host, store: self.parts.artifacts.as_ref(), preview: &self.hosts().preview }
+        Job { ctx, host }
     }
 
     /// Publishes what shaping a tool result came to (its artifacts, a final limit that acted,

@@ -408,6 +408,12 @@ impl GatewayBuilder {
             })
             .collect();
         let lists = Lists::new(&upstreams, state_dir, prefix, &config.separator);
+        let hosts = hosts.unwrap_or_default();
+        // Previews read originals back from the store the gateway offloads to.
+        let shaper = match &artifacts {
+            Some(store) if !shaper.makes_previews() => shaper.with_previews(store.clone(), hosts.preview.clone()),
+            _ => shaper,
+        };
         let gw = Arc::new(Gateway {
             config,
             upstreams,
@@ -423,16 +429,7 @@ impl GatewayBuilder {
                 roots_owed: std::sync::atomic::AtomicBool::new(false),
                 initialized: watch::channel(0).0,
             },
-            parts: Parts {
-                shaper,
-                links,
-                people_links,
-                artifacts,
-                apps,
-                hosts: hosts.unwrap_or_default(),
-                read_cache: Default::default(),
-                events,
-            },
+            parts: Parts { shaper, links, people_links, artifacts, apps, hosts, read_cache: Default::default(), events },
             life: Lifecycle {
                 shutdown,
                 ready: watch::channel(0).0,

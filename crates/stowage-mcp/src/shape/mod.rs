@@ -63,25 +63,29 @@ const ERROR_PREVIEW_ROOM: usize = 800;
 /// would have read without the gateway is then measured exactly (`tokensIn`).
 const KEEP_RAW_MAX: usize = 256 * 1024;
 
-/// The shaper: the pipelines and the link minter every answer is shaped with.
+/// The shaper: the pipelines, the link minter and the preview source every answer is shaped
+/// with, all given when it is built.
 #[derive(Clone)]
 pub struct Shaper {
     pipelines: Pipelines,
     links: Option<Arc<dyn LinkMinter>>,
+    previews: Option<Previews>,
 }
 
-/// What the gateway hands in for one answer: the call, the host, and where previews read the
-/// original images.
+/// Where image previews read offloaded originals back, and how they are made.
+#[derive(Clone)]
+struct Previews {
+    store: Arc<dyn ArtifactStore>,
+    config: ImagePreviewConfig,
+}
+
+/// What the gateway hands in for one answer: the call and the host.
 #[derive(Clone, Copy)]
 pub struct Job<'a> {
     /// The call the answer belongs to: tool, upstream, owner, output schema.
     pub ctx: &'a CallContext,
     /// The profile of the host whose model reads the answer: its limits and what it sees.
     pub host: &'a HostProfile,
-    /// Where previews read offloaded images back; `None`: no previews are made.
-    pub store: Option<&'a Arc<dyn ArtifactStore>>,
-    /// How image previews are sized and encoded (`[transform.image_preview]`).
-    pub preview: &'a ImagePreviewConfig,
 }
 
 /// What kind of answer a draft is.
@@ -170,7 +174,21 @@ impl Shaper {
     /// A shaper over `pipelines` whose answers carry `artifact://` URIs until
     /// [`Shaper::with_links`] gives it a signer.
     pub fn new(pipelines: Pipelines) -> Self {
-        Shaper { pipelines, links: None }
+        Shaper { pipelines, links: None, previews: None }
+    }
+
+    /// Previews of offloaded images for the hosts that get them: read back from `store` (a
+    /// store that keeps nothing makes none), made as `config` says
+    /// (`[transform.image_preview]`). Without, no previews. A gateway given a store
+    /// ([`crate::GatewayBuilder::store`]) gives it here if its shaper has none.
+    pub fn with_previews(mut self, store: Arc<dyn ArtifactStore>, config: ImagePreviewConfig) -> Self {
+        self.previews = Some(Previews { store, config });
+        self
+    }
+
+    /// Whether previews are made ([`Shaper::with_previews`]).
+    pub fn makes_previews(&self) -> bool {
+        self.previews.is_some()
     }
 
     /// The shaper `serve`, `agent` and the playground use: `[transform]` for every upstream,
@@ -314,8 +332,8 @@ impl Shaper {
         if !job.host.shows_error_flag {
             changed |= host::say_it_failed(&mut draft.value);
         }
-        if let (Some(report), Some(store)) = (&draft.report, job.store.filter(|s| !s.is_noop())) {
-            changed |= preview::add_previews(&mut draft.value, report, job.host, job.preview, store, &job.ctx.scope).await > 0;
+        if let (Some(report), Some(p)) = (&draft.report, self.previews.as_ref().filter(|p| !p.store.is_noop())) {
+            changed |= preview::add_previews(&mut draft.value, report, job.host, &p.config, &p.store, &job.ctx.scope).await > 0;
         }
         let pipeline = self.pipeline(&job.ctx.upstream).clone();
         changed |= host::fit_images(&mut draft.value, job.host, &pipeline, job.ctx, &mut draft.stored).await;

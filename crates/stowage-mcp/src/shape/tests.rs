@@ -6,7 +6,7 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 use stowage_core::ArtifactScope;
 use stowage_transform::testing::MemorySink;
-use stowage_transform::{ImagePreviewConfig, Pipeline, TransformConfig};
+use stowage_transform::{Pipeline, TransformConfig};
 
 use super::*;
 use crate::hosts::builtin;
@@ -23,8 +23,8 @@ fn profile(name: &str) -> HostProfile {
     builtin().into_iter().find(|p| p.name == name).unwrap_or_else(HostProfile::default_profile)
 }
 
-fn job<'a>(ctx: &'a CallContext, host: &'a HostProfile, preview: &'a ImagePreviewConfig) -> Job<'a> {
-    Job { ctx, host, store: None, preview }
+fn job<'a>(ctx: &'a CallContext, host: &'a HostProfile) -> Job<'a> {
+    Job { ctx, host }
 }
 
 /// What a host's model reads of `v`, counted the way the figures say they count it.
@@ -38,10 +38,10 @@ async fn figures_are_those_of_the_answer_as_sent() {
     let pdf = base64::engine::general_purpose::STANDARD.encode(stowage_demo_like_pdf());
     let raw = json!({"content": [{"type": "text", "text": "Here is the report."}, {"type": "text", "text": json!({"name": "Q3", "data": pdf}).to_string()}]})
         .to_string();
-    let (c, preview) = (ctx(), ImagePreviewConfig::default());
+    let c = ctx();
     for host in ["default", "claude-code", "codex", "sdk"] {
         let h = profile(host);
-        let shaped = shaper(MemorySink::new()).shape(job(&c, &h, &preview), raw.clone()).await;
+        let shaped = shaper(MemorySink::new()).shape(job(&c, &h), raw.clone()).await;
         let sent = serde_json::to_string(&shaped.value).unwrap();
         assert_eq!(shaped.figures.bytes_out as usize, sent.len(), "{host}: bytesOut is the answer's own size, _meta included");
         assert_eq!(shaped.value["_meta"][TRANSFORM_META_KEY]["bytesOut"], json!(sent.len()), "{host}");
@@ -56,8 +56,8 @@ async fn figures_are_those_of_the_answer_as_sent() {
 #[tokio::test]
 async fn a_pass_through_answer_is_left_as_it_came_and_measured_once() {
     let raw = r#"{"content":[{"type":"text","text":"hello"}],"isError":false}"#.to_owned();
-    let (c, h, preview) = (ctx(), HostProfile::default_profile(), ImagePreviewConfig::default());
-    let shaped = shaper(MemorySink::new()).shape(job(&c, &h, &preview), raw.clone()).await;
+    let (c, h) = (ctx(), HostProfile::default_profile());
+    let shaped = shaper(MemorySink::new()).shape(job(&c, &h), raw.clone()).await;
     let mut without_stats = shaped.value.clone();
     without_stats.as_object_mut().unwrap().remove("_meta");
     assert_eq!(without_stats, serde_json::from_str::<Value>(&raw).unwrap());
@@ -67,13 +67,13 @@ async fn a_pass_through_answer_is_left_as_it_came_and_measured_once() {
 
 #[tokio::test]
 async fn what_the_gateway_adds_is_within_the_final_limit() {
-    let (c, h, preview) = (ctx(), HostProfile::default_profile(), ImagePreviewConfig::default());
+    let (c, h) = (ctx(), HostProfile::default_profile());
     let s = shaper(MemorySink::new());
-    let mut draft = s.prepare(job(&c, &h, &preview), json!({"content": [{"type": "text", "text": "ok"}]}).to_string()).await;
+    let mut draft = s.prepare(job(&c, &h), json!({"content": [{"type": "text", "text": "ok"}]}).to_string()).await;
     // An auto-read resource of 80 KB: over the 50,000-character observation limit.
     let long = "resource line\n".repeat(6_000);
     draft.value_mut()["content"].as_array_mut().unwrap().push(json!({"type": "resource", "resource": {"uri": "r://x", "text": long}}));
-    let shaped = s.finish(job(&c, &h, &preview), draft).await;
+    let shaped = s.finish(job(&c, &h), draft).await;
     assert!(shaped.figures.measure.result_chars <= 50_000, "{:?}", shaped.figures);
     assert!(shaped.figures.fitted);
     let text = shaped.value["content"][1]["resource"]["text"].as_str().unwrap();
@@ -90,8 +90,8 @@ async fn fastmcp_text_sent_twice_stays_readable_and_counts_once() {
     let mut c = ctx();
     c.output_schema = Some(Arc::new(crate::output_schema::OutputSchema::compile(schema)));
     let raw = json!({"content": [{"type": "text", "text": text}], "structuredContent": {"result": text}, "isError": false}).to_string();
-    let (h, preview) = (HostProfile::default_profile(), ImagePreviewConfig::default());
-    let shaped = shaper(MemorySink::new()).shape(job(&c, &h, &preview), raw).await;
+    let h = HostProfile::default_profile();
+    let shaped = shaper(MemorySink::new()).shape(job(&c, &h), raw).await;
     assert_eq!(shaped.value["content"][0]["text"], text.as_str(), "readable where the model reads it");
     assert_eq!(shaped.value["structuredContent"]["result"], text.as_str());
     assert_eq!(shaped.figures.artifacts, 0);
@@ -107,10 +107,10 @@ async fn a_long_error_keeps_its_head_and_its_exception() {
     trace.push_str("ValueError: the invoice total does not match its lines");
     assert!(trace.len() > 39_000);
     let raw = json!({"content": [{"type": "text", "text": trace}], "isError": true}).to_string();
-    let (c, preview) = (ctx(), ImagePreviewConfig::default());
+    let c = ctx();
     for host in ["default", "claude-code"] {
         let h = profile(host);
-        let shaped = shaper(MemorySink::new()).shape(job(&c, &h, &preview), raw.clone()).await;
+        let shaped = shaper(MemorySink::new()).shape(job(&c, &h), raw.clone()).await;
         let t = shaped.value["content"][0]["text"].as_str().unwrap();
         assert!(t.starts_with("Traceback (most recent call last):"), "{host}");
         assert!(t.ends_with("ValueError: the invoice total does not match its lines"), "{host}: the exception stays: {t}");

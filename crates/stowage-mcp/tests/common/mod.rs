@@ -33,8 +33,7 @@ pub(crate) fn shaper(sink: Arc<dyn ArtifactSink>) -> Shaper {
 /// A tool result shaped as an unknown client (the default profile) gets it.
 pub(crate) async fn shape(shaper: &Shaper, ctx: &stowage_mcp::shape::CallContext, result: &serde_json::Value) -> serde_json::Value {
     let host = stowage_mcp::hosts::HostProfile::default_profile();
-    let preview = stowage_transform::ImagePreviewConfig::default();
-    let job = stowage_mcp::shape::Job { ctx, host: &host, store: None, preview: &preview };
+    let job = stowage_mcp::shape::Job { ctx, host: &host };
     shaper.shape(job, result.to_string()).await.value
 }
 
