@@ -358,7 +358,8 @@ impl Shape {
                 let _ = write!(out, "; {distinct} distinct");
             }
             if has(2) && !low && scalars > 1 {
-                if let Some(example) = n.values.keys().find(|v| v.starts_with('"')) {
+                // The least string remembered: the same example whatever the map's order.
+                if let Some(example) = n.values.keys().filter(|v| v.starts_with('"')).min() {
                     let _ = write!(out, ", e.g. {example}");
                 }
                 if n.str_min == n.str_max {
