@@ -398,17 +398,7 @@ mod stream {
         // whether anything was in it.
         let mut open: Vec<(Option<u32>, u32, bool)> = Vec::new();
         let (mut objects, mut wide) = (0u32, Vec::new());
-        let (mut in_string, mut escaped) = (false, false);
-        for &b in json {
-            if in_string {
-                match b {
-                    _ if escaped => escaped = false,
-                    b'\\' => escaped = true,
-                    b'"' => in_string = false,
-                    _ => {}
-                }
-                continue;
-            }
+        for (_, b) in crate::fastjson::structure(json) {
             if !b.is_ascii_whitespace()
                 && !matches!(b, b'}' | b']')
                 && let Some(top) = open.last_mut()
@@ -416,7 +406,6 @@ mod stream {
                 top.2 = true;
             }
             match b {
-                b'"' => in_string = true,
                 b'{' => {
                     open.push((Some(objects), 0, false));
                     objects += 1;

@@ -392,19 +392,9 @@ fn read(id: &str, bytes: &Bytes, format: Format) -> Result<Val, ToolError> {
 
 /// The byte offset where `bytes` (JSON) first nests deeper than [`MAX_INPUT_DEPTH`], if it does.
 fn too_deep(bytes: &[u8]) -> Option<usize> {
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-    for (i, &b) in bytes.iter().enumerate() {
-        if in_string {
-            match b {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
+    let mut depth = 0usize;
+    for (i, b) in stowage_transform::fastjson::structure(bytes) {
         match b {
-            b'"' => in_string = true,
             b'[' | b'{' => {
                 depth += 1;
                 if depth > MAX_INPUT_DEPTH {
