@@ -369,6 +369,11 @@ async fn polling_upstream(ids: bool) -> String {
         ([("content-type", "text/event-stream")], format!("id: call-{id}-1\ndata: {answer}\n\n")).into_response()
     };
     let app = axum::Router::new().route("/mcp", axum::routing::post(post).get(get));
+    serve_upstream(app).await
+}
+
+/// Serves `app` (an upstream of a test's own, at `/mcp`) on a free loopback port: its URL.
+async fn serve_upstream(app: axum::Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -447,12 +452,8 @@ async fn an_oversized_http_upstream_reply_fails_its_call_at_once() {
             _ => axum::http::StatusCode::ACCEPTED.into_response(),
         }
     };
-    let app = axum::Router::new().route("/mcp", axum::routing::post(upstream));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let transport =
-        stowage_mcp::config::TransportSpec::Http { url: format!("http://{addr}/mcp"), headers: Default::default(), ca_file: None };
+    let url = serve_upstream(axum::Router::new().route("/mcp", axum::routing::post(upstream))).await;
+    let transport = stowage_mcp::config::TransportSpec::Http { url, headers: Default::default(), ca_file: None };
     let spec = stowage_mcp::config::UpstreamSpec::new("big", transport, Duration::from_secs(120));
     let (gw, url) = start_in_front_of(spec, stowage_mcp::config::GatewayConfig { max_message_bytes: 100_000, ..fast_config() }).await;
     let sid = initialize(&url).await;
@@ -496,10 +497,7 @@ async fn guarded_upstream(status: u16, body: &'static str, grace: usize) -> Stri
         }
     };
     let app = axum::Router::new().route("/mcp", axum::routing::post(upstream));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    format!("http://{addr}/mcp")
+    serve_upstream(app).await
 }
 
 /// With per-client upstream sessions, each client's first call opens its own session on an
@@ -578,10 +576,7 @@ async fn paging_upstream() -> String {
         }
     };
     let app = axum::Router::new().route("/mcp", axum::routing::post(upstream));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    format!("http://{addr}/mcp")
+    serve_upstream(app).await
 }
 
 /// The gateway answers `tools/list` and `prompts/list` in one page, every page of every
