@@ -204,6 +204,16 @@ async fn post_run(base: &str, key: Option<&str>, body: Value) -> reqwest::Respon
     req.send().await.unwrap()
 }
 
+/// The agent configuration with two API keys, alice's and bob's.
+fn with_alice_and_bob(stub: &ModelStub) -> String {
+    format!(
+        "{}[auth]\napi_keys = [\n  {{ id = \"alice\", sha256 = \"{}\" }},\n  {{ id = \"bob\", sha256 = \"{}\" }},\n]\n",
+        agent_config(stub),
+        hash("alice-secret-key-0123456789"),
+        hash("bob-secret-key-0123456789")
+    )
+}
+
 #[tokio::test]
 async fn post_agent_runs_streams_the_events_behind_the_same_auth_as_mcp() {
     let stub = ModelStub::start(vec![]).await;
@@ -215,13 +225,7 @@ async fn post_agent_runs_streams_the_events_behind_the_same_auth_as_mcp() {
             Turn::Text(json!({"raw_answer": "EMEA grew most."}).to_string()),
         ],
     );
-    let config = format!(
-        "{}[auth]\napi_keys = [\n  {{ id = \"alice\", sha256 = \"{}\" }},\n  {{ id = \"bob\", sha256 = \"{}\" }},\n]\n",
-        agent_config(&stub),
-        hash("alice-secret-key-0123456789"),
-        hash("bob-secret-key-0123456789")
-    );
-    let s = Setup::new(&config);
+    let s = Setup::new(&with_alice_and_bob(&stub));
     let srv = serve(&s).await;
     let alice = Some("alice-secret-key-0123456789");
     assert_eq!(post_run(&srv.base, None, json!({"query": "alice asks"})).await.status(), 401);
@@ -497,13 +501,7 @@ async fn the_same_owners_next_question_runs_in_the_planners_upstream_session_of_
             ],
         );
     }
-    let config = format!(
-        "{}[auth]\napi_keys = [\n  {{ id = \"alice\", sha256 = \"{}\" }},\n  {{ id = \"bob\", sha256 = \"{}\" }},\n]\n",
-        agent_config(&stub),
-        hash("alice-secret-key-0123456789"),
-        hash("bob-secret-key-0123456789")
-    );
-    let s = Setup::new(&config);
+    let s = Setup::new(&with_alice_and_bob(&stub));
     let srv = serve(&s).await;
     let (alice, bob) = (Some("alice-secret-key-0123456789"), Some("bob-secret-key-0123456789"));
     // The pid the run's `pid` call answered with: the tool result the model was shown.
