@@ -21,37 +21,14 @@ use stowage_mcp::shape::{Pipelines, Shaper};
 use stowage_store::{ArtifactStore, MemoryStore};
 use stowage_testkit::RpcClient;
 
+#[path = "support/peak.rs"]
+mod peak;
+use peak::Peak;
+
 /// The allocator the `stowage` binary ships with, so the figures are the binary's, counted
 /// (`cap`): the heap a call needs is its peak of live bytes above what was live before it.
 #[global_allocator]
 static GLOBAL: cap::Cap<mimalloc::MiMalloc> = cap::Cap::new(mimalloc::MiMalloc, usize::MAX);
-
-/// The peak of live heap bytes while it runs, sampled every millisecond on its own thread.
-struct PeakHeap {
-    stop: Arc<std::sync::atomic::AtomicBool>,
-    sampler: std::thread::JoinHandle<usize>,
-}
-
-impl PeakHeap {
-    fn start() -> PeakHeap {
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = stop.clone();
-        let sampler = std::thread::spawn(move || {
-            let mut peak = 0;
-            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
-                peak = peak.max(GLOBAL.allocated());
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            peak
-        });
-        PeakHeap { stop, sampler }
-    }
-
-    fn stop(self) -> usize {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.sampler.join().unwrap()
-    }
-}
 
 /// About 10 MB of nested orders.
 fn orders_json() -> String {
@@ -167,8 +144,8 @@ async fn main() {
     ] {
         // Let the previous case's trees be freed first (they go after the answer).
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let before = GLOBAL.allocated();
-        let peak = PeakHeap::start();
+        let before = GLOBAL.allocated() as u64;
+        let peak = Peak::start(Duration::from_millis(1), || GLOBAL.allocated() as u64);
         let (median, max, bytes) = timed(&c, tool, &args, runs).await;
         let peak = peak.stop().saturating_sub(before);
         println!(

@@ -24,6 +24,10 @@ use stowage_mcp::config::{GatewayConfig, TransportSpec, UpstreamSpec};
 use stowage_mcp::shape::{Pipelines, Shaper};
 use stowage_mcp::{Gateway, SessionMode};
 
+#[path = "support/peak.rs"]
+mod peak;
+use peak::Peak;
+
 const CLIENTS: usize = 20;
 
 /// One MCP client over Streamable HTTP on its own kept-alive connection.
@@ -161,33 +165,6 @@ async fn run(spec: UpstreamSpec, mode: SessionMode, calls: usize) -> Figures {
     Figures { first_call, rss_per_client_kb: (after as f64 - before as f64) / CLIENTS as f64, calls: times }
 }
 
-/// The peak of [`tree_rss_kb`] while it runs, sampled every 20 ms on a thread of its own.
-struct PeakRss {
-    stop: Arc<std::sync::atomic::AtomicBool>,
-    sampler: std::thread::JoinHandle<u64>,
-}
-
-impl PeakRss {
-    fn start() -> PeakRss {
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = stop.clone();
-        let sampler = std::thread::spawn(move || {
-            let mut peak = 0;
-            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
-                peak = peak.max(tree_rss_kb(std::process::id()));
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            peak
-        });
-        PeakRss { stop, sampler }
-    }
-
-    fn stop(self) -> u64 {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.sampler.join().unwrap()
-    }
-}
-
 /// `n` clients connect at once and each makes one call of `tool`: each one's time from
 /// `initialize` to the answer, sorted, and the tree's peak memory above what it held ready.
 async fn at_once(transport: &TransportSpec, mode: SessionMode, n: usize, tool: &'static str, arguments: Value) -> (Vec<Duration>, u64) {
@@ -205,7 +182,8 @@ async fn at_once(transport: &TransportSpec, mode: SessionMode, n: usize, tool: &
     // Ready: the upstream (and its spare processes) started and settled.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let before = tree_rss_kb(std::process::id());
-    let peak = PeakRss::start();
+    // The tree's peak, sampled every 20 ms.
+    let peak = Peak::start(Duration::from_millis(20), || tree_rss_kb(std::process::id()));
     let start = tokio::sync::Barrier::new(n);
     let start = Arc::new(start);
     let tasks: Vec<_> = (0..n)
