@@ -21,11 +21,23 @@
 //!   direct, RSS. At the end every artifact made is downloaded again with a fresh link and
 //!   hashed: every one must be there and match (the run's retention budgets hold all it
 //!   stores, so a missing one is lost, not evicted).
+//! - `agent [N] [TOOL]`: questions to `POST /agent/runs` one after another, with
+//!   server-everything on stdio as the only upstream (`per_client`, the default over HTTP)
+//!   and the testkit's model stub as the model (OpenAI wire format, streamed): for each
+//!   question it calls TOOL (default `echo`, which server-everything marks read-only;
+//!   `toggle-simulated-logging` is one it does not) and answers once it has read the result.
+//!   One question first (the owner's first, which starts what the planner keeps for it), then
+//!   N (default 20) more, each as soon as the last one is done: per question, the time from
+//!   sending the request to the stream's first event (its first `event:` line; target for the
+//!   second and later questions: at most 200 ms), to the model's first request, and to the
+//!   `done` event; p50 and max, and the first question's for comparison. The server-everything
+//!   processes before and after tell whether a later question started one.
 //!
 //! Needs the peers (`scripts/gateway-peers.sh`; `STOWAGE_PEERS_DIR`) and a release build.
 //! Reproduce: `cargo bench -p stowage --bench serve_load -- rate` (or `sessions`, `soak`,
-//! `soak 30`; with `SOAK_UPSTREAM=stowage` the soak's HTTP upstream is another `stowage serve`
-//! in front of `stowage-fixture` instead of server-everything). Not part of the test command.
+//! `soak 30`, `agent`; with `SOAK_UPSTREAM=stowage` the soak's HTTP upstream is another
+//! `stowage serve` in front of `stowage-fixture` instead of server-everything). Not part of the
+//! test command.
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
@@ -53,14 +65,19 @@ fn sha256_hex(b: &[u8]) -> String {
     hex::encode(Sha256::digest(b))
 }
 
-/// server-everything over Streamable HTTP on a free port.
-async fn everything() -> (tokio::process::Child, String) {
+/// server-everything's entry point in the peers.
+fn everything_script() -> std::path::PathBuf {
     let peers = stowage_testkit::peers_dir();
     let script = peers.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     assert!(script.exists(), "server-everything is not installed in {}: run scripts/gateway-peers.sh", peers.display());
+    script
+}
+
+/// server-everything over Streamable HTTP on a free port.
+async fn everything() -> (tokio::process::Child, String) {
     let port = free_port();
     let child = tokio::process::Command::new("node")
-        .arg(script)
+        .arg(everything_script())
         .arg("streamableHttp")
         .env("PORT", port.to_string())
         .stdout(Stdio::null())
@@ -435,6 +452,150 @@ async fn upload(c: &mut Mcp, http: &reqwest::Client, file: &[u8], sha: &str, by_
     c.call("artifact_upload_commit", json!({"upload": handle})).await
 }
 
+/// One `/agent/runs` question, as its client saw it (ms from sending the request).
+struct Question {
+    first_event: f64,
+    /// The first event's name.
+    first_name: String,
+    /// When the model stub received the question's first request.
+    model_asked: f64,
+    done: f64,
+}
+
+/// Asks `query` and reads the event stream to its `done` event; `asked` is when the model
+/// stub received each request.
+async fn ask(http: &reqwest::Client, base: &str, query: &str, asked: &Mutex<Vec<Instant>>, tool: &str) -> Question {
+    use futures::StreamExt;
+    let seen = asked.lock().unwrap().len();
+    let started = Instant::now();
+    let resp = http
+        .post(format!("{base}/agent/runs"))
+        .header("content-type", "application/json")
+        .body(json!({"query": query}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "{query}");
+    let ms = |t: Instant| t.duration_since(started).as_secs_f64() * 1000.0;
+    let (mut body, mut events, mut first, mut done) = (Vec::new(), Vec::<(String, Value)>::new(), None, None);
+    let mut stream = resp.bytes_stream();
+    while let Some(bytes) = stream.next().await {
+        let now = Instant::now();
+        body.extend_from_slice(&bytes.unwrap());
+        // Whole events only (a blank line ends each); `: heartbeat` comments are no event.
+        while let Some(end) = body.windows(2).position(|w| w == b"\n\n") {
+            let event = String::from_utf8_lossy(&body[..end]).into_owned();
+            body.drain(..end + 2);
+            let Some(name) = event.lines().find_map(|l| l.strip_prefix("event: ")) else { continue };
+            let data = event.lines().find_map(|l| l.strip_prefix("data: ")).and_then(|d| serde_json::from_str(d).ok());
+            first.get_or_insert((ms(now), name.to_owned()));
+            if name == "done" {
+                done = Some(ms(now));
+            }
+            events.push((name.to_owned(), data.unwrap_or(Value::Null)));
+        }
+    }
+    let (Some((first_event, first_name)), Some(done)) = (first, done) else { panic!("{query}: no done event in {events:?}") };
+    let ran = events.iter().any(|(n, d)| n == "step" && d["status"] == "ok" && d["node"].as_str().is_some_and(|n| n.ends_with(tool)));
+    assert!(ran, "{query}: {tool} did not run: {events:?}");
+    assert_eq!(events.last().map(|(_, d)| d["raw_answer"].clone()), Some(json!("Done.")), "{query}");
+    let model_asked = asked.lock().unwrap().get(seen).map_or(f64::NAN, |t| ms(*t));
+    Question { first_event, first_name, model_asked, done }
+}
+
+/// server-everything's processes under `serve`, once their number has not changed for 2 s
+/// (a spare started behind a session taken is up).
+async fn settled(serve: &Serve) -> Vec<u32> {
+    let everything = || {
+        let mut pids = serve.children("server-everything");
+        pids.sort_unstable();
+        pids
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (mut seen, mut since) = (everything(), Instant::now());
+    while since.elapsed() < Duration::from_secs(2) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = everything();
+        if now != seen {
+            (seen, since) = (now, Instant::now());
+        }
+    }
+    seen
+}
+
+async fn agent(questions: usize, tool: &str) {
+    use stowage_testkit::model_stub::{ModelStub, Plan, Recorded, Turn};
+    // The model: a call of `tool` first, the answer once a tool result is in the conversation.
+    let asked: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let plan: Plan = {
+        let (asked, tool) = (asked.clone(), tool.to_owned());
+        Arc::new(move |r: &Recorded| {
+            asked.lock().unwrap().push(Instant::now());
+            let body = r.json();
+            if body["messages"].as_array().is_some_and(|m| m.iter().any(|m| m["role"] == "tool")) {
+                return Turn::Text(json!({"raw_answer": "Done."}).to_string());
+            }
+            let offered: Vec<&str> =
+                body["tools"].as_array().into_iter().flatten().filter_map(|t| t["function"]["name"].as_str()).collect();
+            let name = offered
+                .iter()
+                .find(|n| **n == tool || n.ends_with(&format!("_{tool}")))
+                .unwrap_or_else(|| panic!("{tool} is not offered: {offered:?}"));
+            let args = if tool == "echo" { json!({"message": "hello from the bench"}) } else { json!({}) };
+            Turn::tool(name, args)
+        })
+    };
+    let stub = ModelStub::planned(plan).await;
+    let config = format!(
+        "[agent]\nbase_url = \"{}\"\nmodel = \"stub-model\"\n\n[gateway.servers.everything]\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\n",
+        stub.base_url(),
+        everything_script().to_str().unwrap()
+    );
+    let serve = Serve::start(&config).await;
+    let base = serve.url.trim_end_matches("/mcp").to_owned();
+    let http = http_client();
+    println!(
+        "agent: POST /agent/runs, one question after another; server-everything (Node, stdio, per_client) upstream; \
+         the model stub calls {tool}, then answers"
+    );
+    let ready = settled(&serve).await;
+    let first = ask(&http, &base, "question 0", &asked, tool).await;
+    let after_first = settled(&serve).await;
+    println!(
+        "  first question: first event ({}) {:.1} ms, model asked at {:.1} ms, done {:.1} ms; server-everything processes {} → {}",
+        first.first_name,
+        first.first_event,
+        first.model_asked,
+        first.done,
+        ready.len(),
+        after_first.len()
+    );
+    let mut next = Vec::with_capacity(questions);
+    for i in 1..=questions {
+        next.push(ask(&http, &base, &format!("question {i}"), &asked, tool).await);
+    }
+    let after = settled(&serve).await;
+    let column = |f: fn(&Question) -> f64| next.iter().map(f).collect::<Vec<f64>>();
+    let (first_events, model_asked, done) = (column(|q| q.first_event), column(|q| q.model_asked), column(|q| q.done));
+    let max = |v: &[f64]| v.iter().cloned().fold(f64::NAN, f64::max);
+    let names: std::collections::BTreeSet<&str> = next.iter().map(|q| q.first_name.as_str()).collect();
+    println!(
+        "  next {questions}: first event {names:?} p50 {:.1} ms  max {:.1} ms | model asked p50 {:.1} ms  max {:.1} ms | done p50 {:.1} ms  max {:.1} ms",
+        percentile(first_events.clone(), 0.5),
+        max(&first_events),
+        percentile(model_asked.clone(), 0.5),
+        max(&model_asked),
+        percentile(done.clone(), 0.5),
+        max(&done)
+    );
+    println!("  first events, in order (ms): {}", first_events.iter().map(|t| format!("{t:.1}")).collect::<Vec<_>>().join(" "));
+    println!(
+        "  server-everything processes after: {} ({})",
+        after.len(),
+        if after == after_first { "the same as after the first question" } else { "not the same as after the first question" }
+    );
+}
+
 #[tokio::main]
 async fn main() {
     // `cargo bench` passes `--bench`; the rest are ours.
@@ -444,6 +605,9 @@ async fn main() {
         Some("rate") | None => rate(num(1).unwrap_or(2000) as f64, num(2).unwrap_or(60), args.get(3).is_some_and(|u| u == "fixture")).await,
         Some("sessions") => sessions(num(1).unwrap_or(1000) as usize).await,
         Some("soak") => soak(num(1).unwrap_or(600)).await,
-        Some(other) => panic!("unknown mode {other:?}: rate [RPS] [SECS] [everything|fixture] | sessions [N] | soak [SECS]"),
+        Some("agent") => agent(num(1).unwrap_or(20) as usize, args.get(2).map_or("echo", String::as_str)).await,
+        Some(other) => {
+            panic!("unknown mode {other:?}: rate [RPS] [SECS] [everything|fixture] | sessions [N] | soak [SECS] | agent [N] [TOOL]")
+        }
     }
 }
