@@ -53,7 +53,7 @@ pub use auth::{
 pub use browser::{BrowserGuard, guard_json_api, origin_is_loopback};
 pub use describe::{Kind, describe, kind_of};
 pub use error::ApiError;
-pub use links::{LinkService, SlotRequest, UploadSlot};
+pub use links::{LinkService, Links, SlotRequest, UploadSlot};
 pub use range::{ByteRange, RangeRequest, parse_range};
 pub use upload::{Expected, SlotRegistry, SlotSpec, SlotState, Staged};
 

@@ -167,3 +167,39 @@ impl LinkService {
         }
     }
 }
+
+/// Where every link a gateway hands out is minted: one service for tools and one for people,
+/// told apart by the type so a caller says whom a link is for.
+///
+/// They differ in where the link points. Tools get links on this gateway's own listener, where
+/// its upload slots live and which is up for as long as the call that uses them. People get
+/// links that outlive the session: a stdio gateway's are served by the store's link server,
+/// which stays when the host quits. Over HTTP the two are the same service.
+#[derive(Clone)]
+pub struct Links {
+    tools: LinkService,
+    people: Option<LinkService>,
+}
+
+impl Links {
+    /// One service for tools and people alike (an HTTP gateway's own listener serves both).
+    pub fn new(tools: LinkService) -> Self {
+        Links { tools, people: None }
+    }
+
+    /// People's links come from `people` (served elsewhere than the tools' listener).
+    pub fn with_people(mut self, people: LinkService) -> Self {
+        self.people = Some(people);
+        self
+    }
+
+    /// Links for tools during a call: blob chaining's downloads and upload slots.
+    pub fn for_tools(&self) -> &LinkService {
+        &self.tools
+    }
+
+    /// Links handed to people: `artifact_url`, artifact resources, `resource_link`s.
+    pub fn for_people(&self) -> &LinkService {
+        self.people.as_ref().unwrap_or(&self.tools)
+    }
+}

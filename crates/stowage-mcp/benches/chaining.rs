@@ -64,7 +64,10 @@ async fn main() {
     let pipeline =
         stowage_transform::Pipeline::new(stowage_transform::TransformConfig::default(), stowage_mcp::shape::with_dimensions(sink));
     let shaper = Shaper::new(Pipelines::new(Arc::new(pipeline)));
-    let gw = Gateway::builder(config, vec![spec("u"), spec("b"), spec("n")], shaper).links(service).store(store.clone()).start();
+    let gw = Gateway::builder(config, vec![spec("u"), spec("b"), spec("n")], shaper)
+        .links(stowage_http::Links::new(service))
+        .store(store.clone())
+        .start();
     assert_eq!(gw.wait_ready(Duration::from_secs(30)).await, 3);
     let session = gw.open_session(SessionKind::InProcess, Caller::local(), None);
     while !gw.list_tools(&session).iter().any(|t| t["name"] == "n_upload_file") {

@@ -142,8 +142,9 @@ pub enum GatewayEvent {
         /// The transform layer that moved it out.
         layer: stowage_transform::Layer,
     },
-    /// The final observation clamp changed a result.
-    Clamped {
+    /// The final fit (the host's budgets and `max_observation_chars`, the shaper's last step)
+    /// cut or shortened a result.
+    FinalFit {
         /// The call's number: every event of one call carries the same.
         call: u64,
         /// Whose call it is: viewers are shown only their own.
@@ -151,8 +152,8 @@ pub enum GatewayEvent {
         /// The tool as the client called it.
         tool: String,
         /// Bytes of the result's JSON as the upstream sent it.
-        bytes_before_clamp: u64,
-        /// Bytes of the result's JSON as sent, after the clamp.
+        bytes_from_upstream: u64,
+        /// Bytes of the result's JSON as sent to the client, after the fit.
         bytes_out: u64,
     },
     /// The store refused a value (fatal: the call became `artifact_storage_failed`; or not: a

@@ -41,11 +41,11 @@ pub use local_tools::ARTIFACT_URL_TOOL;
 /// Artifacts per `resources/list` page of the caller's artifacts (and the most one
 /// `artifact_list` answer holds).
 pub use local_tools::resources::PAGE as ARTIFACTS_PER_PAGE;
+mod attribution;
+mod catalog;
 pub mod metrics;
 pub mod outbox;
 pub mod output_schema;
-mod router;
-mod routes;
 pub mod run;
 mod session;
 pub mod shape;

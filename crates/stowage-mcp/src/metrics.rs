@@ -82,7 +82,7 @@ pub(crate) fn record(e: &GatewayEvent) {
         GatewayEvent::Offloaded { layer, .. } => {
             metrics::counter!("stowage_offloads_total", "layer" => crate::shape::layer_name(*layer)).increment(1);
         }
-        GatewayEvent::Clamped { .. } => metrics::counter!("stowage_observations_clamped_total").increment(1),
+        GatewayEvent::FinalFit { .. } => metrics::counter!("stowage_observations_clamped_total").increment(1),
         GatewayEvent::StoreFailed { fatal, .. } => {
             metrics::counter!("stowage_store_failures_total", "fatal" => if *fatal { "true" } else { "false" }).increment(1);
         }

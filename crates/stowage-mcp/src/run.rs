@@ -12,10 +12,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{GatewayConfig, SessionMode, UpstreamSpec};
-use crate::gateway::Gateway;
-use crate::shape::Shaper;
-use crate::upstream::InProcessFactory;
+use crate::config::SessionMode;
+use crate::gateway::{Gateway, GatewayBuilder};
 
 /// How clients reach the gateway.
 #[derive(Debug, Clone)]
@@ -34,45 +32,28 @@ pub type OnGateway = Box<dyn FnOnce(&Arc<Gateway>) + Send>;
 
 /// Everything [`run`] needs.
 pub struct RunOptions {
-    /// The `[gateway]` settings: limits, timeouts, session mode, advertised name.
-    pub gateway: GatewayConfig,
-    /// The servers to connect to, in the order their tools are listed.
-    pub upstreams: Vec<UpstreamSpec>,
-    /// Shapes every answer: the transform pipelines, the store offloads go to, signed links.
-    pub shaper: Shaper,
+    /// The gateway, with every collaborator given (the binary's one wiring function builds
+    /// it); [`run`] adds what the transport decides: the default session mode and what
+    /// control connections declare.
+    pub gateway: GatewayBuilder,
     /// Which transport clients use.
     pub mode: Mode,
-    /// How in-process servers (the bundled demo) are started.
-    pub in_process: Option<InProcessFactory>,
     /// More routes on the HTTP listener (artifact downloads, health); over stdio, served on
     /// `links_listener` when there is one.
     pub extra_routes: Option<axum::Router>,
     /// Stdio mode: a bound loopback listener for `extra_routes`, so links work over stdio.
     pub links_listener: Option<tokio::net::TcpListener>,
-    /// Environment variables holding secrets, kept from every upstream.
-    pub secret_env: Vec<String>,
     /// Where `/readyz` (in `extra_routes`) learns which upstreams are down.
     pub readiness: Option<Arc<std::sync::OnceLock<stowage_http::ReadinessCheck>>>,
     /// The store for the banner: which, where, and how to list it.
     pub store_label: String,
     /// Where the configuration came from, for the banner (empty: not said).
     pub config_label: String,
-    /// Where the gateway keeps what it learns across runs (each upstream's last catalog):
-    /// [`crate::GatewayBuilder::state_dir`].
-    pub state_dir: Option<std::path::PathBuf>,
     /// Bearer authentication on `/mcp` (HTTP only); `None` leaves it open.
     pub auth: Option<Arc<stowage_http::Authenticator>>,
-    /// Fresh signed links: enables the gateway's `artifact_url` tool, and signs what tools
-    /// are handed during a call (blob chaining).
-    pub links: Option<stowage_http::LinkService>,
-    /// Links for people (`artifact_url`, artifact resources) when they are served elsewhere
-    /// than `links` (a stdio gateway's link server); `None`: `links` serves both.
-    pub people_links: Option<stowage_http::LinkService>,
     /// Stdio: the banner's line about where download links are served, when not on
     /// `links_listener` (the store's link server).
     pub links_banner: Option<String>,
-    /// The artifact store: enables the gateway's `artifact_read` and `artifact_query` tools.
-    pub artifacts: Option<Arc<dyn stowage_store::ArtifactStore>>,
     /// Server entries that are configured but not served, each as one line saying why
     /// ([`crate::config::SkippedServer`]); the banner names them.
     pub skipped: Vec<String>,
@@ -81,11 +62,6 @@ pub struct RunOptions {
     pub on_gateway: Option<OnGateway>,
     /// The web playground is served at `/` (HTTP): the banner says where.
     pub playground: bool,
-    /// MCP Apps: the viewer and its tools ([`crate::apps`]), for clients that declare the
-    /// extension.
-    pub apps: Option<Arc<crate::apps::Apps>>,
-    /// Host profiles ([`crate::hosts`]); `None`: the built-in ones.
-    pub hosts: Option<Arc<crate::hosts::Hosts>>,
 }
 
 /// Why the gateway could not run.
@@ -125,30 +101,7 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
         Mode::Http { .. } => (SessionMode::PerClient, crate::gateway::ControlCapabilities::Any),
         Mode::Stdio => (SessionMode::Shared, crate::gateway::ControlCapabilities::FirstClient),
     };
-    let mut builder = Gateway::builder(opts.gateway.clone(), opts.upstreams, opts.shaper)
-        .session_mode(default_session_mode)
-        .secret_env(opts.secret_env)
-        .state_dir(opts.state_dir.clone())
-        .control_capabilities(control_capabilities);
-    if let Some(factory) = opts.in_process {
-        builder = builder.in_process(factory);
-    }
-    if let Some(links) = opts.links {
-        builder = builder.links(links);
-    }
-    if let Some(links) = opts.people_links {
-        builder = builder.people_links(links);
-    }
-    if let Some(store) = opts.artifacts {
-        builder = builder.store(store);
-    }
-    if let Some(apps) = opts.apps {
-        builder = builder.apps(apps);
-    }
-    if let Some(hosts) = opts.hosts {
-        builder = builder.hosts(hosts);
-    }
-    let gw = builder.start();
+    let gw = opts.gateway.session_mode(default_session_mode).control_capabilities(control_capabilities).start();
     if let Some(f) = opts.on_gateway {
         f(&gw);
     }
@@ -247,8 +200,13 @@ fn spawn_banner(gw: Arc<Gateway>, mode: Mode, addr: Option<SocketAddr>, labels: 
 /// routes served without a gateway (the binary's link server, which keeps a store's download
 /// links alive after the stdio gateway that minted them is gone).
 pub async fn serve_routes(listener: tokio::net::TcpListener, app: axum::Router, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
-    crate::downstream::listener::serve(listener, app, crate::downstream::listener::HttpTimeouts::of(&GatewayConfig::default()), shutdown)
-        .await
+    crate::downstream::listener::serve(
+        listener,
+        app,
+        crate::downstream::listener::HttpTimeouts::of(&crate::config::GatewayConfig::default()),
+        shutdown,
+    )
+    .await
 }
 
 /// Binds `listen` and serves the gateway's HTTP routes in the background (tests, benches).

@@ -84,8 +84,8 @@ pub struct Session {
     /// Resources this client's own upstream sessions listed, by URI: where to read them.
     pub resource_routes: Mutex<HashMap<String, usize>>,
     /// Tools and prompts this client's own upstream sessions listed (see
-    /// [`crate::router::OwnLists`]).
-    pub own_lists: Mutex<crate::router::OwnLists>,
+    /// [`crate::catalog::OwnLists`]).
+    pub own_lists: Mutex<crate::catalog::OwnLists>,
     /// Whether the client is still there, as its transport can tell (see [`Session::present`]).
     presence: std::sync::OnceLock<Box<dyn Fn() -> bool + Send + Sync>>,
     /// Set for sessions that share their upstream sessions with the other sessions of the

@@ -37,7 +37,7 @@ async fn world(config: AppsConfig) -> World {
     };
     let gw = common::started(
         common::builder(vec![fixture_spec("fx", None, T)], shaper(Arc::new(MemSink::default())), fast_config(), SessionMode::Shared)
-            .links(service)
+            .links(stowage_http::Links::new(service))
             .store(store.clone())
             .apps(Apps::new(config, viewer)),
     )

@@ -54,7 +54,9 @@ async fn world(tune: impl FnOnce(&mut stowage_mcp::chaining::ChainingConfig)) ->
     tune(&mut config.chaining);
     let specs = ["u", "b", "t", "p", "n"].iter().map(|n| chain_spec(n)).collect();
     let gw = common::started(
-        common::builder(specs, shaper(Arc::new(MemSink::default())), config, SessionMode::Shared).links(service).store(store.clone()),
+        common::builder(specs, shaper(Arc::new(MemSink::default())), config, SessionMode::Shared)
+            .links(stowage_http::Links::new(service))
+            .store(store.clone()),
     )
     .await;
     // Every upstream is up; wait until the catalog lists every one's tools too (each upstream

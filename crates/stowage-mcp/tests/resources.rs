@@ -168,7 +168,7 @@ async fn with_store() -> (Client, Arc<dyn stowage_store::ArtifactStore>) {
     let signer = Arc::new(stowage_links::LinkSigner::new(stowage_links::KeyRing::new([("k1", vec![7u8; 32])]).unwrap(), &links));
     let service = stowage_http::HttpState::new(store.clone(), signer).link_service();
     let b = common::builder(vec![fixture_spec("fx", None, T)], rw, fast_config(), stowage_mcp::SessionMode::Shared);
-    let gateway = common::started(b.links(service).store(store.clone())).await;
+    let gateway = common::started(b.links(stowage_http::Links::new(service)).store(store.clone())).await;
     (Client::connect(gateway, None, json!({})).await, store)
 }
 

@@ -884,8 +884,8 @@ function insertEventRow({ e, at }) {
       artifacts = [e.id, e.mime_type, e.pointer].filter(Boolean).join(' · ');
       outcome = e.layer ? `layer ${e.layer}` : '';
       break;
-    case 'clamped':
-      bytes = fmtBytes(e.bytes_before_clamp, e.bytes_out);
+    case 'final_fit':
+      bytes = fmtBytes(e.bytes_from_upstream, e.bytes_out);
       break;
     case 'inputs_detected': {
       // Which inputs of the upstream's tools take an artifact:// URI, and in which form.

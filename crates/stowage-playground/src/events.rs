@@ -46,7 +46,7 @@ fn visible(event: &GatewayEvent, caller: &Caller) -> bool {
         GatewayEvent::ToolCallStarted { owner, .. }
         | GatewayEvent::ToolCallFinished { owner, .. }
         | GatewayEvent::Offloaded { owner, .. }
-        | GatewayEvent::Clamped { owner, .. }
+        | GatewayEvent::FinalFit { owner, .. }
         | GatewayEvent::StoreFailed { owner, .. }
         | GatewayEvent::InputsFilled { owner, .. } => owner,
     };

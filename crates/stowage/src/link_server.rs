@@ -701,8 +701,9 @@ async fn start(
     if alive.try_lock().is_err() {
         anyhow::bail!("a link server for this store is already running (see stowage links status)");
     }
-    let store = crate::wiring::open_store(config, location)?;
-    let ring = config.links.key_ring(&location.dir).context("cannot load the link-signing key")?;
+    let keys = crate::wiring::Keys::new(config, location);
+    let store = crate::wiring::open_store(config, location, &keys)?;
+    let ring = keys.ring()?;
     let mut bound = None;
     for &p in ports {
         if let Ok(l) = tokio::net::TcpListener::bind(("127.0.0.1", p)).await {

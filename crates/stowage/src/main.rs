@@ -141,45 +141,45 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     if !matches!(cli.command, Command::CheckConfig(_)) {
         location.hint_about_legacy_store(config.store.backend);
     }
+    let keys = wiring::Keys::new(&config, &location);
     match cli.command {
         Command::Serve(args) => {
             // Everything is validated before the store is opened or anything started.
-            let plan = plan::plan(&config, &location, &args)?;
-            let store = wiring::open_store(&config, &location)?;
+            let plan = plan::plan(&config, &keys, &args)?;
+            let store = wiring::open_store(&config, &location, &keys)?;
             let ctx = cmd::serve::ServeContext {
-                transform: &config.transform,
+                config: &config,
                 store,
+                keys: &keys,
                 store_location: &location,
                 store_backend: config.store.backend,
                 gc_interval: config.retention.gc_interval,
-                agent: &config.agent,
-                apps: &config.apps,
                 config_source: &source,
             };
             cmd::serve::run(ctx, plan).await
         }
         Command::Agent(args) => {
-            let store = wiring::open_store(&config, &location)?;
-            cmd::agent::run(&config, store, &location.dir, args).await
+            let store = wiring::open_store(&config, &location, &keys)?;
+            cmd::agent::run(&config, store, &keys, args).await
         }
-        Command::CheckConfig(args) => cmd::check_config::run(&config, &source, &location, args).await,
+        Command::CheckConfig(args) => cmd::check_config::run(&config, &source, &location, &keys, args).await,
         Command::Demo(args) => {
-            let store = wiring::open_store(&config, &location)?;
+            let store = wiring::open_store(&config, &location, &keys)?;
             cmd::demo::run(store, config.transform.clone(), args).await
         }
         Command::Transform(args) => {
-            let store = wiring::open_store(&config, &location)?;
+            let store = wiring::open_store(&config, &location, &keys)?;
             cmd::transform::run(args, config.transform.clone(), wiring::sink(store)).await
         }
         // The store is at another location than its index records: it cannot be opened.
-        Command::Artifacts(cmd::artifacts::ArtifactsCommand::Relocate) => wiring::relocate_shared_store(&config, &location).await,
+        Command::Artifacts(cmd::artifacts::ArtifactsCommand::Relocate) => wiring::relocate_shared_store(&config, &keys).await,
         Command::Artifacts(cmd) => {
-            let store = wiring::open_store(&config, &location)?;
+            let store = wiring::open_store(&config, &location, &keys)?;
             cmd::artifacts::run(store.as_ref(), cmd).await
         }
         Command::SignUrl(args) => {
-            let store = wiring::open_store(&config, &location)?;
-            cmd::sign_url::run(store.as_ref(), &config.links, &config.gateway.listen, &location.dir, args).await
+            let store = wiring::open_store(&config, &location, &keys)?;
+            cmd::sign_url::run(store.as_ref(), &config.links, &config.gateway.listen, &keys, args).await
         }
         Command::Links(cmd::links::LinksCommand::Status) => cmd::links::status(&location).await,
         Command::Links(cmd::links::LinksCommand::Stop) => cmd::links::stop(&location).await,

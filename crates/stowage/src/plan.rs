@@ -5,7 +5,6 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::Context;
 use clap::Args;
 use stowage_links::LinksConfig;
 use stowage_mcp::GatewayConfig;
@@ -13,7 +12,6 @@ use stowage_mcp::config::{SkippedServer, TransportSpec, UpstreamSpec};
 use stowage_mcp::run::Mode;
 
 use crate::config::Config;
-use crate::wiring::StoreLocation;
 
 /// `stowage serve`'s arguments: what the plan is made from, beside the configuration.
 // Clap prints these comments as --help, where `[auth]` is a stowage.toml section and a URL is
@@ -73,8 +71,9 @@ pub(crate) struct Plan {
     pub links: LinksPlan,
     /// Listening beyond loopback without authentication, as `--allow-unauthenticated` allowed.
     pub unauthenticated_exposure: bool,
-    /// The variable holding the JWT secret, kept from upstream children with the others.
-    pub jwt_secret_env: Option<String>,
+    /// The variables holding this configuration's secrets, kept from upstream children
+    /// ([`crate::wiring::secret_env`]); `check-config` probes commands without them too.
+    pub secret_env: Vec<String>,
     /// Serve the web playground at `/` (HTTP only; `--no-playground` turns it off).
     pub playground: bool,
 }
@@ -100,7 +99,7 @@ pub(crate) struct LinkBase {
 
 /// Validates the configuration and the `serve` arguments exactly as `serve` needs them.
 /// Reads key files and environment variables; creates nothing.
-pub(crate) fn plan(config: &Config, store: &StoreLocation, args: &ServeArgs) -> anyhow::Result<Plan> {
+pub(crate) fn plan(config: &Config, keys: &crate::wiring::Keys, args: &ServeArgs) -> anyhow::Result<Plan> {
     let env = |var: &str| std::env::var(var).ok();
     let found = stowage_mcp::config::collect_upstreams_reporting(&config.gateway, args.mcp_config.as_deref(), &args.command, &env)?;
     let auth = stowage_http::Authenticator::new(&config.auth)?;
@@ -108,11 +107,9 @@ pub(crate) fn plan(config: &Config, store: &StoreLocation, args: &ServeArgs) -> 
     // Links are checked whatever the mode: a bad [links] is a bad config, even on a run that
     // mints none.
     config.links.validate().map_err(anyhow::Error::msg)?;
-    if !config.links.keys.is_empty() {
-        // Configured keys come from files and the environment: a missing one fails here, not
-        // at the first offload. (The embedded default key is made on first use, by serve.)
-        config.links.key_ring(&store.dir).context("cannot load the link-signing key")?;
-    }
+    // Configured keys come from files and the environment: a missing one fails here, not at
+    // the first offload. (The embedded default key is made on first use, by serve.)
+    keys.configured()?;
     let mut gateway = config.gateway.clone();
     let mut links_config = config.links.clone();
     let mut unauthenticated_exposure = false;
@@ -154,7 +151,7 @@ pub(crate) fn plan(config: &Config, store: &StoreLocation, args: &ServeArgs) -> 
         links_config,
         links,
         unauthenticated_exposure,
-        jwt_secret_env: config.auth.jwt.as_ref().and_then(|j| j.hs256_secret_env.clone()),
+        secret_env: crate::wiring::secret_env(config),
         playground: !args.no_playground && !args.stdio,
     })
 }

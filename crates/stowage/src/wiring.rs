@@ -1,5 +1,7 @@
-//! Builds the configured store: the one place that knows which backend types exist, and
-//! where the store lives when nobody said.
+//! Builds what the commands run on: the configured store (the one place that knows which
+//! backend types exist, and where the store lives when nobody said), the link-signing keys
+//! (read once per command) and the gateway (one function for `serve`, `agent` and
+//! `check-config --tools`, so they cannot drift apart).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -86,7 +88,7 @@ impl StoreLocation {
     }
 }
 
-pub(crate) fn open_store(config: &Config, location: &StoreLocation) -> anyhow::Result<Arc<dyn ArtifactStore>> {
+pub(crate) fn open_store(config: &Config, location: &StoreLocation, keys: &Keys) -> anyhow::Result<Arc<dyn ArtifactStore>> {
     let isolation = Isolation::from_isolate_sessions(config.store.isolate_sessions);
     check_backend_keys(config)?;
     Ok(match config.store.backend {
@@ -99,7 +101,7 @@ pub(crate) fn open_store(config: &Config, location: &StoreLocation) -> anyhow::R
                 .map_err(|e| one_cause(format!("cannot open store {}", dir.display()), e))?;
             Arc::new(store)
         }
-        Backend::S3 | Backend::Gcs | Backend::Azure => Arc::new(open_shared(config, location, isolation)?),
+        Backend::S3 | Backend::Gcs | Backend::Azure => Arc::new(open_shared(config, keys, isolation)?),
         Backend::Memory => Arc::new(MemoryStore::builder().retention(config.retention.clone()).isolation(isolation).build()),
         // Keeps nothing, so there is nothing to isolate.
         Backend::Noop => Arc::new(NoOpStore::new()),
@@ -161,9 +163,9 @@ fn check_backend_keys(config: &Config) -> anyhow::Result<()> {
 /// The shared backends (`s3`, `gcs`, `azure`). Opening one is async (it connects and migrates the database) while the
 /// commands open their store synchronously; every command runs on the multi-threaded runtime,
 /// where `block_in_place` may wait for it without stalling other tasks.
-fn open_shared(config: &Config, location: &StoreLocation, isolation: Isolation) -> anyhow::Result<SharedStore> {
+fn open_shared(config: &Config, keys: &Keys, isolation: Isolation) -> anyhow::Result<SharedStore> {
     let store = &config.store;
-    let open = shared_builder(config, location, isolation)?.open();
+    let open = shared_builder(config, keys, isolation)?.open();
     let handle = tokio::runtime::Handle::current();
     let shared = tokio::task::block_in_place(|| handle.block_on(open))
         .map_err(|e| one_cause(format!("cannot open the {} store (bucket {})", store.backend.name(), store.bucket), e))?;
@@ -177,7 +179,7 @@ fn open_shared(config: &Config, location: &StoreLocation, isolation: Isolation) 
 
 /// `stowage artifacts relocate`: records the configured bucket location as the shared store's
 /// (see [`stowage_store::SharedStoreBuilder::relocate`]).
-pub(crate) async fn relocate_shared_store(config: &Config, location: &StoreLocation) -> anyhow::Result<()> {
+pub(crate) async fn relocate_shared_store(config: &Config, keys: &Keys) -> anyhow::Result<()> {
     let store = &config.store;
     if store.backend.provider().is_none() {
         bail!(
@@ -186,7 +188,7 @@ pub(crate) async fn relocate_shared_store(config: &Config, location: &StoreLocat
     }
     check_backend_keys(config)?;
     let isolation = Isolation::from_isolate_sessions(store.isolate_sessions);
-    let from = shared_builder(config, location, isolation)?
+    let from = shared_builder(config, keys, isolation)?
         .relocate()
         .await
         .map_err(|e| one_cause(format!("cannot relocate the {} store to bucket {}", store.backend.name(), store.bucket), e))?;
@@ -200,7 +202,7 @@ pub(crate) async fn relocate_shared_store(config: &Config, location: &StoreLocat
 /// The shared store's builder, as `serve` configures it. The link-signing keys' fingerprints
 /// go with it when the keys load (the store refuses keys that are not the fleet's); a command
 /// run without the secrets at hand (`stowage artifacts ls`) mints no link and checks none.
-fn shared_builder(config: &Config, location: &StoreLocation, isolation: Isolation) -> anyhow::Result<stowage_store::SharedStoreBuilder> {
+fn shared_builder(config: &Config, keys: &Keys, isolation: Isolation) -> anyhow::Result<stowage_store::SharedStoreBuilder> {
     let (store, index) = (&config.store, &config.index);
     let non_empty = |s: &str| (!s.trim().is_empty()).then(|| s.trim().to_owned());
     let bucket = BucketLocation {
@@ -218,7 +220,7 @@ fn shared_builder(config: &Config, location: &StoreLocation, isolation: Isolatio
     if !index.ca_file.is_empty() {
         builder = builder.index_ca_file(&index.ca_file);
     }
-    if let Ok(ring) = config.links.key_ring(&location.dir) {
+    if let Ok(Some(ring)) = keys.configured() {
         builder = builder.link_keys(ring.fingerprints());
     }
     Ok(builder)
@@ -229,7 +231,7 @@ fn shared_builder(config: &Config, location: &StoreLocation, isolation: Isolatio
 /// when it opens the store, where a mismatch refuses to start). `None` for the other backends.
 pub(crate) async fn check_shared_store(
     config: &Config,
-    location: &StoreLocation,
+    keys: &Keys,
 ) -> anyhow::Result<Option<(stowage_store::StoreCheck, time::Duration)>> {
     if config.store.backend.provider().is_none() {
         return Ok(None);
@@ -237,7 +239,7 @@ pub(crate) async fn check_shared_store(
     check_backend_keys(config)?;
     let isolation = Isolation::from_isolate_sessions(config.store.isolate_sessions);
     let name = || format!("the {} store (bucket {})", config.store.backend.name(), config.store.bucket);
-    let builder = shared_builder(config, location, isolation)?;
+    let builder = shared_builder(config, keys, isolation)?;
     let skew = builder.clock_skew().await.map_err(|e| one_cause(name(), e))?;
     let check = builder.check().await.map_err(|e| one_cause(name(), e))?;
     Ok(Some((check, skew)))
@@ -254,26 +256,96 @@ pub(crate) fn sink(store: Arc<dyn ArtifactStore>) -> Arc<dyn stowage_core::Artif
     stowage_store::into_sink(store)
 }
 
-/// The shaper every command that answers shapes with (`serve`, `agent`): `[transform]` for
-/// every upstream and `[gateway.servers.NAME.transform]` for those with their own, storing in
-/// `store`. Links are added by the caller that serves them.
-pub(crate) fn shaper(
-    transform: &stowage_transform::TransformConfig,
-    gateway: &stowage_mcp::GatewayConfig,
-    store: Arc<dyn ArtifactStore>,
-) -> stowage_mcp::shape::Shaper {
-    stowage_mcp::shape::Shaper::from_config(transform, gateway, sink(store))
+/// The link-signing key ring, read at most once per command from where `[links] keys` say, or
+/// the store's default key (made on first use): the store's identity check, every signer and
+/// the link server's probe share that one reading.
+pub(crate) struct Keys {
+    links: stowage_links::LinksConfig,
+    dir: PathBuf,
+    ring: std::sync::OnceLock<stowage_links::KeyRing>,
 }
 
-/// Signed, expiring download links for shaped answers, capped at the artifact's expiry.
-pub(crate) struct SignedLinks(pub Arc<stowage_links::LinkSigner>);
-
-impl stowage_mcp::shape::LinkMinter for SignedLinks {
-    fn link(&self, artifact: &stowage_core::ArtifactRef) -> Option<(String, String)> {
-        let link = self.0.link_for(artifact, stowage_links::unix_now(), None);
-        let expires = link.expires_rfc3339();
-        (!expires.is_empty()).then_some((link.url, expires))
+impl Keys {
+    /// The keys `config` names for the store at `location` (not read yet).
+    pub(crate) fn new(config: &Config, location: &StoreLocation) -> Keys {
+        Keys { links: config.links.clone(), dir: location.dir.clone(), ring: std::sync::OnceLock::new() }
     }
+
+    /// The key ring; the store's default key is made here when no keys are configured.
+    pub(crate) fn ring(&self) -> anyhow::Result<stowage_links::KeyRing> {
+        if let Some(ring) = self.ring.get() {
+            return Ok(ring.clone());
+        }
+        let ring = self.links.key_ring(&self.dir).context("cannot load the link-signing key")?;
+        Ok(self.ring.get_or_init(|| ring).clone())
+    }
+
+    /// The configured keys only (`None` without `[links] keys`): reads their files and
+    /// variables, creates nothing.
+    pub(crate) fn configured(&self) -> anyhow::Result<Option<stowage_links::KeyRing>> {
+        if self.links.keys.is_empty() { Ok(None) } else { self.ring().map(Some) }
+    }
+}
+
+/// What a command brings to its gateway besides the configuration.
+pub(crate) struct GatewayParts {
+    /// The `[gateway]` settings as the command runs them (`serve`'s flags applied).
+    pub gateway: stowage_mcp::GatewayConfig,
+    pub upstreams: Vec<stowage_mcp::config::UpstreamSpec>,
+    /// Where answers are offloaded and what the reader tools read; `None`: nothing is kept
+    /// (`check-config --tools` only lists).
+    pub store: Option<Arc<dyn ArtifactStore>>,
+    /// Signed links for tools and people; `None`: `artifact://` URIs only.
+    pub links: Option<stowage_http::Links>,
+    /// Host profiles (`[[hosts]]` over the built-in ones); `None`: the built-in ones.
+    pub hosts: Option<Arc<stowage_mcp::hosts::Hosts>>,
+    /// Where each upstream's last catalog is kept across runs; `None`: nowhere.
+    pub state_dir: Option<PathBuf>,
+    /// MCP Apps: the viewer and its tools.
+    pub apps: Option<Arc<stowage_mcp::apps::Apps>>,
+}
+
+/// The gateway every command that runs one builds (`serve`, `agent`, `check-config --tools`):
+/// the shaper from `[transform]` and every server's own table, people's signed links in
+/// answers when `[links] resource_link_uri = "signed"`, the bundled demo server for an
+/// in-process entry, and no secret of this configuration in any upstream's environment.
+pub(crate) fn gateway(config: &Config, parts: GatewayParts) -> stowage_mcp::GatewayBuilder {
+    let GatewayParts { gateway, upstreams, store, links, hosts, state_dir, apps } = parts;
+    let kept: Arc<dyn ArtifactStore> = store.clone().unwrap_or_else(|| Arc::new(NoOpStore::new()));
+    let mut shaper = stowage_mcp::shape::Shaper::from_config(&config.transform, &gateway, sink(kept));
+    if let Some(l) = &links
+        && config.links.resource_link_uri == stowage_links::ResourceLinkUri::Signed
+    {
+        shaper = shaper.with_links(Arc::new(l.for_people().clone()));
+    }
+    let demo: stowage_mcp::InProcessFactory = Arc::new(|| {
+        let (from_server, to_server) = stowage_demo::spawn_in_process();
+        (Box::new(from_server), Box::new(to_server))
+    });
+    let mut builder =
+        stowage_mcp::Gateway::builder(gateway, upstreams, shaper).in_process(demo).secret_env(secret_env(config)).state_dir(state_dir);
+    if let Some(l) = links {
+        builder = builder.links(l);
+    }
+    if let Some(s) = store {
+        builder = builder.store(s);
+    }
+    if let Some(h) = hosts {
+        builder = builder.hosts(h);
+    }
+    if let Some(a) = apps {
+        builder = builder.apps(a);
+    }
+    builder
+}
+
+/// The environment variables that hold this configuration's secrets: link-signing keys, the
+/// JWT secret, HTTP upstreams' bearer tokens. No upstream child ever gets them.
+pub(crate) fn secret_env(config: &Config) -> Vec<String> {
+    let links = config.links.keys.iter().filter_map(|k| k.secret_env.clone());
+    let jwt = config.auth.jwt.as_ref().and_then(|j| j.hs256_secret_env.clone());
+    let bearers = config.gateway.servers.values().filter_map(|s| s.bearer_token_env.clone());
+    links.chain(jwt).chain(bearers).collect()
 }
 
 #[cfg(test)]
@@ -337,7 +409,7 @@ mod tests {
         );
         let config = Config::parse(&text, Path::new("f")).unwrap();
         let location = store_location(&config, None).unwrap();
-        let Err(err) = open_store(&config, &location) else { panic!("opened a store on a closed port") };
+        let Err(err) = open_store(&config, &location, &Keys::new(&config, &location)) else { panic!("opened a store on a closed port") };
         let err = format!("{err:#}");
         assert!(err.starts_with("cannot open the s3 store (bucket b): open index postgres://127.0.0.1:"), "{err}");
         assert!(!err.contains('\n'), "{err}");

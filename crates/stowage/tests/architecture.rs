@@ -698,3 +698,24 @@ fn the_gateway_is_a_few_named_parts() {
         body.lines().skip(1).map(str::trim).filter(|l| !l.starts_with("//") && !l.starts_with("#[") && l.contains(':')).collect();
     assert!((2..=8).contains(&fields.len()), "Gateway has {} fields (at most 8):\n{}", fields.len(), fields.join("\n"));
 }
+
+/// ARCHITECTURE.md, "`stowage serve`'s wiring": the binary builds its gateway in one place
+/// (`wiring::gateway`, for `serve`, `agent` and `check-config --tools` alike) and reads the
+/// link-signing keys in one place (`wiring::Keys`), so the commands cannot drift apart.
+#[test]
+fn the_binary_builds_its_gateway_and_reads_its_keys_in_one_place() {
+    let mut files = Vec::new();
+    sources(&root().join("crates/stowage/src"), false, &mut files);
+    let wiring = root().join("crates/stowage/src/wiring.rs");
+    assert!(files.contains(&wiring), "the binary's wiring is crates/stowage/src/wiring.rs");
+    for needle in ["Gateway::builder(", ".key_ring("] {
+        let outside: Vec<String> = files
+            .iter()
+            .filter(|f| **f != wiring && blank_literals(&std::fs::read_to_string(f).unwrap()).contains(needle))
+            .map(|f| f.strip_prefix(root()).unwrap_or(f).display().to_string())
+            .collect();
+        assert!(outside.is_empty(), "{needle} outside crates/stowage/src/wiring.rs: {}", outside.join(", "));
+        let inside = blank_literals(&std::fs::read_to_string(&wiring).unwrap()).matches(needle).count();
+        assert_eq!(inside, 1, "{needle} is written once in wiring.rs");
+    }
+}

@@ -77,18 +77,6 @@ pub(crate) async fn harness_with(script: Vec<Turn>, backend: Backend, config: im
     harness_full(script, backend, false, config).await
 }
 
-/// Signed links in shaped answers, as `serve` mints them (what an HTTP run's model would be
-/// handed without the planner's own profile).
-struct SignedLinks(Arc<LinkSigner>);
-
-impl stowage_mcp::shape::LinkMinter for SignedLinks {
-    fn link(&self, artifact: &stowage_core::ArtifactRef) -> Option<(String, String)> {
-        let link = self.0.link_for(artifact, stowage_links::unix_now(), None);
-        let expires = link.expires_rfc3339();
-        (!expires.is_empty()).then_some((link.url, expires))
-    }
-}
-
 /// The harness; `signed_links`: the shaper mints signed links as `serve`'s does (an HTTP run),
 /// else answers carry `artifact://` URIs (as `stowage agent`'s).
 pub(crate) async fn harness_full(
@@ -166,11 +154,14 @@ pub(crate) async fn harness_on(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let links = LinksConfig { public_url: format!("http://{}", listener.local_addr().unwrap()), ..Default::default() };
     let signer = Arc::new(LinkSigner::new(KeyRing::new([("test", vec![7u8; 32])]).unwrap(), &links));
-    if signed_links {
-        shaper = shaper.with_links(Arc::new(SignedLinks(signer.clone())));
-    }
     let state = stowage_http::HttpState::new(store.clone(), signer);
-    let gateway = Gateway::builder(GatewayConfig::default(), vec![spec], shaper).links(state.link_service()).store(store.clone()).start();
+    if signed_links {
+        // Signed links in shaped answers, as `serve` mints them (what an HTTP run's model
+        // would be handed without the planner's own profile).
+        shaper = shaper.with_links(Arc::new(state.link_service()));
+    }
+    let links = stowage_http::Links::new(state.link_service());
+    let gateway = Gateway::builder(GatewayConfig::default(), vec![spec], shaper).links(links).store(store.clone()).start();
     assert_eq!(gateway.wait_ready(Duration::from_secs(30)).await, 1, "the upstream did not start");
     let routes = stowage_http::routes(state);
     let links_server = tokio::spawn(async move {

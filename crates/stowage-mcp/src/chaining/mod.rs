@@ -60,7 +60,7 @@ pub struct DetectedTool {
 }
 
 /// One exposed tool as detection sees it, lent by the caller from its catalog: chaining knows
-/// these fields and nothing else of the router (which uses chaining's schema functions, so the
+/// these fields and nothing else of the catalog (which uses chaining's schema functions, so the
 /// dependency points one way).
 pub(crate) struct ToolEntry<'a> {
     /// The name the model sees.

@@ -260,7 +260,7 @@ impl Gateway {
         let started = Instant::now();
         let args = params.get("arguments").cloned().unwrap_or(json!({}));
         let result = if let Some((apps, store)) = apps {
-            let result = apps.call(name, scope, &args, store, self.parts.links.as_ref()).await;
+            let result = apps.call(name, scope, &args, store, self.link_service()).await;
             if name != crate::apps::ARTIFACT_VIEW_TOOL {
                 // An app-only tool: its answer goes to the view, never to a model.
                 let shaped = self.parts.shaper.shape_app(result);
@@ -295,7 +295,7 @@ impl Gateway {
         outbox: &Outbox,
         keep_original: bool,
         start: CallStart,
-        tool: crate::router::Exposed,
+        tool: crate::catalog::Exposed,
     ) -> Result<CallReply, GatewayError> {
         let CallStart { id: call, name, host, scope } = start;
         let owner = EventOwner::from(&scope);
@@ -370,7 +370,7 @@ impl Gateway {
         // The gateway's additions go in after the offload (the pipeline never sees, or
         // offloads, what is injected) and before the final limit (which holds for them too).
         if !chain.slots.is_empty() || !chain.filled.is_empty() {
-            crate::chaining::inject(self.parts.links.as_ref(), &chain.slots, &chain.filled, draft.value_mut());
+            crate::chaining::inject(self.link_service(), &chain.slots, &chain.filled, draft.value_mut());
         }
         self.auto_read_links(session, &mut draft, outbox).await;
         let shaped = self.parts.shaper.finish(job, draft).await;
@@ -380,7 +380,7 @@ impl Gateway {
     }
 
     /// Shapes one tool result (of `tasks/result`) for `session`, publishing what happened.
-    pub(super) async fn rewrite_tool_result(self: &Arc<Self>, session: &Session, ctx: CallContext, raw: Raw) -> Value {
+    pub(super) async fn shape_tool_result(self: &Arc<Self>, session: &Session, ctx: CallContext, raw: Raw) -> Value {
         let call = self.clients.next_call.fetch_add(1, Ordering::Relaxed);
         let owner = EventOwner::from(&session.scope);
         let name = ctx.tool.clone();
@@ -439,11 +439,11 @@ impl Gateway {
             }
         }
         if figures.fitted {
-            self.parts.events.publish(GatewayEvent::Clamped {
+            self.parts.events.publish(GatewayEvent::FinalFit {
                 call,
                 owner: owner.clone(),
                 tool: name.to_owned(),
-                bytes_before_clamp: figures.bytes_in,
+                bytes_from_upstream: figures.bytes_in,
                 bytes_out: figures.bytes_out,
             });
         }
@@ -502,14 +502,14 @@ impl Gateway {
     async fn translate_chain_inputs(
         &self,
         name: &str,
-        tool: &crate::router::Exposed,
+        tool: &crate::catalog::Exposed,
         scope: &stowage_core::ArtifactScope,
         params: &mut Value,
     ) -> Result<ChainCall, crate::local_tools::ToolError> {
         let buckets = crate::chaining::StoreBuckets(self.parts.artifacts.as_ref());
         let env = crate::chaining::InputEnv {
             store: self.parts.artifacts.as_ref(),
-            signer: self.parts.links.as_ref().map(stowage_http::LinkService::signer),
+            signer: self.link_service().map(stowage_http::LinkService::signer),
             config: &self.config.chaining,
             s3: &buckets,
         };
@@ -518,8 +518,8 @@ impl Gateway {
         if let Some(fields) = &tool.blobs {
             let arguments = params.as_object_mut().map(|p| p.entry("arguments").or_insert_with(|| json!({})));
             if let Some(arguments) = arguments {
-                chain.slots = crate::chaining::translate_blobs(&env, self.parts.links.as_ref(), name, fields, scope, arguments).await?;
-                chain.links = self.parts.links.as_ref().filter(|_| !chain.slots.is_empty()).cloned();
+                chain.slots = crate::chaining::translate_blobs(&env, self.link_service(), name, fields, scope, arguments).await?;
+                chain.links = self.link_service().filter(|_| !chain.slots.is_empty()).cloned();
             }
             return Ok(chain);
         }
@@ -563,7 +563,7 @@ impl Gateway {
 
     /// A relayed JSON-RPC error whose `data` is large goes through [`Gateway::scrub`].
     pub(super) async fn scrub_error(&self, session: &Session, upstream: &str, reply: &mut Message) {
-        let Some(err) = reply.error.as_ref().filter(|e| e.len() >= crate::routes::SCRUB_FROM) else { return };
+        let Some(err) = reply.error.as_ref().filter(|e| e.len() >= crate::attribution::SCRUB_FROM) else { return };
         let Ok(mut v) = serde_json::from_str::<Value>(err.get()) else { return };
         if let Some(data) = v.get_mut("data").map(Value::take) {
             v["data"] = self.scrub(session, upstream, "error", data).await;
@@ -572,11 +572,11 @@ impl Gateway {
     }
 }
 
-/// The gateway as the upstream readers' [`crate::routes::Scrubber`] (weakly held: the readers
+/// The gateway as the upstream readers' [`crate::attribution::Scrubber`] (weakly held: the readers
 /// live inside the gateway).
 pub(super) struct GatewayScrubber(pub(super) std::sync::Weak<Gateway>);
 
-impl crate::routes::Scrubber for GatewayScrubber {
+impl crate::attribution::Scrubber for GatewayScrubber {
     fn scrub<'a>(
         &'a self,
         session: &'a Session,

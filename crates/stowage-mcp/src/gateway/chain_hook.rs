@@ -3,9 +3,9 @@
 //! was not chained, and why) and published as an event.
 
 use super::Gateway;
+use crate::catalog::Catalog;
 use crate::config::TransportSpec;
 use crate::events::GatewayEvent;
-use crate::router::Catalog;
 
 impl Gateway {
     /// Detects the chained inputs of `catalog`'s tools (rebuilt after upstream `index`'s

@@ -20,11 +20,11 @@ use serde_json::{Value, json};
 
 use super::Gateway;
 use super::handshake::{META_PREFIX, is_modern_session};
+use crate::attribution::{Attribution, CallTarget};
 use crate::error::GatewayError;
 use crate::inputs::{Exchange, Step};
 use crate::jsonrpc::{Message, Raw, code, to_raw};
 use crate::outbox::Outbox;
-use crate::routes::{Attribution, CallTarget};
 use crate::session::Session;
 use crate::upstream::{CallError, Conn, Need, result_value};
 
@@ -214,7 +214,7 @@ impl Gateway {
                 Some(s) => target = Attribution::Session(s),
                 None => {
                     self.clients.roots_owed.store(true, Ordering::SeqCst);
-                    crate::routes::dropped(
+                    crate::attribution::dropped(
                         "an upstream",
                         "a roots/list request at start-up no client with roots can answer (answered: no roots)",
                     );
@@ -226,7 +226,7 @@ impl Gateway {
             Attribution::Call(t) => t.session.clone(),
             Attribution::Session(s) => s.clone(),
             Attribution::Nobody => {
-                crate::routes::dropped("an upstream", &format!("a {method} request no client can be found for"));
+                crate::attribution::dropped("an upstream", &format!("a {method} request no client can be found for"));
                 return Message::error(
                     reply_id,
                     code::METHOD_NOT_FOUND,
@@ -304,7 +304,7 @@ impl Gateway {
         let upstream = &self.upstreams[u];
         let mut params = params;
         // A URI two upstreams listed reaches the second with its own URI back.
-        let original = crate::router::split_collided(&uri).filter(|(name, _)| name == upstream.name()).map(|(_, o)| o);
+        let original = crate::catalog::split_collided(&uri).filter(|(name, _)| name == upstream.name()).map(|(_, o)| o);
         if let Some(o) = &original {
             params["uri"] = Value::String(o.clone());
         }

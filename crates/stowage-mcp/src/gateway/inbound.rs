@@ -1,5 +1,5 @@
 //! What upstreams initiate, beyond the in-call progress and logs the upstream readers deliver
-//! themselves ([`crate::routes`]): list changes, resource updates, elicitation completions,
+//! themselves ([`crate::attribution`]): list changes, resource updates, elicitation completions,
 //! and requests (sampling, elicitation, roots) for a client.
 //!
 //! One task reads the bounded queue every upstream reader feeds. Notifications are handled
@@ -14,8 +14,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::Gateway;
+use crate::attribution::Attribution;
 use crate::jsonrpc::{Kind, Message, code};
-use crate::routes::Attribution;
 use crate::upstream::{ConnRole, Initiated};
 
 /// Upstream-initiated messages queued before the upstream readers wait.
@@ -121,11 +121,11 @@ impl Gateway {
                     // A stateless user's own session: the subscriptions are their listen streams'.
                     ConnRole::Client { session: None, key } => {
                         if !self.tell_listeners_of(key, &msg) {
-                            crate::routes::dropped(&conn.name, "a resource update no listen stream asked for")
+                            crate::attribution::dropped(&conn.name, "a resource update no listen stream asked for")
                         }
                     }
                     // A pristine session is never subscribed to anything.
-                    ConnRole::Pool { .. } => crate::routes::dropped(&conn.name, "a resource update from a pristine session"),
+                    ConnRole::Pool { .. } => crate::attribution::dropped(&conn.name, "a resource update from a pristine session"),
                     ConnRole::Control => self.publish(&msg),
                 }
             }
@@ -135,7 +135,7 @@ impl Gateway {
                 let id = msg.params_value().get("elicitationId").and_then(Value::as_str).map(str::to_owned);
                 match id.and_then(|id| self.clients.routes.elicitation_owner(&id)) {
                     Some(s) if s.notify(&msg) => {}
-                    _ => crate::routes::dropped(&conn.name, "an elicitation completion for no client"),
+                    _ => crate::attribution::dropped(&conn.name, "an elicitation completion for no client"),
                 }
             }
             _ => match self.clients.routes.attribute(conn, origin, method) {
@@ -145,7 +145,7 @@ impl Gateway {
                 Attribution::Session(s) => {
                     s.notify(&msg);
                 }
-                Attribution::Nobody => crate::routes::dropped(&conn.name, &format!("{method} for no client")),
+                Attribution::Nobody => crate::attribution::dropped(&conn.name, &format!("{method} for no client")),
             },
         }
     }

@@ -10,7 +10,7 @@
 //!   `{server}{sep}unavailable`, whose description says so;
 //! - either way a call fails at once with the upstream's name and its last failure (the
 //!   connection answers that, see `Upstream::connection`), and when the upstream comes up its
-//!   real lists replace these and clients hear `list_changed` (see [`super::catalog`]).
+//!   real lists replace these and clients hear `list_changed` (see [`super::lists`]).
 //!
 //! The files are the gateway's own, private (0600 in a 0700 directory), written whole (a temp
 //! file renamed into place), and a file that does not parse is ignored with a warning: a lost
@@ -22,8 +22,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+use crate::catalog::UpstreamLists;
 use crate::config::UpstreamSpec;
-use crate::router::UpstreamLists;
 
 /// The stand-in tool's own name (prefixed like any tool of the upstream).
 pub(crate) const STANDIN_TOOL: &str = "unavailable";

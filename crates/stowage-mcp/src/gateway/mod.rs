@@ -21,13 +21,13 @@
 //! locks that do not poison).
 
 mod calls;
-mod catalog;
 mod chain_hook;
 mod collect;
 mod forward;
 mod handshake;
 mod inbound;
 mod last_seen;
+mod lists;
 mod read_cache;
 mod reads;
 mod resource_tools;
@@ -48,14 +48,14 @@ use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::attribution::CallRoutes;
+use crate::catalog::{Catalog, UpstreamLists};
 use crate::config::{GatewayConfig, PrefixMode, SessionMode, UpstreamSpec};
 use crate::error::GatewayError;
 use crate::events::EventBus;
 use crate::inputs::Exchanges;
 use crate::jsonrpc::{Kind, Message, code};
 use crate::outbox::Outbox;
-use crate::router::{Catalog, UpstreamLists};
-use crate::routes::CallRoutes;
 use crate::session::{Caller, Session, SessionKind, Sessions};
 use crate::shape::Shaper;
 use crate::upstream::{InProcessFactory, Upstream, UpstreamEnv};
@@ -84,14 +84,14 @@ pub enum ControlCapabilities {
 /// What runs once when start-up has settled (see [`Gateway::on_startup`]).
 type StartupHook = Box<dyn FnOnce(&Gateway) + Send>;
 
-/// What one upstream's pristine sessions listed (see `catalog::pristine_listing`): fetched
+/// What one upstream's pristine sessions listed (see `lists::pristine_listing`): fetched
 /// once per session and listing, shared by every client that uses it.
 #[derive(Default)]
 struct PristineLists {
     /// Held while a listing is fetched, so clients arriving together fetch it once.
     fetching: Arc<tokio::sync::Mutex<()>>,
     /// By pristine connection.
-    kept: Mutex<std::collections::HashMap<u64, crate::router::OwnList>>,
+    kept: Mutex<std::collections::HashMap<u64, crate::catalog::OwnList>>,
     /// Bumped when a pristine session says its lists changed.
     epoch: AtomicU64,
 }
@@ -131,8 +131,7 @@ pub struct GatewayBuilder {
     secret_env: Vec<String>,
     state_dir: Option<std::path::PathBuf>,
     control_capabilities: ControlCapabilities,
-    links: Option<stowage_http::LinkService>,
-    people_links: Option<stowage_http::LinkService>,
+    links: Option<stowage_http::Links>,
     store: Option<Arc<dyn stowage_store::ArtifactStore>>,
     apps: Option<Arc<crate::apps::Apps>>,
     hosts: Option<Arc<crate::hosts::Hosts>>,
@@ -173,18 +172,11 @@ impl GatewayBuilder {
         self
     }
 
-    /// Signed links: for tools during a call, upload links, and `artifact_url` unless
-    /// [`GatewayBuilder::people_links`] is given. Without it, no `artifact_url` tool.
-    pub fn links(mut self, links: stowage_http::LinkService) -> Self {
+    /// Signed links ([`stowage_http::Links`]): for tools during a call (blob chaining, upload
+    /// slots) and for people (`artifact_url`, artifact resources). Without them, no
+    /// `artifact_url` tool.
+    pub fn links(mut self, links: stowage_http::Links) -> Self {
         self.links = Some(links);
-        self
-    }
-
-    /// Links handed to people (`artifact_url`, the links of artifact resources) when they are
-    /// served elsewhere than [`GatewayBuilder::links`]' routes: a stdio gateway's go to the
-    /// store's link server, which outlives the gateway.
-    pub fn people_links(mut self, links: stowage_http::LinkService) -> Self {
-        self.people_links = Some(links);
         self
     }
 
@@ -251,7 +243,7 @@ impl Lists {
             .map(|u| {
                 let kept = state_dir.as_deref().and_then(|d| last_seen::load(d, &u.spec));
                 let mut l = kept.unwrap_or_else(|| UpstreamLists { name: u.name().to_owned(), ..Default::default() });
-                l.output_schemas = catalog::compile_output_schemas(u.name(), &l.tools);
+                l.output_schemas = lists::compile_output_schemas(u.name(), &l.tools);
                 l
             })
             .collect();
@@ -291,10 +283,8 @@ struct Clients {
 /// What the gateway was built with, beside its settings and upstreams.
 struct Parts {
     shaper: Shaper,
-    /// Fresh signed links for the `artifact_url` tool.
-    links: Option<stowage_http::LinkService>,
-    /// Links for people, when served elsewhere than `links` (see [`GatewayBuilder::people_links`]).
-    people_links: Option<stowage_http::LinkService>,
+    /// Signed links, for tools and for people.
+    links: Option<stowage_http::Links>,
     /// The store the reader tools (`artifact_read`, `artifact_query`) read, as the caller.
     artifacts: Option<Arc<dyn stowage_store::ArtifactStore>>,
     /// MCP Apps: the viewer and its tools, for clients that declare the extension.
@@ -341,7 +331,6 @@ impl Gateway {
             state_dir: None,
             control_capabilities: ControlCapabilities::Any,
             links: None,
-            people_links: None,
             store: None,
             apps: None,
             hosts: None,
@@ -362,7 +351,6 @@ impl GatewayBuilder {
             state_dir,
             control_capabilities,
             links,
-            people_links,
             store: artifacts,
             apps,
             hosts,
@@ -429,7 +417,7 @@ impl GatewayBuilder {
                 roots_owed: std::sync::atomic::AtomicBool::new(false),
                 initialized: watch::channel(0).0,
             },
-            parts: Parts { shaper, links, people_links, artifacts, apps, hosts, read_cache: Default::default(), events },
+            parts: Parts { shaper, links, artifacts, apps, hosts, read_cache: Default::default(), events },
             life: Lifecycle {
                 shutdown,
                 ready: watch::channel(0).0,
@@ -441,11 +429,11 @@ impl GatewayBuilder {
                 fault: Mutex::new(None),
             },
         });
-        let scrubber: Arc<dyn crate::routes::Scrubber> = Arc::new(calls::GatewayScrubber(Arc::downgrade(&gw)));
+        let scrubber: Arc<dyn crate::attribution::Scrubber> = Arc::new(calls::GatewayScrubber(Arc::downgrade(&gw)));
         let _ = gw.clients.routes.scrubber.set(scrubber);
         for u in &gw.upstreams {
             tokio::spawn(u.clone().supervise());
-            tokio::spawn(catalog::refresh_loop(Arc::downgrade(&gw), u.index));
+            tokio::spawn(lists::refresh_loop(Arc::downgrade(&gw), u.index));
         }
         tokio::spawn(inbound::run(Arc::downgrade(&gw), initiated_rx));
         gw
@@ -578,14 +566,14 @@ impl Gateway {
     /// The gateway's own tools, as far as they are enabled.
     pub(crate) fn local_tools(&self) -> crate::local_tools::LocalTools<'_> {
         crate::local_tools::LocalTools {
-            links: self.parts.people_links.as_ref().or(self.parts.links.as_ref()),
+            links: self.parts.links.as_ref().map(stowage_http::Links::for_people),
             store: self.parts.artifacts.as_ref(),
         }
     }
 
-    /// The signed-link service, when links are on.
+    /// The signed-link service for tools, when links are on.
     pub fn link_service(&self) -> Option<&stowage_http::LinkService> {
-        self.parts.links.as_ref()
+        self.parts.links.as_ref().map(stowage_http::Links::for_tools)
     }
 
     /// The aggregated tools, prompts and resources as last built from every upstream's lists;
@@ -823,7 +811,7 @@ impl Gateway {
                 let mut params = params;
                 params["name"] = Value::String(p.original);
                 let mut reply = self.forward(session, p.upstream, &method, params, outbox).await?;
-                self.rewrite_read(session, self.upstreams[p.upstream].name(), crate::shape::read::ReadKind::Prompt, &mut reply).await?;
+                self.shape_read(session, self.upstreams[p.upstream].name(), crate::shape::read::ReadKind::Prompt, &mut reply).await?;
                 Ok(reply)
             }
             "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {

@@ -29,7 +29,7 @@ impl Gateway {
     /// Shapes a successful `resources/read` or `prompts/get` reply from `upstream` in place;
     /// an error reply is left to the caller's usual relaying. Returns what the cache may keep
     /// (`None` for an error reply).
-    pub(super) async fn rewrite_read(
+    pub(super) async fn shape_read(
         &self,
         session: &Session,
         upstream: &str,
@@ -104,7 +104,7 @@ impl Gateway {
         }
         let generation = self.parts.read_cache.generation(u, &key.uri);
         let mut reply = self.forward(session, u, "resources/read", params, outbox).await?;
-        if let Some(read) = self.rewrite_read(session, upstream.name(), ReadKind::Resource, &mut reply).await? {
+        if let Some(read) = self.shape_read(session, upstream.name(), ReadKind::Resource, &mut reply).await? {
             // Kept only for as long as the upstream says its answer holds (`ttlMs`), at most
             // `cache_ttl_secs`: a read that states no lifetime may change at any moment (a
             // dynamic resource), so it is read through every time.

@@ -33,7 +33,7 @@ impl Gateway {
     /// only say "nothing here" would cost every `tools/list` about a kilobyte). Its listing may
     /// be the one kept from its last run while it is down: its tools stay the same, and calls
     /// say why they fail.
-    fn lists_resources(&self, catalog: &crate::router::Catalog, i: usize) -> bool {
+    fn lists_resources(&self, catalog: &crate::catalog::Catalog, i: usize) -> bool {
         catalog.resources.iter().any(|(k, _)| *k == i) || catalog.templates.iter().any(|(k, _)| *k == i)
     }
 

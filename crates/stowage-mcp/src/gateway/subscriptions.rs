@@ -192,7 +192,7 @@ impl Gateway {
             return None;
         }
         let upstream_uri =
-            crate::router::split_collided(uri).filter(|(name, _)| name == u.name()).map_or_else(|| uri.to_owned(), |(_, o)| o);
+            crate::catalog::split_collided(uri).filter(|(name, _)| name == u.name()).map_or_else(|| uri.to_owned(), |(_, o)| o);
         // Nobody listens for the request's own notifications.
         let outbox = Outbox::with_capacity(1).0;
         let sent = self.forward(session, i, "resources/subscribe", json!({"uri": upstream_uri}), &outbox).await;

@@ -82,7 +82,7 @@ impl Gateway {
                 scope: session.scope.clone(),
                 output_schema: route.output_schema,
             };
-            let value = self.rewrite_tool_result(session, ctx, raw).await;
+            let value = self.shape_tool_result(session, ctx, raw).await;
             return Ok(Message::response(Value::Null, &value));
         }
         Ok(reply)

@@ -36,6 +36,16 @@ pub trait LinkMinter: Send + Sync {
     fn link(&self, artifact: &ArtifactRef) -> Option<(String, String)>;
 }
 
+/// People's links as the gateway mints them everywhere else ([`stowage_http::Links::for_people`]),
+/// capped at the artifact's expiry; an artifact that is already expired gets none.
+impl LinkMinter for stowage_http::LinkService {
+    fn link(&self, artifact: &ArtifactRef) -> Option<(String, String)> {
+        let link = self.link_for(artifact);
+        let expires = link.expires_rfc3339();
+        (!expires.is_empty()).then_some((link.url, expires))
+    }
+}
+
 /// The asset kind for a media type.
 pub fn kind_of(mime: Option<&str>) -> &'static str {
     let m = mime.unwrap_or("").to_ascii_lowercase();

@@ -23,7 +23,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::Args;
 use stowage_agent::events::StepStatus;
 use stowage_agent::{AgentConfig, AgentEvent, Model, Planner, RunRequest};
@@ -62,31 +61,24 @@ async fn checked_model(config: &AgentConfig) -> anyhow::Result<Arc<dyn Model>> {
     Ok(model)
 }
 
-pub(crate) async fn run(
-    config: &Config,
-    store: Arc<dyn ArtifactStore>,
-    store_dir: &std::path::Path,
-    args: AgentArgs,
-) -> anyhow::Result<()> {
+pub(crate) async fn run(config: &Config, store: Arc<dyn ArtifactStore>, keys: &crate::wiring::Keys, args: AgentArgs) -> anyhow::Result<()> {
     let model = checked_model(&config.agent).await?;
     let upstreams = stowage_mcp::config::collect_upstreams(&config.gateway, args.mcp_config.as_deref(), &[])?;
     let start_limit = start_limit(&upstreams);
-    // The same shaper `serve` builds: [transform] and every server's own table.
-    let shaper = crate::wiring::shaper(&config.transform, &config.gateway, store.clone());
-    let demo: stowage_mcp::InProcessFactory = Arc::new(|| {
-        let (from_server, to_server) = stowage_demo::spawn_in_process();
-        (Box::new(from_server), Box::new(to_server))
-    });
     config.links.validate().map_err(anyhow::Error::msg)?;
-    let ring = config.links.key_ring(store_dir).context("cannot load the link-signing key")?;
-    let signer = Arc::new(LinkSigner::new(ring, &config.links));
+    let signer = Arc::new(LinkSigner::new(keys.ring()?, &config.links));
     let links_base = config.links.public_url.clone();
-    let gw = Gateway::builder(config.gateway.clone(), upstreams, shaper)
-        .in_process(demo)
-        .links(stowage_http::LinkService::new(store.clone(), signer))
-        .store(store.clone())
-        .hosts(Arc::new(stowage_mcp::hosts::Hosts::new(&config.hosts, &config.transform.image_preview)?))
-        .start();
+    // Built as `serve` builds its gateway; payload links point at `links.public_url`.
+    let parts = crate::wiring::GatewayParts {
+        gateway: config.gateway.clone(),
+        upstreams,
+        store: Some(store.clone()),
+        links: Some(stowage_http::Links::new(stowage_http::LinkService::new(store.clone(), signer))),
+        hosts: Some(Arc::new(stowage_mcp::hosts::Hosts::new(&config.hosts, &config.transform.image_preview)?)),
+        state_dir: None,
+        apps: None,
+    };
+    let gw = crate::wiring::gateway(config, parts).start();
     if let Err(e) = wait_for_upstreams(&gw, start_limit).await {
         gw.shutdown();
         return Err(e);

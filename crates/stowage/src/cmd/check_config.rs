@@ -15,7 +15,6 @@
 //! `serve` prints at start.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
@@ -59,11 +58,17 @@ pub(crate) struct CheckConfigArgs {
 /// `source` is where `stowage.toml` came from. Exits non-zero when `serve` would refuse to
 /// start, or would start without an entry of the configuration (and, with `--strict`, when an
 /// upstream would start as unavailable).
-pub(crate) async fn run(config: &Config, source: &ConfigSource, store: &StoreLocation, cli: CheckConfigArgs) -> anyhow::Result<()> {
-    let plan = crate::plan::plan(config, store, &cli.serve)?;
+pub(crate) async fn run(
+    config: &Config,
+    source: &ConfigSource,
+    store: &StoreLocation,
+    keys: &crate::wiring::Keys,
+    cli: CheckConfigArgs,
+) -> anyhow::Result<()> {
+    let plan = crate::plan::plan(config, keys, &cli.serve)?;
     print_plan(config, source, store, &cli, &plan);
     // The check serve runs when it opens a shared store: a mismatch refuses to start there.
-    let store_check = crate::wiring::check_shared_store(config, store).await;
+    let store_check = crate::wiring::check_shared_store(config, keys).await;
     let clock_off = print_store_check(&store_check);
     print_names(&plan);
     let (mut problems, warnings) = print_upstreams(&plan, cli.no_probe).await;
@@ -197,7 +202,7 @@ async fn print_upstreams(plan: &crate::plan::Plan, no_probe: bool) -> (usize, us
 
 /// Every upstream probed at once: what it answered, why it did not, or nothing (not probed).
 async fn probe_all(plan: &crate::plan::Plan) -> Vec<Option<Result<String, String>>> {
-    let secrets = super::serve::secret_env_vars(plan);
+    let secrets = plan.secret_env.clone();
     futures::future::join_all(plan.upstreams.iter().map(|u| {
         let missing = plan.warnings.iter().any(|w| w.starts_with(&format!("server {:?}:", u.name)) && w.contains("not an executable"));
         let secrets = &secrets;
@@ -241,20 +246,17 @@ async fn print_agent(config: &Config) -> anyhow::Result<Option<stowage_agent::mo
 /// lists and prints each tool's detected file inputs. Returns how many upstreams could not be
 /// listed.
 async fn print_tools(config: &Config, plan: &crate::plan::Plan) -> usize {
-    let store: Arc<dyn stowage_store::ArtifactStore> = Arc::new(stowage_store::NoOpStore::new());
-    let demo: stowage_mcp::InProcessFactory = Arc::new(|| {
-        let (from_server, to_server) = stowage_demo::spawn_in_process();
-        (Box::new(from_server), Box::new(to_server))
-    });
-    // Nothing is kept (no state dir): a listing check leaves no saved catalog behind.
-    let gw = stowage_mcp::Gateway::builder(
-        plan.gateway.clone(),
-        plan.upstreams.clone(),
-        crate::wiring::shaper(&config.transform, &config.gateway, store),
-    )
-    .in_process(demo)
-    .secret_env(super::serve::secret_env_vars(plan))
-    .start();
+    // Nothing is kept (no store, no state dir): a listing check leaves nothing behind.
+    let parts = crate::wiring::GatewayParts {
+        gateway: plan.gateway.clone(),
+        upstreams: plan.upstreams.clone(),
+        store: None,
+        links: None,
+        hosts: None,
+        state_dir: None,
+        apps: None,
+    };
+    let gw = crate::wiring::gateway(config, parts).start();
     // Connected is not listed: wait for every upstream's lists too (or for it to be down).
     let wait = plan.gateway.request_timeout().min(Duration::from_secs(30));
     gw.wait_ready(wait).await;

@@ -3,7 +3,7 @@
 //! Wiring only: it runs the [`crate::plan::Plan`] (the upstreams merged from
 //! `[gateway.servers]`, `--mcp-config` and a trailing `-- CMD ARGS…`, or the bundled demo
 //! server when there are none; entries that cannot be served are named and left out), builds
-//! the shaper on the configured store ([`crate::wiring::shaper`], as `agent` does), and hands
+//! the gateway on the configured store ([`crate::wiring::gateway`], as `agent` does), and hands
 //! over to [`stowage_mcp::run::run`]. Over
 //! HTTP, `resource_link`s are signed download links served on the same listener
 //! (`/artifacts/{id}?token=…`). Over stdio the same routes get a loopback listener of their
@@ -18,7 +18,6 @@ use anyhow::Context;
 use stowage_links::LinkSigner;
 use stowage_mcp::run::RunOptions;
 use stowage_store::ArtifactStore;
-use stowage_transform::TransformConfig;
 
 use crate::plan::{LinksPlan, Plan};
 use crate::wiring::StoreLocation;
@@ -28,17 +27,17 @@ pub(crate) use crate::plan::ServeArgs;
 
 /// What `serve` needs besides its plan.
 pub(crate) struct ServeContext<'a> {
-    pub transform: &'a TransformConfig,
+    /// `[transform]`, `[agent]` (with a model, `POST /agent/runs` runs the planner), `[apps]`
+    /// (the MCP Apps viewer and uploader), `[links]` and `[[hosts]]`.
+    pub config: &'a crate::config::Config,
     pub store: Arc<dyn ArtifactStore>,
+    /// The link-signing keys, read once.
+    pub keys: &'a crate::wiring::Keys,
     /// Where the store lives (the default link-signing key is kept there too).
     pub store_location: &'a StoreLocation,
     pub store_backend: crate::config::Backend,
     /// How often the store is garbage-collected while serving (`retention.gc_interval`).
     pub gc_interval: std::time::Duration,
-    /// `[agent]`: with a model configured, `POST /agent/runs` runs the planner.
-    pub agent: &'a stowage_agent::AgentConfig,
-    /// `[apps]`: the MCP Apps viewer and uploader.
-    pub apps: &'a stowage_mcp::apps::AppsConfig,
     /// Where `stowage.toml` came from, for the banner.
     pub config_source: &'a crate::config::ConfigSource,
 }
@@ -49,10 +48,9 @@ pub(crate) async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()>
     tokio::spawn(warn_if_store_is_loose(store_dir.clone()));
     tokio::spawn(collect_garbage(ctx.store.clone(), ctx.gc_interval));
     announce(&plan);
-    let shaper = crate::wiring::shaper(ctx.transform, &plan.gateway, ctx.store.clone());
     // A configuration that cannot work fails here; a model that does not answer fails only the
     // agent's routes (503 with its error until it does), never the gateway.
-    let agent_model = crate::cmd::agent::configured_model(ctx.agent)?;
+    let agent_model = crate::cmd::agent::configured_model(&ctx.config.agent)?;
     let agent_check = match &agent_model {
         Some(m) => {
             let checked = m.check().await;
@@ -63,9 +61,9 @@ pub(crate) async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()>
         }
         None => None,
     };
-    let LinkParts { links, links_listener, link_server, mut extra_routes, link_service, people_links, readiness, shaper } =
-        link_parts(&ctx, &plan, shaper).await?;
-    let (http_routes, on_gateway, playground) = http_parts(&ctx, &plan, &links, link_service.clone(), agent_model, agent_check);
+    let LinkParts { links, links_listener, link_server, mut extra_routes, signed, readiness } = link_parts(&ctx, &plan).await?;
+    let own = signed.as_ref().map(|l| l.for_tools().clone());
+    let (http_routes, on_gateway, playground) = http_parts(&ctx, &plan, &links, own, agent_model, agent_check);
     if let Some(routes) = http_routes {
         extra_routes = Some(match extra_routes {
             Some(r) => r.merge(routes),
@@ -77,30 +75,28 @@ pub(crate) async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()>
     let apps = (ctx.store_backend != crate::config::Backend::Noop).then(|| {
         let https_origin =
             (plan.links != LinksPlan::Off).then(|| origin_of(&links.public_url)).flatten().filter(|o| o.starts_with("https://"));
-        stowage_mcp::apps::Apps::new(ctx.apps.clone(), stowage_playground::viewer(https_origin.as_deref()))
+        stowage_mcp::apps::Apps::new(ctx.config.apps.clone(), stowage_playground::viewer(https_origin.as_deref()))
     });
-    let demo: stowage_mcp::InProcessFactory = Arc::new(|| {
-        let (from_server, to_server) = stowage_demo::spawn_in_process();
-        (Box::new(from_server), Box::new(to_server))
-    });
-    let opts = RunOptions {
-        secret_env: secret_env_vars(&plan),
+    let parts = crate::wiring::GatewayParts {
         gateway: plan.gateway,
         upstreams: plan.upstreams,
-        shaper,
+        store: Some(ctx.store.clone()),
+        links: signed,
+        hosts: Some(plan.hosts.clone()),
+        // An fs store's directory is this machine's and this user's; a shared backend's local
+        // directory is not where a fleet keeps state.
+        state_dir: (ctx.store_backend == crate::config::Backend::Fs).then(|| store_dir.clone()),
+        apps,
+    };
+    let opts = RunOptions {
+        gateway: crate::wiring::gateway(ctx.config, parts),
         mode: plan.mode,
-        in_process: Some(demo),
         extra_routes,
         links_listener,
         readiness,
         store_label: ctx.store_location.describe(ctx.store_backend),
         config_label: ctx.config_source.to_string(),
-        // An fs store's directory is this machine's and this user's; a shared backend's local
-        // directory is not where a fleet keeps state.
-        state_dir: (ctx.store_backend == crate::config::Backend::Fs).then(|| store_dir.clone()),
         auth: plan.auth,
-        links: link_service,
-        people_links,
         links_banner: link_server.as_ref().map(|(_, l)| {
             format!(
                 "  download links: {}/artifacts/…  (served for this store by its link server, pid {}, after this session too: stowage links status)\n",
@@ -108,12 +104,9 @@ pub(crate) async fn run(ctx: ServeContext<'_>, plan: Plan) -> anyhow::Result<()>
                 l.state.pid
             )
         }),
-        artifacts: Some(ctx.store.clone()),
         skipped: plan.skipped.iter().map(|s| s.to_string()).collect(),
         on_gateway,
         playground,
-        apps,
-        hosts: Some(plan.hosts.clone()),
     };
     stowage_mcp::run::run(opts).await?;
     Ok(())
@@ -148,14 +141,12 @@ struct LinkParts {
     links_listener: Option<tokio::net::TcpListener>,
     link_server: Option<(crate::link_server::Want, crate::link_server::Leased)>,
     extra_routes: Option<axum::Router>,
-    link_service: Option<stowage_http::LinkService>,
-    people_links: Option<stowage_http::LinkService>,
+    /// Every link the gateway mints, for tools and for people; `None` with `--no-links`.
+    signed: Option<stowage_http::Links>,
     readiness: Option<Arc<std::sync::OnceLock<stowage_http::ReadinessCheck>>>,
-    shaper: stowage_mcp::shape::Shaper,
 }
 
-async fn link_parts(ctx: &ServeContext<'_>, plan: &Plan, mut shaper: stowage_mcp::shape::Shaper) -> anyhow::Result<LinkParts> {
-    let store_dir = &ctx.store_location.dir;
+async fn link_parts(ctx: &ServeContext<'_>, plan: &Plan) -> anyhow::Result<LinkParts> {
     let mut links = plan.links_config.clone();
     let mut links_listener = None;
     // Over stdio, the links people get are served by the store's link server, which outlives
@@ -178,34 +169,25 @@ async fn link_parts(ctx: &ServeContext<'_>, plan: &Plan, mut shaper: stowage_mcp
         s.clone().keep_leased();
         s
     });
-    let mut extra_routes = None;
-    let mut link_service = None;
-    let mut people_links = None;
-    let mut readiness = None;
+    let (mut extra_routes, mut signed, mut readiness) = (None, None, None);
     if plan.links != LinksPlan::Off {
-        // Loaded once: the signer for tools and the one for people share its keys.
-        let ring = links.key_ring(store_dir).context("cannot load the link-signing key")?;
+        // The signer for tools and the one for people share the one key ring.
+        let ring = ctx.keys.ring()?;
         let signer = Arc::new(LinkSigner::new(ring.clone(), &links));
-        let people_signer = match &supervisor {
-            Some(sup) => {
-                let sup = sup.clone();
-                let s = Arc::new(LinkSigner::with_base(ring, links.ttl, Arc::new(move || sup.base_url())));
-                people_links = Some(stowage_http::LinkService::new(ctx.store.clone(), s.clone()));
-                s
-            }
-            None => signer.clone(),
-        };
-        if links.resource_link_uri == stowage_links::ResourceLinkUri::Signed {
-            shaper = shaper.with_links(Arc::new(crate::wiring::SignedLinks(people_signer)));
-        }
         // One state: the link service opens the upload slots the routes accept, and /readyz
         // learns the gateway's upstreams once it runs.
         let state = stowage_http::HttpState::new(ctx.store.clone(), signer);
-        link_service = Some(state.link_service());
+        let mut minted = stowage_http::Links::new(state.link_service());
+        if let Some(sup) = &supervisor {
+            let sup = sup.clone();
+            let people = Arc::new(LinkSigner::with_base(ring, links.ttl, Arc::new(move || sup.base_url())));
+            minted = minted.with_people(stowage_http::LinkService::new(ctx.store.clone(), people));
+        }
+        signed = Some(minted);
         readiness = Some(state.readiness.clone());
         extra_routes = Some(stowage_http::routes(state));
     }
-    Ok(LinkParts { links, links_listener, link_server, extra_routes, link_service, people_links, readiness, shaper })
+    Ok(LinkParts { links, links_listener, link_server, extra_routes, signed, readiness })
 }
 
 /// Over HTTP, the routes beside `/mcp`: `POST /agent/runs` (the planner is set once the
@@ -227,7 +209,7 @@ fn http_parts(
     let guard = Arc::new(stowage_http::BrowserGuard::new(listen, &gc.allowed_hosts, &gc.allowed_origins));
     let slot = stowage_agent::http::PlannerSlot::default();
     let mut routes = stowage_agent::http::router(slot.clone(), plan.auth.clone(), guard.clone());
-    let agent_name = agent_model.as_ref().map(|_| ctx.agent.model.clone());
+    let agent_name = agent_model.as_ref().map(|_| ctx.config.agent.model.clone());
     let gateway_slot = stowage_playground::GatewaySlot::default();
     let playground = plan.playground;
     if playground {
@@ -242,7 +224,7 @@ fn http_parts(
             links_origin: (plan.links != LinksPlan::Off).then(|| origin_of(&links.public_url)).flatten(),
         }));
     }
-    let (config, store) = (ctx.agent.clone(), ctx.store.clone());
+    let (config, store) = (ctx.config.agent.clone(), ctx.store.clone());
     let on_gateway: stowage_mcp::run::OnGateway = Box::new(move |gw: &Arc<stowage_mcp::Gateway>| {
         let _ = gateway_slot.set(gw.clone());
         if let Some(model) = agent_model {
@@ -261,15 +243,6 @@ fn origin_of(url: &str) -> Option<String> {
     let u = url::Url::parse(url).ok()?;
     let origin = u.origin();
     origin.is_tuple().then(|| origin.ascii_serialization())
-}
-
-/// The environment variables that hold this gateway's secrets: link-signing keys, the JWT
-/// secret, HTTP upstreams' bearer tokens. No upstream child ever gets them.
-pub(crate) fn secret_env_vars(plan: &Plan) -> Vec<String> {
-    let links = plan.links_config.keys.iter().filter_map(|k| k.secret_env.clone());
-    let jwt = plan.jwt_secret_env.clone();
-    let bearers = plan.gateway.servers.values().filter_map(|s| s.bearer_token_env.clone());
-    links.chain(jwt).chain(bearers).collect()
 }
 
 /// An embedded store made by an older Stowage (or copied in with a loose umask) may be readable
@@ -330,7 +303,7 @@ async fn ensure_link_server(
     let port = loopback_port(wanted).unwrap_or(8787);
     let store_dir = &ctx.store_location.dir;
     let attempt = async {
-        let ring = links.key_ring(store_dir).context("cannot load the link-signing key")?;
+        let ring = ctx.keys.ring()?;
         let want = crate::link_server::Want {
             store_dir: store_dir.clone(),
             config_file: ctx.config_source.path().map(std::path::Path::to_path_buf),

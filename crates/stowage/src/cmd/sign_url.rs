@@ -36,7 +36,7 @@ pub(crate) async fn run(
     store: &dyn ArtifactStore,
     links: &LinksConfig,
     listen: &str,
-    store_dir: &std::path::Path,
+    keys: &crate::wiring::Keys,
     args: SignUrlArgs,
 ) -> anyhow::Result<()> {
     if let Some(ttl) = args.ttl
@@ -50,8 +50,7 @@ pub(crate) async fn run(
     let id = ArtifactId::parse_loose(&args.id).with_context(|| format!("{:?} is not an artifact id", args.id))?;
     let access = if args.owner.is_set() { Access::owner_of(&args.owner.scope(None)) } else { Access::Operator };
     let meta = store.meta(&access, &id).await?;
-    let ring = links.key_ring(store_dir).context("cannot load the link-signing key")?;
-    let signer = LinkSigner::new(ring, links);
+    let signer = LinkSigner::new(keys.ring()?, links);
     let link = signer.link_for(&meta, stowage_links::unix_now(), args.ttl);
     if args.json {
         println!("{}", serde_json::to_string(&link)?);

@@ -8,12 +8,12 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::{Gateway, last_seen};
+use crate::catalog::{Catalog, OwnList, UpstreamLists};
 use crate::error::GatewayError;
 use crate::jsonrpc::Message;
 use crate::local_tools::resources as local_resources;
 use crate::outbox::Outbox;
 use crate::output_schema::OutputSchema;
-use crate::router::{Catalog, OwnList, UpstreamLists};
 use crate::session::Session;
 use crate::upstream::{Conn, ConnRole, Need, result_value};
 
@@ -168,7 +168,7 @@ impl Gateway {
     /// prefixed names, the upstream whose `{server}{separator}` starts it (the longest such),
     /// and the rest as its own name; without, the only upstream. `None` when no upstream is
     /// named (the gateway then answers that it knows no such name).
-    pub(super) fn unlisted(&self, name: &str) -> Option<crate::router::Exposed> {
+    pub(super) fn unlisted(&self, name: &str) -> Option<crate::catalog::Exposed> {
         let (upstream, original) = if self.lists.prefix {
             let sep = &self.config.separator;
             self.upstreams
@@ -182,7 +182,7 @@ impl Gateway {
         } else {
             return None;
         };
-        Some(crate::router::Exposed {
+        Some(crate::catalog::Exposed {
             name: name.to_owned(),
             upstream,
             original: original.to_owned(),
