@@ -10,6 +10,9 @@
 //!   for the fs store), or what the [`HttpState::readiness`] check reports, such as a gateway's
 //!   down upstreams).
 //!
+//! They are served by [`listener::serve`]: timeouts, `TCP_NODELAY`, and an ambiguous `Host`
+//! refused before any route sees it.
+//!
 //! Every refusal is `{"error":{"code","message"}}` with one of the stable codes ([`ApiError`]);
 //! nothing internal (paths, backend errors) reaches the response. The token decides the owner:
 //! downloads need no bearer header, so a link works from any HTTP client, and an owner's token
@@ -36,6 +39,7 @@ mod describe;
 mod download;
 mod error;
 mod links;
+pub mod listener;
 mod range;
 mod upload;
 

@@ -190,6 +190,16 @@ impl GatewayConfig {
     pub fn request_timeout(&self) -> Duration {
         Duration::from_secs(self.request_timeout_secs.max(1))
     }
+
+    /// The HTTP listener's timeouts (`http_header_timeout_secs`, `http_body_timeout_secs`,
+    /// `http_idle_timeout_secs`): for `/mcp`, and for the link server that reads this table.
+    pub fn http_timeouts(&self) -> stowage_http::listener::HttpTimeouts {
+        stowage_http::listener::HttpTimeouts::from_secs(
+            self.http_header_timeout_secs,
+            self.http_body_timeout_secs,
+            self.http_idle_timeout_secs,
+        )
+    }
 }
 
 /// When tool and prompt names get the `{server}{separator}` prefix.

@@ -120,12 +120,7 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
             let links_addr = match (opts.links_listener, opts.extra_routes) {
                 (Some(listener), Some(routes)) => {
                     let addr = listener.local_addr().ok();
-                    tokio::spawn(crate::downstream::listener::serve(
-                        listener,
-                        routes,
-                        crate::downstream::listener::HttpTimeouts::of(&gw.config),
-                        std::future::pending(),
-                    ));
+                    tokio::spawn(stowage_http::listener::serve(listener, routes, gw.config.http_timeouts(), std::future::pending()));
                     addr
                 }
                 _ => None,
@@ -169,9 +164,7 @@ pub async fn run(opts: RunOptions) -> Result<(), RunError> {
             // Served at once (health, readiness and clients that retry need not wait for a slow
             // or dead upstream).
             spawn_banner(gw.clone(), opts.mode.clone(), Some(addr), labels.clone(), opts.skipped.clone(), opts.playground);
-            crate::downstream::listener::serve(listener, app, crate::downstream::listener::HttpTimeouts::of(&gw.config), shutdown_signal())
-                .await
-                .map_err(RunError::Serve)
+            stowage_http::listener::serve(listener, app, gw.config.http_timeouts(), shutdown_signal()).await.map_err(RunError::Serve)
         }
     };
     gw.shutdown();
@@ -196,19 +189,6 @@ fn spawn_banner(gw: Arc<Gateway>, mode: Mode, addr: Option<SocketAddr>, labels: 
     });
 }
 
-/// Serves `app` on `listener` with the gateway's HTTP timeouts until `shutdown` resolves: for
-/// routes served without a gateway (the binary's link server, which keeps a store's download
-/// links alive after the stdio gateway that minted them is gone).
-pub async fn serve_routes(listener: tokio::net::TcpListener, app: axum::Router, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
-    crate::downstream::listener::serve(
-        listener,
-        app,
-        crate::downstream::listener::HttpTimeouts::of(&crate::config::GatewayConfig::default()),
-        shutdown,
-    )
-    .await
-}
-
 /// Binds `listen` and serves the gateway's HTTP routes in the background (tests, benches).
 pub async fn spawn_http(gw: Arc<Gateway>, listen: &str) -> std::io::Result<SocketAddr> {
     spawn_http_with(gw, listen, None, None).await
@@ -223,12 +203,12 @@ pub async fn spawn_http_with(
 ) -> std::io::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
-    let timeouts = crate::downstream::listener::HttpTimeouts::of(&gw.config);
+    let timeouts = gw.config.http_timeouts();
     let mut app = crate::downstream::http::router_with_auth(gw, &addr.to_string(), auth);
     if let Some(extra) = extra {
         app = app.merge(extra);
     }
-    tokio::spawn(crate::downstream::listener::serve(listener, app, timeouts, std::future::pending()));
+    tokio::spawn(stowage_http::listener::serve(listener, app, timeouts, std::future::pending()));
     Ok(addr)
 }
 

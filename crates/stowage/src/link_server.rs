@@ -703,6 +703,8 @@ async fn start(
     }
     let keys = crate::wiring::Keys::new(config, location);
     let store = crate::wiring::open_store(config, location, &keys)?;
+    // `[gateway]`'s HTTP timeouts, taken now: the server outlives this borrow of the config.
+    let timeouts = config.gateway.http_timeouts();
     let ring = keys.ring()?;
     let mut bound = None;
     for &p in ports {
@@ -759,7 +761,7 @@ async fn start(
                 }
             }
         };
-        let served = stowage_mcp::run::serve_routes(listener, app, until_done).await;
+        let served = stowage_http::listener::serve(listener, app, timeouts, until_done).await;
         files.remove_state(&state.id);
         tracing::info!(target: "stowage::links", "link server stopped");
         served.context("the link server failed")

@@ -5,6 +5,5 @@
 //!   stateless 2026-07-28 requests), plus `/metrics`, with DNS-rebinding protection.
 
 pub(crate) mod http;
-pub(crate) mod listener;
 pub(crate) mod stdio;
 pub(crate) mod streams;

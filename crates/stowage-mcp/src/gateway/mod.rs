@@ -8,7 +8,7 @@
 //! is split by concern:
 //! - [`handshake`]: `initialize`, `server/discover`, the capabilities the gateway offers, and
 //!   the 2026-07-28 result envelope;
-//! - [`catalog`]: the aggregated lists, refreshed when an upstream (re)connects or says its
+//! - [`lists`]: the aggregated lists, refreshed when an upstream (re)connects or says its
 //!   lists changed;
 //! - [`calls`]: `tools/call` and its rewrite, the in-process API, call events and metrics;
 //! - [`forward`]: sending a request to the right upstream connection on a client's behalf,
@@ -207,7 +207,7 @@ pub struct Gateway {
     pub config: GatewayConfig,
     /// One supervised connection per configured server, in configuration order.
     pub upstreams: Vec<Arc<Upstream>>,
-    /// What the upstreams list, merged into one catalog ([`catalog`]).
+    /// What the upstreams list, merged into one catalog ([`lists`]).
     lists: Lists,
     /// The clients: their sessions, the calls in flight, their listen streams and tasks.
     clients: Clients,
@@ -217,7 +217,7 @@ pub struct Gateway {
     life: Lifecycle,
 }
 
-/// The aggregated lists (see [`catalog`]).
+/// The aggregated lists (see [`lists`]).
 struct Lists {
     catalog: RwLock<Arc<Catalog>>,
     /// Counts catalog rebuilds: a client's own catalog built on an older one is rebuilt.

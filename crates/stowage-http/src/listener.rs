@@ -14,8 +14,11 @@
 //! A request is refused with 400 before any route sees it when its `Host` is ambiguous
 //! (RFC 9112 §3.2): more than one `Host` header, none on an HTTP/1.1 request, or a `Host` that
 //! disagrees with the authority of the request target (HTTP/2's `:authority`, or an
-//! absolute-form target). The Host allow-list ([`stowage_http::BrowserGuard`]) reads one
-//! host, so it must be the only one.
+//! absolute-form target). The Host allow-list ([`crate::BrowserGuard`]) reads one host, so it
+//! must be the only one.
+//!
+//! It lives beside the routes it serves: the gateway's `/mcp` and the store's link server
+//! (download and upload routes, no MCP at all) are served by this one listener.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -31,8 +34,8 @@ use tokio::net::TcpListener;
 use tower::Service;
 
 /// How long connections may take or sit idle.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct HttpTimeouts {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpTimeouts {
     /// From the first byte of a request (or an idle keep-alive connection) to its last header.
     pub headers: Duration,
     /// Between two chunks of a request body.
@@ -42,14 +45,10 @@ pub(crate) struct HttpTimeouts {
 }
 
 impl HttpTimeouts {
-    /// The listener's timeouts as `[gateway]` sets them.
-    pub(crate) fn of(config: &crate::config::GatewayConfig) -> HttpTimeouts {
+    /// Timeouts from whole seconds (each at least 1), as configurations give them.
+    pub fn from_secs(headers: u64, body: u64, idle: u64) -> HttpTimeouts {
         let secs = |s: u64| Duration::from_secs(s.max(1));
-        HttpTimeouts {
-            headers: secs(config.http_header_timeout_secs),
-            body: secs(config.http_body_timeout_secs),
-            idle: secs(config.http_idle_timeout_secs),
-        }
+        HttpTimeouts { headers: secs(headers), body: secs(body), idle: secs(idle) }
     }
 }
 
@@ -57,12 +56,7 @@ impl HttpTimeouts {
 const DRAIN: Duration = Duration::from_secs(5);
 
 /// Serves `app` on `listener` until `shutdown` resolves.
-pub(crate) async fn serve(
-    listener: TcpListener,
-    app: Router,
-    timeouts: HttpTimeouts,
-    shutdown: impl Future<Output = ()>,
-) -> std::io::Result<()> {
+pub async fn serve(listener: TcpListener, app: Router, timeouts: HttpTimeouts, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
     let app = app.layer(tower_http::timeout::RequestBodyTimeoutLayer::new(timeouts.body));
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder.http1().timer(TokioTimer::new()).header_read_timeout(timeouts.headers).keep_alive(true);
@@ -90,7 +84,7 @@ pub(crate) async fn serve(
             let mut app = app.clone();
             async move {
                 if let Some(why) = ambiguous_host(&req) {
-                    return Ok::<_, Infallible>(stowage_http::ApiError::bad_request(why).into_response());
+                    return Ok::<_, Infallible>(crate::ApiError::bad_request(why).into_response());
                 }
                 Ok::<_, Infallible>(app.call(req.map(axum::body::Body::new)).await.unwrap_or_else(|e| match e {}))
             }
