@@ -109,33 +109,11 @@ pub(crate) fn ndjson(tool: &str, id: &str, text: &str) -> Result<Vec<Value>, Too
 /// zeros: `007` is an id, not seven) becomes a number, the rest stay strings, so a filter like
 /// `.amount > 100` compares numbers.
 fn delimited(tool: &str, id: &str, text: &str, delimiter: u8) -> Result<Value, ToolError> {
-    let what = if delimiter == b',' { "CSV" } else { "TSV" };
-    let trimmed = text.trim_start();
-    if trimmed.starts_with('{') || trimmed.starts_with('[') {
-        return Err(ToolError::bad_request(format!(
-            "{tool}: artifact {id} is not {what}: it starts like JSON; leave \"as\" out to read it as JSON"
-        )));
-    }
-    let mut reader = csv::ReaderBuilder::new().delimiter(delimiter).has_headers(true).flexible(false).from_reader(text.as_bytes());
-    let bad = |e: csv::Error| {
-        let at = e.position().map(|p| format!(" at line {}", p.line())).unwrap_or_default();
-        let why = match e.kind() {
-            csv::ErrorKind::UnequalLengths { expected_len, len, .. } => {
-                format!("a record has {len} fields where the header has {expected_len}")
-            }
-            _ => e.to_string(),
-        };
-        ToolError::bad_request(format!("{tool}: artifact {id} is not {what}{at}: {why}"))
-    };
-    let headers: Vec<String> = reader.headers().map_err(bad)?.iter().map(str::to_owned).collect();
-    if headers.len() < 2 && delimiter == b',' && headers.first().is_some_and(|h| h.contains('\t')) {
-        return Err(ToolError::bad_request(format!(
-            "{tool}: artifact {id} is not CSV: its header has tabs, not commas; pass \"as\": \"tsv\""
-        )));
-    }
+    let mut reader = delimited_reader(tool, id, text.as_bytes(), delimiter)?;
+    let headers: Vec<String> = reader.headers().map_err(|e| csv_error(tool, id, delimiter, &e))?.iter().map(str::to_owned).collect();
     let mut rows = Vec::new();
     for record in reader.records() {
-        let record = record.map_err(bad)?;
+        let record = record.map_err(|e| csv_error(tool, id, delimiter, &e))?;
         let mut row = Map::with_capacity(headers.len());
         for (h, field) in headers.iter().zip(record.iter()) {
             row.insert(h.clone(), field_value(field));
@@ -145,19 +123,54 @@ fn delimited(tool: &str, id: &str, text: &str, delimiter: u8) -> Result<Value, T
     Ok(Value::Array(rows))
 }
 
+/// A CSV or TSV reader over `text` with its header read, or why `text` is not one (it looks
+/// like JSON; its header has tabs where commas were asked for).
+pub(crate) fn delimited_reader<'t>(tool: &str, id: &str, text: &'t [u8], delimiter: u8) -> Result<csv::Reader<&'t [u8]>, ToolError> {
+    let what = if delimiter == b',' { "CSV" } else { "TSV" };
+    let trimmed = text.trim_ascii_start();
+    if trimmed.starts_with(b"{") || trimmed.starts_with(b"[") {
+        return Err(ToolError::bad_request(format!(
+            "{tool}: artifact {id} is not {what}: it starts like JSON; leave \"as\" out to read it as JSON"
+        )));
+    }
+    let mut reader = csv::ReaderBuilder::new().delimiter(delimiter).has_headers(true).flexible(false).from_reader(text);
+    let headers = reader.byte_headers().map_err(|e| csv_error(tool, id, delimiter, &e))?;
+    if headers.len() < 2 && delimiter == b',' && headers.get(0).is_some_and(|h| h.contains(&b'\t')) {
+        return Err(ToolError::bad_request(format!(
+            "{tool}: artifact {id} is not CSV: its header has tabs, not commas; pass \"as\": \"tsv\""
+        )));
+    }
+    Ok(reader)
+}
+
+/// Why a CSV or TSV record did not read, in one line naming it.
+pub(crate) fn csv_error(tool: &str, id: &str, delimiter: u8, e: &csv::Error) -> ToolError {
+    let what = if delimiter == b',' { "CSV" } else { "TSV" };
+    let at = e.position().map(|p| format!(" at line {}", p.line())).unwrap_or_default();
+    let why = match e.kind() {
+        csv::ErrorKind::UnequalLengths { expected_len, len, .. } => {
+            format!("a record has {len} fields where the header has {expected_len}")
+        }
+        _ => e.to_string(),
+    };
+    ToolError::bad_request(format!("{tool}: artifact {id} is not {what}{at}: {why}"))
+}
+
 /// A CSV field as JSON: a number when it is written as one (without leading zeros or a `+`),
 /// else the string.
 pub(crate) fn field_value(field: &str) -> Value {
+    field_number(field).map_or_else(|| Value::String(field.to_owned()), Value::Number)
+}
+
+/// A CSV field's number, when it is written as one (without leading zeros or a `+`).
+pub(crate) fn field_number(field: &str) -> Option<serde_json::Number> {
     let b = field.as_bytes();
     let digits = b.strip_prefix(b"-").unwrap_or(b);
     let numeric = !digits.is_empty()
         && digits[0].is_ascii_digit()
         && !(digits.len() > 1 && digits[0] == b'0' && digits[1].is_ascii_digit())
         && b.iter().all(|c| c.is_ascii_digit() || matches!(c, b'-' | b'.' | b'e' | b'E' | b'+'));
-    if numeric && let Ok(n) = serde_json::from_str::<serde_json::Number>(field) {
-        return Value::Number(n);
-    }
-    Value::String(field.to_owned())
+    if numeric { serde_json::from_str::<serde_json::Number>(field).ok() } else { None }
 }
 
 #[cfg(test)]

@@ -16,7 +16,15 @@
 //!   the shared CPU pool: a program stuck in plain iteration past its deadline (a cross
 //!   product of two big arrays) cannot hold the pool, and the caller is answered at the
 //!   deadline whatever the thread still does. At most [`MAX_RUNNING`] programs run at once;
-//!   one still running past its deadline holds its place until it ends.
+//!   one still running past its deadline holds its place until it ends;
+//! - `halt` and `halt_error` fail like any error: jaq's own would end the gateway's process.
+//!
+//! Programs run on our own values ([`value::Val`]) over the artifact read in place
+//! ([`doc::Doc`]): about 1.4× the artifact's bytes where jaq's values took 17×.
+
+mod doc;
+mod natives;
+mod value;
 
 use std::cell::Cell;
 use std::sync::Arc;
@@ -27,9 +35,8 @@ use bytes::Bytes;
 use jaq_core::box_iter::box_once;
 use jaq_core::load::{Arena, File, Loader, lex};
 use jaq_core::native::{Fun, run, v};
-use jaq_core::{Compiler, Ctx, Error, Exn, ValT as _, Vars, data};
-use jaq_json::Val;
-use serde_json::Value;
+use jaq_core::{Compiler, Ctx, Error, Exn, Vars, data};
+use value::{Shape, Val};
 
 use super::ToolError;
 use super::input::{self, Format};
@@ -75,20 +82,21 @@ fn step() -> Result<(), Error<Val>> {
 /// The natives: jaq's standard ones, with `range` checking the fence, `env` empty, the log
 /// and stderr writers inert, and `_stowage_step` for the redefined generators.
 fn funs() -> impl Iterator<Item = Fun<D>> {
-    let replaced = ["range", "env", "debug_empty", "stderr_empty"];
-    let ours: [Fun<D>; 5] = [
+    let replaced = ["range", "env", "debug_empty", "stderr_empty", "halt"];
+    let ours: [Fun<D>; 6] = [
         run(("range", v(3), |mut cv| {
             let by = cv.0.pop_var();
             let to = cv.0.pop_var();
             let from = cv.0.pop_var();
             Box::new(range(from, to, by))
         })),
-        run(("env", v(0), |_| box_once(Ok(Val::obj(Default::default()))))),
+        run(("env", v(0), |_| box_once(Ok(Val::Obj(Default::default()))))),
         run(("debug_empty", v(0), |_| Box::new(std::iter::empty()))),
         run(("stderr_empty", v(0), |_| Box::new(std::iter::empty()))),
         run(("_stowage_step", v(0), |cv| box_once(step().map(|()| cv.1).map_err(Exn::from)))),
+        run(("halt", v(1), |_| box_once(Err(Exn::from(Error::str("halt: a program here ends by giving its results, not by halting")))))),
     ];
-    jaq_core::funs().chain(jaq_std::funs()).chain(jaq_json::funs()).filter(move |(name, _, _)| !replaced.contains(name)).chain(ours)
+    jaq_core::funs().chain(jaq_std::funs()).chain(natives::funs()).filter(move |(name, _, _)| !replaced.contains(name)).chain(ours)
 }
 
 /// The generators that could run forever, redefined to step the fence (same meaning as
@@ -222,9 +230,6 @@ pub(crate) struct Output {
     pub(crate) results: Vec<Val>,
     /// Why the results stop early, when they do (a limit), in one line.
     pub(crate) stopped: Option<String>,
-    /// The program's input, held until the answer has been sent: freeing a parsed 10 MB
-    /// document is a million frees, which the caller need not wait for.
-    pub(crate) input: Val,
 }
 
 /// A value the answer pages through, built on the runner thread (jaq's values stay there).
@@ -269,17 +274,9 @@ async fn run_within(code: String, input: Input, limit: Duration) -> Result<(Page
         lower_priority();
         FENCE.set(Some((deadline, stop)));
         LIMIT.set(limit);
-        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| execute(&code, input)));
-        let mut input = None;
-        let out = match out {
-            Ok(r) => r.map(|o| {
-                input = Some(o.input);
-                (page(o.results), o.stopped)
-            }),
-            Err(_) => Err(ToolError::bad_request("artifact_query: the jq program failed inside the interpreter")),
-        };
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| execute(&code, input).map(|o| (page(o.results), o.stopped))));
+        let out = out.unwrap_or_else(|_| Err(ToolError::bad_request("artifact_query: the jq program failed inside the interpreter")));
         let _ = tx.send(out);
-        drop(input);
     });
     if let Err(e) = spawned {
         return Err(ToolError::bad_request(format!("artifact_query: cannot start a jq runner ({e})")));
@@ -324,16 +321,17 @@ fn execute(code: &str, input: Input) -> Result<Output, ToolError> {
         values.push(read(id, bytes, input.format)?);
     }
     let value = if input.several { values.into_iter().collect::<Val>() } else { values.pop().unwrap_or_default() };
-    // A clone shares the tree (its nodes are reference counted): see `Output::input`.
-    let kept = value.clone();
     let ctx = Ctx::<D>::new(&filter.lut, Vars::new([]));
     let mut results = Vec::new();
     let mut bytes = 0usize;
     let mut stopped = None;
-    for r in filter.id.run((ctx, value)).map(jaq_core::unwrap_valr) {
+    for r in filter.id.run((ctx, value)) {
+        // Not `jaq_core::unwrap_valr`: it ends the process on `halt` (which is replaced here,
+        // but no exception other than an error may reach that path either).
+        let r = r.map_err(|e| e.get_err().unwrap_or_else(|_| Error::str("the program tried to halt")));
         match r {
             Ok(v) => {
-                bytes += approx_len(&v);
+                bytes += v.json_len();
                 results.push(v);
                 if results.len() >= MAX_OUTPUTS || bytes > MAX_OUTPUT_BYTES {
                     stopped = Some(format!(
@@ -353,45 +351,56 @@ fn execute(code: &str, input: Input) -> Result<Output, ToolError> {
                     ));
                     break;
                 }
-                let what = stowage_transform::stub::one_line(&e.to_string(), 300);
+                let what = stowage_transform::stub::one_line(&error_text(e), 300);
                 return Err(ToolError::bad_request(format!("artifact_query: the jq program failed: {what}")));
             }
         }
     }
-    Ok(Output { results, stopped, input: kept })
+    Ok(Output { results, stopped })
 }
 
-/// A result's size as compact JSON, roughly (the output limit's measure), without writing it.
-fn approx_len(v: &Val) -> usize {
-    match v {
-        Val::Arr(a) => 2 + a.iter().map(|x| approx_len(x) + 1).sum::<usize>(),
-        Val::Obj(o) => 2 + o.iter().map(|(k, x)| approx_len(k) + approx_len(x) + 2).sum::<usize>(),
-        Val::TStr(b) | Val::BStr(b) => b.len() + 2,
-        _ => 8,
+/// An error's message: a string as its text, any other value as JSON.
+fn error_text(e: Error<Val>) -> String {
+    let v = e.into_val();
+    match v.as_str_bytes() {
+        Some(s) => String::from_utf8_lossy(s).into_owned(),
+        None => v.to_json(),
     }
 }
 
-/// One input as `format`, as a jq value.
+/// One input as `format`, as a jq value: read in place (see [`doc`]).
 fn read(id: &str, bytes: &Bytes, format: Format) -> Result<Val, ToolError> {
-    if format == Format::Json {
-        if let Some(depth) = too_deep(bytes) {
-            return Err(ToolError::bad_request(format!(
-                "artifact_query: artifact {id} nests deeper than {MAX_INPUT_DEPTH} levels (at byte {depth}); jq reads at most that"
-            )));
+    const TOOL: &str = "artifact_query";
+    let not_text = |e: std::str::Utf8Error| {
+        ToolError::bad_request(format!("{TOOL}: artifact {id} is not UTF-8 text ({e}); read it with artifact_read, or query it as JSON"))
+    };
+    let parsed = match format {
+        Format::Json => {
+            if let Some(depth) = too_deep(bytes) {
+                return Err(ToolError::bad_request(format!(
+                    "{TOOL}: artifact {id} nests deeper than {MAX_INPUT_DEPTH} levels (at byte {depth}); jq reads at most that"
+                )));
+            }
+            doc::json(bytes.clone()).map_err(|e| input::not_json(TOOL, id, &e))?
         }
-        return jaq_json::read::parse_single(bytes).map_err(|e| {
-            ToolError::bad_request(format!(
-                "artifact_query: artifact {id} is not JSON ({e}); pass \"as\": \"csv\", \"tsv\", \"ndjson\" or \"lines\" for other text"
-            ))
-        });
-    }
-    let text = std::str::from_utf8(bytes).unwrap_or_default();
-    let value = input::parse("artifact_query", id, text, format)?;
-    Ok(to_val(&value))
+        Format::Csv | Format::Tsv => {
+            let delimiter = if format == Format::Csv { b',' } else { b'\t' };
+            std::str::from_utf8(bytes).map_err(not_text)?;
+            let reader = input::delimited_reader(TOOL, id, bytes, delimiter)?;
+            doc::delimited(bytes.clone(), reader, delimiter).map_err(|e| input::csv_error(TOOL, id, delimiter, &e))?
+        }
+        Format::Ndjson => doc::ndjson(bytes.clone()).map_err(|(line, e)| {
+            let text = String::from_utf8_lossy(bytes);
+            let shown = text.lines().nth(line - 1).map(|l| stowage_transform::stub::one_line(l, 80)).unwrap_or_default();
+            ToolError::bad_request(format!("{TOOL}: artifact {id} is not NDJSON: line {line} is not one JSON value ({e}): {shown}"))
+        })?,
+        Format::Lines => doc::lines(bytes.clone()).map_err(not_text)?,
+    };
+    Ok(Val::of(&std::rc::Rc::new(parsed), 0))
 }
 
 /// The byte offset where `bytes` (JSON) first nests deeper than [`MAX_INPUT_DEPTH`], if it does.
-fn too_deep(bytes: &[u8]) -> Option<usize> {
+pub(super) fn too_deep(bytes: &[u8]) -> Option<usize> {
     let mut depth = 0usize;
     for (i, b) in stowage_transform::fastjson::structure(bytes) {
         match b {
@@ -408,29 +417,18 @@ fn too_deep(bytes: &[u8]) -> Option<usize> {
     None
 }
 
-/// A serde value as a jq value.
-pub(crate) fn to_val(v: &Value) -> Val {
-    match v {
-        Value::Null => Val::Null,
-        Value::Bool(b) => Val::from(*b),
-        Value::Number(n) => Val::from_num(&n.to_string()).unwrap_or_default(),
-        Value::String(s) => Val::from(s.clone()),
-        Value::Array(a) => a.iter().map(to_val).collect(),
-        Value::Object(m) => Val::obj(m.iter().map(|(k, v)| (Val::from(k.clone()), to_val(v))).collect()),
-    }
-}
-
 /// The results as the answer pages them: one array result by its items, one object by its
 /// members, one string by its text; several results as a stream of items.
 fn page(mut results: Vec<Val>) -> Paged {
     if results.len() != 1 {
-        return Paged::Items { items: results.iter().map(ToString::to_string).collect(), stream: true };
+        return Paged::Items { items: results.iter().map(Val::to_json).collect(), stream: true };
     }
-    match results.pop().expect("one result") {
-        Val::Arr(a) => Paged::Items { items: a.iter().map(ToString::to_string).collect(), stream: false },
-        Val::Obj(o) => Paged::Members(o.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
-        Val::TStr(b) => Paged::Text(String::from_utf8_lossy(&b).into_owned()),
-        other => Paged::Scalar(other.to_string()),
+    let one = results.pop().expect("one result");
+    match one.shape() {
+        Shape::Arr => Paged::Items { items: one.items().expect("an array").map(|x| x.to_json()).collect(), stream: false },
+        Shape::Obj => Paged::Members(one.fields().expect("an object").map(|(k, v)| (k.to_json(), v.to_json())).collect()),
+        Shape::Str => Paged::Text(String::from_utf8_lossy(one.as_str_bytes().expect("a string")).into_owned()),
+        _ => Paged::Scalar(one.to_json()),
     }
 }
 
@@ -441,8 +439,12 @@ mod tests {
     const LIMIT_IN_TESTS: Duration = Duration::from_millis(300);
 
     fn run_on(code: &str, doc: &str) -> Result<(Paged, Option<String>), ToolError> {
+        run_as(code, doc, Format::Json)
+    }
+
+    fn run_as(code: &str, doc: &str, format: Format) -> Result<(Paged, Option<String>), ToolError> {
         check(code)?;
-        let input = Input { docs: vec![("t_1".into(), Bytes::copy_from_slice(doc.as_bytes()))], format: Format::Json, several: false };
+        let input = Input { docs: vec![("t_1".into(), Bytes::copy_from_slice(doc.as_bytes()))], format, several: false };
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(run_within(code.into(), input, LIMIT_IN_TESTS))
     }
@@ -497,5 +499,181 @@ mod tests {
         assert!(stopped.is_some());
         let deep = "[".repeat(5_000) + &"]".repeat(5_000);
         assert!(run_on(".", &deep).unwrap_err().message.contains("nests deeper than 1000"));
+    }
+
+    fn scalar(p: (Paged, Option<String>)) -> String {
+        match p.0 {
+            Paged::Scalar(s) | Paged::Text(s) => s,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn halt_fails_the_program_and_the_gateway_goes_on() {
+        // jaq's own `halt` ends the process (`std::process::exit`): here it is an error.
+        for code in ["halt", "halt_error", "1, halt_error(1)", "try halt catch ."] {
+            match run_on(code, "null") {
+                Err(e) => assert!(e.message.contains("not by halting"), "{code}: {e}"),
+                Ok((Paged::Items { items, .. }, _)) => assert!(items.iter().any(|i| i.contains("not by halting")), "{code}: {items:?}"),
+                Ok(other) => assert!(format!("{other:?}").contains("not by halting"), "{code}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn csv_tsv_ndjson_and_lines_are_read_in_place_as_rows_values_and_strings() {
+        let csv = "id,region,units,name\n1,north,300,\"Lovelace, Ada\"\n2,south,10,Bob\n3,north,260,\"Ann \"\"A\"\"\"\n";
+        let code = r#"map(select(.region == "north" and .units > 250)) | {n: length, top: (max_by(.units) | .name), keys: (.[0] | keys)}"#;
+        match run_as(code, csv, Format::Csv).unwrap().0 {
+            Paged::Members(m) => assert_eq!(
+                m,
+                [("\"n\"", "2"), ("\"top\"", "\"Lovelace, Ada\""), ("\"keys\"", r#"["id","name","region","units"]"#)]
+                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(scalar(run_as(".[2].name", csv, Format::Csv).unwrap()), "Ann \"A\"");
+        assert_eq!(scalar(run_as("map(.b) | add", "a\tb\nx\t2\ny\t3\n", Format::Tsv).unwrap()), "5");
+        assert_eq!(scalar(run_as("map(.code) | join(\",\")", "{\"code\":\"E1\"}\n\n{\"code\":\"E2\"}\n", Format::Ndjson).unwrap()), "E1,E2");
+        let log = "ERROR E1 disk\nINFO ok\r\nERROR E2 net\nERROR E1 disk\n";
+        let code = r#"map(select(startswith("ERROR")) | split(" ")[1]) | group_by(.) | map({(.[0]): length}) | add"#;
+        match run_as(code, log, Format::Lines).unwrap().0 {
+            Paged::Members(m) => assert_eq!(m, [("\"E1\"", "2"), ("\"E2\"", "1")].map(|(k, v)| (k.to_owned(), v.to_owned()))),
+            other => panic!("{other:?}"),
+        }
+        let e = run_as(".", "a,b\n1,2\n3\n", Format::Csv).unwrap_err();
+        assert!(e.message.contains("not CSV at line 3") && e.message.contains("1 fields where the header has 2"), "{e}");
+        let e = run_as(".", "{\"a\":1}\n{oops\n", Format::Ndjson).unwrap_err();
+        assert!(e.message.contains("line 2 is not one JSON value") && !e.message.contains('\n'), "{e}");
+        let e = run_on(".", "{\"a\": 1} x").unwrap_err();
+        assert!(e.message.contains("is not JSON (trailing characters"), "{e}");
+    }
+
+    #[test]
+    fn strings_a_program_builds_are_capped() {
+        let e = run_on(r#""abc" * 100000000"#, "null").unwrap_err();
+        assert!(e.message.contains("larger than jq builds here (64 MiB)"), "{e}");
+        assert_eq!(scalar(run_on(r#""ab" * 3"#, "null").unwrap()), "ababab");
+    }
+
+    /// jaq's own values (jaq-json's), to check ours against.
+    fn jaq_answers(code: &str, doc: &str) -> Vec<String> {
+        use jaq_json::Val as J;
+        type JD = data::JustLut<J>;
+        let defs = jaq_core::defs().chain(jaq_std::defs()).chain(jaq_json::defs());
+        let loader = Loader::new(defs);
+        let arena = Arena::default();
+        let Ok(modules) = loader.load(&arena, File { code, path: () }) else { return vec!["does not compile".into()] };
+        let funs = jaq_core::funs::<JD>().chain(jaq_std::funs()).chain(jaq_json::funs());
+        let Ok(filter) = Compiler::default().with_funs(funs).compile(modules) else { return vec!["does not compile".into()] };
+        let input = jaq_json::read::parse_single(doc.as_bytes()).unwrap();
+        let ctx = Ctx::<JD>::new(&filter.lut, Vars::new([]));
+        filter.id.run((ctx, input)).map(|r| match r.map_err(|e| e.get_err()) {
+            Ok(v) => normal(&v.to_string()),
+            Err(Ok(e)) => format!("error: {}", e.into_val()),
+            Err(Err(_)) => "halt".into(),
+        }).collect()
+    }
+
+    fn our_answers(code: &str, doc: &str) -> Vec<String> {
+        let Ok(filter) = compile(code) else { return vec!["does not compile".into()] };
+        let input = read("t_1", &Bytes::copy_from_slice(doc.as_bytes()), Format::Json).unwrap();
+        let ctx = Ctx::<D>::new(&filter.lut, Vars::new([]));
+        filter.id.run((ctx, input)).map(|r| match r.map_err(|e| e.get_err()) {
+            Ok(v) => normal(&v.to_json()),
+            Err(Ok(e)) => format!("error: {}", e.into_val()),
+            Err(Err(_)) => "halt".into(),
+        }).collect()
+    }
+
+    /// JSON text with numbers as serde reads them (jaq keeps a decimal's spelling).
+    fn normal(json: &str) -> String {
+        serde_json::from_str::<serde_json::Value>(json).map_or_else(|_| json.to_owned(), |v| v.to_string())
+    }
+
+    #[test]
+    fn programs_answer_as_they_do_on_jaqs_own_values() {
+        let doc = r#"{"orders": [
+            {"id": "O-1", "region": "north", "status": "paid", "total": 120, "tags": ["a", "b"], "lines": [{"sku": "S1", "qty": 2}]},
+            {"id": "O-2", "region": "south", "status": "refunded", "total": 35.5, "tags": [], "lines": [{"sku": "S2", "qty": 1}, {"sku": "S1", "qty": 4}]},
+            {"id": "O-3", "region": "north", "status": "refunded", "total": 80, "note": "gift \"wrap\"\n", "lines": []},
+            {"id": "O-4", "region": "east", "status": "paid", "total": -7, "tags": ["b"], "lines": null}
+        ], "meta": {"generated": "2026-11-29", "count": 4, "nested": {"deep": [1, [2, [3]]]}}, "dup": 1, "dup": 2}"#;
+        let programs = [
+            ".",
+            ".orders | length",
+            ".orders | map(select(.status == \"refunded\")) | group_by(.region) | map({region: .[0].region, n: length, total: (map(.total) | add)})",
+            ".orders[] | .id",
+            ".orders[1:3] | map(.id)",
+            ".orders[-1].id",
+            ".orders[10]",
+            ".orders | map(.total) | add, min, max, sort, (add / length)",
+            ".orders | sort_by(.total) | map(.id)",
+            ".orders | sort_by(.region, -.total) | map(.id)",
+            ".orders | unique_by(.region) | map(.region)",
+            ".orders | min_by(.total), max_by(.total) | .id",
+            "[.orders[] | .lines // [] | .[] | .sku] | unique",
+            ".orders | map(.tags | length?)",
+            ".orders | map(has(\"note\"))",
+            ".orders[0] | keys, keys_unsorted, to_entries, length",
+            ".orders[0] | with_entries(.value |= tostring)",
+            ".orders[0] | del(.lines) | .extra = 1",
+            ".orders[0].lines[0].qty += 10 | .orders[0].lines",
+            ".orders | map(.id | ascii_downcase | ltrimstr(\"o-\") | tonumber)",
+            ".orders | map(.id | test(\"O-[12]\"))",
+            ".orders[2].note | length, explode[0:3], (. / \" \"), @json, @base64, ascii_upcase",
+            ".orders[] | select(.tags | index(\"b\")) | .id",
+            ".orders | map(.tags) | add | indices(\"b\")",
+            ".orders | map(.total) | contains([120]), inside([120, 80, 35.5, -7, 1])",
+            ".meta | [paths]",
+            ".meta | [paths(type == \"number\")]",
+            ".meta.nested | getpath([\"deep\", 1, 1, 0])",
+            "[.meta | .. | numbers]",
+            ".dup, (keys | length)",
+            ".orders | map(.lines) | map(length?)",
+            ".orders | .[0] == .[0], .[0] == .[1], .[0] < .[1], ([.[] | .lines] | sort)",
+            "{a: 1} + {b: 2} | . * {a: {c: 3}}",
+            ".orders | map(.region) | . - [\"north\"]",
+            "[.orders[] | .total] | map(. % 7, . * 2, -.)",
+            ".orders | first, last | .id",
+            "[limit(2; .orders[])] | length",
+            ".orders | any(.total > 100), all(.total > 0)",
+            ".orders | map(select(.note)) | .[0].note | fromjson? // \"not json\"",
+            "\"[1, {\\\"a\\\": 2}]\" | fromjson | .[1].a",
+            ".orders | map(tojson) | .[3]",
+            ".orders | [.[] | .id] | join(\"|\")",
+            ".orders[] | [.id, .region] | @text \"\\(.[0]),\\(.[1])\"",
+            ".orders | reduce .[] as $o ({}; .[$o.region] += $o.total)",
+            ".orders | [foreach .[] as $o (0; . + 1; [., $o.id])]",
+            ".orders | map(.lines) | flatten | length",
+            ".orders | to_entries | map(.key)",
+            ".orders | map(.total | floor, sqrt?) | length",
+            ".missing.deeper, .orders.x?, (.orders | .[\"x\"]?)",
+            ".orders[0] | .[\"id\"], .id?",
+            ".orders | .[0].id[1:]",
+            "[.orders[] | .total] | bsearch(80), (sort | bsearch(80))",
+            ".meta | splits(\"x\")?",
+            ".orders | map(.status) | group_by(.) | map([.[0], length])",
+            "[range(0; 10; 3)], [range(5)]",
+            ".orders | map(select(.lines | type == \"array\" and length > 0)) | map(.id)",
+            ".orders | [.[] | .total] | @text, @sh",
+            ".meta.count + \"x\"",
+            ".orders.id",
+            "[.orders[] | .total | tostring | ltrimstr(\"-\")]",
+            ".orders | transpose? // \"no\"",
+            "[.orders[0] | to_entries[] | select(.value | type == \"string\") | .key]",
+            ".orders[0] | .tags |= map(. + \"!\")",
+            ".orders | map(.id) | .[1:] = [\"z\"]",
+            ".orders | (.[0] | objects | length), (.[0].tags | arrays | length)",
+            "[.[]?] | length",
+        ];
+        let differ: Vec<String> = programs
+            .iter()
+            .filter_map(|code| {
+                let (ours, jaqs) = (our_answers(code, doc), jaq_answers(code, doc));
+                (ours != jaqs || ours == ["does not compile"]).then(|| format!("{code}\n  ours: {ours:?}\n  jaq:  {jaqs:?}"))
+            })
+            .collect();
+        assert!(differ.is_empty(), "{}", differ.join("\n"));
     }
 }

@@ -1,0 +1,108 @@
+//! The natives `jaq-json` gives jaq's own values, given to ours ([`super::value::Val`]):
+//! `fromjson`, `tojson`, `length`, `contains`, `has`, `indices`, `bsearch`. (`tobytes`, for
+//! jaq's byte strings, which jq has not, is left out.)
+
+use std::rc::Rc;
+
+use bytes::Bytes;
+use jaq_core::native::{Filter, Fun, bome, run, unary, v};
+use jaq_core::{DataT, RunPtr};
+
+use super::doc;
+use super::value::{Error, Shape, Val, ValR};
+
+/// The natives, for a data type whose values are ours.
+pub(crate) fn funs<D: for<'a> DataT<V<'a> = Val>>() -> impl Iterator<Item = Fun<D>> {
+    natives().into_vec().into_iter().map(run)
+}
+
+fn natives<D: for<'a> DataT<V<'a> = Val>>() -> Box<[Filter<RunPtr<D>>]> {
+    Box::new([
+        ("fromjson", v(0), |cv| bome(from_json(&cv.1))),
+        ("tojson", v(0), |cv| bome(Ok(Val::from(cv.1.to_json())))),
+        ("length", v(0), |cv| bome(cv.1.length())),
+        ("contains", v(1), |cv| unary(cv, |x, y| Ok(Val::from(x.contains(&y))))),
+        ("has", v(1), |cv| unary(cv, |x, k| has(&x, &k).map(Val::from))),
+        ("indices", v(1), |cv| unary(cv, |x, y| indices(&x, &y))),
+        ("bsearch", v(1), |cv| unary(cv, |a, x| bsearch(&a, &x))),
+    ])
+}
+
+/// `fromjson`: the string parsed as one JSON value (read in place, like an artifact).
+fn from_json(s: &Val) -> ValR {
+    let Some(text) = s.as_str_bytes() else { return Err(Error::typ(s.clone(), "string")) };
+    if let Some(at) = super::too_deep(text) {
+        return Err(Error::str(format_args!("cannot parse {s} as JSON: it nests deeper than {} levels at byte {at}", super::MAX_INPUT_DEPTH)));
+    }
+    let parsed = doc::json(Bytes::copy_from_slice(text)).map_err(|e| Error::str(format_args!("cannot parse {s} as JSON: {e}")))?;
+    Ok(Val::of(&Rc::new(parsed), 0))
+}
+
+/// `has(k)`: an object's key, or an array's index within bounds.
+fn has(x: &Val, k: &Val) -> Result<bool, Error> {
+    use jaq_std::ValT as _;
+    match (x.shape(), k.shape()) {
+        (Shape::Obj, Shape::Str) => Ok(x.get(k).is_some()),
+        (Shape::Arr, Shape::Num) if k.is_int() => {
+            Ok(k.as_isize().is_some_and(|i| i >= 0 && (i as usize) < x.len().expect("an array")))
+        }
+        _ => Err(Error::index(x.clone(), k.clone())),
+    }
+}
+
+/// `indices(y)`: where `y` occurs in a string (by character) or array (as a sub-array, or
+/// as an element).
+fn indices(x: &Val, y: &Val) -> ValR {
+    match (x.shape(), y.shape()) {
+        (Shape::Str, Shape::Str) => {
+            let (x, y) = (x.as_str_bytes().expect("a string"), y.as_str_bytes().expect("a string"));
+            if y.is_empty() {
+                return Ok(Val::Arr(Rc::default()));
+            }
+            let text = String::from_utf8_lossy(x);
+            Ok(text.char_indices().enumerate().filter(|(_, (at, _))| text.as_bytes()[*at..].starts_with(y)).map(|(n, _)| Val::from(n)).collect())
+        }
+        (Shape::Arr, Shape::Arr) => {
+            let (x, y): (Vec<Val>, Vec<Val>) = (x.items().expect("an array").collect(), y.items().expect("an array").collect());
+            if y.is_empty() {
+                return Ok(Val::Arr(Rc::default()));
+            }
+            Ok(x.windows(y.len()).enumerate().filter(|(_, w)| *w == y.as_slice()).map(|(n, _)| Val::from(n)).collect())
+        }
+        (Shape::Arr, _) => Ok(x.items().expect("an array").enumerate().filter(|(_, e)| e == y).map(|(n, _)| Val::from(n)).collect()),
+        _ => Err(Error::index(x.clone(), y.clone())),
+    }
+}
+
+/// `bsearch(x)`: where `x` is in a sorted array, or `-1 - ` where it would go.
+fn bsearch(a: &Val, x: &Val) -> ValR {
+    if a.shape() != Shape::Arr {
+        return Err(Error::typ(a.clone(), "array"));
+    }
+    let items: Vec<Val> = a.items().expect("an array").collect();
+    Ok(Val::from(items.binary_search(x).map_or_else(|i| -1 - i as isize, |i| i as isize)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(t: &str) -> Val {
+        Val::from(t.to_owned())
+    }
+
+    #[test]
+    fn the_json_natives_answer_as_jq_does() {
+        let v = from_json(&s(r#"{"a": [1, 2, 3], "b": "x"}"#)).unwrap();
+        assert!(has(&v, &s("a")).unwrap() && !has(&v, &s("z")).unwrap());
+        let a = v.get(&s("a")).unwrap();
+        assert!(has(&a, &Val::from(2usize)).unwrap() && !has(&a, &Val::from(3usize)).unwrap());
+        assert_eq!(indices(&s("a,b, cd, efg"), &s(", ")).unwrap().to_json(), "[3,7]");
+        assert_eq!(indices(&a, &Val::from(2usize)).unwrap().to_json(), "[1]");
+        assert_eq!(bsearch(&a, &Val::from(3usize)).unwrap().to_json(), "2");
+        assert_eq!(bsearch(&a, &Val::from(0usize)).unwrap().to_json(), "-1");
+        let e = from_json(&s("{oops")).unwrap_err().into_val();
+        assert!(e.as_str_bytes().unwrap().starts_with(b"cannot parse \"{oops\" as JSON: "), "{e}");
+        assert!(v.contains(&from_json(&s(r#"{"a": [3]}"#)).unwrap()));
+    }
+}
