@@ -1,7 +1,7 @@
 //! Tools the gateway answers itself, one file each: `artifact_url` (a fresh signed link),
 //! `artifact_read` (a window of a text artifact, or its lines matching a regex),
 //! `artifact_query` (a question of an artifact's data: jq, JMESPath or a JSON Pointer over
-//! JSON, CSV, NDJSON or lines; `jq.rs` runs programs, `input.rs` reads the formats, `page.rs`
+//! JSON, CSV, NDJSON or lines; `jq/` runs programs, `input.rs` reads the formats, `page.rs`
 //! pages answers), `artifact_describe` (the inferred shape of its data) and `artifact_list`
 //! (the caller's artifacts; `resources.rs` also serves them as MCP resources).
 //!

@@ -1,5 +1,5 @@
 //! `artifact_query`: a question asked of an artifact's data, answered server-side. A jq
-//! program (`jq`, run by jaq: see `jq.rs`), a JSON Pointer (RFC 6901) or a JMESPath expression
+//! program (`jq`, run by jaq on our values: see `jq/`), a JSON Pointer (RFC 6901) or a JMESPath expression
 //! (the `jmespath` crate) over one artifact (`id`) or several seen as one array (`ids`), read
 //! as JSON or, with `as`, as CSV/TSV rows keyed by the header, NDJSON or lines (`input.rs`).
 //!

@@ -9,8 +9,9 @@
 //!
 //! A node is a tag in the top 4 bits and 60 bits of payload:
 //! - null, false, true; a small integer inline; any other number by its place in `nums`;
-//! - a string by offset and length, in the artifact's bytes or (when it had escapes, or a CSV
-//!   field was quoted) in `extra`;
+//! - a string of up to 7 bytes inside the node itself (most keys, and values such as
+//!   `"north"`), so comparing keys reads no other memory; a longer one by offset and length,
+//!   in the artifact's bytes or (when it had escapes, or a CSV field was quoted) in `extra`;
 //! - an array or object by its live child count and the index just past its last descendant,
 //!   so a reader skips a whole subtree in one step. An object's children are key, value pairs;
 //!   a key that a later duplicate replaces is marked dead (JSON's last value wins, as in jq);
@@ -36,6 +37,10 @@ pub(crate) const ARR: u8 = 7;
 pub(crate) const OBJ: u8 = 8;
 const DEAD_KEY: u8 = 9;
 pub(crate) const ROW: u8 = 10;
+pub(crate) const STR_INLINE: u8 = 11;
+
+/// The longest string kept inside its node.
+const INLINE: usize = 7;
 
 const PAYLOAD: u64 = (1 << 60) - 1;
 /// Longest string a node spans (28 bits); inputs are capped far below.
@@ -48,7 +53,9 @@ pub(crate) struct Doc {
     text: Bytes,
     extra: Vec<u8>,
     nums: Vec<Num>,
-    nodes: Vec<u64>,
+    /// Each node as little-endian bytes: the tag is the top 4 bits of the last byte, and an
+    /// inline string's bytes are the first ones, so [`Doc::str`] can lend them.
+    nodes: Vec<[u8; 8]>,
     /// A CSV's header: each column's key, and whether it is the last of that name (the one
     /// whose value a row shows).
     columns: Vec<(super::value::Val, bool)>,
@@ -97,7 +104,7 @@ impl Doc {
     }
 
     pub(crate) fn node(&self, i: u32) -> u64 {
-        self.nodes[i as usize]
+        u64::from_le_bytes(self.nodes[i as usize])
     }
 
     /// The index just past node `i` and everything under it.
@@ -116,9 +123,11 @@ impl Doc {
 
     /// A string node's bytes.
     pub(crate) fn str(&self, i: u32) -> &[u8] {
-        let n = self.node(i);
+        let raw = &self.nodes[i as usize];
+        let n = u64::from_le_bytes(*raw);
         let (offset, len) = (((n & PAYLOAD) >> 28) as usize, (n & MAX_LEN as u64) as usize);
         match tag(n) {
+            STR_INLINE => &raw[..usize::from(raw[7] & 0x0f)],
             STR_EXTRA => &self.extra[offset..offset + len],
             _ => &self.text[offset..offset + len],
         }
@@ -180,7 +189,7 @@ impl Doc {
 
     /// The value node of `key` in object `i`.
     pub(crate) fn field(&self, i: u32, key: &[u8]) -> Option<u32> {
-        self.pairs(i).find(|&(k, _)| self.str(k) == key).map(|(_, v)| v)
+        self.pairs(i).find(|&(k, _)| same(self.str(k), key)).map(|(_, v)| v)
     }
 
     /// A CSV row's live (column, value node) pairs.
@@ -194,13 +203,20 @@ impl Doc {
     }
 
     fn push(&mut self, node: u64) -> usize {
-        self.nodes.push(node);
+        self.nodes.push(node.to_le_bytes());
         self.nodes.len() - 1
     }
 
     fn push_str(&mut self, s: &[u8]) -> Result<(), String> {
         if s.len() > MAX_LEN {
             return Err(format!("a string of {} bytes is longer than jq reads here", s.len()));
+        }
+        if s.len() <= INLINE {
+            let mut raw = [0u8; 8];
+            raw[..s.len()].copy_from_slice(s);
+            raw[7] = (STR_INLINE << 4) | s.len() as u8;
+            self.nodes.push(raw);
+            return Ok(());
         }
         let text = self.text.as_ptr() as usize;
         let at = s.as_ptr() as usize;
@@ -227,33 +243,46 @@ impl Doc {
 
     fn close(&mut self, at: usize, tag: u8, count: usize) {
         let end = self.nodes.len();
-        self.nodes[at] = pack(tag, container(count, end));
+        self.nodes[at] = pack(tag, container(count, end)).to_le_bytes();
     }
 
     /// Marks the earlier of any two keys of object `at` that are equal; the live count.
     fn dedup_keys(&mut self, at: u32, count: usize) -> usize {
-        let keys: Vec<u32> = self.pairs(at).map(|(k, _)| k).collect();
         let mut dead = Vec::new();
         if count <= 16 {
-            for (n, &k) in keys.iter().enumerate() {
-                if keys[n + 1..].iter().any(|&later| self.str(later) == self.str(k)) {
-                    dead.push(k);
+            // Small objects (nearly all): compare pairwise on the tape, allocating nothing.
+            for (k, _) in self.pairs(at) {
+                let key = self.str(k);
+                let mut later = self.next(k + 1);
+                let end = self.next(at);
+                while later < end {
+                    if same(self.str(later), key) {
+                        dead.push(k);
+                        break;
+                    }
+                    later = self.next(later + 1);
                 }
             }
         } else {
-            let mut last: HashMap<&[u8], u32> = HashMap::with_capacity(keys.len());
-            for &k in &keys {
+            let mut last: HashMap<&[u8], u32> = HashMap::with_capacity(count);
+            for (k, _) in self.pairs(at) {
                 if let Some(earlier) = last.insert(self.str(k), k) {
                     dead.push(earlier);
                 }
             }
         }
         for &k in &dead {
-            let n = self.nodes[k as usize];
-            self.nodes[k as usize] = pack(DEAD_KEY, n);
+            let n = self.node(k);
+            self.nodes[k as usize] = pack(DEAD_KEY, n).to_le_bytes();
         }
         count - dead.len()
     }
+}
+
+/// Two keys are equal: lengths and first bytes first, which settles nearly every unequal
+/// pair without a call to `memcmp`.
+pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.first() == b.first() && a == b
 }
 
 /// Nodes a JSON text needs at most: every key and value but the first is preceded by one of
@@ -265,12 +294,19 @@ fn json_nodes(text: &[u8]) -> usize {
 /// One JSON text.
 pub(crate) fn json(text: Bytes) -> Result<Doc, serde_json::Error> {
     let mut doc = Doc::new(text.clone(), json_nodes(&text));
-    let mut de = serde_json::Deserializer::from_slice(&text);
-    // The caller bounds the depth (and the runner's stack is large).
-    de.disable_recursion_limit();
-    Builder(&mut doc).deserialize(&mut de)?;
-    de.end()?;
+    // Valid UTF-8 checked once here lets serde skip checking each string (its `from_str`).
+    match std::str::from_utf8(&text) {
+        Ok(s) => build(&mut doc, serde_json::Deserializer::from_str(s))?,
+        Err(_) => build(&mut doc, serde_json::Deserializer::from_slice(&text))?,
+    }
     Ok(doc)
+}
+
+fn build<'de, R: serde_json::de::Read<'de>>(doc: &mut Doc, mut de: serde_json::Deserializer<R>) -> Result<(), serde_json::Error> {
+    // The builder bounds the depth, at MAX_DEPTH (the runner's stack is large).
+    de.disable_recursion_limit();
+    Builder(doc, 0).deserialize(&mut de)?;
+    de.end()
 }
 
 /// One JSON value per non-empty line, as an array. The error names the line.
@@ -283,9 +319,7 @@ pub(crate) fn ndjson(text: Bytes) -> Result<Doc, (usize, serde_json::Error)> {
         if line.trim().is_empty() {
             continue;
         }
-        let mut de = serde_json::Deserializer::from_slice(line.as_bytes());
-        de.disable_recursion_limit();
-        Builder(&mut doc).deserialize(&mut de).and_then(|()| de.end()).map_err(|e| (n + 1, e))?;
+        build(&mut doc, serde_json::Deserializer::from_str(line)).map_err(|e| (n + 1, e))?;
         count += 1;
     }
     doc.close(0, ARR, count);
@@ -314,11 +348,8 @@ pub(crate) fn delimited(text: Bytes, mut reader: csv::Reader<&[u8]>, delimiter: 
     for (c, name) in header.iter().enumerate() {
         doc.column_of.insert(name.into(), c as u32);
     }
-    doc.columns = header
-        .iter()
-        .enumerate()
-        .map(|(c, name)| (super::value::Val::str(name), doc.column_of.get(name) == Some(&(c as u32))))
-        .collect();
+    doc.columns =
+        header.iter().enumerate().map(|(c, name)| (super::value::Val::str(name), doc.column_of.get(name) == Some(&(c as u32)))).collect();
     let live = doc.columns.iter().filter(|(_, live)| *live).count();
     doc.push(0);
     let mut record = csv::ByteRecord::new();
@@ -361,13 +392,22 @@ fn to_num(n: &serde_json::Number) -> Num {
     }
 }
 
-/// Writes the value serde reads onto the tape (a seed and visitor both).
-struct Builder<'d>(&'d mut Doc);
+/// How deeply a JSON text may nest.
+pub(crate) const MAX_DEPTH: usize = 1_000;
+
+/// What a too-deep text's error says first.
+pub(crate) const TOO_DEEP: &str = "nests deeper than";
+
+/// Writes the value serde reads onto the tape (a seed and visitor both), at a depth.
+struct Builder<'d>(&'d mut Doc, usize);
 
 impl<'de> DeserializeSeed<'de> for Builder<'_> {
     type Value = ();
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        if self.1 > MAX_DEPTH {
+            return Err(de::Error::custom(format_args!("{TOO_DEEP} {MAX_DEPTH} levels")));
+        }
         d.deserialize_any(self)
     }
 }
@@ -417,7 +457,7 @@ impl<'de> Visitor<'de> for Builder<'_> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let at = self.0.push(0);
         let mut count = 0;
-        while seq.next_element_seed(Builder(&mut *self.0))?.is_some() {
+        while seq.next_element_seed(Builder(&mut *self.0, self.1 + 1))?.is_some() {
             count += 1;
         }
         self.0.close(at, ARR, count);
@@ -427,8 +467,8 @@ impl<'de> Visitor<'de> for Builder<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let at = self.0.push(0);
         let mut count = 0;
-        while map.next_key_seed(Builder(&mut *self.0))?.is_some() {
-            map.next_value_seed(Builder(&mut *self.0))?;
+        while map.next_key_seed(Builder(&mut *self.0, self.1 + 1))?.is_some() {
+            map.next_value_seed(Builder(&mut *self.0, self.1 + 1))?;
             count += 1;
         }
         self.0.close(at, OBJ, count);
@@ -450,13 +490,17 @@ mod tests {
         assert_eq!(tag(doc.node(0)), OBJ);
         assert_eq!(doc.count(0), 2);
         let b = doc.field(0, b"b").unwrap();
-        assert_eq!((tag(doc.node(b)), doc.str(b)), (STR_EXTRA, &b"tab\tbed"[..]));
+        assert_eq!((tag(doc.node(b)), doc.str(b)), (STR_INLINE, &b"tab\tbed"[..]));
+        let long = json(Bytes::from_static(br#"["a string read in place", "one with an \"escape\""]"#)).unwrap();
+        let [a, e] = [1, 2].map(|i| (tag(long.node(i)), long.str(i)));
+        assert_eq!(a, (STR, &b"a string read in place"[..]));
+        assert_eq!(e, (STR_EXTRA, &b"one with an \"escape\""[..]));
         let a = doc.field(0, b"a").unwrap();
         let nums: Vec<String> = doc.elements(a).map(|e| doc.num(e).to_string()).collect();
         assert_eq!(nums, ["1", "2.5", "1e300", "-3", "18446744073709551615"]);
         let keys: Vec<&[u8]> = doc.pairs(0).map(|(k, _)| doc.str(k)).collect();
         assert_eq!(keys, [&b"b"[..], b"a"]);
-        assert_eq!(doc.extra, b"tab\tbed");
+        assert!(doc.extra.is_empty(), "short strings live in their nodes");
     }
 
     #[test]
@@ -480,7 +524,7 @@ mod tests {
         assert_eq!(doc.str(name), b"Lovelace, Ada");
         assert_eq!(doc.num(doc.row_field(rows[0], b"id").unwrap()).to_string(), "7", "the last column of a name wins");
         let bob = doc.row_field(rows[1], b"name").unwrap();
-        assert_eq!((tag(doc.node(bob)), doc.str(bob)), (STR, &b"Bob"[..]));
+        assert_eq!((tag(doc.node(bob)), doc.str(bob)), (STR_INLINE, &b"Bob"[..]));
         assert_eq!(doc.row(rows[1]).count(), 2);
     }
 }

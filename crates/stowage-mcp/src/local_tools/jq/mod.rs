@@ -50,7 +50,7 @@ pub(crate) const MAX_OUTPUT_BYTES: usize = 64 << 20;
 /// Bytes of input (all artifacts together) a program reads at most.
 pub(crate) const MAX_INPUT_BYTES: usize = 64 << 20;
 /// How deeply an input's JSON may nest.
-pub(crate) const MAX_INPUT_DEPTH: usize = 1_000;
+pub(crate) const MAX_INPUT_DEPTH: usize = doc::MAX_DEPTH;
 /// The longest program text.
 pub(crate) const MAX_PROGRAM_CHARS: usize = 4_000;
 /// Programs running at once, across the gateway.
@@ -185,8 +185,9 @@ fn at_error(code: &str, piece: &str, why: &str) -> ToolError {
 type Filter = jaq_core::Filter<D>;
 
 fn compile(code: &str) -> Result<Filter, ToolError> {
+    // `add` is a native here (natives.rs): jaq defines it by `reduce`, several times slower.
     let defs = jaq_core::defs()
-        .chain(jaq_std::defs())
+        .chain(jaq_std::defs().filter(|d| !(d.name == "add" && d.args.is_empty())))
         .chain(jaq_json::defs())
         .chain(jaq_core::load::parse(FENCED_DEFS, |p| p.defs()).expect("the fenced definitions parse"));
     let loader = Loader::new(defs);
@@ -375,14 +376,17 @@ fn read(id: &str, bytes: &Bytes, format: Format) -> Result<Val, ToolError> {
         ToolError::bad_request(format!("{TOOL}: artifact {id} is not UTF-8 text ({e}); read it with artifact_read, or query it as JSON"))
     };
     let parsed = match format {
-        Format::Json => {
-            if let Some(depth) = too_deep(bytes) {
-                return Err(ToolError::bad_request(format!(
-                    "{TOOL}: artifact {id} nests deeper than {MAX_INPUT_DEPTH} levels (at byte {depth}); jq reads at most that"
-                )));
+        Format::Json => doc::json(bytes.clone()).map_err(|e| {
+            if e.to_string().starts_with(doc::TOO_DEEP) {
+                ToolError::bad_request(format!(
+                    "{TOOL}: artifact {id} nests deeper than {MAX_INPUT_DEPTH} levels (at line {} column {}); jq reads at most that",
+                    e.line(),
+                    e.column()
+                ))
+            } else {
+                input::not_json(TOOL, id, &e)
             }
-            doc::json(bytes.clone()).map_err(|e| input::not_json(TOOL, id, &e))?
-        }
+        })?,
         Format::Csv | Format::Tsv => {
             let delimiter = if format == Format::Csv { b',' } else { b'\t' };
             std::str::from_utf8(bytes).map_err(not_text)?;
@@ -397,24 +401,6 @@ fn read(id: &str, bytes: &Bytes, format: Format) -> Result<Val, ToolError> {
         Format::Lines => doc::lines(bytes.clone()).map_err(not_text)?,
     };
     Ok(Val::of(&std::rc::Rc::new(parsed), 0))
-}
-
-/// The byte offset where `bytes` (JSON) first nests deeper than [`MAX_INPUT_DEPTH`], if it does.
-pub(super) fn too_deep(bytes: &[u8]) -> Option<usize> {
-    let mut depth = 0usize;
-    for (i, b) in stowage_transform::fastjson::structure(bytes) {
-        match b {
-            b'[' | b'{' => {
-                depth += 1;
-                if depth > MAX_INPUT_DEPTH {
-                    return Some(i);
-                }
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    None
 }
 
 /// The results as the answer pages them: one array result by its items, one object by its
@@ -534,7 +520,10 @@ mod tests {
         }
         assert_eq!(scalar(run_as(".[2].name", csv, Format::Csv).unwrap()), "Ann \"A\"");
         assert_eq!(scalar(run_as("map(.b) | add", "a\tb\nx\t2\ny\t3\n", Format::Tsv).unwrap()), "5");
-        assert_eq!(scalar(run_as("map(.code) | join(\",\")", "{\"code\":\"E1\"}\n\n{\"code\":\"E2\"}\n", Format::Ndjson).unwrap()), "E1,E2");
+        assert_eq!(
+            scalar(run_as("map(.code) | join(\",\")", "{\"code\":\"E1\"}\n\n{\"code\":\"E2\"}\n", Format::Ndjson).unwrap()),
+            "E1,E2"
+        );
         let log = "ERROR E1 disk\nINFO ok\r\nERROR E2 net\nERROR E1 disk\n";
         let code = r#"map(select(startswith("ERROR")) | split(" ")[1]) | group_by(.) | map({(.[0]): length}) | add"#;
         match run_as(code, log, Format::Lines).unwrap().0 {
@@ -568,22 +557,30 @@ mod tests {
         let Ok(filter) = Compiler::default().with_funs(funs).compile(modules) else { return vec!["does not compile".into()] };
         let input = jaq_json::read::parse_single(doc.as_bytes()).unwrap();
         let ctx = Ctx::<JD>::new(&filter.lut, Vars::new([]));
-        filter.id.run((ctx, input)).map(|r| match r.map_err(|e| e.get_err()) {
-            Ok(v) => normal(&v.to_string()),
-            Err(Ok(e)) => format!("error: {}", e.into_val()),
-            Err(Err(_)) => "halt".into(),
-        }).collect()
+        filter
+            .id
+            .run((ctx, input))
+            .map(|r| match r.map_err(|e| e.get_err()) {
+                Ok(v) => normal(&v.to_string()),
+                Err(Ok(e)) => format!("error: {}", e.into_val()),
+                Err(Err(_)) => "halt".into(),
+            })
+            .collect()
     }
 
     fn our_answers(code: &str, doc: &str) -> Vec<String> {
         let Ok(filter) = compile(code) else { return vec!["does not compile".into()] };
         let input = read("t_1", &Bytes::copy_from_slice(doc.as_bytes()), Format::Json).unwrap();
         let ctx = Ctx::<D>::new(&filter.lut, Vars::new([]));
-        filter.id.run((ctx, input)).map(|r| match r.map_err(|e| e.get_err()) {
-            Ok(v) => normal(&v.to_json()),
-            Err(Ok(e)) => format!("error: {}", e.into_val()),
-            Err(Err(_)) => "halt".into(),
-        }).collect()
+        filter
+            .id
+            .run((ctx, input))
+            .map(|r| match r.map_err(|e| e.get_err()) {
+                Ok(v) => normal(&v.to_json()),
+                Err(Ok(e)) => format!("error: {}", e.into_val()),
+                Err(Err(_)) => "halt".into(),
+            })
+            .collect()
     }
 
     /// JSON text with numbers as serde reads them (jaq keeps a decimal's spelling).

@@ -9,7 +9,6 @@
 //! level into an owned container of nodes.
 
 use std::cmp::Ordering;
-use std::collections::BTreeSet;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
@@ -94,7 +93,7 @@ impl Val {
             Val::Obj(o) => Kind::Obj(o),
             Val::Node(d, i) => match doc::tag(d.node(*i)) {
                 doc::INT | doc::NUM => Kind::Num(d.num(*i)),
-                doc::STR | doc::STR_EXTRA => Kind::Str(d.str(*i)),
+                doc::STR | doc::STR_EXTRA | doc::STR_INLINE => Kind::Str(d.str(*i)),
                 doc::ARR => Kind::DocArr(d, *i),
                 doc::OBJ => Kind::DocObj(d, *i),
                 doc::ROW => Kind::DocRow(d, *i),
@@ -114,7 +113,7 @@ impl Val {
             Val::Obj(_) => Shape::Obj,
             Val::Node(d, i) => match doc::tag(d.node(*i)) {
                 doc::INT | doc::NUM => Shape::Num,
-                doc::STR | doc::STR_EXTRA => Shape::Str,
+                doc::STR | doc::STR_EXTRA | doc::STR_INLINE => Shape::Str,
                 doc::ARR => Shape::Arr,
                 doc::OBJ | doc::ROW => Shape::Obj,
                 _ => Shape::Null,
@@ -266,7 +265,7 @@ impl Val {
         }
     }
 
-    fn range_int(range: jaq_core::val::Range<&Val>) -> Result<(Option<(bool, usize)>, Option<(bool, usize)>), Error> {
+    fn range_int(range: jaq_core::val::Range<&Val>) -> Result<(Bound, Bound), Error> {
         let f = |i: Option<&Val>| i.filter(|i| !matches!(i, Val::Null)).map(Val::as_pos_usize).transpose();
         Ok((f(range.start)?, f(range.end)?))
     }
@@ -373,6 +372,9 @@ fn write_str(s: &[u8], out: &mut Vec<u8>) {
     serde_json::to_writer(out, text.as_ref()).expect("writing to memory");
 }
 
+/// A slice bound: whether it counts from the start, and how far.
+type Bound = Option<(bool, usize)>;
+
 /// An index counted from the end when negative, if it falls inside `len`.
 fn abs_index((pos, i): (bool, usize), len: usize) -> Option<usize> {
     let i = if pos { Some(i) } else { len.checked_sub(i) };
@@ -380,12 +382,12 @@ fn abs_index((pos, i): (bool, usize), len: usize) -> Option<usize> {
 }
 
 /// A bound of a slice, counted from the end when negative, clamped to `0..=len`.
-fn abs_bound(i: Option<(bool, usize)>, len: usize, default: usize) -> usize {
+fn abs_bound(i: Bound, len: usize, default: usize) -> usize {
     i.map_or(default, |(pos, i)| if pos { i.min(len) } else { len.saturating_sub(i) })
 }
 
 /// The char boundaries of `s` as byte offsets, for slicing strings by characters.
-fn char_range(s: &[u8], from: Option<(bool, usize)>, upto: Option<(bool, usize)>) -> (usize, usize) {
+fn char_range(s: &[u8], from: Bound, upto: Bound) -> (usize, usize) {
     let text = String::from_utf8_lossy(s);
     let starts: Vec<usize> = text.char_indices().map(|(i, _)| i).chain([text.len()]).collect();
     let chars = starts.len() - 1;
@@ -502,7 +504,9 @@ impl jaq_core::ValT for Val {
                 Ok(this)
             }
             Val::Arr(a) => {
-                let at = index.as_pos_usize().and_then(|i| abs_index(i, a.len()).ok_or_else(|| Error::str(format_args!("index {index} out of bounds"))));
+                let at = index
+                    .as_pos_usize()
+                    .and_then(|i| abs_index(i, a.len()).ok_or_else(|| Error::str(format_args!("index {index} out of bounds"))));
                 let i = match at {
                     Ok(i) => i,
                     Err(e) => return opt.fail(this, |_| Exn::from(e)),
@@ -639,6 +643,9 @@ impl FromIterator<Val> for Val {
     }
 }
 
+/// The longest string a program may build, in MiB (as its output may hold).
+const MAX_STRING_MIB: usize = super::MAX_OUTPUT_BYTES / (1 << 20);
+
 /// Two numbers, when both are.
 fn nums(l: &Val, r: &Val) -> Option<(Num, Num)> {
     Some((l.as_num()?, r.as_num()?))
@@ -653,7 +660,9 @@ impl std::ops::Add for Val {
         match (self.shape(), r.shape()) {
             (Shape::Null, _) => Ok(r),
             (_, Shape::Null) => Ok(self),
-            (Shape::Str, Shape::Str) => Ok(Val::Str([self.as_str_bytes().expect("a string"), r.as_str_bytes().expect("a string")].concat().into())),
+            (Shape::Str, Shape::Str) => {
+                Ok(Val::Str([self.as_str_bytes().expect("a string"), r.as_str_bytes().expect("a string")].concat().into()))
+            }
             (Shape::Arr, Shape::Arr) => {
                 let mut l = self.into_owned_vec();
                 l.extend(r.items().expect("an array"));
@@ -677,9 +686,10 @@ impl std::ops::Sub for Val {
         }
         match (self.shape(), r.shape()) {
             (Shape::Arr, Shape::Arr) => {
-                let r: BTreeSet<Val> = r.items().expect("an array").collect();
+                let mut r: Vec<Val> = r.items().expect("an array").collect();
+                r.sort();
                 let mut l = self.into_owned_vec();
-                l.retain(|x| !r.contains(x));
+                l.retain(|x| r.binary_search(x).is_err());
                 Ok(Val::Arr(Rc::new(l)))
             }
             _ => Err(Error::math(self, ops::Math::Sub, r)),
@@ -715,7 +725,7 @@ impl std::ops::Mul for Val {
             Some(i) if i > 0 && s.len().saturating_mul(i as usize) > super::MAX_OUTPUT_BYTES => Err(Error::str(format_args!(
                 "a string of {} bytes repeated {i} times is larger than jq builds here ({} MiB)",
                 s.len(),
-                super::MAX_OUTPUT_BYTES >> 20
+                MAX_STRING_MIB
             ))),
             Some(i) if i > 0 => Ok(Val::Str(s.repeat(i as usize).into())),
             None if matches!(n, Num::BigInt(_)) => Err(Error::str("a string repeated that many times is larger than jq builds here")),
