@@ -57,8 +57,8 @@ pub(crate) struct Doc {
     /// inline string's bytes are the first ones, so [`Doc::str`] can lend them.
     nodes: Vec<[u8; 8]>,
     /// A CSV's header: each column's key, and whether it is the last of that name (the one
-    /// whose value a row shows).
-    columns: Vec<(super::value::Val, bool)>,
+    /// whose value a row shows). Shared, so a value can hold a key without copying it.
+    columns: Vec<(Rc<[u8]>, bool)>,
     /// Columns by name (the last of each name).
     column_of: HashMap<Box<[u8]>, u32>,
     /// Element positions of large arrays read by index, built on first use.
@@ -193,7 +193,7 @@ impl Doc {
     }
 
     /// A CSV row's live (column, value node) pairs.
-    pub(crate) fn row(&self, i: u32) -> impl Iterator<Item = (&super::value::Val, u32)> + '_ {
+    pub(crate) fn row(&self, i: u32) -> impl Iterator<Item = (&Rc<[u8]>, u32)> + '_ {
         self.columns.iter().zip(i + 1..).filter(|((_, live), _)| *live).map(|((key, _), v)| (key, v))
     }
 
@@ -348,8 +348,7 @@ pub(crate) fn delimited(text: Bytes, mut reader: csv::Reader<&[u8]>, delimiter: 
     for (c, name) in header.iter().enumerate() {
         doc.column_of.insert(name.into(), c as u32);
     }
-    doc.columns =
-        header.iter().enumerate().map(|(c, name)| (super::value::Val::str(name), doc.column_of.get(name) == Some(&(c as u32)))).collect();
+    doc.columns = header.iter().enumerate().map(|(c, name)| (Rc::from(name), doc.column_of.get(name) == Some(&(c as u32)))).collect();
     let live = doc.columns.iter().filter(|(_, live)| *live).count();
     doc.push(0);
     let mut record = csv::ByteRecord::new();

@@ -142,7 +142,7 @@ impl Val {
         match self.kind() {
             Kind::Obj(o) => Some(Box::new(o.iter().map(|(k, v)| (k.clone(), v.clone())))),
             Kind::DocObj(d, i) => Some(Box::new(d.pairs(i).map(move |(k, v)| (Val::Node(d.clone(), k), Val::of(d, v))))),
-            Kind::DocRow(d, i) => Some(Box::new(d.row(i).map(move |(k, v)| (k.clone(), Val::of(d, v))))),
+            Kind::DocRow(d, i) => Some(Box::new(d.row(i).map(move |(k, v)| (Val::Str(k.clone()), Val::of(d, v))))),
             _ => None,
         }
     }
