@@ -1,7 +1,8 @@
 //! An artifact read for jq, kept compact: one 8-byte node per value on a flat tape, strings
-//! read in place from the artifact's own bytes. A 10 MB document costs about 1.4× its size
-//! here; jaq's own values cost 15–20× (an allocation per string, a hash map per object), which
-//! is what kept jq over 10 MB at 170 MiB of heap.
+//! read in place from the artifact's own bytes. A query over a 10 MB document holds about 2×
+//! its size (the tape, reserved from an upper bound of its nodes, and what the program
+//! builds); jaq's own values took 17× (an allocation per string, a hash map per object),
+//! which kept jq over 10 MB at 176 MiB of heap.
 //!
 //! The tape is written once, by serde_json's parser (JSON, NDJSON) or the `csv` crate (CSV,
 //! TSV), and never changed: a program's values point into it ([`super::value::Val::Node`]),

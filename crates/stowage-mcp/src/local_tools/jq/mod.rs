@@ -20,7 +20,8 @@
 //! - `halt` and `halt_error` fail like any error: jaq's own would end the gateway's process.
 //!
 //! Programs run on our own values ([`value::Val`]) over the artifact read in place
-//! ([`doc::Doc`]): about 1.4× the artifact's bytes where jaq's values took 17×.
+//! ([`doc::Doc`]): the heap a 10 MB query holds is about 2× the artifact's bytes, where
+//! jaq's values took 17× (BENCHMARKS.md, "jq on our own values").
 
 mod doc;
 mod natives;
@@ -226,8 +227,7 @@ pub(crate) struct Input {
 /// What a program gave.
 #[derive(Debug)]
 pub(crate) struct Output {
-    /// Each result as compact JSON, except that a single result is kept as a value too, so
-    /// the answer can page through its items.
+    /// Each result, as a value (paged by [`page`] on the runner thread).
     pub(crate) results: Vec<Val>,
     /// Why the results stop early, when they do (a limit), in one line.
     pub(crate) stopped: Option<String>,
