@@ -21,10 +21,13 @@
 //!
 //! Programs run on our own values ([`value::Val`]) over the artifact read in place
 //! ([`doc::Doc`]): the heap a 10 MB query holds is about 2× the artifact's bytes, where
-//! jaq's values took 17× (BENCHMARKS.md, "jq on our own values").
+//! jaq's values took 17× (BENCHMARKS.md, "jq on our own values"). The interpreter's hot
+//! steps are natives: `select`, `map` and `add` ([`natives`]), and every constant field step
+//! (`.status`), which [`rewrite`] turns into a call of one native before compiling.
 
 mod doc;
 mod natives;
+mod rewrite;
 mod value;
 
 use std::cell::Cell;
@@ -59,7 +62,28 @@ pub(crate) const MAX_RUNNING: usize = 2;
 /// A runner thread's stack: deep values (built by a program, or walked by `..`) recurse.
 const STACK_BYTES: usize = 256 << 20;
 
-type D = data::JustLut<Val>;
+type D = Data;
+
+/// What a running program sees: jaq's look-up table of its terms and natives, and the table
+/// of keys its field steps read ([`rewrite`]).
+pub(crate) struct Data;
+
+impl data::DataT for Data {
+    type V<'a> = Val;
+    type Data<'a> = Shared<'a>;
+}
+
+#[derive(Clone)]
+pub(crate) struct Shared<'a> {
+    lut: &'a jaq_core::Lut<Data>,
+    keys: &'a [Val],
+}
+
+impl<'a> data::HasLut<'a, Data> for Shared<'a> {
+    fn lut(&self) -> &'a jaq_core::Lut<Data> {
+        self.lut
+    }
+}
 
 thread_local! {
     /// The running program's deadline and stop flag (a runner thread runs one program).
@@ -84,7 +108,8 @@ fn step() -> Result<(), Error<Val>> {
 /// and stderr writers inert, and `_stowage_step` for the redefined generators.
 fn funs() -> impl Iterator<Item = Fun<D>> {
     let replaced = ["range", "env", "debug_empty", "stderr_empty", "halt"];
-    let ours: [Fun<D>; 6] = [
+    let ours: [Fun<D>; 7] = [
+        (rewrite::KEY_NATIVE, v(1), rewrite::key_native()),
         run(("range", v(3), |mut cv| {
             let by = cv.0.pop_var();
             let to = cv.0.pop_var();
@@ -183,17 +208,47 @@ fn at_error(code: &str, piece: &str, why: &str) -> ToolError {
     ToolError::bad_request(format!("artifact_query: jq program does not parse at character {column} (near {near}): {why}"))
 }
 
-type Filter = jaq_core::Filter<D>;
+/// A compiled program, and the key table its field steps read ([`rewrite`]).
+struct Program {
+    filter: jaq_core::Filter<D>,
+    keys: Vec<Val>,
+}
 
-fn compile(code: &str) -> Result<Filter, ToolError> {
-    // `add` is a native here (natives.rs): jaq defines it by `reduce`, several times slower.
+impl Program {
+    /// The program's results on `input`.
+    fn run(&self, input: Val) -> impl Iterator<Item = value::ValX<'_>> + '_ {
+        let ctx = Ctx::<D>::new(Shared { lut: &self.filter.lut, keys: &self.keys }, Vars::new([]));
+        self.filter.id.run((ctx, input))
+    }
+}
+
+/// The name the rewritten program is defined under (its text is then only this call).
+const MAIN: &str = "_stowage_main";
+
+fn compile(code: &str) -> Result<Program, ToolError> {
+    // `select`, `map` and `add` are natives here (natives.rs): jaq defines them in jq,
+    // several times slower.
     let defs = jaq_core::defs()
+        .filter(|d| !(matches!(d.name, "select" | "map") && d.args.len() == 1))
         .chain(jaq_std::defs().filter(|d| !(d.name == "add" && d.args.is_empty())))
         .chain(jaq_json::defs())
         .chain(jaq_core::load::parse(FENCED_DEFS, |p| p.defs()).expect("the fenced definitions parse"));
-    let loader = Loader::new(defs);
+    // The program's field steps are rewritten ([`rewrite`]); a rewritten term has no text,
+    // so it joins the definitions, and the program run is a call of it. A program that does
+    // not parse is loaded as written, for jaq's message of where.
+    let (main, keys) = match jaq_core::load::parse(code, |p| p.term()) {
+        Some(term) => {
+            let (body, keys) = rewrite::rewrite(term);
+            (Some(jaq_core::load::parse::Def { name: MAIN, args: Vec::new(), body }), keys)
+        }
+        None => (None, Vec::new()),
+    };
+    let text = if main.is_some() { MAIN } else { code };
+    let mut all: Vec<jaq_core::load::parse::Def<&str>> = defs.collect::<Vec<_>>();
+    all.extend(main);
+    let loader = Loader::new(all);
     let arena = Arena::default();
-    let modules = loader.load(&arena, File { code, path: () }).map_err(|errs| {
+    let modules = loader.load(&arena, File { code: text, path: () }).map_err(|errs| {
         let Some((_, e)) = errs.into_iter().next() else { return ToolError::bad_request("artifact_query: jq program does not parse") };
         match e {
             jaq_core::load::Error::Lex(es) => es.first().map_or_else(
@@ -207,13 +262,14 @@ fn compile(code: &str) -> Result<Filter, ToolError> {
             jaq_core::load::Error::Io(_) => ToolError::bad_request("artifact_query: jq programs here may not load modules"),
         }
     })?;
-    Compiler::default().with_funs(funs()).compile(modules).map_err(|errs| {
+    let filter = Compiler::default().with_funs(funs()).compile(modules).map_err(|errs| {
         let first = errs.into_iter().next().and_then(|(_, es)| es.into_iter().next());
         match first {
             Some((name, undefined)) => at_error(code, name, &format!("undefined {} {name}", undefined.as_str())),
             None => ToolError::bad_request("artifact_query: jq program does not compile"),
         }
-    })
+    })?;
+    Ok(Program { filter, keys })
 }
 
 /// What a program read: the artifacts' bytes (with their ids), as `format`, and whether
@@ -322,11 +378,10 @@ fn execute(code: &str, input: Input) -> Result<Output, ToolError> {
         values.push(read(id, bytes, input.format)?);
     }
     let value = if input.several { values.into_iter().collect::<Val>() } else { values.pop().unwrap_or_default() };
-    let ctx = Ctx::<D>::new(&filter.lut, Vars::new([]));
     let mut results = Vec::new();
     let mut bytes = 0usize;
     let mut stopped = None;
-    for r in filter.id.run((ctx, value)) {
+    for r in filter.run(value) {
         // Not `jaq_core::unwrap_valr`: it ends the process on `halt` (which is replaced here,
         // but no exception other than an error may reach that path either).
         let r = r.map_err(|e| e.get_err().unwrap_or_else(|_| Error::str("the program tried to halt")));
@@ -571,10 +626,8 @@ mod tests {
     fn our_answers(code: &str, doc: &str) -> Vec<String> {
         let Ok(filter) = compile(code) else { return vec!["does not compile".into()] };
         let input = read("t_1", &Bytes::copy_from_slice(doc.as_bytes()), Format::Json).unwrap();
-        let ctx = Ctx::<D>::new(&filter.lut, Vars::new([]));
         filter
-            .id
-            .run((ctx, input))
+            .run(input)
             .map(|r| match r.map_err(|e| e.get_err()) {
                 Ok(v) => normal(&v.to_json()),
                 Err(Ok(e)) => format!("error: {}", e.into_val()),
@@ -663,6 +716,48 @@ mod tests {
             ".orders | map(.id) | .[1:] = [\"z\"]",
             ".orders | (.[0] | objects | length), (.[0].tags | arrays | length)",
             "[.[]?] | length",
+            // `select` and `map` are natives: their paths, updates, errors and branches.
+            "del(.orders[] | select(.status == \"paid\")) | .orders | map(.id)",
+            "(.orders[] | select(.total > 50) | .total) |= . * 2 | [.orders[].total]",
+            "[path(.orders[] | select(.tags))], [paths(type == \"number\")]",
+            ".orders | map(select(.total > 50, .total < 0) | .id)",
+            "(.orders[] | select(.total > 50, .region == \"north\")) |= {id, n: 1} | .orders | map(.id)",
+            "(.orders[] | select(.id == \"O-2\") | .status) = \"x\" | .orders[1].status",
+            ".orders |= map(select(.total > 0)) | .orders | length",
+            "(.orders[] | select(.total > 50)) |= (., {}) | .orders | map(.id)",
+            "(.orders[] | select(.total > 50)) |= empty | .orders | map(.id)",
+            "try (.orders[] | select(.total | error)) catch .",
+            "[.orders[] | select(.lines[0].qty > 1) | .id]",
+            "[.orders[] | select(.total > 50) | select(.region == \"north\") | .id]",
+            "[label $out | .orders[] | select(if .total < 0 then break $out else true end) | .id]",
+            "limit(1; .orders[] | select(.status == \"refunded\")) | .id",
+            "try ((.orders[] | select(error(\"bad\"))) |= 1) catch .",
+            "to_entries | map(select(.key == \"dup\"))",
+            ".meta.count | try map(.) catch .",
+            ".meta | map(type), map(.count?)",
+            ".orders | map(.tags[]?), map(.id, .total), [map(empty)]",
+            ".orders | try map(error(\"e\")) catch .",
+            ".orders | try map(.lines[]) catch .",
+            "try path(.meta | map(.)) catch .",
+            "try ((.meta | map(.)) |= 1) catch .",
+            ".orders[0:2] | map(select(true)) | map(.region)",
+            "map_values(select(. != null)) | keys",
+            ".orders | map(values), map(numbers), [.[] | strings]",
+            // Field steps are rewritten into the key native (rewrite.rs): reads, paths, updates.
+            "[path(.orders[0].lines[0].sku)], [path(.meta.nested.deep[1][1][0])]",
+            ".orders[0][\"id\"], .meta.\"count\", .meta.nested.deep[1][1][0], .orders[1:2][0].id",
+            "del(.orders[0].lines) | .orders[0] | keys",
+            ".meta.count |= . + 1 | .meta.count += 1 | .meta.count",
+            ".meta.missing.x = 1 | .meta.missing",
+            "try (.orders[0].id.x) catch ., [.orders[0].id.x?], [.orders[].lines[]?.sku]",
+            "{id: .orders[0].id, n: .meta.count}, (.orders[0] | {region, total})",
+            "\"\\(.meta.count) orders\", .meta[.meta | keys[0]], getpath([\"meta\", \"count\"])",
+            "reduce .orders[] as {region: $r, total: $t} ({}; .[$r] += $t)",
+            "(.meta.count, .dup) |= 0 | .meta.count, .dup",
+            ".orders[0].lines[0].qty |= empty | .orders[0].lines",
+            ".orders | map(.lines[0].sku?), [paths(..) | length] | length",
+            ".meta.count as $c | .orders[$c - 1].id",
+            "[.orders[] | .lines // [] | .[] | .qty] | add",
         ];
         let differ: Vec<String> = programs
             .iter()

@@ -26,6 +26,7 @@ pub(crate) type Map = indexmap::IndexMap<Val, Val, foldhash::fast::RandomState>;
 pub(crate) type Error = jaq_core::Error<Val>;
 pub(crate) type ValR<T = Val> = jaq_core::ValR<T, Val>;
 pub(crate) type ValX<'a> = jaq_core::ValX<'a, Val>;
+pub(crate) type ValXs<'a> = jaq_core::ValXs<'a, Val>;
 
 /// A jq value.
 #[derive(Clone, Debug, Default)]
