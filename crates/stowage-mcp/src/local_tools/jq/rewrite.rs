@@ -66,7 +66,7 @@ pub(super) fn key_native() -> Native<Data> {
 }
 
 /// Key `n` of the table; null for a position the table has not (only a program calling the
-/// native itself can ask for one, and null indexes as jaq's `.[null]` does).
+/// native itself can ask for one).
 fn key_at(keys: &[Val], n: &Val) -> Val {
     jaq_std::ValT::as_isize(n).and_then(|n| usize::try_from(n).ok()).and_then(|n| keys.get(n)).cloned().unwrap_or_default()
 }
@@ -125,7 +125,14 @@ fn step<'s>(part: Part<Term<&'s str>>, opt: Opt, keys: &mut Vec<&'s str>) -> Ter
     if let (Part::Index(t), Opt::Essential) = (&part, opt)
         && let Some(key) = plain_str(t)
     {
-        let at = keys.iter().position(|k| *k == key).or_else(|| (keys.len() < MAX_KEYS).then(|| keys.push(key)).map(|()| keys.len() - 1));
+        let at = match keys.iter().position(|k| *k == key) {
+            Some(at) => Some(at),
+            None if keys.len() < MAX_KEYS => {
+                keys.push(key);
+                Some(keys.len() - 1)
+            }
+            None => None,
+        };
         if let Some(at) = at {
             return Term::Call(KEY_NATIVE, vec![Term::Num(POSITIONS[at])]);
         }
