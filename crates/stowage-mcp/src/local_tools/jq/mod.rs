@@ -66,7 +66,7 @@ type D = Data;
 
 /// What a running program sees: jaq's look-up table of its terms and natives, and the table
 /// of keys its field steps read ([`rewrite`]).
-pub(crate) struct Data;
+struct Data;
 
 impl data::DataT for Data {
     type V<'a> = Val;
@@ -74,7 +74,7 @@ impl data::DataT for Data {
 }
 
 #[derive(Clone)]
-pub(crate) struct Shared<'a> {
+struct Shared<'a> {
     lut: &'a jaq_core::Lut<Data>,
     keys: &'a [Val],
 }
